@@ -1,0 +1,55 @@
+"""jupyter-exec: stateful code execution on Jupyter kernels, every session recorded as a notebook.
+
+The whole public surface is here; everything else is private and may change.
+"""
+
+from jupyter_exec._version import __version__
+from jupyter_exec.exceptions import (
+    BackendError,
+    DockerUnavailable,
+    ExecutionError,
+    ExecutionTimeout,
+    ImageError,
+    JupyterExecError,
+    KernelDiedError,
+    KernelError,
+    KernelNotAliveError,
+    KernelStartError,
+    NotebookError,
+    SessionClosedError,
+    SessionNotFound,
+    WorkDirError,
+)
+from jupyter_exec.models import CellError, Execution, Result
+from jupyter_exec.session import AsyncSession
+from jupyter_exec.sync import Session
+
+__all__ = [
+    "AsyncSession",
+    "BackendError",
+    "CellError",
+    "DockerUnavailable",
+    "Execution",
+    "ExecutionError",
+    "ExecutionTimeout",
+    "ImageError",
+    "JupyterExecError",
+    "KernelDiedError",
+    "KernelError",
+    "KernelNotAliveError",
+    "KernelStartError",
+    "NotebookError",
+    "Result",
+    "Session",
+    "SessionClosedError",
+    "SessionNotFound",
+    "WorkDirError",
+    "__version__",
+]
+
+# Reprs and tracebacks say jupyter_exec.Session, not jupyter_exec.sync.Session.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = "jupyter_exec"
+del _name, _obj

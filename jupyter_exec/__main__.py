@@ -1,0 +1,5 @@
+import sys
+
+from jupyter_exec.cli import main
+
+sys.exit(main())

@@ -1,0 +1,329 @@
+"""Starting, watching and stopping one kernel through jupyter_client.
+
+The seam to every backend is jupyter_client's ``AsyncKernelManager`` and its
+kernel provisioners: a local kernel uses an installed kernelspec (or one made
+here for a given interpreter), a Docker kernel a kernelspec naming our
+provisioner. This module translates jupyter_client's and zmq's errors into
+ours, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+from jupyter_client.manager import AsyncKernelManager
+
+from jupyter_exec.exceptions import (
+    BackendError,
+    JupyterExecError,
+    KernelDiedError,
+    KernelStartError,
+)
+
+__all__ = ["KernelHandle", "kernel_spec_for_python", "resolve_python", "start_kernel"]
+
+QUIET_POLL = 0.25
+"""Seconds without messages after which a waiting client checks the kernel is alive."""
+
+
+def resolve_python(python: str | os.PathLike[str]) -> Path:
+    """An interpreter path from a path, a venv folder or a command name."""
+    candidate = Path(python).expanduser()
+    if candidate.is_dir():
+        for sub in ("bin/python", "bin/python3", "Scripts/python.exe"):
+            if (candidate / sub).exists():
+                return (candidate / sub).absolute()
+        raise KernelStartError(
+            f"{candidate} is a folder but not a virtual environment (no bin/python)"
+        )
+    if candidate.exists():
+        return candidate.absolute()
+    found = shutil.which(str(python))
+    if found:
+        return Path(found)
+    raise KernelStartError(
+        f"no Python interpreter at {python!r} (not a file, a venv or a command on PATH)"
+    )
+
+
+def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
+    """A kernelspec that runs ipykernel with ``python``, checking ipykernel is there."""
+    exe = resolve_python(python)
+    probe = subprocess.run(
+        [str(exe), "-c", "import ipykernel, sys; print(sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise KernelStartError(
+            f"{exe} cannot run an IPython kernel: ipykernel is not installed there.\n"
+            f"Fix: {exe} -m pip install ipykernel"
+        )
+    # As if the environment were activated: `pip` and console scripts in
+    # %%bash cells and subprocesses are the environment's own.
+    env = {"PATH": f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if (exe.parent.parent / "pyvenv.cfg").exists():
+        env["VIRTUAL_ENV"] = str(exe.parent.parent)
+    return KernelSpec(
+        argv=[str(exe), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        display_name=f"Python {probe.stdout.strip()} ({exe})",
+        language="python",
+        interrupt_mode="signal",
+        env=env,
+        metadata={"debugger": True},
+    )
+
+
+class _OneSpec(KernelSpecManager):
+    """A kernelspec manager that knows one in-memory spec (for ``python=`` and backends)."""
+
+    def __init__(self, spec: KernelSpec, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._spec = spec
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return self._spec
+
+
+def describe_exit(km: AsyncKernelManager) -> str:
+    """A short account of how a dead kernel ended, for the user."""
+    provisioner = km.provisioner
+    describe = getattr(provisioner, "exit_description", None)
+    if describe is not None:
+        return str(describe())
+    process = getattr(provisioner, "process", None)
+    code = process.poll() if process is not None else None
+    if code is None:
+        return "the kernel stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGKILL": " (the OOM killer or an explicit kill)",
+            "SIGSEGV": " (a crash in native code)",
+        }
+        return f"the kernel process was killed by {name}{hint.get(name, '')}"
+    return f"the kernel process exited with code {code}"
+
+
+class Receiver:
+    """Reads one channel's messages with as little event-loop work as possible.
+
+    jupyter_client's async ``get_msg`` always awaits a poll future before
+    receiving. Here a message that is already queued is taken at once through
+    a blocking shadow of the same socket (``NOBLOCK``); only an empty socket
+    costs an awaited poll. This is the hot path of every execution.
+    """
+
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+        self._async_socket = channel.socket
+        self._socket: zmq.Socket[bytes] = zmq.Socket.shadow(channel.socket.underlying)
+        self._session = channel.session
+
+    def _take(self) -> dict[str, Any]:
+        frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
+        _, parts = self._session.feed_identities(frames)
+        return dict(self._session.deserialize(parts))
+
+    async def get(self, timeout: float) -> dict[str, Any]:
+        """The next message; raises ``queue.Empty`` after ``timeout`` seconds."""
+        try:
+            return self._take()
+        except zmq.Again:
+            pass
+        if await self._async_socket.poll(max(0, int(timeout * 1000)), zmq.POLLIN):
+            try:
+                return self._take()
+            except zmq.Again:
+                pass
+        raise queue.Empty
+
+
+@dataclass
+class KernelHandle:
+    """A started kernel: its manager, a connected client and what it said about itself."""
+
+    km: AsyncKernelManager
+    kc: AsyncKernelClient
+    kernel_info: dict[str, Any] = field(default_factory=dict)
+    spec: KernelSpec | None = None
+    iopub: Receiver = field(init=False)
+    shell: Receiver = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.iopub = Receiver(self.kc.iopub_channel)
+        self.shell = Receiver(self.kc.shell_channel)
+
+    @property
+    def kernel_id(self) -> str:
+        return str(self.km.kernel_id)
+
+    async def is_alive(self) -> bool:
+        try:
+            return bool(await self.km.is_alive())
+        except Exception:  # a provisioner that cannot tell is treated as dead
+            return False
+
+    async def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Wait until the kernel answers on shell *and* IOPub is delivering.
+
+        Instead of a fixed flush wait, this sends ``kernel_info_request`` and
+        waits for its reply and for the IOPub status message it causes; if
+        IOPub was not yet subscribed, the status is lost and it tries again.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            msg_id = self.kc.kernel_info()
+            reply = await self._shell_reply(msg_id, deadline)
+            if await self._iopub_saw(msg_id, min(deadline, time.monotonic() + 0.3)):
+                self.kernel_info = reply
+                return reply
+            if time.monotonic() >= deadline:
+                raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")
+
+    async def _shell_reply(self, msg_id: str, deadline: float) -> dict[str, Any]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KernelStartError(
+                    "the kernel did not answer kernel_info within the start timeout"
+                )
+            try:
+                msg = await self.shell.get(min(QUIET_POLL, remaining))
+            except queue.Empty:
+                if not await self.is_alive():
+                    raise KernelStartError(
+                        f"the kernel died while starting: {describe_exit(self.km)}"
+                    ) from None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return dict(msg["content"])
+
+    async def _iopub_saw(self, msg_id: str, deadline: float) -> bool:
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self.iopub.get(remaining)
+            except queue.Empty:
+                return False
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
+
+    async def shutdown(self, *, now: bool = False) -> None:
+        try:
+            self.kc.stop_channels()
+        finally:
+            if self.km.has_kernel:
+                try:
+                    await self.km.shutdown_kernel(now=now)
+                except Exception:  # already dead or never answered: make sure it is gone
+                    await self.km.shutdown_kernel(now=True)
+
+
+def _local(spec: KernelSpec | None) -> bool:
+    return spec is None or "kernel_provisioner" not in (spec.metadata or {})
+
+
+def _ipc_base() -> str | None:
+    """An absolute socket path prefix for an ipc kernel, or None if it would be too long.
+
+    ZMQ names the sockets ``<prefix>-<n>``; a Unix socket path may not exceed
+    107 bytes. The prefix must be absolute: kernel and client run in different
+    working directories.
+    """
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    runtime = Path(jupyter_runtime_dir())
+    runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+    base = str(runtime / f"jx-{uuid.uuid4().hex[:12]}")
+    return base if len(base) + 3 <= 107 else None
+
+
+async def start_kernel(
+    *,
+    kernel_name: str = "python3",
+    spec: KernelSpec | None = None,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 60.0,
+) -> KernelHandle:
+    """Start a kernel (from ``spec`` if given, else the installed ``kernel_name``) and connect."""
+    kwargs: dict[str, Any] = {"kernel_name": kernel_name}
+    if spec is not None:
+        kwargs["kernel_spec_manager"] = _OneSpec(spec)
+    km = AsyncKernelManager(**kwargs)
+    if _local(spec):
+        ipc_base = _ipc_base()
+        if ipc_base is not None:
+            # Unix sockets in the user's runtime dir: no TCP port other local users
+            # could reach, and no "running over TCP without encryption" warning.
+            km.transport = "ipc"
+            km.ip = ipc_base
+    # A short shutdown wait: a kernel that ignores shutdown_request is killed soon.
+    km.shutdown_wait_time = 3.0
+    kernel_env = dict(os.environ if env is None else env)
+    kernel_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    try:
+        await km.start_kernel(cwd=str(cwd), env=kernel_env)
+    except NoSuchKernel:
+        raise KernelStartError(
+            f"no kernelspec named {kernel_name!r}; installed: "
+            f"{', '.join(sorted(KernelSpecManager().find_kernel_specs())) or 'none'} "
+            f"(install ipykernel's with: {sys.executable} -m ipykernel install --user)"
+        ) from None
+    except JupyterExecError:
+        raise
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+    kc = km.client()
+    kc.start_channels()
+    handle = KernelHandle(km=km, kc=kc, spec=km.kernel_spec)
+    try:
+        await handle.wait_ready(startup_timeout)
+    except BaseException:
+        await handle.shutdown(now=True)
+        raise
+    return handle
+
+
+async def restart_kernel(handle: KernelHandle, startup_timeout: float = 60.0) -> None:
+    """Restart in place (same connection, so the client stays connected) and wait until ready."""
+    try:
+        await handle.km.restart_kernel(now=True)
+    except JupyterExecError:
+        raise
+    except (OSError, RuntimeError) as exc:
+        raise KernelDiedError(f"the kernel could not be restarted: {exc}") from exc
+    await handle.wait_ready(startup_timeout)
+
+
+async def interrupt_kernel(handle: KernelHandle) -> None:
+    try:
+        await handle.km.interrupt_kernel()
+    except JupyterExecError:
+        raise
+    except (OSError, RuntimeError) as exc:
+        raise BackendError(f"could not interrupt the kernel: {exc}") from exc
+
+
+async def sleep_until(deadline: float) -> None:
+    await asyncio.sleep(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,234 @@
+"""The result objects callers get back: typed, frozen views over nbformat outputs.
+
+An :class:`Execution` is built from the same nbformat output dicts that are
+recorded in the session notebook, so what a caller sees and what the notebook
+holds cannot disagree. Errors in the executed code are data
+(``execution.error``); ``raise_for_error()`` is the opt-in to exceptions, in
+the manner of ``httpx.Response.raise_for_status()``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from jupyter_exec.exceptions import ExecutionError, ExecutionTimeout, KernelDiedError
+
+__all__ = ["CellError", "Execution", "Result", "Status"]
+
+Status = Literal["ok", "error", "timeout", "died"]
+"""How an execution ended: normally, with an exception, past its timeout, or with a dead kernel."""
+
+_BINARY_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "application/pdf"})
+
+
+def _joined(value: Any) -> Any:
+    """nbformat allows multi-line strings as lists of lines; give callers one string."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Result:
+    """One rich output (an ``execute_result`` or a ``display_data``), with every format it carried.
+
+    Text formats are strings; binary images and PDF are base64 strings exactly as
+    in the notebook (use :meth:`data_bytes` for raw bytes); JSON formats are
+    decoded objects. ``files`` maps each mime type that was saved to the work
+    dir to its path.
+    """
+
+    data: Mapping[str, Any]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    is_main_result: bool = False
+    files: Mapping[str, Path] = field(default_factory=dict)
+
+    def _get(self, mime: str) -> Any:
+        return _joined(self.data.get(mime))
+
+    @property
+    def text(self) -> str | None:
+        """The ``text/plain`` representation, as a console would print it."""
+        return self._get("text/plain")  # type: ignore[no-any-return]
+
+    @property
+    def html(self) -> str | None:
+        return self._get("text/html")  # type: ignore[no-any-return]
+
+    @property
+    def markdown(self) -> str | None:
+        return self._get("text/markdown")  # type: ignore[no-any-return]
+
+    @property
+    def latex(self) -> str | None:
+        return self._get("text/latex")  # type: ignore[no-any-return]
+
+    @property
+    def svg(self) -> str | None:
+        return self._get("image/svg+xml")  # type: ignore[no-any-return]
+
+    @property
+    def png(self) -> str | None:
+        """Base64-encoded PNG."""
+        return self._get("image/png")  # type: ignore[no-any-return]
+
+    @property
+    def jpeg(self) -> str | None:
+        """Base64-encoded JPEG."""
+        return self._get("image/jpeg")  # type: ignore[no-any-return]
+
+    @property
+    def gif(self) -> str | None:
+        """Base64-encoded GIF."""
+        return self._get("image/gif")  # type: ignore[no-any-return]
+
+    @property
+    def pdf(self) -> str | None:
+        """Base64-encoded PDF."""
+        return self._get("application/pdf")  # type: ignore[no-any-return]
+
+    @property
+    def json(self) -> Any:
+        """The ``application/json`` payload, decoded."""
+        return self.data.get("application/json")
+
+    def formats(self) -> list[str]:
+        """The mime types this result carries, in the order the kernel sent them."""
+        return list(self.data)
+
+    def data_bytes(self, mime: str) -> bytes:
+        """The payload of ``mime`` as bytes (base64-decoded for binary formats)."""
+        value = _joined(self.data[mime])
+        if mime in _BINARY_MIMES:
+            return base64.b64decode(value)
+        if isinstance(value, str):
+            return value.encode()
+        return json.dumps(value).encode()
+
+    def _repr_mimebundle_(
+        self, include: Any = None, exclude: Any = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Display this result in Jupyter exactly as the kernel displayed it."""
+        return {k: _joined(v) for k, v in self.data.items()}, dict(self.metadata)
+
+    def __repr__(self) -> str:
+        kind = "main result" if self.is_main_result else "display"
+        return f"Result({kind}: {', '.join(self.formats())})"
+
+
+@dataclass(frozen=True)
+class CellError:
+    """What went wrong: the code's exception, a timeout, or a dead kernel.
+
+    ``traceback`` is plain text (ANSI colour codes removed), ready to print or
+    to show a model.
+    """
+
+    ename: str
+    evalue: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.ename}: {self.evalue}"
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The outcome of running one block of code in a session."""
+
+    code: str
+    status: Status
+    results: tuple[Result, ...] = ()
+    stdout: str = ""
+    stderr: str = ""
+    error: CellError | None = None
+    execution_count: int | None = None
+    files: tuple[Path, ...] = ()
+    duration: float = 0.0
+    cell_index: int | None = None
+    """Position (0-based) of the recorded cell in the session notebook, if recorded."""
+    state_lost: bool = False
+    """True when the kernel had to be restarted during this execution."""
+    truncated: bool = False
+    """True when stream output was cut short; the full text is in a file listed in ``files``."""
+    outputs: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
+    """The nbformat outputs, exactly as recorded in the notebook."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def main_result(self) -> Result | None:
+        """The ``execute_result`` (the value of the last expression), if any."""
+        return next((r for r in self.results if r.is_main_result), None)
+
+    @property
+    def text(self) -> str | None:
+        """``text/plain`` of the main result: ``'6'`` for ``df.x.sum()``."""
+        main = self.main_result
+        return main.text if main else None
+
+    def raise_for_error(self) -> Execution:
+        """Raise if the execution did not end normally; otherwise return ``self``.
+
+        Raises :class:`~jupyter_exec.ExecutionError` for an exception in the
+        code, :class:`~jupyter_exec.ExecutionTimeout` for a timeout and
+        :class:`~jupyter_exec.KernelDiedError` for a dead kernel; each carries
+        this execution as ``.execution``.
+        """
+        if self.status == "ok" or self.error is None:
+            return self
+        message = str(self.error)
+        if self.error.traceback:
+            message = f"{message}\n{self.error.traceback}"
+        if self.status == "timeout":
+            raise ExecutionTimeout(message, self)
+        if self.status == "died":
+            raise KernelDiedError(message, self)
+        raise ExecutionError(message, self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (paths as strings; binary payloads stay base64)."""
+        return {
+            "code": self.code,
+            "status": self.status,
+            "execution_count": self.execution_count,
+            "cell_index": self.cell_index,
+            "duration": self.duration,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "text": self.text,
+            "error": None
+            if self.error is None
+            else {
+                "ename": self.error.ename,
+                "evalue": self.error.evalue,
+                "traceback": self.error.traceback,
+            },
+            "results": [
+                {
+                    "is_main_result": r.is_main_result,
+                    "data": {k: _joined(v) for k, v in r.data.items()},
+                    "metadata": dict(r.metadata),
+                    "files": {k: str(v) for k, v in r.files.items()},
+                }
+                for r in self.results
+            ],
+            "files": [str(p) for p in self.files],
+            "state_lost": self.state_lost,
+            "truncated": self.truncated,
+        }
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.stdout, self.stderr) if p]
+        if self.text is not None:
+            parts.append(self.text)
+        if self.error is not None:
+            parts.append(self.error.traceback or str(self.error))
+        return "\n".join(parts)

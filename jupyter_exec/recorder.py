@@ -1,0 +1,180 @@
+"""The session notebook: a valid nbformat v4 file, rewritten atomically after every cell.
+
+Each save writes the whole notebook to a temporary file beside it and renames
+it over the old one, so a reader (JupyterLab, a crash-recovery) only ever sees
+a complete notebook, and a crash of this process loses at most the cell in
+flight. To keep the cost of a save flat as the notebook grows, each cell is
+serialised to JSON once, when it is added or changed; a save only joins the
+cached strings and writes them. The layout matches what ``nbformat.write``
+produces (sorted keys, one-space indent, multi-line strings split into lines),
+so recordings diff well in git.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from jupyter_exec.exceptions import NotebookError
+
+__all__ = ["NotebookRecorder", "new_cell_id"]
+
+NBFORMAT_MINOR = 5
+
+
+def new_cell_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+_SPLIT_NON_TEXT_MIMES = frozenset({"application/javascript", "image/svg+xml"})
+
+
+def _is_split_mime(mime: str) -> bool:
+    """Whether nbformat stores ``mime`` as a list of lines (text formats; never base64 or JSON)."""
+    return mime.startswith("text/") or mime in _SPLIT_NON_TEXT_MIMES
+
+
+def _lines(text: Any) -> Any:
+    return text.splitlines(keepends=True) if isinstance(text, str) else text
+
+
+def split_lines(cell: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``cell`` with multi-line strings as lists of lines, as Jupyter stores them."""
+    out = copy.deepcopy(dict(cell))
+    out["source"] = _lines(out.get("source", ""))
+    for output in out.get("outputs", ()):
+        if "text" in output:
+            output["text"] = _lines(output["text"])
+        data = output.get("data")
+        if data:
+            for mime, value in data.items():
+                if _is_split_mime(mime):
+                    data[mime] = _lines(value)
+    return out
+
+
+def _dumps(obj: Any, indent: str) -> str:
+    text = json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False, separators=(",", ": "))
+    return text.replace("\n", "\n" + indent)
+
+
+class NotebookRecorder:
+    """Holds a notebook in memory as cached JSON and keeps its file in step."""
+
+    def __init__(
+        self,
+        path: Path,
+        metadata: Mapping[str, Any],
+        cells: list[dict[str, Any]] | None = None,
+        *,
+        fsync: bool = False,
+    ) -> None:
+        self.path = path
+        self.fsync = fsync
+        self._metadata: dict[str, Any] = dict(metadata)
+        self._cells: list[dict[str, Any]] = []
+        self._json: list[str] = []
+        for cell in cells or ():
+            self._add(cell)
+
+    # -- building ----------------------------------------------------------------
+
+    def _add(self, cell: dict[str, Any]) -> int:
+        self._cells.append(cell)
+        self._json.append(_dumps(split_lines(cell), "  "))
+        return len(self._cells) - 1
+
+    def append(self, cell: dict[str, Any], *, save: bool = True) -> int:
+        """Add a cell at the end (and save); returns its index."""
+        index = self._add(cell)
+        if save:
+            self.save()
+        return index
+
+    def replace(self, index: int, cell: dict[str, Any], *, save: bool = True) -> None:
+        self._cells[index] = cell
+        self._json[index] = _dumps(split_lines(cell), "  ")
+        if save:
+            self.save()
+
+    def refresh(self, index: int, *, save: bool = True) -> None:
+        """Re-serialise cell ``index`` after its dict was changed in place."""
+        self.replace(index, self._cells[index], save=save)
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        self._metadata[key] = value
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._metadata
+
+    @property
+    def cells(self) -> list[dict[str, Any]]:
+        return self._cells
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    # -- disk --------------------------------------------------------------------
+
+    def render(self) -> str:
+        cells = ",\n  ".join(self._json)
+        return (
+            '{\n "cells": ['
+            + (f"\n  {cells}\n ],\n" if cells else "],\n")
+            + ' "metadata": '
+            + _dumps(self._metadata, " ")
+            + f',\n "nbformat": 4,\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
+        )
+
+    def save(self) -> None:
+        """Write the notebook atomically (temp file + rename in the same folder).
+
+        On failure (a full disk, a vanished folder) the previous file is left
+        intact and :class:`~jupyter_exec.NotebookError` says why; the cells stay
+        in memory, so the next successful save records them too.
+        """
+        tmp = self.path.with_name(f".{self.path.name}.jx-tmp")
+        try:
+            data = self.render().encode("utf-8")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise NotebookError(
+                f"could not save the session notebook {self.path}: {exc.strerror or exc}; "
+                f"the file on disk still holds its previous {self._saved_cells} cell(s), "
+                "and the unsaved cells are kept in memory for the next save"
+            ) from exc
+        self._saved_cells = len(self._cells)
+
+    _saved_cells = 0
+
+    def notebook(self) -> nbformat.NotebookNode:
+        """The notebook as an ``nbformat`` node (a copy)."""
+        node: nbformat.NotebookNode = nbformat.from_dict(
+            {
+                "cells": copy.deepcopy(self._cells),
+                "metadata": copy.deepcopy(self._metadata),
+                "nbformat": 4,
+                "nbformat_minor": NBFORMAT_MINOR,
+            }
+        )
+        return node

@@ -1,0 +1,707 @@
+"""AsyncSession: a kernel, a work dir and a notebook; code in, an Execution out.
+
+One execution, end to end::
+
+    execute(code) ─► kernel: execute_request (allow_stdin=False: input() fails fast)
+                     IOPub messages ─► CellOutputs (nbformat outputs)     [outputs.py]
+                     deadline passed ─► interrupt, grace period, else restart
+                     silence + dead process ─► restart, report how it died
+                  ─► rich outputs ─► files in the work dir               [store.py]
+                  ─► the cell ─► session notebook, saved atomically      [recorder.py]
+                  ─► Execution (results, streams, error, files)          [models.py]
+
+Executions on one session are queued (an asyncio.Lock is FIFO), never
+interleaved. Local kernels run with the rights of this process: they are for
+trusted code. Use the Docker backend for anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import queue
+import re
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from jupyter_client.kernelspec import KernelSpec
+
+from jupyter_exec.exceptions import (
+    KernelNotAliveError,
+    NotebookError,
+    SessionClosedError,
+    WorkDirError,
+)
+from jupyter_exec.kernel import (
+    QUIET_POLL,
+    KernelHandle,
+    describe_exit,
+    interrupt_kernel,
+    kernel_spec_for_python,
+    restart_kernel,
+    start_kernel,
+)
+from jupyter_exec.models import CellError, Execution, Result, Status
+from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS, CellOutputs, stream_text, strip_ansi
+from jupyter_exec.recorder import NotebookRecorder, new_cell_id
+from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
+
+__all__ = ["DEFAULT_TIMEOUT", "AsyncSession", "OutputCallback"]
+
+log = logging.getLogger("jupyter_exec")
+
+DEFAULT_TIMEOUT = 600.0
+"""Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
+
+OutputCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""Called with each output as it arrives (an nbformat output dict, a stream chunk,
+or a ``clear_output`` / ``update_display_data`` event); may be a coroutine function."""
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+Backend = Literal["local", "docker"]
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+class AsyncSession:
+    """A stateful kernel session whose every execution is recorded as a notebook cell.
+
+    Parameters
+    ----------
+    work_dir:
+        The kernel's working directory, where output files and the notebook go.
+        ``None`` makes a fresh temporary directory, which is kept (and logged).
+    kernel_name:
+        An installed kernelspec to run (ignored when ``python`` or ``backend``
+        says otherwise).
+    python:
+        An interpreter, a virtual environment folder, or a command name to run
+        the kernel with; it must have ipykernel.
+    notebook:
+        Where to record: ``None`` for ``<work_dir>/<name>.ipynb``, a path, or
+        ``False`` for no recording.
+    name:
+        The session's name (default ``session-<date>-<time>``); it names the
+        notebook and the ``<name>_files`` folder of saved outputs.
+    timeout:
+        Default seconds per execution (``None``: no limit). On timeout the
+        kernel is interrupted; if that does not take within
+        ``interrupt_grace`` seconds, it is restarted.
+    backend:
+        ``"local"`` (a subprocess of this process, for trusted code) or
+        ``"docker"`` (a hardened, network-less container).
+    docker:
+        Options for the Docker backend (traits of ``DockerProvisioner``, e.g.
+        ``{"network": True, "memory": "2g"}``).
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        kernel_name: str = "python3",
+        python: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | Literal[False] | None = None,
+        name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        *,
+        backend: Backend = "local",
+        docker: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        interrupt_grace: float = 3.0,
+        startup_timeout: float = 60.0,
+        max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
+        overwrite: bool = False,
+    ) -> None:
+        if name is not None and not _NAME_RE.match(name):
+            raise ValueError(
+                f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
+            )
+        if backend not in ("local", "docker"):
+            raise ValueError(f"unknown backend {backend!r}: use 'local' or 'docker'")
+        self._work_dir_arg = work_dir
+        self.kernel_name = kernel_name
+        self.python = python
+        self._notebook_arg = notebook
+        self._name_arg = name
+        self.timeout = timeout
+        self.backend: Backend = backend
+        self.docker_options = dict(docker or {})
+        self.env = env
+        self.interrupt_grace = interrupt_grace
+        self.startup_timeout = startup_timeout
+        self.max_output_chars = max_output_chars
+        self.overwrite = overwrite
+
+        self._work_dir: Path | None = None
+        self._name: str | None = None
+        self._notebook_path: Path | None = None
+        self._kernel: KernelHandle | None = None
+        self._recorder: NotebookRecorder | None = None
+        self._store: OutputStore | None = None
+        self._tracker: WorkDirTracker | None = None
+        self._lock = asyncio.Lock()
+        self._cells_run = 0
+        self._closed = False
+        self._generation = 0  # bumped by every restart, so a waiting execute notices
+        self._restart_note: str | None = None  # recorded on the next cell
+        self._displays: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+
+    # -- properties ----------------------------------------------------------------
+
+    @property
+    def work_dir(self) -> Path:
+        if self._work_dir is None:
+            raise SessionClosedError("the session has not been started")
+        return self._work_dir
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            raise SessionClosedError("the session has not been started")
+        return self._name
+
+    @property
+    def notebook_path(self) -> Path | None:
+        """The recorded notebook, or ``None`` when recording is off."""
+        return self._notebook_path
+
+    @property
+    def kernel_id(self) -> str | None:
+        return self._kernel.kernel_id if self._kernel else None
+
+    @property
+    def language_info(self) -> dict[str, Any]:
+        return dict(self._kernel.kernel_info.get("language_info", {})) if self._kernel else {}
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running (a cheap check for local kernels)."""
+        if self._kernel is None or self._closed:
+            return False
+        process = getattr(self._kernel.km.provisioner, "process", None)
+        if process is not None:
+            return process.poll() is None
+        return bool(self._kernel.km.has_kernel)
+
+    async def check_alive(self) -> bool:
+        """Ask the backend whether the kernel is alive (accurate for every backend)."""
+        return self._kernel is not None and not self._closed and await self._kernel.is_alive()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._kernel else "not started")
+        where = f" work_dir={str(self._work_dir)!r}" if self._work_dir else ""
+        return f"<{type(self).__name__} {self._name or '?'} {self.backend} {state}{where}>"
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> AsyncSession:
+        """Create the work dir and notebook, and start the kernel. Idempotent."""
+        if self._closed:
+            raise SessionClosedError("this session was closed; create a new one")
+        if self._kernel is not None:
+            return self
+        self._work_dir = self._prepare_work_dir()
+        self._name = self._name_arg or self._default_name()
+        self._notebook_path = self._prepare_notebook_path()
+        self._store = OutputStore(self._work_dir, f"{self._name}_files")
+        spec = self._kernel_spec()
+        self._kernel = await start_kernel(
+            kernel_name=self.kernel_name,
+            spec=spec,
+            cwd=self._work_dir,
+            env=self.env,
+            startup_timeout=self.startup_timeout,
+        )
+        ignore = [self._notebook_path] if self._notebook_path else []
+        self._tracker = WorkDirTracker(self._work_dir, ignore=ignore)
+        if self._notebook_path is not None:
+            self._recorder = NotebookRecorder(self._notebook_path, self._notebook_metadata())
+            self._recorder.save()
+        log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
+        return self
+
+    def _prepare_work_dir(self) -> Path:
+        if self._work_dir_arg is None:
+            path = Path(tempfile.mkdtemp(prefix="jupyter-exec-"))
+            log.warning("jupyter-exec: work dir %s (temporary, kept after the session)", path)
+            return path
+        path = Path(self._work_dir_arg).expanduser().absolute()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkDirError(f"cannot create the work dir {path}: {exc.strerror}") from exc
+        if not path.is_dir():
+            raise WorkDirError(f"the work dir {path} is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise WorkDirError(f"the work dir {path} is not writable by this user")
+        return path
+
+    def _default_name(self) -> str:
+        base = datetime.now().strftime("session-%Y%m%d-%H%M%S")
+        name, n = base, 1
+        while (self.work_dir / f"{name}.ipynb").exists() or (
+            self.work_dir / f"{name}_files"
+        ).exists():
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+    def _prepare_notebook_path(self) -> Path | None:
+        if self._notebook_arg is False:
+            return None
+        if self._notebook_arg is None:
+            path = self.work_dir / f"{self.name}.ipynb"
+        else:
+            path = Path(self._notebook_arg).expanduser().absolute()
+        if path.suffix != ".ipynb":
+            raise NotebookError(f"the notebook path {path} must end in .ipynb")
+        if path.exists() and not self.overwrite:
+            raise NotebookError(
+                f"{path} already exists; pass overwrite=True to replace it, "
+                "or choose another notebook path or session name"
+            )
+        if not path.parent.is_dir():
+            raise NotebookError(f"the folder of the notebook {path} does not exist")
+        return path
+
+    def _kernel_spec(self) -> KernelSpec | None:
+        if self.backend == "docker":
+            from jupyter_exec.backends import docker_kernel_spec
+
+            return docker_kernel_spec(self.docker_options)
+        if self.python is not None:
+            return kernel_spec_for_python(self.python)
+        return None
+
+    def _notebook_metadata(self) -> dict[str, Any]:
+        assert self._kernel is not None
+        spec = self._kernel.spec
+        language_info = self.language_info or {"name": "python"}
+        return {
+            "kernelspec": {
+                "name": self.kernel_name if self.python is None else "python3",
+                "display_name": spec.display_name if spec else self.kernel_name,
+                "language": (spec.language if spec else None) or language_info.get("name", ""),
+            },
+            "language_info": language_info,
+            "jupyter_exec": {
+                "session": self.name,
+                "backend": self.backend,
+                "created": datetime.now(timezone.utc).isoformat(),
+            },
+        }
+
+    async def close(self) -> None:
+        """Stop the kernel. The work dir and notebook stay. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            await kernel.shutdown()
+        log.info("session %s closed; notebook %s", self._name, self._notebook_path)
+
+    async def __aenter__(self) -> AsyncSession:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _live_kernel(self) -> KernelHandle:
+        if self._closed:
+            raise SessionClosedError("the session is closed")
+        if self._kernel is None:
+            raise KernelNotAliveError(
+                "the session has not been started (use `async with` or start())"
+            )
+        return self._kernel
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell (KeyboardInterrupt in the kernel); state is kept."""
+        await interrupt_kernel(self._live_kernel())
+
+    async def restart(self) -> None:
+        """Restart the kernel: all state is lost; the notebook notes it on the next cell."""
+        kernel = self._live_kernel()
+        self._generation += 1
+        await restart_kernel(kernel, self.startup_timeout)
+        self._restart_note = "restarted by request"
+
+    # -- execution -------------------------------------------------------------------
+
+    async def execute(
+        self,
+        code: str,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run ``code`` in the kernel and return what it did.
+
+        ``timeout`` overrides the session default for this call. Errors in the
+        code are returned as ``execution.error``; a timeout or a dead kernel
+        also end in an ``Execution`` (``status`` ``"timeout"`` / ``"died"``), so
+        this only raises for problems of the session itself.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        self._live_kernel()
+        async with self._lock:
+            kernel = self._live_kernel()
+            return await self._execute(
+                kernel, code, self.timeout if timeout is None else timeout, on_output
+            )
+
+    async def _execute(
+        self,
+        kernel: KernelHandle,
+        code: str,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+    ) -> Execution:
+        assert self._store is not None
+        assert self._tracker is not None
+        cell_index = len(self._recorder) if self._recorder is not None else self._cells_run
+        self._cells_run += 1
+        spill = FileSpill(self._store, cell_index)
+        builder = CellOutputs(max_stream_chars=self.max_output_chars, spill=spill)
+        timing: dict[str, str] = {}
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        generation = self._generation
+
+        msg_id = kernel.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
+        try:
+            outcome = await self._collect(
+                kernel, msg_id, builder, deadline, on_output, timing, generation
+            )
+            error: CellError | None = None
+            state_lost = False
+            if outcome == "timeout":
+                assert timeout is not None
+                outcome, error, state_lost = await self._handle_timeout(
+                    kernel, msg_id, builder, timeout, on_output, timing, generation
+                )
+            if outcome == "idle":
+                reply = await self._shell_reply(kernel, msg_id, timing)
+                status: Status = "ok" if reply.get("status") == "ok" else "error"
+                if builder.execution_count is None:
+                    builder.execution_count = reply.get("execution_count")
+                if error is not None:
+                    status = "timeout"
+            elif outcome in ("died", "restarted"):
+                status = "died"
+                error, state_lost = await self._handle_death(kernel, builder, outcome, timing)
+            else:  # timeout that needed a restart
+                status = "timeout"
+        finally:
+            spill.close()
+        duration = time.monotonic() - started
+        return self._finish(
+            code, cell_index, builder, status, error, state_lost, duration, timing, spill
+        )
+
+    async def _collect(
+        self,
+        kernel: KernelHandle,
+        msg_id: str,
+        builder: CellOutputs,
+        deadline: float | None,
+        on_output: OutputCallback | None,
+        timing: dict[str, str],
+        generation: int,
+    ) -> str:
+        """Feed IOPub messages of ``msg_id`` to ``builder`` until the kernel is idle.
+
+        Returns ``"idle"``, ``"timeout"``, ``"died"`` or ``"restarted"``. The
+        liveness check runs only after QUIET_POLL seconds without messages, so
+        the fast path pays nothing for it.
+        """
+        while True:
+            wait = QUIET_POLL
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return "timeout"
+            try:
+                msg = await kernel.iopub.get(wait)
+            except queue.Empty:
+                if generation != self._generation:
+                    return "restarted"
+                if deadline is not None and time.monotonic() >= deadline:
+                    return "timeout"
+                if not await kernel.is_alive():
+                    return "died"
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            if kind == "status":
+                state = msg["content"].get("execution_state")
+                if state == "busy":
+                    timing["iopub.status.busy"] = _iso(msg["header"].get("date"))
+                elif state == "idle":
+                    timing["iopub.status.idle"] = _iso(msg["header"].get("date"))
+                    return "idle"
+                continue
+            if kind == "execute_input":
+                timing["iopub.execute_input"] = _iso(msg["header"].get("date"))
+            event = builder.feed(msg)
+            if event is not None and on_output is not None:
+                await self._call(on_output, event)
+
+    @staticmethod
+    async def _call(on_output: OutputCallback, event: dict[str, Any]) -> None:
+        try:
+            result = on_output(event)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("on_output callback failed (the execution goes on)")
+
+    async def _shell_reply(
+        self, kernel: KernelHandle, msg_id: str, timing: dict[str, str]
+    ) -> dict[str, Any]:
+        """The execute_reply (normally already queued when IOPub goes idle)."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                msg = await kernel.shell.get(QUIET_POLL)
+            except queue.Empty:
+                if not await kernel.is_alive():
+                    break
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                timing["shell.execute_reply"] = _iso(msg["header"].get("date"))
+                return dict(msg["content"])
+        return {"status": "error"}
+
+    async def _handle_timeout(
+        self,
+        kernel: KernelHandle,
+        msg_id: str,
+        builder: CellOutputs,
+        timeout: float,
+        on_output: OutputCallback | None,
+        timing: dict[str, str],
+        generation: int,
+    ) -> tuple[str, CellError, bool]:
+        """Interrupt; if the cell does not stop within the grace period, restart."""
+        try:
+            await interrupt_kernel(kernel)
+        except Exception as exc:  # e.g. no interrupt support: go straight to restart
+            log.warning("interrupt failed: %s", exc)
+        grace = time.monotonic() + self.interrupt_grace
+        outcome = await self._collect(kernel, msg_id, builder, grace, on_output, timing, generation)
+        where = _interrupted_at(builder)
+        if outcome == "idle":
+            return (
+                "idle",
+                CellError(
+                    "ExecutionTimeout",
+                    f"the code ran past its {timeout:g} s timeout and was interrupted; "
+                    "the kernel's state is kept",
+                    where,
+                ),
+                False,
+            )
+        reason = (
+            "the kernel died when interrupted"
+            if outcome == "died"
+            else f"it did not stop within {self.interrupt_grace:g} s of the interrupt"
+        )
+        await self._restart_after_failure(kernel, f"restarted after a timeout ({reason})")
+        return (
+            "timeout-restarted",
+            CellError(
+                "ExecutionTimeout",
+                f"the code ran past its {timeout:g} s timeout and {reason}; "
+                "the kernel was restarted and its state is lost",
+                where,
+            ),
+            True,
+        )
+
+    async def _handle_death(
+        self, kernel: KernelHandle, builder: CellOutputs, outcome: str, timing: dict[str, str]
+    ) -> tuple[CellError, bool]:
+        if outcome == "restarted":
+            return CellError(
+                "KernelRestarted",
+                "the kernel was restarted while this code ran; its state is lost",
+            ), True
+        how = describe_exit(kernel.km)
+        started = "iopub.status.busy" in timing
+        when = "while running this code" if started else "before it reported running this code"
+        await self._restart_after_failure(kernel, f"restarted after the kernel died ({how})")
+        return CellError(
+            "KernelDied",
+            f"the kernel died {when}: {how}. It was restarted; its state is lost.",
+        ), True
+
+    async def _restart_after_failure(self, kernel: KernelHandle, note: str) -> None:
+        self._generation += 1
+        self._restart_note = note
+        await restart_kernel(kernel, self.startup_timeout)
+
+    # -- recording ---------------------------------------------------------------------
+
+    def _finish(
+        self,
+        code: str,
+        cell_index: int,
+        builder: CellOutputs,
+        status: Status,
+        error: CellError | None,
+        state_lost: bool,
+        duration: float,
+        timing: dict[str, str],
+        spill: FileSpill,
+    ) -> Execution:
+        assert self._store is not None
+        assert self._tracker is not None
+        outputs = builder.finish()
+        if error is not None:
+            outputs = [o for o in outputs if not _is_interrupt(o)]
+            outputs.append(
+                {
+                    "output_type": "error",
+                    "ename": error.ename,
+                    "evalue": error.evalue,
+                    "traceback": [
+                        f"{error.ename}: {error.evalue}",
+                        *([error.traceback] if error.traceback else []),
+                    ],
+                }
+            )
+        elif status == "error":
+            error = _error_from(outputs)
+
+        results: list[Result] = []
+        saved: list[Path] = []
+        for number, output in enumerate(
+            (o for o in outputs if o["output_type"] in ("display_data", "execute_result")), start=1
+        ):
+            by_mime = self._store.save_bundle(cell_index, number, output.get("data", {}))
+            saved.extend(by_mime.values())
+            results.append(
+                Result(
+                    data=output.get("data", {}),
+                    metadata=output.get("metadata", {}),
+                    is_main_result=output["output_type"] == "execute_result",
+                    files=by_mime,
+                )
+            )
+        for display_id, items in self._collect_displays(builder, cell_index).items():
+            self._displays.setdefault(display_id, []).extend(items)
+        touched = self._apply_foreign_updates(builder.foreign_updates)
+
+        ours: dict[str, Any] = {"status": status, "duration": round(duration, 6)}
+        if self._restart_note is not None and status != "died" and not state_lost:
+            ours["kernel"] = self._restart_note
+            self._restart_note = None
+        if state_lost:
+            ours["state_lost"] = True
+        cell = {
+            "cell_type": "code",
+            "id": new_cell_id(),
+            "execution_count": builder.execution_count,
+            "metadata": {"execution": timing, "jupyter_exec": ours},
+            "outputs": outputs,
+            "source": code,
+        }
+        recorded_index: int | None = None
+        save_error: NotebookError | None = None
+        if self._recorder is not None:
+            for index in touched:
+                self._recorder.refresh(index, save=False)
+            try:
+                recorded_index = self._recorder.append(cell)
+            except NotebookError as exc:
+                recorded_index = len(self._recorder) - 1
+                save_error = exc
+
+        changed = self._tracker.changes()
+        seen = set(saved)
+        files = tuple(saved) + tuple(p for p in changed if p not in seen)
+        execution = Execution(
+            code=code,
+            status=status,
+            results=tuple(results),
+            stdout=stream_text(outputs, "stdout"),
+            stderr=stream_text(outputs, "stderr"),
+            error=error,
+            execution_count=builder.execution_count,
+            files=files,
+            duration=duration,
+            cell_index=recorded_index,
+            state_lost=state_lost,
+            truncated=builder.truncated,
+            outputs=tuple(outputs),
+        )
+        if save_error is not None:
+            save_error.execution = execution  # type: ignore[attr-defined]
+            raise save_error
+        return execution
+
+    def _collect_displays(
+        self, builder: CellOutputs, cell_index: int
+    ) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+        return {k: [(cell_index, o) for o in v] for k, v in builder.displays.items()}
+
+    def _apply_foreign_updates(self, updates: list[dict[str, Any]]) -> set[int]:
+        """Apply ``update_display_data`` aimed at earlier cells, to notebook and files."""
+        assert self._store is not None
+        touched: set[int] = set()
+        for update in updates:
+            for cell_index, output in self._displays.get(update["display_id"], ()):
+                output["data"] = update["data"]
+                output["metadata"] = update["metadata"]
+                touched.add(cell_index)
+        if touched and self._recorder is not None:
+            for cell_index in touched:
+                cell = self._recorder.cells[cell_index]
+                rich = [
+                    o
+                    for o in cell["outputs"]
+                    if o["output_type"] in ("display_data", "execute_result")
+                ]
+                for number, output in enumerate(rich, start=1):
+                    self._store.save_bundle(cell_index, number, output.get("data", {}))
+        return touched
+
+
+def _is_interrupt(output: dict[str, Any]) -> bool:
+    return output.get("output_type") == "error" and output.get("ename") == "KeyboardInterrupt"
+
+
+def _interrupted_at(builder: CellOutputs) -> str:
+    """The KeyboardInterrupt traceback, as plain text: where the code was when stopped."""
+    for output in builder.outputs:
+        if _is_interrupt(output):
+            return strip_ansi("\n".join(output.get("traceback", [])))
+    return ""
+
+
+def _error_from(outputs: list[dict[str, Any]]) -> CellError | None:
+    for output in reversed(outputs):
+        if output.get("output_type") == "error":
+            return CellError(
+                ename=str(output.get("ename", "")),
+                evalue=str(output.get("evalue", "")),
+                traceback=strip_ansi("\n".join(output.get("traceback", []))),
+            )
+    return None

@@ -1,0 +1,214 @@
+"""Files in the work dir: rich outputs saved by the session, files written by the code.
+
+:class:`OutputStore` writes each rich output of a cell to
+``<work_dir>/<session>_files/cell-<NNN>-<k>.<ext>``, where NNN is the cell's
+1-based number in the notebook and k the output's number in the cell (the ``<notebook>_files``
+folder is nbconvert's convention for extracted outputs), and a stream that
+overflowed its budget to ``cell-<NNN>-<stream>.txt``. Every path is checked to
+stay inside the work dir, symlinks included.
+
+:class:`WorkDirTracker` finds the files the *code* wrote (``plt.savefig``,
+``df.to_csv``) by comparing (mtime, size) snapshots of the work dir taken
+after each execution; the scan skips hidden and bulky folders and is capped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jupyter_exec.exceptions import WorkDirError
+
+__all__ = ["OutputStore", "WorkDirTracker", "confined_path", "mime_extension"]
+
+_EXTENSIONS = {
+    "image/png": ".png",
+    "image/jpeg": ".jpg",
+    "image/gif": ".gif",
+    "image/svg+xml": ".svg",
+    "application/pdf": ".pdf",
+    "text/html": ".html",
+    "text/markdown": ".md",
+    "text/latex": ".tex",
+    "application/json": ".json",
+    "application/javascript": ".js",
+}
+_BINARY = frozenset({"image/png", "image/jpeg", "image/gif", "application/pdf"})
+
+
+def mime_extension(mime: str) -> str | None:
+    """File extension for a mime type we save, or ``None`` for those kept inline.
+
+    Vendor JSON formats keep their vendor in the name, e.g.
+    ``application/vnd.plotly.v1+json`` -> ``.plotly.json``; Jupyter's own
+    vendor types (widgets) mean nothing outside a live front end and are skipped.
+    """
+    if mime in _EXTENSIONS:
+        return _EXTENSIONS[mime]
+    if mime.startswith("application/vnd.") and mime.endswith("+json"):
+        vendor = mime[len("application/vnd.") : -len("+json")].split(".")[0]
+        if vendor == "jupyter" or not vendor.replace("-", "").isalnum():
+            return None
+        return f".{vendor}.json"
+    return None
+
+
+def confined_path(root: Path, relative: str | os.PathLike[str]) -> Path:
+    """``root / relative``, refusing anything that resolves outside ``root``.
+
+    Resolves symlinks, so a link inside the work dir pointing elsewhere is
+    refused too. Raises :class:`~jupyter_exec.WorkDirError`.
+    """
+    base = root.resolve()
+    candidate = (base / relative).resolve()
+    if candidate != base and base not in candidate.parents:
+        raise WorkDirError(f"path {os.fspath(relative)!r} is outside the work dir {base}")
+    return candidate
+
+
+def _payload(mime: str, value: Any) -> bytes:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = "".join(value)
+    if mime in _BINARY:
+        return base64.b64decode(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, indent=1, ensure_ascii=False).encode("utf-8")
+
+
+class OutputStore:
+    """Writes a session's rich outputs into its work dir."""
+
+    def __init__(self, work_dir: Path, folder: str) -> None:
+        self.work_dir = work_dir.resolve()
+        self.folder = folder
+
+    @property
+    def directory(self) -> Path:
+        return confined_path(self.work_dir, self.folder)
+
+    def path_for(self, cell_index: int, stem: str, ext: str) -> Path:
+        """Path for cell ``cell_index`` (0-based, as in ``nb.cells``), named by its number."""
+        name = f"cell-{cell_index + 1:03d}-{stem}{ext}"
+        return confined_path(self.work_dir, Path(self.folder) / name)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Re-check after mkdir: the folder could be a symlink created meanwhile.
+        confined_path(self.work_dir, path.relative_to(self.work_dir))
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def save_bundle(self, cell_index: int, number: int, data: Mapping[str, Any]) -> dict[str, Path]:
+        """Save every savable format of one output; returns ``{mime: path}``.
+
+        ``number`` is the output's 1-based position among the cell's rich
+        outputs, so ``cell-003-2.png`` and ``cell-003-2.html`` are the same output.
+        """
+        saved: dict[str, Path] = {}
+        used: set[str] = set()
+        for mime, value in data.items():
+            ext = mime_extension(mime)
+            if ext is None or ext in used:
+                continue
+            used.add(ext)
+            path = self.path_for(cell_index, str(number), ext)
+            self._write(path, _payload(mime, value))
+            saved[mime] = path
+        return saved
+
+    def stream_path(self, cell_index: int, name: str) -> Path:
+        return self.path_for(cell_index, name, ".txt")
+
+
+class FileSpill:
+    """A :class:`~jupyter_exec.outputs.Spill` writing overflowing streams to files."""
+
+    def __init__(self, store: OutputStore, cell_index: int) -> None:
+        self._store = store
+        self._cell_index = cell_index
+        self._files: dict[str, Any] = {}
+        self.paths: dict[str, Path] = {}
+
+    def write(self, name: str, text: str) -> None:
+        handle = self._files.get(name)
+        if handle is None:
+            path = self._store.stream_path(self._cell_index, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._files[name] = handle
+            self.paths[name] = path
+        handle.write(text)
+
+    def location(self, name: str) -> str | None:
+        path = self.paths.get(name)
+        return os.path.relpath(path, self._store.work_dir) if path else None
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+
+
+_SKIP_DIRS = frozenset(
+    {"__pycache__", "node_modules", ".git", ".ipynb_checkpoints", ".venv", "venv", "site-packages"}
+)
+
+Snapshot = dict[str, tuple[int, int]]
+
+
+class WorkDirTracker:
+    """Tells which files in the work dir changed since the previous look.
+
+    Each ``changes()`` call scans once and compares with the previous scan, so
+    a session pays one scan per execution. Hidden files, the session's own
+    notebook and bulky folders are ignored; the scan stops after
+    ``max_entries`` files so a huge data folder cannot slow every cell.
+    """
+
+    def __init__(self, root: Path, ignore: Iterable[Path] = (), max_entries: int = 20_000) -> None:
+        self.root = root.resolve()
+        self.ignore = {p.resolve() for p in ignore}
+        self.max_entries = max_entries
+        self._last: Snapshot = self.scan()
+
+    def scan(self) -> Snapshot:
+        snapshot: Snapshot = {}
+        stack = [str(self.root)]
+        while stack and len(snapshot) < self.max_entries:
+            folder = stack.pop()
+            try:
+                entries = os.scandir(folder)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if entry.name not in _SKIP_DIRS:
+                                stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            snapshot[entry.path] = (st.st_mtime_ns, st.st_size)
+                    except OSError:
+                        continue
+        return snapshot
+
+    def changes(self) -> list[Path]:
+        """Files created or modified since the last call, sorted by path."""
+        current = self.scan()
+        previous = self._last
+        self._last = current
+        changed = [
+            Path(p)
+            for p, sig in current.items()
+            if previous.get(p) != sig and Path(p) not in self.ignore
+        ]
+        return sorted(changed)

@@ -1,0 +1,197 @@
+"""Session: the blocking face of AsyncSession.
+
+Every call is forwarded to the AsyncSession running on one private event loop
+in a daemon thread. That keeps a single implementation (no hand-copied twin),
+and works where the caller already runs a loop (inside Jupyter, inside an
+async web app) - which ``asyncio.run`` per call would not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Coroutine
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from jupyter_exec.models import Execution
+from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
+from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend, OutputCallback
+
+__all__ = ["Session"]
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """One event loop in a daemon thread, shared by every blocking session."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def loop(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="jupyter-exec-loop", daemon=True
+                )
+                thread.start()
+                cls._loop = loop
+            return cls._loop
+
+    @classmethod
+    def run(
+        cls, coro: Coroutine[Any, Any, T], on_interrupt: Coroutine[Any, Any, Any] | None = None
+    ) -> T:
+        loop = cls.loop()
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C in the caller's thread: stop the cell in the kernel too.
+            if on_interrupt is not None:
+                asyncio.run_coroutine_threadsafe(on_interrupt, loop).result(timeout=10)
+                on_interrupt = None
+            raise
+        finally:
+            if on_interrupt is not None:
+                on_interrupt.close()
+
+
+_open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_sessions() -> None:
+    """Stop kernels a script forgot to close, so none outlives the interpreter."""
+    for session in list(_open_sessions):
+        with contextlib.suppress(Exception):  # best effort at interpreter exit
+            session.close()
+
+
+class Session:
+    """A stateful kernel session whose every execution is recorded as a notebook cell.
+
+    The blocking counterpart of :class:`AsyncSession`, with the same
+    parameters (see there). Use as a context manager::
+
+        with Session(work_dir="analysis") as s:
+            s.execute("x = 21 * 2")
+            print(s.execute("x").text)   # 42
+
+    Local kernels run with your rights: they are for trusted code. For code
+    you do not trust, use ``backend="docker"``.
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        kernel_name: str = "python3",
+        python: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | Literal[False] | None = None,
+        name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        *,
+        backend: Backend = "local",
+        docker: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        interrupt_grace: float = 3.0,
+        startup_timeout: float = 60.0,
+        max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
+        overwrite: bool = False,
+        start: bool = True,
+    ) -> None:
+        self._async = AsyncSession(
+            work_dir,
+            kernel_name,
+            python,
+            notebook,
+            name,
+            timeout,
+            backend=backend,
+            docker=docker,
+            env=env,
+            interrupt_grace=interrupt_grace,
+            startup_timeout=startup_timeout,
+            max_output_chars=max_output_chars,
+            overwrite=overwrite,
+        )
+        if start:
+            self.start()
+
+    @property
+    def async_session(self) -> AsyncSession:
+        """The underlying :class:`AsyncSession` (its methods run on the session's loop)."""
+        return self._async
+
+    def start(self) -> Session:
+        _LoopThread.run(self._async.start())
+        _open_sessions.add(self)
+        return self
+
+    def execute(
+        self,
+        code: str,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run ``code`` (see :meth:`AsyncSession.execute`); ``on_output`` runs on our loop."""
+        return _LoopThread.run(
+            self._async.execute(code, timeout=timeout, on_output=on_output),
+            on_interrupt=self._async.interrupt(),
+        )
+
+    def interrupt(self) -> None:
+        _LoopThread.run(self._async.interrupt())
+
+    def restart(self) -> None:
+        _LoopThread.run(self._async.restart())
+
+    def close(self) -> None:
+        _LoopThread.run(self._async.close())
+        _open_sessions.discard(self)
+
+    @property
+    def work_dir(self) -> Path:
+        return self._async.work_dir
+
+    @property
+    def name(self) -> str:
+        return self._async.name
+
+    @property
+    def notebook_path(self) -> Path | None:
+        return self._async.notebook_path
+
+    @property
+    def kernel_id(self) -> str | None:
+        return self._async.kernel_id
+
+    @property
+    def language_info(self) -> dict[str, Any]:
+        return self._async.language_info
+
+    @property
+    def is_alive(self) -> bool:
+        return _LoopThread.run(self._async.check_alive())
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("AsyncSession", "Session", 1)

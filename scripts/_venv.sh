@@ -1,0 +1,15 @@
+# Sourced by the scripts in this folder: make ./.venv with the project installed.
+# EXTRAS selects the optional parts (default: what the scripts need).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "creating .venv with $($PYTHON --version)" >&2
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+echo "installing jupyter-exec[${EXTRAS}] into .venv" >&2
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[${EXTRAS}]" 2>&1 \
+  | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+.venv/bin/python -c "import jupyter_exec" || { echo "install failed" >&2; exit 1; }
