@@ -20,6 +20,7 @@ from jupyter_exec._version import __version__
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.exceptions import JupyterExecError
 from jupyter_exec.models import Execution
+from jupyter_exec.session import safe_name
 from jupyter_exec.sync import Session
 
 __all__ = ["main"]
@@ -122,17 +123,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     kwargs = _session_args(args)
     if kwargs["name"] is None:
-        kwargs["name"] = _safe_name(path.stem)
+        kwargs["name"] = safe_name(path.stem)
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
     with Session(**kwargs) as session:
         failures = _run_cells(blocks, session, printer, args.keep_going)
         _summary(session, failures, len(blocks))
     return 1 if failures else 0
-
-
-def _safe_name(stem: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in stem).strip("-.")
-    return (cleaned or "session")[:100]
 
 
 def _summary(session: Session, failures: int, total: int) -> None:

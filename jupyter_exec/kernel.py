@@ -135,9 +135,14 @@ class Receiver:
 
     def __init__(self, channel: Any) -> None:
         self._channel = channel
-        self._async_socket = channel.socket
-        self._socket: zmq.Socket[bytes] = zmq.Socket.shadow(channel.socket.underlying)
-        self._session = channel.session
+        socket: Any = getattr(channel, "socket", None)
+        # Gateway kernels (jupyter_server --gateway-url) have websocket-fed
+        # channels with no zmq socket: those are read through get_msg().
+        self._zmq = isinstance(socket, zmq.Socket)
+        self._async_socket: Any = socket
+        if self._zmq:
+            self._socket: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
+            self._session = channel.session
 
     def _take(self) -> dict[str, Any]:
         frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
@@ -146,6 +151,8 @@ class Receiver:
 
     async def get(self, timeout: float) -> dict[str, Any]:
         """The next message; raises ``queue.Empty`` after ``timeout`` seconds."""
+        if not self._zmq:
+            return dict(await self._channel.get_msg(timeout=timeout))
         try:
             return self._take()
         except zmq.Again:
@@ -228,11 +235,12 @@ class KernelHandle:
                 return True
         return False
 
-    async def shutdown(self, *, now: bool = False) -> None:
+    async def shutdown(self, *, now: bool = False, kernel: bool = True) -> None:
+        """Disconnect, and (unless ``kernel=False``) stop the kernel."""
         try:
             self.kc.stop_channels()
         finally:
-            if self.km.has_kernel:
+            if kernel and self.km.has_kernel:
                 try:
                     await self.km.shutdown_kernel(now=now)
                 except Exception:  # already dead or never answered: make sure it is gone
@@ -301,6 +309,19 @@ async def start_kernel(
         await handle.wait_ready(startup_timeout)
     except BaseException:
         await handle.shutdown(now=True)
+        raise
+    return handle
+
+
+async def attach_kernel(km: AsyncKernelManager, startup_timeout: float = 60.0) -> KernelHandle:
+    """Connect to a kernel someone else started (e.g. a Jupyter server's kernel manager)."""
+    kc = km.client()
+    kc.start_channels()
+    handle = KernelHandle(km=km, kc=kc, spec=km.kernel_spec)
+    try:
+        await handle.wait_ready(startup_timeout)
+    except BaseException:
+        kc.stop_channels()
         raise
     return handle
 

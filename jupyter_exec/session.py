@@ -42,6 +42,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.kernel import (
     QUIET_POLL,
     KernelHandle,
+    attach_kernel,
     describe_exit,
     interrupt_kernel,
     kernel_spec_for_python,
@@ -50,7 +51,7 @@ from jupyter_exec.kernel import (
 )
 from jupyter_exec.models import CellError, Execution, Result, Status
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS, CellOutputs, stream_text, strip_ansi
-from jupyter_exec.recorder import NotebookRecorder, new_cell_id
+from jupyter_exec.recorder import NotebookRecorder, new_cell_id, read_notebook
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncSession", "OutputCallback"]
@@ -65,6 +66,14 @@ OutputCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 or a ``clear_output`` / ``update_display_data`` event); may be a coroutine function."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def safe_name(text: str) -> str:
+    """A valid session name made from ``text`` (e.g. a file's stem)."""
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in text).strip("-._")
+    return (cleaned or "session")[:100]
+
+
 Backend = Literal["local", "docker"]
 
 
@@ -102,6 +111,10 @@ class AsyncSession:
     docker:
         Options for the Docker backend (traits of ``DockerProvisioner``, e.g.
         ``{"network": True, "memory": "2g"}``).
+    kernel_manager:
+        An already started ``AsyncKernelManager`` to use instead of starting a
+        kernel (how the server extension uses the Jupyter server's kernels).
+        The session connects to it and never shuts it down; its owner does.
     """
 
     def __init__(
@@ -120,6 +133,7 @@ class AsyncSession:
         startup_timeout: float = 60.0,
         max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
         overwrite: bool = False,
+        kernel_manager: Any = None,
     ) -> None:
         if name is not None and not _NAME_RE.match(name):
             raise ValueError(
@@ -140,6 +154,7 @@ class AsyncSession:
         self.startup_timeout = startup_timeout
         self.max_output_chars = max_output_chars
         self.overwrite = overwrite
+        self._external_km = kernel_manager
 
         self._work_dir: Path | None = None
         self._name: str | None = None
@@ -154,6 +169,9 @@ class AsyncSession:
         self._generation = 0  # bumped by every restart, so a waiting execute notices
         self._restart_note: str | None = None  # recorded on the next cell
         self._displays: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
+        self.resumed: list[Execution] = []
+        """When resumed: the executions that rebuilt the kernel's state, in order."""
 
     # -- properties ----------------------------------------------------------------
 
@@ -203,6 +221,36 @@ class AsyncSession:
 
     # -- lifecycle -------------------------------------------------------------------
 
+    @classmethod
+    def resume(
+        cls,
+        notebook: str | os.PathLike[str],
+        *,
+        until: int | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncSession:
+        """A session that continues a recorded notebook (started by ``async with`` / ``start()``).
+
+        On start, the notebook's code cells (the first ``until`` of them, if
+        given) are re-run silently to rebuild the kernel's state; their
+        executions are in ``session.resumed``. New cells are then appended to
+        the same notebook, numbering on. ``work_dir`` defaults to the
+        notebook's folder and ``name`` to its stem, so output files continue in
+        the same ``<name>_files`` folder. Other arguments are as for the constructor.
+        """
+        path = Path(notebook).expanduser().absolute()
+        session = cls(
+            path.parent if work_dir is None else work_dir,
+            notebook=path,
+            name=name or safe_name(path.stem),
+            overwrite=True,
+            **kwargs,
+        )
+        session._resume = (until,)
+        return session
+
     async def start(self) -> AsyncSession:
         """Create the work dir and notebook, and start the kernel. Idempotent."""
         if self._closed:
@@ -213,21 +261,60 @@ class AsyncSession:
         self._name = self._name_arg or self._default_name()
         self._notebook_path = self._prepare_notebook_path()
         self._store = OutputStore(self._work_dir, f"{self._name}_files")
-        spec = self._kernel_spec()
-        self._kernel = await start_kernel(
-            kernel_name=self.kernel_name,
-            spec=spec,
-            cwd=self._work_dir,
-            env=self.env,
-            startup_timeout=self.startup_timeout,
-        )
+        if self._external_km is not None:
+            self._kernel = await attach_kernel(self._external_km, self.startup_timeout)
+        else:
+            self._kernel = await start_kernel(
+                kernel_name=self.kernel_name,
+                spec=self._kernel_spec(),
+                cwd=self._work_dir,
+                env=self.env,
+                startup_timeout=self.startup_timeout,
+            )
         ignore = [self._notebook_path] if self._notebook_path else []
         self._tracker = WorkDirTracker(self._work_dir, ignore=ignore)
-        if self._notebook_path is not None:
+        if self._resume is not None:
+            await self._rebuild_from_notebook(self._resume[0])
+        elif self._notebook_path is not None:
             self._recorder = NotebookRecorder(self._notebook_path, self._notebook_metadata())
             self._recorder.save()
         log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
         return self
+
+    async def _rebuild_from_notebook(self, until: int | None) -> None:
+        """Re-run the recorded code cells, then adopt the notebook as this session's record."""
+        assert self._notebook_path is not None
+        assert self._kernel is not None
+        nb = read_notebook(self._notebook_path)
+        code_cells = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+        if until is not None:
+            if until < 0:
+                raise ValueError(f"until must be >= 0, not {until}")
+            code_cells = code_cells[:until]
+        for cell in code_cells:
+            self.resumed.append(
+                await self._execute(self._kernel, cell.source, self.timeout, None, record=False)
+            )
+        failed = [i for i, e in enumerate(self.resumed, start=1) if not e.ok]
+        metadata = dict(nb.metadata)
+        metadata.update({k: v for k, v in self._notebook_metadata().items() if k != "jupyter_exec"})
+        history = dict(metadata.get("jupyter_exec", {}))
+        history.setdefault("session", self.name)
+        history["resumed"] = [
+            *history.get("resumed", []),
+            {
+                "at": datetime.now(timezone.utc).isoformat(),
+                "cells_rerun": len(code_cells),
+                "failed": failed,
+            },
+        ]
+        metadata["jupyter_exec"] = history
+        cells = [dict(c) for c in nb.cells]
+        self._recorder = NotebookRecorder(self._notebook_path, metadata, cells)
+        self._recorder.save()
+        self._restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
+        if failed:
+            log.warning("resume of %s: re-run cells %s failed", self._notebook_path, failed)
 
     def _prepare_work_dir(self) -> Path:
         if self._work_dir_arg is None:
@@ -264,6 +351,10 @@ class AsyncSession:
             path = Path(self._notebook_arg).expanduser().absolute()
         if path.suffix != ".ipynb":
             raise NotebookError(f"the notebook path {path} must end in .ipynb")
+        if self._resume is not None:
+            if not path.is_file():
+                raise NotebookError(f"cannot resume: no notebook at {path}")
+            return path
         if path.exists() and not self.overwrite:
             raise NotebookError(
                 f"{path} already exists; pass overwrite=True to replace it, "
@@ -307,7 +398,7 @@ class AsyncSession:
         self._closed = True
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
-            await kernel.shutdown()
+            await kernel.shutdown(kernel=self._external_km is None)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
 
     async def __aenter__(self) -> AsyncSession:
@@ -371,12 +462,15 @@ class AsyncSession:
         code: str,
         timeout: float | None,
         on_output: OutputCallback | None,
+        *,
+        record: bool = True,
     ) -> Execution:
+        """Run one cell; ``record=False`` (resume) saves no files and no notebook cell."""
         assert self._store is not None
         assert self._tracker is not None
         cell_index = len(self._recorder) if self._recorder is not None else self._cells_run
         self._cells_run += 1
-        spill = FileSpill(self._store, cell_index)
+        spill = FileSpill(self._store, cell_index) if record else None
         builder = CellOutputs(max_stream_chars=self.max_output_chars, spill=spill)
         timing: dict[str, str] = {}
         started = time.monotonic()
@@ -408,10 +502,11 @@ class AsyncSession:
             else:  # timeout that needed a restart
                 status = "timeout"
         finally:
-            spill.close()
+            if spill is not None:
+                spill.close()
         duration = time.monotonic() - started
         return self._finish(
-            code, cell_index, builder, status, error, state_lost, duration, timing, spill
+            code, cell_index, builder, status, error, state_lost, duration, timing, record
         )
 
     async def _collect(
@@ -569,7 +664,7 @@ class AsyncSession:
         state_lost: bool,
         duration: float,
         timing: dict[str, str],
-        spill: FileSpill,
+        record: bool,
     ) -> Execution:
         assert self._store is not None
         assert self._tracker is not None
@@ -595,7 +690,11 @@ class AsyncSession:
         for number, output in enumerate(
             (o for o in outputs if o["output_type"] in ("display_data", "execute_result")), start=1
         ):
-            by_mime = self._store.save_bundle(cell_index, number, output.get("data", {}))
+            by_mime = (
+                self._store.save_bundle(cell_index, number, output.get("data", {}))
+                if record
+                else {}
+            )
             saved.extend(by_mime.values())
             results.append(
                 Result(
@@ -605,12 +704,14 @@ class AsyncSession:
                     files=by_mime,
                 )
             )
-        for display_id, items in self._collect_displays(builder, cell_index).items():
-            self._displays.setdefault(display_id, []).extend(items)
-        touched = self._apply_foreign_updates(builder.foreign_updates)
+        touched: set[int] = set()
+        if record:
+            for display_id, items in self._collect_displays(builder, cell_index).items():
+                self._displays.setdefault(display_id, []).extend(items)
+            touched = self._apply_foreign_updates(builder.foreign_updates)
 
         ours: dict[str, Any] = {"status": status, "duration": round(duration, 6)}
-        if self._restart_note is not None and status != "died" and not state_lost:
+        if self._restart_note is not None and record and status != "died" and not state_lost:
             ours["kernel"] = self._restart_note
             self._restart_note = None
         if state_lost:
@@ -625,7 +726,7 @@ class AsyncSession:
         }
         recorded_index: int | None = None
         save_error: NotebookError | None = None
-        if self._recorder is not None:
+        if self._recorder is not None and record:
             for index in touched:
                 self._recorder.refresh(index, save=False)
             try:

@@ -126,6 +126,28 @@ class Session:
         if start:
             self.start()
 
+    @classmethod
+    def resume(
+        cls,
+        notebook: str | os.PathLike[str],
+        *,
+        until: int | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> Session:
+        """A started session continuing ``notebook``; see :meth:`AsyncSession.resume`."""
+        self = cls.__new__(cls)
+        self._async = AsyncSession.resume(
+            notebook, until=until, work_dir=work_dir, name=name, **kwargs
+        )
+        return self.start()
+
+    @property
+    def resumed(self) -> list[Execution]:
+        """When resumed: the executions that rebuilt the kernel's state."""
+        return self._async.resumed
+
     @property
     def async_session(self) -> AsyncSession:
         """The underlying :class:`AsyncSession` (its methods run on the session's loop)."""

@@ -1,0 +1,245 @@
+"""The Docker subcommands of ``jupyter-exec``: ``image build``, ``kernels install``, ``reap``.
+
+Each ``add_*_parser(subparsers)`` registers one subcommand whose ``func`` default takes the
+parsed arguments and returns an exit code, so the main CLI only wires them in. ``python -m
+jupyter_exec.docker`` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from jupyter_exec.exceptions import JupyterExecError
+
+__all__ = ["add_image_parser", "add_kernels_parser", "add_reap_parser", "main"]
+
+_Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth importing
+
+IMAGE_EPILOG = """\
+examples:
+  jupyter-exec image build
+      the default kernel image jupyter-exec/kernel:latest (ipykernel, numpy, pandas, matplotlib)
+  jupyter-exec image build --base-image jupyter-exec/base:bookworm
+      the same image on top of a local base image (no registry needed)
+  jupyter-exec image build --pip scikit-learn seaborn --tag my/kernel:ml
+      extra packages, under your own tag; use it with Session(docker={"image": "my/kernel:ml"})
+  jupyter-exec image build --requirements requirements.txt
+      a requirements file; without --tag the image gets a tag derived from its content
+  jupyter-exec image build --dockerfile ./Dockerfile --tag my/kernel:custom
+      your Dockerfile is built first and the kernel layer (ipykernel in /opt/kernel) goes on top
+"""
+
+KERNELS_EPILOG = """\
+examples:
+  jupyter-exec kernels install --user        for you only (~/.local/share/jupyter/kernels)
+  jupyter-exec kernels install --sys-prefix  into this Python environment
+Then choose "Python 3 (Docker)" in JupyterLab. Tune it in jupyter_server_config.py, e.g.
+  c.DockerProvisioner.memory = "4g"; c.DockerProvisioner.network = True
+"""
+
+REAP_EPILOG = """\
+Kernel containers are labelled io.jupyter-exec.kernel=1 with their owner process. reap removes
+the ones whose owner process on this host is gone (and their run dirs), which jupyter-exec also
+does on the first kernel start in each process.
+examples:
+  jupyter-exec reap              remove orphans
+  jupyter-exec reap --dry-run    only list them
+  jupyter-exec reap --all        also containers kept for inspection (auto_remove=False)
+"""
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+def add_image_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
+    """Register ``image build``."""
+    image: argparse.ArgumentParser = subparsers.add_parser(
+        "image",
+        help="build the Docker kernel image",
+        description="Manage the Docker kernel image.",
+        formatter_class=_formatter,
+    )
+    actions = image.add_subparsers(dest="image_command", metavar="COMMAND")
+    actions.required = True
+    build = actions.add_parser(
+        "build",
+        help="build the kernel image (streams the build log)",
+        description="Build the kernel image: ipykernel in a venv at /opt/kernel on BASE_IMAGE.",
+        epilog=IMAGE_EPILOG,
+        formatter_class=_formatter,
+    )
+    from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE
+
+    build.add_argument(
+        "--base-image",
+        default=DEFAULT_BASE_IMAGE,
+        metavar="IMAGE",
+        help="image to build on; needs python3 with venv (default: %(default)s)",
+    )
+    build.add_argument(
+        "--pip", nargs="+", action="extend", default=[], metavar="PKG", help="extra pip packages"
+    )
+    build.add_argument("--requirements", metavar="FILE", help="a pip requirements file to install")
+    build.add_argument("--dockerfile", metavar="FILE", help="your Dockerfile, used as the base")
+    build.add_argument(
+        "--no-data-stack",
+        action="store_true",
+        help="leave out numpy, pandas and matplotlib (a smaller image)",
+    )
+    build.add_argument(
+        "--tag",
+        default="",
+        help="image tag (default: jupyter-exec/kernel:latest, or a content-hashed tag when "
+        "--pip/--requirements/--dockerfile are given)",
+    )
+    build.set_defaults(func=_image_build)
+    return image
+
+
+def add_kernels_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
+    """Register ``kernels install`` and ``kernels list``."""
+    kernels: argparse.ArgumentParser = subparsers.add_parser(
+        "kernels",
+        help="install jupyter-exec's kernelspecs (e.g. Python 3 (Docker))",
+        description="Manage jupyter-exec's kernelspecs.",
+        epilog=KERNELS_EPILOG,
+        formatter_class=_formatter,
+    )
+    actions = kernels.add_subparsers(dest="kernels_command", metavar="COMMAND")
+    actions.required = True
+    install = actions.add_parser(
+        "install",
+        help="install the kernelspecs so JupyterLab offers them",
+        epilog=KERNELS_EPILOG,
+        formatter_class=_formatter,
+    )
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for the current user")
+    where.add_argument(
+        "--sys-prefix", action="store_true", help=f"install into {sys.prefix} (this environment)"
+    )
+    where.add_argument("--prefix", metavar="PREFIX", help="install into PREFIX/share/jupyter")
+    install.set_defaults(func=_kernels_install)
+    listing = actions.add_parser("list", help="list the kernelspecs jupyter-exec ships")
+    listing.set_defaults(func=_kernels_list)
+    return kernels
+
+
+def add_reap_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
+    """Register ``reap``."""
+    reap: argparse.ArgumentParser = subparsers.add_parser(
+        "reap",
+        help="remove kernel containers left behind by dead processes",
+        description="Remove kernel containers whose owner process is gone.",
+        epilog=REAP_EPILOG,
+        formatter_class=_formatter,
+    )
+    reap.add_argument(
+        "--all", action="store_true", help="also remove containers kept for inspection"
+    )
+    reap.add_argument(
+        "--other-hosts",
+        action="store_true",
+        help="also remove containers started from other host names (their owners can't be "
+        "checked from here)",
+    )
+    reap.add_argument("--dry-run", action="store_true", help="list, do not remove")
+    reap.set_defaults(func=_reap)
+    return reap
+
+
+def _err(message: str) -> None:
+    print(f"jupyter-exec: error: {message}", file=sys.stderr)
+
+
+def _image_build(args: argparse.Namespace) -> int:
+    from jupyter_exec.docker.engine import connect
+    from jupyter_exec.docker.image import BuildOptions, build_image
+
+    options = BuildOptions(
+        tag=args.tag,
+        base_image=args.base_image,
+        pip_packages=tuple(args.pip),
+        requirements_file=args.requirements or "",
+        dockerfile=args.dockerfile or "",
+        data_stack=not args.no_data_stack,
+    )
+    try:
+        tag = build_image(connect(), options, on_line=lambda line: print(line, flush=True))
+    except JupyterExecError as exc:
+        _err(str(exc))
+        return 1
+    print(tag)
+    return 0
+
+
+def _kernels_install(args: argparse.Namespace) -> int:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from jupyter_exec.docker.resources import kernelspec_dirs
+
+    prefix = args.prefix or (sys.prefix if args.sys_prefix else None)
+    manager = KernelSpecManager()
+    try:
+        for source in kernelspec_dirs():
+            dest = manager.install_kernel_spec(
+                str(source), kernel_name=source.name, user=args.user, prefix=prefix
+            )
+            print(f"installed kernelspec {source.name} in {dest}")
+    except (OSError, FileNotFoundError) as exc:
+        _err(f"{exc} (try --user)")
+        return 1
+    return 0
+
+
+def _kernels_list(args: argparse.Namespace) -> int:
+    import json
+
+    from jupyter_exec.docker.resources import kernelspec_dirs
+
+    for source in kernelspec_dirs():
+        spec = json.loads((source / "kernel.json").read_text())
+        print(f"{source.name}\t{spec.get('display_name', '')}\t{source}")
+    return 0
+
+
+def _reap(args: argparse.Namespace) -> int:
+    from jupyter_exec.docker.engine import connect
+    from jupyter_exec.docker.reap import reap
+
+    try:
+        result = reap(
+            connect(), include_kept=args.all, other_hosts=args.other_hosts, dry_run=args.dry_run
+        )
+    except JupyterExecError as exc:
+        _err(str(exc))
+        return 1
+    verb = "would remove" if args.dry_run else "removed"
+    for name in result.removed:
+        print(f"{verb} {name}")
+    for name in result.kept:
+        print(f"kept {name} (kept for inspection; --all removes it)")
+    if not result.removed:
+        print("no orphaned kernel containers")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jupyter_exec.docker``: the Docker subcommands on their own."""
+    parser = argparse.ArgumentParser(
+        prog="python -m jupyter_exec.docker",
+        description="Docker kernels for jupyter-exec: build the image, install kernelspecs, "
+        "reap orphaned containers.",
+        formatter_class=_formatter,
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    add_image_parser(subparsers)
+    add_kernels_parser(subparsers)
+    add_reap_parser(subparsers)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
