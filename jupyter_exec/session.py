@@ -18,14 +18,11 @@ trusted code. Use the Docker backend for anything else.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
-import queue
 import re
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -40,18 +37,17 @@ from jupyter_exec.exceptions import (
     WorkDirError,
 )
 from jupyter_exec.kernel import (
-    QUIET_POLL,
     KernelHandle,
     attach_kernel,
-    describe_exit,
     interrupt_kernel,
     kernel_spec_for_python,
     restart_kernel,
     start_kernel,
 )
-from jupyter_exec.models import CellError, Execution, Result, Status
+from jupyter_exec.models import CellError, Execution, Result
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS, CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id, read_notebook
+from jupyter_exec.runner import CellRun, CellRunner, OutputCallback, is_interrupt
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncSession", "OutputCallback"]
@@ -60,10 +56,6 @@ log = logging.getLogger("jupyter_exec")
 
 DEFAULT_TIMEOUT = 600.0
 """Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
-
-OutputCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
-"""Called with each output as it arrives (an nbformat output dict, a stream chunk,
-or a ``clear_output`` / ``update_display_data`` event); may be a coroutine function."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -74,11 +66,7 @@ def safe_name(text: str) -> str:
     return (cleaned or "session")[:100]
 
 
-Backend = Literal["local", "docker"]
-
-
-def _iso(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
+Backend = Literal["local", "docker", "remote"]
 
 
 class AsyncSession:
@@ -111,10 +99,16 @@ class AsyncSession:
     docker:
         Options for the Docker backend (traits of ``DockerProvisioner``, e.g.
         ``{"network": True, "memory": "2g"}``).
+    url, token:
+        For ``backend="remote"``: the Jupyter Server / Kernel Gateway /
+        Enterprise Gateway to run the kernel on, and its token.
     kernel_manager:
         An already started ``AsyncKernelManager`` to use instead of starting a
-        kernel (how the server extension uses the Jupyter server's kernels).
-        The session connects to it and never shuts it down; its owner does.
+        kernel (how the server extension uses the Jupyter server's kernels, and
+        how a session manager hands out warm kernels from its pool).
+    owns_kernel:
+        With ``kernel_manager``: whether ``close()`` shuts that kernel down
+        (default ``False``: its owner does).
     """
 
     def __init__(
@@ -133,14 +127,19 @@ class AsyncSession:
         startup_timeout: float = 60.0,
         max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
         overwrite: bool = False,
+        url: str | None = None,
+        token: str | None = None,
         kernel_manager: Any = None,
+        owns_kernel: bool = False,
     ) -> None:
         if name is not None and not _NAME_RE.match(name):
             raise ValueError(
                 f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
             )
-        if backend not in ("local", "docker"):
-            raise ValueError(f"unknown backend {backend!r}: use 'local' or 'docker'")
+        if backend not in ("local", "docker", "remote"):
+            raise ValueError(f"unknown backend {backend!r}: use 'local', 'docker' or 'remote'")
+        if backend == "remote" and not url and kernel_manager is None:
+            raise ValueError("backend='remote' needs url= (the Jupyter server or gateway)")
         self._work_dir_arg = work_dir
         self.kernel_name = kernel_name
         self.python = python
@@ -154,7 +153,10 @@ class AsyncSession:
         self.startup_timeout = startup_timeout
         self.max_output_chars = max_output_chars
         self.overwrite = overwrite
+        self.url = url
+        self.token = token
         self._external_km = kernel_manager
+        self._owns_kernel = owns_kernel or kernel_manager is None
 
         self._work_dir: Path | None = None
         self._name: str | None = None
@@ -261,6 +263,12 @@ class AsyncSession:
         self._name = self._name_arg or self._default_name()
         self._notebook_path = self._prepare_notebook_path()
         self._store = OutputStore(self._work_dir, f"{self._name}_files")
+        if self._external_km is None and self.backend == "remote":
+            from jupyter_exec.remote import start_remote_kernel
+
+            self._external_km = await start_remote_kernel(
+                self.url or "", self.token, self.kernel_name, self.startup_timeout
+            )
         if self._external_km is not None:
             self._kernel = await attach_kernel(self._external_km, self.startup_timeout)
         else:
@@ -398,7 +406,7 @@ class AsyncSession:
         self._closed = True
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
-            await kernel.shutdown(kernel=self._external_km is None)
+            await kernel.shutdown(kernel=self._owns_kernel)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
 
     async def __aenter__(self) -> AsyncSession:
@@ -467,190 +475,28 @@ class AsyncSession:
     ) -> Execution:
         """Run one cell; ``record=False`` (resume) saves no files and no notebook cell."""
         assert self._store is not None
-        assert self._tracker is not None
         cell_index = len(self._recorder) if self._recorder is not None else self._cells_run
         self._cells_run += 1
         spill = FileSpill(self._store, cell_index) if record else None
         builder = CellOutputs(max_stream_chars=self.max_output_chars, spill=spill)
-        timing: dict[str, str] = {}
+        runner = CellRunner(
+            kernel,
+            interrupt_grace=self.interrupt_grace,
+            restart=self._restart_after_failure,
+            generation=lambda: self._generation,
+        )
         started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
-        generation = self._generation
-
-        msg_id = kernel.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
         try:
-            outcome = await self._collect(
-                kernel, msg_id, builder, deadline, on_output, timing, generation
-            )
-            error: CellError | None = None
-            state_lost = False
-            if outcome == "timeout":
-                assert timeout is not None
-                outcome, error, state_lost = await self._handle_timeout(
-                    kernel, msg_id, builder, timeout, on_output, timing, generation
-                )
-            if outcome == "idle":
-                reply = await self._shell_reply(kernel, msg_id, timing)
-                status: Status = "ok" if reply.get("status") == "ok" else "error"
-                if builder.execution_count is None:
-                    builder.execution_count = reply.get("execution_count")
-                if error is not None:
-                    status = "timeout"
-            elif outcome in ("died", "restarted"):
-                status = "died"
-                error, state_lost = await self._handle_death(kernel, builder, outcome, timing)
-            else:  # timeout that needed a restart
-                status = "timeout"
+            run = await runner.run(code, builder, timeout, on_output)
         finally:
             if spill is not None:
                 spill.close()
-        duration = time.monotonic() - started
-        return self._finish(
-            code, cell_index, builder, status, error, state_lost, duration, timing, record
-        )
+        return self._finish(code, cell_index, builder, run, time.monotonic() - started, record)
 
-    async def _collect(
-        self,
-        kernel: KernelHandle,
-        msg_id: str,
-        builder: CellOutputs,
-        deadline: float | None,
-        on_output: OutputCallback | None,
-        timing: dict[str, str],
-        generation: int,
-    ) -> str:
-        """Feed IOPub messages of ``msg_id`` to ``builder`` until the kernel is idle.
-
-        Returns ``"idle"``, ``"timeout"``, ``"died"`` or ``"restarted"``. The
-        liveness check runs only after QUIET_POLL seconds without messages, so
-        the fast path pays nothing for it.
-        """
-        while True:
-            wait = QUIET_POLL
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    return "timeout"
-            try:
-                msg = await kernel.iopub.get(wait)
-            except queue.Empty:
-                if generation != self._generation:
-                    return "restarted"
-                if deadline is not None and time.monotonic() >= deadline:
-                    return "timeout"
-                if not await kernel.is_alive():
-                    return "died"
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind = msg["header"]["msg_type"]
-            if kind == "status":
-                state = msg["content"].get("execution_state")
-                if state == "busy":
-                    timing["iopub.status.busy"] = _iso(msg["header"].get("date"))
-                elif state == "idle":
-                    timing["iopub.status.idle"] = _iso(msg["header"].get("date"))
-                    return "idle"
-                continue
-            if kind == "execute_input":
-                timing["iopub.execute_input"] = _iso(msg["header"].get("date"))
-            event = builder.feed(msg)
-            if event is not None and on_output is not None:
-                await self._call(on_output, event)
-
-    @staticmethod
-    async def _call(on_output: OutputCallback, event: dict[str, Any]) -> None:
-        try:
-            result = on_output(event)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("on_output callback failed (the execution goes on)")
-
-    async def _shell_reply(
-        self, kernel: KernelHandle, msg_id: str, timing: dict[str, str]
-    ) -> dict[str, Any]:
-        """The execute_reply (normally already queued when IOPub goes idle)."""
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            try:
-                msg = await kernel.shell.get(QUIET_POLL)
-            except queue.Empty:
-                if not await kernel.is_alive():
-                    break
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                timing["shell.execute_reply"] = _iso(msg["header"].get("date"))
-                return dict(msg["content"])
-        return {"status": "error"}
-
-    async def _handle_timeout(
-        self,
-        kernel: KernelHandle,
-        msg_id: str,
-        builder: CellOutputs,
-        timeout: float,
-        on_output: OutputCallback | None,
-        timing: dict[str, str],
-        generation: int,
-    ) -> tuple[str, CellError, bool]:
-        """Interrupt; if the cell does not stop within the grace period, restart."""
-        try:
-            await interrupt_kernel(kernel)
-        except Exception as exc:  # e.g. no interrupt support: go straight to restart
-            log.warning("interrupt failed: %s", exc)
-        grace = time.monotonic() + self.interrupt_grace
-        outcome = await self._collect(kernel, msg_id, builder, grace, on_output, timing, generation)
-        where = _interrupted_at(builder)
-        if outcome == "idle":
-            return (
-                "idle",
-                CellError(
-                    "ExecutionTimeout",
-                    f"the code ran past its {timeout:g} s timeout and was interrupted; "
-                    "the kernel's state is kept",
-                    where,
-                ),
-                False,
-            )
-        reason = (
-            "the kernel died when interrupted"
-            if outcome == "died"
-            else f"it did not stop within {self.interrupt_grace:g} s of the interrupt"
-        )
-        await self._restart_after_failure(kernel, f"restarted after a timeout ({reason})")
-        return (
-            "timeout-restarted",
-            CellError(
-                "ExecutionTimeout",
-                f"the code ran past its {timeout:g} s timeout and {reason}; "
-                "the kernel was restarted and its state is lost",
-                where,
-            ),
-            True,
-        )
-
-    async def _handle_death(
-        self, kernel: KernelHandle, builder: CellOutputs, outcome: str, timing: dict[str, str]
-    ) -> tuple[CellError, bool]:
-        if outcome == "restarted":
-            return CellError(
-                "KernelRestarted",
-                "the kernel was restarted while this code ran; its state is lost",
-            ), True
-        how = describe_exit(kernel.km)
-        started = "iopub.status.busy" in timing
-        when = "while running this code" if started else "before it reported running this code"
-        await self._restart_after_failure(kernel, f"restarted after the kernel died ({how})")
-        return CellError(
-            "KernelDied",
-            f"the kernel died {when}: {how}. It was restarted; its state is lost.",
-        ), True
-
-    async def _restart_after_failure(self, kernel: KernelHandle, note: str) -> None:
+    async def _restart_after_failure(self, note: str) -> None:
         self._generation += 1
         self._restart_note = note
-        await restart_kernel(kernel, self.startup_timeout)
+        await restart_kernel(self._live_kernel(), self.startup_timeout)
 
     # -- recording ---------------------------------------------------------------------
 
@@ -659,18 +505,17 @@ class AsyncSession:
         code: str,
         cell_index: int,
         builder: CellOutputs,
-        status: Status,
-        error: CellError | None,
-        state_lost: bool,
+        run: CellRun,
         duration: float,
-        timing: dict[str, str],
         record: bool,
     ) -> Execution:
+        """Turn a finished run into files, a notebook cell and the caller's Execution."""
         assert self._store is not None
         assert self._tracker is not None
+        status, error, state_lost, timing = run.status, run.error, run.state_lost, run.timing
         outputs = builder.finish()
         if error is not None:
-            outputs = [o for o in outputs if not _is_interrupt(o)]
+            outputs = [o for o in outputs if not is_interrupt(o)]
             outputs.append(
                 {
                     "output_type": "error",
@@ -783,18 +628,6 @@ class AsyncSession:
                 for number, output in enumerate(rich, start=1):
                     self._store.save_bundle(cell_index, number, output.get("data", {}))
         return touched
-
-
-def _is_interrupt(output: dict[str, Any]) -> bool:
-    return output.get("output_type") == "error" and output.get("ename") == "KeyboardInterrupt"
-
-
-def _interrupted_at(builder: CellOutputs) -> str:
-    """The KeyboardInterrupt traceback, as plain text: where the code was when stopped."""
-    for output in builder.outputs:
-        if _is_interrupt(output):
-            return strip_ansi("\n".join(output.get("traceback", [])))
-    return ""
 
 
 def _error_from(outputs: list[dict[str, Any]]) -> CellError | None:

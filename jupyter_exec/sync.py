@@ -106,6 +106,10 @@ class Session:
         startup_timeout: float = 60.0,
         max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
         overwrite: bool = False,
+        url: str | None = None,
+        token: str | None = None,
+        kernel_manager: Any = None,
+        owns_kernel: bool = False,
         start: bool = True,
     ) -> None:
         self._async = AsyncSession(
@@ -122,6 +126,10 @@ class Session:
             startup_timeout=startup_timeout,
             max_output_chars=max_output_chars,
             overwrite=overwrite,
+            url=url,
+            token=token,
+            kernel_manager=kernel_manager,
+            owns_kernel=owns_kernel,
         )
         if start:
             self.start()
