@@ -20,7 +20,8 @@ from jupyter_exec.exceptions import (
     SessionNotFound,
     WorkDirError,
 )
-from jupyter_exec.models import CellError, Execution, Result
+from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.replay import CellResult, ReplayReport, replay, replay_async
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.sync import Session
 
@@ -28,6 +29,7 @@ __all__ = [
     "AsyncSession",
     "BackendError",
     "CellError",
+    "CellResult",
     "DockerUnavailable",
     "Execution",
     "ExecutionError",
@@ -39,17 +41,21 @@ __all__ = [
     "KernelNotAliveError",
     "KernelStartError",
     "NotebookError",
+    "ReplayReport",
     "Result",
+    "ScriptResult",
     "Session",
     "SessionClosedError",
     "SessionNotFound",
     "WorkDirError",
     "__version__",
+    "replay",
+    "replay_async",
 ]
 
 # Reprs and tracebacks say jupyter_exec.Session, not jupyter_exec.sync.Session.
 for _name in __all__:
     _obj = globals()[_name]
-    if isinstance(_obj, type):
+    if isinstance(_obj, type) or callable(_obj):
         _obj.__module__ = "jupyter_exec"
 del _name, _obj

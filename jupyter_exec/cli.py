@@ -20,6 +20,7 @@ from jupyter_exec._version import __version__
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.exceptions import JupyterExecError
 from jupyter_exec.models import Execution
+from jupyter_exec.replay import add_replay_parser
 from jupyter_exec.session import safe_name
 from jupyter_exec.sync import Session
 
@@ -32,6 +33,10 @@ examples:
   jupyter-exec run steps.md --work-dir out  run a markdown file's code blocks in one session
   jupyter-exec run old.ipynb --timeout 60   re-run a notebook's code cells, recorded anew
   jupyter-exec run job.py --python .venv    use another interpreter or virtual environment
+  jupyter-exec run job.py --backend docker  run in a hardened, network-less container
+  jupyter-exec replay nb.ipynb              re-run a notebook and check it reproduces
+  jupyter-exec image build --pip scikit-learn   build the Docker kernel image
+  jupyter-exec kernels install              add "Python 3 (Docker)" to JupyterLab
 
 Every run records a notebook (<work dir>/<name>.ipynb) and saves rich outputs
 (plots, HTML, JSON, ...) as files in the work dir. Local kernels run with your
@@ -92,6 +97,7 @@ def _session_args(args: argparse.Namespace) -> dict[str, Any]:
         "notebook": notebook,
         "name": args.name,
         "timeout": args.timeout or None,
+        "backend": args.backend,
         "overwrite": True,
     }
 
@@ -207,6 +213,13 @@ def _add_session_options(parser: argparse.ArgumentParser) -> None:
         help="seconds per cell before it is interrupted (0: none; default 600)",
     )
     group.add_argument(
+        "--backend",
+        choices=["local", "docker"],
+        default="local",
+        help="local: a kernel process with your rights (trusted code); docker: a hardened, "
+        "network-less container (default: local)",
+    )
+    group.add_argument(
         "-q", "--quiet", action="store_true", help="print only errors and the summary"
     )
 
@@ -256,15 +269,17 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     add_run_parser(subparsers)
     add_demo_parser(subparsers)
+    add_replay_parser(subparsers)
     for register in _plugin_parsers():
         register(subparsers)
     return parser
 
 
 def _plugin_parsers() -> list[Any]:
-    """Subcommands of other parts of the package (Docker images and kernelspecs, ...)."""
-    registrars: list[Any] = []
-    return registrars
+    """Subcommands that live beside the part of the package they drive."""
+    from jupyter_exec.docker.cli import add_image_parser, add_kernels_parser, add_reap_parser
+
+    return [add_image_parser, add_kernels_parser, add_reap_parser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

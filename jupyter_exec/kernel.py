@@ -101,12 +101,18 @@ class _OneSpec(KernelSpecManager):
         return self._spec
 
 
-def describe_exit(km: AsyncKernelManager) -> str:
-    """A short account of how a dead kernel ended, for the user."""
+async def describe_exit(km: AsyncKernelManager) -> str:
+    """A short account of how a dead kernel ended, for the user.
+
+    A provisioner may know better than an exit code (the Docker one can tell
+    an OOM kill from ``docker kill``): its ``async exit_description()`` wins.
+    """
     provisioner = km.provisioner
     describe = getattr(provisioner, "exit_description", None)
     if describe is not None:
-        return str(describe())
+        told = await describe()
+        if told:
+            return str(told)
     process = getattr(provisioner, "process", None)
     code = process.poll() if process is not None else None
     if code is None:
@@ -219,7 +225,7 @@ class KernelHandle:
             except queue.Empty:
                 if not await self.is_alive():
                     raise KernelStartError(
-                        f"the kernel died while starting: {describe_exit(self.km)}"
+                        f"the kernel died while starting: {await describe_exit(self.km)}"
                     ) from None
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from jupyter_exec.exceptions import ExecutionError, ExecutionTimeout, KernelDiedError
 
-__all__ = ["CellError", "Execution", "Result", "Status"]
+__all__ = ["CellError", "Execution", "Result", "ScriptResult", "Status"]
 
 Status = Literal["ok", "error", "timeout", "died"]
 """How an execution ended: normally, with an exception, past its timeout, or with a dead kernel."""
@@ -232,3 +232,29 @@ class Execution:
         if self.error is not None:
             parts.append(self.error.traceback or str(self.error))
         return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    """The outcome of ``Session.run_script()``: a fresh process, not the kernel."""
+
+    exit_code: int
+    output: str
+    """stdout and stderr, combined in the order they were written."""
+    path: Path
+    """The script file, in the work dir."""
+    duration: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "output": self.output,
+            "path": str(self.path),
+            "duration": self.duration,
+            "timed_out": self.timed_out,
+        }

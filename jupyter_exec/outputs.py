@@ -21,12 +21,11 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from nbformat.v4 import output_from_msg
-
 __all__ = [
     "DEFAULT_MAX_STREAM_CHARS",
     "CellOutputs",
     "Spill",
+    "output_from_msg",
     "overwrite_line",
     "stream_text",
     "strip_ansi",
@@ -40,7 +39,32 @@ _ANSI_RE = re.compile(
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC: titles, hyperlinks
     r"|\x1b[@-Z\\-_]"  # two-character escapes
 )
-_CR_LF_RE = re.compile(r"\r+\n")
+_CONTROL_RE = re.compile(r"[\r\n\b]")
+
+
+def output_from_msg(msg: Mapping[str, Any]) -> dict[str, Any]:
+    """The nbformat v4 output for a ``display_data``, ``execute_result`` or ``error`` message.
+
+    Equivalent to ``nbformat.v4.output_from_msg`` for these types, without
+    importing nbformat (whose schema validator takes seconds to import).
+    """
+    kind = msg["header"]["msg_type"]
+    content = msg["content"]
+    if kind == "error":
+        return {
+            "output_type": "error",
+            "ename": content.get("ename", ""),
+            "evalue": content.get("evalue", ""),
+            "traceback": list(content.get("traceback", [])),
+        }
+    output: dict[str, Any] = {
+        "output_type": kind,
+        "data": dict(content.get("data", {})),
+        "metadata": dict(content.get("metadata", {})),
+    }
+    if kind == "execute_result":
+        output["execution_count"] = content.get("execution_count")
+    return output
 
 
 def strip_ansi(text: str) -> str:
@@ -76,12 +100,13 @@ class _StreamText:
     """The text of one stream output, built chunk by chunk.
 
     Complete lines are final once their ``\\n`` arrives; only the open last
-    line can still be overwritten, so it alone is reprocessed per chunk. The
-    open line is kept as ``shown + "\\r" + written-since-last-\\r`` so the
-    cursor position survives across chunks.
+    line can still be overwritten. It is kept with its cursor column, so a
+    ``\\r`` or ``\\b`` arriving in a later chunk acts where a terminal's
+    cursor would be, and each chunk edits only the part of the line its
+    cursor can reach.
     """
 
-    __slots__ = ("_done", "_open", "size")
+    __slots__ = ("_col", "_done", "_line", "size")
 
     OPEN_LIMIT = 65_536
     """An unfinished line longer than this is no progress bar: it is made final, so
@@ -89,40 +114,57 @@ class _StreamText:
 
     def __init__(self) -> None:
         self._done: list[str] = []
-        self._open = ""
+        self._line = ""  # the open line as shown
+        self._col = 0  # the cursor's column in it
         self.size = 0  # characters in completed lines
 
     def append(self, chunk: str) -> None:
-        text = self._open + chunk
-        if "\r" not in text and "\b" not in text:
+        if self._col == len(self._line) and "\r" not in chunk and "\b" not in chunk:
+            text = self._line + chunk
             cut = text.rfind("\n") + 1
             if cut:
                 self._done.append(text[:cut])
                 self.size += cut
-            self._open = text[cut:]
-            self._close_long_line()
-            return
-        lines = _CR_LF_RE.sub("\n", text).split("\n")
-        for line in lines[:-1]:
-            shown = overwrite_line(line) + "\n"
-            self._done.append(shown)
-            self.size += len(shown)
-        last = lines[-1]
-        if "\r" in last and "\b" not in last:
-            self._open = overwrite_line(last) + "\r" + last.rsplit("\r", 1)[1]
+            self._line = text[cut:]
+            self._col = len(self._line)
         else:
-            self._open = overwrite_line(last) if "\b" in last else last
-        self._close_long_line()
+            self._edit(chunk)
+        if len(self._line) > self.OPEN_LIMIT:
+            self._done.append(self._line)
+            self.size += len(self._line)
+            self._line = ""
+            self._col = 0
 
-    def _close_long_line(self) -> None:
-        if len(self._open) > self.OPEN_LIMIT:
-            shown = overwrite_line(self._open)
-            self._done.append(shown)
-            self.size += len(shown)
-            self._open = ""
+    def _edit(self, chunk: str) -> None:
+        # Columns left of ``lo`` cannot be reached by this chunk's cursor moves.
+        lo = 0 if "\r" in chunk else max(0, self._col - chunk.count("\b"))
+        prefix = self._line[:lo]
+        buf = list(self._line[lo:])
+        col = self._col - lo
+        pos = 0
+        for match in _CONTROL_RE.finditer(chunk):
+            seg = chunk[pos : match.start()]
+            buf[col : col + len(seg)] = seg
+            col += len(seg)
+            pos = match.end()
+            control = match.group()
+            if control == "\n":
+                line = prefix + "".join(buf) + "\n"
+                self._done.append(line)
+                self.size += len(line)
+                prefix, buf, col = "", [], 0
+            elif control == "\r":
+                col = 0
+            else:
+                col = max(0, col - 1)
+        seg = chunk[pos:]
+        buf[col : col + len(seg)] = seg
+        col += len(seg)
+        self._line = prefix + "".join(buf)
+        self._col = len(prefix) + col
 
     def value(self) -> str:
-        return "".join(self._done) + overwrite_line(self._open)
+        return "".join(self._done) + self._line
 
 
 class Spill(Protocol):
@@ -198,7 +240,7 @@ class CellOutputs:
             return {"output_type": "stream", "name": content["name"], "text": content["text"]}
         if kind in ("display_data", "execute_result", "error"):
             self._apply_pending_clear()
-            output: dict[str, Any] = output_from_msg(msg)
+            output = output_from_msg(msg)
             if kind == "execute_result":
                 self.execution_count = content.get("execution_count", self.execution_count)
             display_id = (content.get("transient") or {}).get("display_id")

@@ -19,13 +19,14 @@ import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import nbformat
+from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.exceptions import NotebookError
 
-__all__ = ["NotebookRecorder", "new_cell_id"]
+if TYPE_CHECKING:
+    import nbformat
+
+__all__ = ["NotebookRecorder", "new_cell_id", "read_notebook"]
 
 NBFORMAT_MINOR = 5
 
@@ -169,6 +170,8 @@ class NotebookRecorder:
 
     def notebook(self) -> nbformat.NotebookNode:
         """The notebook as an ``nbformat`` node (a copy)."""
+        import nbformat  # imported when needed: it is slow to import
+
         node: nbformat.NotebookNode = nbformat.from_dict(
             {
                 "cells": copy.deepcopy(self._cells),
@@ -187,6 +190,8 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     JSON, not a notebook, or fails validation raises
     :class:`~jupyter_exec.NotebookError`.
     """
+    import nbformat  # imported when needed: it is slow to import
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

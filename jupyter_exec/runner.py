@@ -222,12 +222,11 @@ class CellRunner:
             return CellError(
                 "KernelRestarted", "the kernel was restarted while this code ran; its state is lost"
             )
-        how = describe_exit(self.kernel.km)
-        started = "iopub.status.busy" in timing
-        when = "while running this code" if started else "before it reported running this code"
+        how = await describe_exit(self.kernel.km)
         await self._restart(f"restarted after the kernel died ({how})")
         return CellError(
-            "KernelDied", f"the kernel died {when}: {how}. It was restarted; its state is lost."
+            "KernelDied",
+            f"the kernel died during this execution: {how}. It was restarted; its state is lost.",
         )
 
 

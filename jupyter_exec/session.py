@@ -18,9 +18,11 @@ trusted code. Use the Docker backend for anything else.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -30,7 +32,9 @@ from typing import Any, Literal
 
 from jupyter_client.kernelspec import KernelSpec
 
+from jupyter_exec.codeblocks import normalise_language
 from jupyter_exec.exceptions import (
+    BackendError,
     KernelNotAliveError,
     NotebookError,
     SessionClosedError,
@@ -44,10 +48,11 @@ from jupyter_exec.kernel import (
     restart_kernel,
     start_kernel,
 )
-from jupyter_exec.models import CellError, Execution, Result
+from jupyter_exec.models import CellError, Execution, Result, ScriptResult
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS, CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id, read_notebook
 from jupyter_exec.runner import CellRun, CellRunner, OutputCallback, is_interrupt
+from jupyter_exec.scripts import run_script, script_path
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncSession", "OutputCallback"]
@@ -167,6 +172,7 @@ class AsyncSession:
         self._tracker: WorkDirTracker | None = None
         self._lock = asyncio.Lock()
         self._cells_run = 0
+        self._scripts_run = 0
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
         self._restart_note: str | None = None  # recorded on the next cell
@@ -263,6 +269,10 @@ class AsyncSession:
         self._name = self._name_arg or self._default_name()
         self._notebook_path = self._prepare_notebook_path()
         self._store = OutputStore(self._work_dir, f"{self._name}_files")
+        # Read a notebook to resume before starting anything, so a bad one costs no kernel.
+        recorded = (
+            read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
+        )
         if self._external_km is None and self.backend == "remote":
             from jupyter_exec.remote import start_remote_kernel
 
@@ -281,24 +291,49 @@ class AsyncSession:
             )
         ignore = [self._notebook_path] if self._notebook_path else []
         self._tracker = WorkDirTracker(self._work_dir, ignore=ignore)
-        if self._resume is not None:
-            await self._rebuild_from_notebook(self._resume[0])
+        if recorded is not None and self._resume is not None:
+            try:
+                await self._rebuild_from_notebook(recorded, self._resume[0])
+            except BaseException:
+                await self.close()
+                raise
         elif self._notebook_path is not None:
             self._recorder = NotebookRecorder(self._notebook_path, self._notebook_metadata())
             self._recorder.save()
         log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
         return self
 
-    async def _rebuild_from_notebook(self, until: int | None) -> None:
-        """Re-run the recorded code cells, then adopt the notebook as this session's record."""
+    async def _rebuild_from_notebook(self, nb: Any, until: int | None) -> None:
+        """Re-run the recorded code cells, then adopt the notebook as this session's record.
+
+        With ``until``, cells after the ``until``-th code cell no longer match
+        the kernel's state: the full notebook is first copied to
+        ``<stem>.before-resume-<time>.ipynb`` beside it, then the live record is
+        cut after that cell, so it stays a faithful, replayable account.
+        """
         assert self._notebook_path is not None
         assert self._kernel is not None
-        nb = read_notebook(self._notebook_path)
-        code_cells = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+        cells = [dict(c) for c in nb.cells]
+        for cell in cells:
+            cell.setdefault("id", new_cell_id())  # nbformat < 4.5 had no cell ids
+        positions = [
+            i for i, c in enumerate(cells) if c["cell_type"] == "code" and c["source"].strip()
+        ]
+        entry: dict[str, Any] = {"at": datetime.now(timezone.utc).isoformat()}
         if until is not None:
             if until < 0:
                 raise ValueError(f"until must be >= 0, not {until}")
-            code_cells = code_cells[:until]
+            if until < len(positions):
+                keep = positions[until - 1] + 1 if until else 0
+                backup = self._notebook_path.with_name(
+                    f"{self._notebook_path.stem}.before-resume-"
+                    f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.ipynb"
+                )
+                shutil.copy2(self._notebook_path, backup)
+                entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
+                cells = cells[:keep]
+            positions = positions[:until]
+        code_cells = [nb.cells[i] for i in positions]
         for cell in code_cells:
             self.resumed.append(
                 await self._execute(self._kernel, cell.source, self.timeout, None, record=False)
@@ -308,21 +343,38 @@ class AsyncSession:
         metadata.update({k: v for k, v in self._notebook_metadata().items() if k != "jupyter_exec"})
         history = dict(metadata.get("jupyter_exec", {}))
         history.setdefault("session", self.name)
-        history["resumed"] = [
-            *history.get("resumed", []),
-            {
-                "at": datetime.now(timezone.utc).isoformat(),
-                "cells_rerun": len(code_cells),
-                "failed": failed,
-            },
-        ]
+        entry.update(cells_rerun=len(code_cells), failed=failed)
+        history["resumed"] = [*history.get("resumed", []), entry]
         metadata["jupyter_exec"] = history
-        cells = [dict(c) for c in nb.cells]
         self._recorder = NotebookRecorder(self._notebook_path, metadata, cells)
         self._recorder.save()
         self._restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
         if failed:
             log.warning("resume of %s: re-run cells %s failed", self._notebook_path, failed)
+
+    def record_cell(self, cell: dict[str, Any]) -> int | None:
+        """Append a cell that was not executed (markdown, raw, or a code cell kept as is).
+
+        Returns its index in the notebook, or ``None`` when recording is off.
+        Used by replay to keep a notebook's layout; gives the cell an id if it has none.
+        """
+        if self._recorder is None:
+            return None
+        cell = dict(cell)
+        cell.setdefault("id", new_cell_id())
+        cell.setdefault("metadata", {})
+        return self._recorder.append(cell)
+
+    @property
+    def notebook_metadata(self) -> dict[str, Any]:
+        """A copy of the session notebook's metadata (empty when recording is off)."""
+        return copy.deepcopy(self._recorder.metadata) if self._recorder is not None else {}
+
+    def set_notebook_metadata(self, key: str, value: Any) -> None:
+        """Set a top-level notebook metadata entry and save (no-op when recording is off)."""
+        if self._recorder is not None:
+            self._recorder.set_metadata(key, value)
+            self._recorder.save()
 
     def _prepare_work_dir(self) -> Path:
         if self._work_dir_arg is None:
@@ -439,6 +491,46 @@ class AsyncSession:
         self._generation += 1
         await restart_kernel(kernel, self.startup_timeout)
         self._restart_note = "restarted by request"
+
+    async def run_script(
+        self,
+        code: str,
+        language: str = "python",
+        filename: str | None = None,
+        timeout: float | None = None,
+    ) -> ScriptResult:
+        """Write ``code`` to a file in the work dir and run it as a new process.
+
+        Stateless, like a command-line executor: the process runs in the
+        session's environment (the kernel's interpreter and environment on the
+        host, or the session's own container) with the work dir as cwd, and
+        shares nothing with the kernel. ``language`` is ``"python"`` or
+        ``"sh"`` (``"bash"``, ``"py"``... are accepted); ``filename`` (relative,
+        confined to the work dir) defaults to ``<name>_files/script-NNN.<ext>``.
+        A run past ``timeout`` is killed and exits 124.
+        """
+        kernel = self._live_kernel()
+        if self.backend == "remote":
+            raise BackendError(
+                "run_script needs the kernel's own machine; with a remote kernel, "
+                "run shell code in a cell instead (%%bash)"
+            )
+        language = normalise_language(language)
+        self._scripts_run += 1
+        path = script_path(
+            self.work_dir, f"{self.name}_files", self._scripts_run, language, filename
+        )
+        spec = kernel.spec
+        return await run_script(
+            path,
+            code,
+            language,
+            work_dir=self.work_dir,
+            kernel_argv=list(spec.argv) if spec else [],
+            kernel_env=dict(spec.env or {}) if spec else {},
+            provisioner=kernel.km.provisioner,
+            timeout=self.timeout if timeout is None else timeout,
+        )
 
     # -- execution -------------------------------------------------------------------
 

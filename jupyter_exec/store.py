@@ -188,6 +188,8 @@ class WorkDirTracker:
                 continue
             with entries:
                 for entry in entries:
+                    if len(snapshot) >= self.max_entries:
+                        break
                     if entry.name.startswith("."):
                         continue
                     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-from jupyter_exec.models import Execution
+from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
 from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend, OutputCallback
 
@@ -145,11 +145,12 @@ class Session:
         **kwargs: Any,
     ) -> Session:
         """A started session continuing ``notebook``; see :meth:`AsyncSession.resume`."""
+        start = kwargs.pop("start", True)
         self = cls.__new__(cls)
         self._async = AsyncSession.resume(
             notebook, until=until, work_dir=work_dir, name=name, **kwargs
         )
-        return self.start()
+        return self.start() if start else self
 
     @property
     def resumed(self) -> list[Execution]:
@@ -177,6 +178,21 @@ class Session:
             self._async.execute(code, timeout=timeout, on_output=on_output),
             on_interrupt=self._async.interrupt(),
         )
+
+    def run_script(
+        self,
+        code: str,
+        language: str = "python",
+        filename: str | None = None,
+        timeout: float | None = None,
+    ) -> ScriptResult:
+        """Run ``code`` as a new process in the session's environment; see
+        :meth:`AsyncSession.run_script`."""
+        return _LoopThread.run(self._async.run_script(code, language, filename, timeout))
+
+    def record_cell(self, cell: dict[str, Any]) -> int | None:
+        """Append a cell that was not executed; see :meth:`AsyncSession.record_cell`."""
+        return self._async.record_cell(cell)
 
     def interrupt(self) -> None:
         _LoopThread.run(self._async.interrupt())

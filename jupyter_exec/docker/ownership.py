@@ -93,6 +93,11 @@ def choose_user(
     if st.st_uid == fb_uid:
         # Already lent by another live kernel: share the loan; hand back to root by default.
         return KernelUser(fb_uid, fb_gid, "kernel", lent_from=(0, 0))
+    if not st.st_mode & stat.S_IWUSR:
+        raise WorkDirError(
+            f"work dir {work_dir} is not writable by its owner (uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}), whom the Docker kernel runs as; `chmod u+w` it"
+        )
     return KernelUser(st.st_uid, st.st_gid, _name_for(st.st_uid))
 
 

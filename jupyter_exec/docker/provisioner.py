@@ -358,8 +358,12 @@ class DockerProvisioner(KernelProvisionerBase):
         client = self._client()
         if self._kernel_user is not None and self._work_dir is not None:
             lend(self._work_dir, self._kernel_user)
-        with docker_errors(f"starting kernel container from {spec.image}"):
-            container = client.containers.run(**run_kwargs(spec))
+        try:
+            with docker_errors(f"starting kernel container from {spec.image}"):
+                container = client.containers.run(**run_kwargs(spec))
+        except BaseException:
+            reaping.release_loan(client, dict(spec.labels))
+            raise
         container_id = str(container.id)
         _live_containers[container_id] = (self.docker_host, dict(spec.labels))
         return container_id
@@ -405,7 +409,13 @@ class DockerProvisioner(KernelProvisionerBase):
         env = self._kernel_env(dict(kwargs.get("env") or {}), self._kernel_user)
         spec = self._run_spec(cmd, env, self._kernel_user)
         started = time.time()
-        self._container_id = await asyncio.to_thread(self._launch_blocking, spec)
+        try:
+            self._container_id = await asyncio.to_thread(self._launch_blocking, spec)
+        except BaseException:
+            if self._run_dir is not None:  # nothing will ever clean it up otherwise
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+                self._run_dir = None
+            raise
         self._watcher = ExitWatcher(
             lambda: connect(self.docker_host, fresh=True),
             self._container_id,

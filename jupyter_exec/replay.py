@@ -1,0 +1,711 @@
+"""Replay: re-run a notebook in a fresh session and say, cell by cell, whether it reproduced.
+
+::
+
+    notebook ─► read_notebook (v3 upgraded; clear NotebookErrors)
+             ─► fresh AsyncSession, recording to <stem>.replayed.ipynb (never the original)
+             ─► each code cell: execute ─► compare with the record [compare.py]
+                                        ─► CellResult: same / different / error_now /
+                                           error_before / skipped
+             ─► ReplayReport (.reproduced, .to_dict() for the server, .to_markdown())
+
+The work dir defaults to the notebook's folder, so relative paths the cells use
+resolve as they did when the notebook was recorded. Cells run top to bottom
+(not in the record's execution-count order, which is reported when it differs),
+and a failing cell does not stop the replay: every cell gets a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_outputs, parse_rule
+from jupyter_exec.exceptions import NotebookError
+from jupyter_exec.models import Execution
+from jupyter_exec.recorder import new_cell_id, read_notebook
+from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend, safe_name
+
+__all__ = [
+    "CellResult",
+    "CellStatus",
+    "ReplayReport",
+    "add_replay_parser",
+    "replay",
+    "replay_async",
+]
+
+CellStatus = Literal["same", "different", "error_now", "error_before", "skipped"]
+"""A cell's verdict: outputs match / differ / fails only now / failed only in the record /
+not run (non-code, empty, or past ``until``)."""
+
+_BAD: frozenset[str] = frozenset({"different", "error_now", "error_before"})
+_SHOWN = {
+    "same": "same",
+    "different": "DIFFERENT",
+    "error_now": "ERROR NOW",
+    "error_before": "ERROR BEFORE",
+    "skipped": "skipped",
+}
+
+CellCallback = Callable[["CellResult"], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """The verdict on one cell of the replayed notebook."""
+
+    index: int
+    """0-based position in the notebook (markdown cells count)."""
+    cell_type: str
+    status: CellStatus
+    source: str
+    cell_id: str | None = None
+    execution_count_before: int | None = None
+    execution_count_now: int | None = None
+    diff: str = ""
+    """Unified diff of the normalised text outputs, ``recorded`` -> ``replayed``."""
+    notes: tuple[str, ...] = ()
+    """What else to know: image differences, why a cell was skipped, a lost kernel."""
+    error_before: str | None = None
+    error_now: str | None = None
+    duration: float | None = None
+
+    @property
+    def number(self) -> int:
+        """1-based position in the notebook, as the report names cells."""
+        return self.index + 1
+
+    @property
+    def ok(self) -> bool:
+        return self.status not in _BAD
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "cell_id": self.cell_id,
+            "cell_type": self.cell_type,
+            "status": self.status,
+            "source": self.source,
+            "execution_count_before": self.execution_count_before,
+            "execution_count_now": self.execution_count_now,
+            "diff": self.diff,
+            "notes": list(self.notes),
+            "error_before": self.error_before,
+            "error_now": self.error_now,
+            "duration": self.duration,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay found; ``reproduced`` is the one-word answer."""
+
+    notebook: Path
+    cells: tuple[CellResult, ...]
+    output: Path | None = None
+    """The notebook the replay was recorded to."""
+    work_dir: Path | None = None
+    until: int | None = None
+    rules: tuple[str, ...] = ()
+    """Names of the normalisation rules that were applied."""
+    warnings: tuple[str, ...] = ()
+    started: str = ""
+    duration: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Facts about the source notebook, e.g. papermill's parameters."""
+
+    @property
+    def reproduced(self) -> bool:
+        """True when no replayed cell differs from the record or fails on one side only."""
+        return all(c.ok for c in self.cells)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(_SHOWN, 0)
+        for cell in self.cells:
+            out[cell.status] += 1
+        return out
+
+    @property
+    def problems(self) -> list[CellResult]:
+        """The cells that make the replay not reproduced, in notebook order."""
+        return [c for c in self.cells if not c.ok]
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in self.counts.items() if n)
+        verdict = "reproduced" if self.reproduced else "NOT reproduced"
+        return f"{verdict}: {counts or 'no cells'} ({self.duration:.1f} s)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (the server extension's replay response)."""
+        return {
+            "notebook": str(self.notebook),
+            "output": None if self.output is None else str(self.output),
+            "work_dir": None if self.work_dir is None else str(self.work_dir),
+            "reproduced": self.reproduced,
+            "counts": self.counts,
+            "until": self.until,
+            "rules": list(self.rules),
+            "warnings": list(self.warnings),
+            "started": self.started,
+            "duration": self.duration,
+            "extra": dict(self.extra),
+            "cells": [c.to_dict() for c in self.cells],
+        }
+
+    def to_markdown(self) -> str:
+        """A readable report: a table of every cell, then the diff of each problem."""
+        lines = [
+            f"# Replay of `{self.notebook.name}`",
+            "",
+            f"**{self.summary()}**",
+            "",
+            f"- notebook: `{self.notebook}`",
+        ]
+        if self.output is not None:
+            lines.append(f"- replayed notebook: `{self.output}`")
+        if self.until is not None:
+            lines.append(f"- replayed the first {self.until} code cell(s) only")
+        lines.append(f"- normalisation rules: {', '.join(self.rules) or 'none'}")
+        lines.extend(f"- warning: {w}" for w in self.warnings)
+        lines += ["", "| cell | In (record → now) | status | first line |", "|---|---|---|---|"]
+        for c in self.cells:
+            counts = f"{_count(c.execution_count_before)} → {_count(c.execution_count_now)}"
+            first = _first_line(c.source).replace("|", "\\|")
+            lines.append(f"| {c.number} | {counts} | {_SHOWN[c.status]} | `{first}` |")
+        for c in self.problems:
+            lines += ["", f"## Cell {c.number}: {_SHOWN[c.status].lower()}", ""]
+            lines += ["```python", c.source.rstrip(), "```"]
+            if c.error_before:
+                lines.append(f"- error in the record: `{c.error_before}`")
+            if c.error_now:
+                lines.append(f"- error now: `{c.error_now}`")
+            lines.extend(f"- {note}" for note in c.notes)
+            if c.diff:
+                lines += ["", "```diff", c.diff, "```"]
+        return "\n".join(lines) + "\n"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _first_line(source: str, width: int = 60) -> str:
+    line = next((ln for ln in source.splitlines() if ln.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# -- judging one cell ------------------------------------------------------------------
+
+
+def _recorded_error(outputs: Iterable[Mapping[str, Any]]) -> str | None:
+    for output in outputs:
+        if output.get("output_type") == "error":
+            return f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    return None
+
+
+def _judge(
+    index: int,
+    cell: Mapping[str, Any],
+    execution: Execution,
+    rules: Sequence[Rule],
+    tolerance: ImageTolerance,
+) -> CellResult:
+    recorded = list(cell.get("outputs", ()))
+    comparison = compare_outputs(recorded, execution.outputs, rules, tolerance)
+    before = _recorded_error(recorded)
+    now = None if execution.ok or execution.error is None else str(execution.error)
+    status: CellStatus
+    if now is not None and before is None:
+        status = "error_now"
+    elif before is not None and now is None:
+        status = "error_before"
+    else:
+        status = "same" if comparison.same else "different"
+    notes = list(comparison.notes)
+    papermill = (cell.get("metadata") or {}).get("papermill") or {}
+    if cell.get("execution_count") is None and not recorded:
+        notes.append("this cell was not run in the record (it has no outputs)")
+    elif papermill.get("status") == "pending":
+        notes.append("papermill did not run this cell in the record (status: pending)")
+    if "injected-parameters" in (cell.get("metadata") or {}).get("tags", ()):
+        notes.append("papermill's injected parameters")
+    if execution.state_lost:
+        notes.append("the kernel was restarted during this cell: later cells start from scratch")
+    return CellResult(
+        index=index,
+        cell_type="code",
+        status=status,
+        source=str(cell.get("source", "")),
+        cell_id=cell.get("id"),
+        execution_count_before=cell.get("execution_count"),
+        execution_count_now=execution.execution_count,
+        diff=comparison.diff,
+        notes=tuple(notes),
+        error_before=before,
+        error_now=now,
+        duration=round(execution.duration, 6),
+    )
+
+
+def _skipped(index: int, cell: Mapping[str, Any], why: str) -> CellResult:
+    return CellResult(
+        index=index,
+        cell_type=str(cell.get("cell_type", "")),
+        status="skipped",
+        source=str(cell.get("source", "")),
+        cell_id=cell.get("id"),
+        execution_count_before=cell.get("execution_count"),
+        notes=(why,),
+    )
+
+
+# -- progress --------------------------------------------------------------------------
+
+
+class _Progress:
+    """``[3/12] cell 5 ... same`` per cell on a stream; on a terminal, shown while running."""
+
+    def __init__(self, stream: TextIO, total: int) -> None:
+        self.stream = stream
+        self.total = total
+        self.done = 0
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+
+    def _head(self, number: int) -> str:
+        width = len(str(self.total))
+        return f"[{self.done + 1:>{width}}/{self.total}] cell {number} ..."
+
+    def start(self, number: int) -> None:
+        if self.live:
+            self.stream.write(self._head(number))
+            self.stream.flush()
+
+    def finish(self, result: CellResult) -> None:
+        line = f"{self._head(result.number)} {_SHOWN[result.status]}"
+        if result.error_now:
+            line += f" ({result.error_now.splitlines()[0][:100]})"
+        self.stream.write(("\r" if self.live else "") + line + "\n")
+        self.stream.flush()
+        self.done += 1
+
+
+# -- the replay ------------------------------------------------------------------------
+
+
+def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]) -> str:
+    """The notebook's own kernel if installed, else python3 for Python notebooks."""
+    spec = nb.metadata.get("kernelspec") or {}
+    wanted = spec.get("name")
+    if not wanted or session_kwargs.get("python") or session_kwargs.get("backend") == "docker":
+        return "python3"
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if wanted in KernelSpecManager().find_kernel_specs():
+        return str(wanted)
+    language = spec.get("language") or (nb.metadata.get("language_info") or {}).get("name")
+    if language not in (None, "", "python"):
+        raise NotebookError(
+            f"the notebook's kernel {wanted!r} ({language}) is not installed here; "
+            "install it or pass kernel_name (--kernel)"
+        )
+    warnings.append(f"kernel {wanted!r} is not installed here; replayed with 'python3'")
+    return "python3"
+
+
+def _order_warning(cells: Sequence[Mapping[str, Any]]) -> str | None:
+    counts = [c.get("execution_count") for c in cells if c.get("cell_type") == "code"]
+    seen = [n for n in counts if isinstance(n, int)]
+    if any(b <= a for a, b in itertools.pairwise(seen)):
+        shown = ", ".join(str(n) for n in seen[:12]) + (", ..." if len(seen) > 12 else "")
+        return (
+            f"the record's cells ran out of order (In [{shown}]); "
+            "the replay runs them top to bottom"
+        )
+    return None
+
+
+def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | None) -> Path:
+    path = (
+        work_dir / f"{source.stem}.replayed.ipynb"
+        if output is None
+        else Path(output).expanduser().absolute()
+    )
+    if path.resolve() == source.resolve():
+        raise NotebookError(f"the replay would overwrite the original notebook {source}")
+    return path
+
+
+def _record_plain_cell(session: AsyncSession, cell: Mapping[str, Any]) -> None:
+    """Copy a markdown/raw/empty cell into the replayed notebook, so it reads like the original."""
+    copied: dict[str, Any] = {
+        "cell_type": cell.get("cell_type", "markdown"),
+        "id": new_cell_id(),
+        "metadata": dict(cell.get("metadata") or {}),
+        "source": str(cell.get("source", "")),
+    }
+    if copied["cell_type"] == "code":
+        copied.update(execution_count=None, outputs=[])
+    elif cell.get("attachments"):
+        copied["attachments"] = dict(cell["attachments"])
+    session.record_cell(copied)
+
+
+def _note_in_notebook(session: AsyncSession, source: Path, report: ReplayReport) -> None:
+    ours = dict(session.notebook_metadata.get("jupyter_exec") or {})
+    ours["replay"] = {
+        "of": str(source),
+        "reproduced": report.reproduced,
+        "counts": report.counts,
+        "until": report.until,
+    }
+    session.set_notebook_metadata("jupyter_exec", ours)
+
+
+def _rules(default_rules: bool, rules: Iterable[Rule | str]) -> tuple[Rule, ...]:
+    extra = tuple(r if isinstance(r, Rule) else parse_rule(r) for r in rules)
+    return (DEFAULT_RULES if default_rules else ()) + extra
+
+
+async def replay_async(
+    notebook: str | os.PathLike[str],
+    *,
+    work_dir: str | os.PathLike[str] | None = None,
+    output: str | os.PathLike[str] | None = None,
+    until: int | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    backend: Backend = "local",
+    kernel_name: str | None = None,
+    rules: Iterable[Rule | str] = (),
+    default_rules: bool = True,
+    image_tolerance: float | ImageTolerance = 0.0,
+    pixel_threshold: int = 0,
+    progress: TextIO | None = None,
+    on_cell: CellCallback | None = None,
+    **session_kwargs: Any,
+) -> ReplayReport:
+    """Re-run ``notebook``'s code cells in a fresh session and compare each with its record.
+
+    Parameters
+    ----------
+    work_dir:
+        The kernel's working directory (default: the notebook's folder, so the
+        cells' relative paths resolve as when it was recorded).
+    output:
+        Where the replay is recorded (default ``<work_dir>/<stem>.replayed.ipynb``);
+        the original notebook is never written.
+    until:
+        Replay only the first ``until`` non-empty code cells; the rest are skipped.
+    rules, default_rules:
+        Extra normalisation rules (``Rule`` objects, or ``"REGEX"`` /
+        ``"REGEX=>REPLACEMENT"`` strings) applied after the defaults
+        (:data:`jupyter_exec.compare.DEFAULT_RULES`), which ``default_rules=False`` drops.
+    image_tolerance, pixel_threshold:
+        Images count as the same when at most this fraction of pixels differ by
+        more than ``pixel_threshold`` in some channel (an :class:`ImageTolerance`
+        may be given instead).
+    progress:
+        A stream for a one-line-per-cell progress display (e.g. ``sys.stderr``).
+    on_cell:
+        Called (or awaited) with each :class:`CellResult` as soon as it is known.
+    session_kwargs:
+        Passed to :class:`AsyncSession` (``python=``, ``docker=``, ``env=``,
+        ``kernel_manager=`` ...), with ``backend`` and ``timeout``.
+
+    Raises :class:`~jupyter_exec.NotebookError` for a notebook that cannot be
+    read (not JSON, not a notebook, nbformat < 3, invalid) before any kernel starts.
+    """
+    started_at = datetime.now(timezone.utc).isoformat()
+    clock = time.monotonic()
+    if until is not None and until < 0:
+        raise ValueError(f"until must be >= 0, not {until}")
+    tolerance = (
+        image_tolerance
+        if isinstance(image_tolerance, ImageTolerance)
+        else ImageTolerance(image_tolerance, pixel_threshold)
+    )
+    chosen_rules = _rules(default_rules, rules)
+    source = Path(notebook).expanduser().absolute()
+    nb = read_notebook(source)
+    root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
+    target = _output_path(source, root, output)
+    warnings: list[str] = []
+    if (order := _order_warning(nb.cells)) is not None:
+        warnings.append(order)
+    if kernel_name is None:
+        kernel_name = _kernel_name(nb, {**session_kwargs, "backend": backend}, warnings)
+
+    runnable = [
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and str(c.source).strip()
+    ]
+    to_run = set(runnable if until is None else runnable[:until])
+    last_run = max(to_run, default=-1)
+    bar = None if progress is None else _Progress(progress, len(to_run))
+    results: list[CellResult] = []
+
+    async def emit(result: CellResult) -> None:
+        results.append(result)
+        if on_cell is not None:
+            outcome = on_cell(result)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+    session = AsyncSession(
+        root,
+        kernel_name,
+        notebook=target,
+        name=safe_name(target.stem),
+        timeout=timeout,
+        backend=backend,
+        overwrite=True,
+        **session_kwargs,
+    )
+    async with session:
+        for index, cell in enumerate(nb.cells):
+            keep = until is None or index < last_run
+            if index in to_run:
+                if bar is not None:
+                    bar.start(index + 1)
+                execution = await session.execute(str(cell.source))
+                result = _judge(index, cell, execution, chosen_rules, tolerance)
+                if bar is not None:
+                    bar.finish(result)
+                await emit(result)
+                continue
+            if cell.cell_type != "code":
+                why = f"{cell.cell_type} cell"
+            elif not str(cell.source).strip():
+                why = "empty code cell"
+            else:
+                why = f"after --until {until}"
+            tags = (cell.get("metadata") or {}).get("tags", ())
+            if keep and "papermill-error-cell-tag" not in tags:
+                _record_plain_cell(session, cell)
+            await emit(_skipped(index, cell, why))
+        report = ReplayReport(
+            notebook=source,
+            cells=tuple(results),
+            output=target,
+            work_dir=session.work_dir,
+            until=until,
+            rules=tuple(r.name for r in chosen_rules),
+            warnings=tuple(warnings),
+            started=started_at,
+            duration=round(time.monotonic() - clock, 3),
+            extra=_facts(nb),
+        )
+        _note_in_notebook(session, source, report)
+    return report
+
+
+def _facts(nb: Any) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    papermill = nb.metadata.get("papermill")
+    if isinstance(papermill, Mapping):
+        facts["papermill"] = {
+            k: papermill[k] for k in ("parameters", "version", "input_path") if k in papermill
+        }
+    kernelspec = nb.metadata.get("kernelspec")
+    if isinstance(kernelspec, Mapping) and kernelspec.get("name"):
+        facts["kernelspec"] = kernelspec["name"]
+    return facts
+
+
+def replay(notebook: str | os.PathLike[str], **kwargs: Any) -> ReplayReport:
+    """Blocking :func:`replay_async` (same arguments); works inside a running event loop too.
+
+    Ctrl-C cancels the replay and shuts its kernel down before re-raising.
+    """
+    from jupyter_exec.sync import _LoopThread
+
+    finished = threading.Event()
+
+    async def guarded() -> ReplayReport:
+        try:
+            return await replay_async(notebook, **kwargs)
+        finally:
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(guarded(), _LoopThread.loop())
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()
+        finished.wait(15)
+        raise
+
+
+# -- command line ----------------------------------------------------------------------
+
+EPILOG = """\
+examples:
+  jupyter-exec replay analysis.ipynb                  re-run, report per cell, exit 0 if same
+  jupyter-exec replay analysis.ipynb --report r.md    also write a Markdown report (or .json)
+  jupyter-exec replay run.ipynb --until 5             replay the first 5 code cells only
+  jupyter-exec replay plots.ipynb --image-tolerance 0.01 --pixel-threshold 8
+  jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
+  jupyter-exec replay out.ipynb --work-dir /tmp/scratch --output /tmp/scratch/again.ipynb
+
+The replay is recorded to <work dir>/<stem>.replayed.ipynb (the original is never
+written); the work dir defaults to the notebook's folder. Before comparing,
+volatile text is normalised: memory addresses, uuids, temp names, dates and
+times, durations, tqdm rates, timeit loop counts, ipykernel file names
+(--list-rules shows them; --no-default-rules turns them off).
+
+exit status: 0 reproduced, 1 some cell differs or fails on one side only,
+2 usage or notebook error (unreadable, not a notebook, nbformat < 3).
+"""
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
+def add_replay_parser(subparsers: Any) -> None:
+    """Register ``jupyter-exec replay`` on the CLI's subparsers."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="re-run a notebook and report, cell by cell, whether it reproduced",
+        description="Re-execute a notebook's code cells in a fresh session and compare every "
+        "cell's outputs with the recorded ones: same / different (with a diff) / error now / "
+        "error before / skipped. Works on notebooks from jupyter-exec, JupyterLab, nbclient "
+        "and papermill (nbformat 4; v3 is upgraded).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("notebook", nargs="?", help="the .ipynb to replay")
+    parser.add_argument(
+        "--backend", choices=["local", "docker"], default="local", help="where the kernel runs"
+    )
+    parser.add_argument(
+        "--work-dir", metavar="DIR", help="kernel cwd (default: the notebook's folder)"
+    )
+    parser.add_argument("--output", metavar="PATH", help="record the replay to this .ipynb")
+    parser.add_argument(
+        "--until", type=_non_negative_int, metavar="N", help="replay the first N code cells only"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help="seconds per cell (0: no limit; default %(default)g)",
+    )
+    parser.add_argument("--report", metavar="FILE", help="write the report to FILE (.json or .md)")
+    parser.add_argument(
+        "--image-tolerance",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="images are the same if at most this fraction (0-1) of pixels differ",
+    )
+    parser.add_argument(
+        "--pixel-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a pixel differs only if a channel differs by more than N (0-255)",
+    )
+    parser.add_argument(
+        "--normalize",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="extra rule: REGEX (matches become <normalized>) or REGEX=>REPLACEMENT; repeatable",
+    )
+    parser.add_argument(
+        "--no-default-rules", action="store_true", help="do not apply the built-in rules"
+    )
+    parser.add_argument("--list-rules", action="store_true", help="print the built-in rules")
+    parser.add_argument("--kernel", metavar="NAME", help="kernelspec (default: the notebook's)")
+    parser.add_argument("--python", metavar="PY", help="interpreter or venv for the kernel")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress, only the summary")
+    parser.set_defaults(func=cmd_replay)
+
+
+def _print_rules(out: TextIO) -> None:
+    for rule in DEFAULT_RULES:
+        out.write(f"{rule.name:15} {rule.pattern.pattern}\n{'':15} e.g. {rule.example}\n")
+
+
+def _write_report(report: ReplayReport, path: Path) -> None:
+    text = (
+        json.dumps(report.to_dict(), indent=1) + "\n"
+        if path.suffix == ".json"
+        else report.to_markdown()
+    )
+    path.write_text(text, encoding="utf-8")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Run ``jupyter-exec replay``; returns the exit status (0 / 1 / 2)."""
+    if args.list_rules:
+        _print_rules(sys.stdout)
+        return 0
+
+    def usage(message: str) -> int:
+        print(f"jupyter-exec replay: error: {message}", file=sys.stderr)
+        return 2
+
+    if not args.notebook:
+        return usage("a notebook is required")
+    report_path = Path(args.report) if args.report else None
+    if report_path is not None and report_path.suffix not in (".json", ".md"):
+        return usage(f"--report must end in .json or .md, not {report_path.name!r}")
+    try:
+        rules = [parse_rule(r) for r in args.normalize]
+        tolerance = ImageTolerance(args.image_tolerance, args.pixel_threshold)
+    except ValueError as exc:
+        return usage(str(exc))
+    kwargs: dict[str, Any] = {"python": args.python} if args.python else {}
+    try:
+        report = replay(
+            args.notebook,
+            work_dir=args.work_dir,
+            output=args.output,
+            until=args.until,
+            timeout=args.timeout or None,
+            backend=args.backend,
+            kernel_name=args.kernel,
+            rules=rules,
+            default_rules=not args.no_default_rules,
+            image_tolerance=tolerance,
+            progress=None if args.quiet else sys.stderr,
+            **kwargs,
+        )
+    except NotebookError as exc:
+        return usage(str(exc))
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for cell in report.problems:
+        print(f"\n--- cell {cell.number}: {_SHOWN[cell.status].lower()} ---")
+        for line in (
+            cell.error_before and f"error in the record: {cell.error_before}",
+            cell.error_now and f"error now: {cell.error_now}",
+            *cell.notes,
+        ):
+            if line:
+                print(line)
+        if cell.diff:
+            print(cell.diff)
+    if report_path is not None:
+        _write_report(report, report_path)
+    print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)
+    return 0 if report.reproduced else 1

@@ -1,0 +1,70 @@
+"""Shared fixtures: work dirs, real ipykernel sessions and notebook helpers.
+
+Session tests run real kernels (no mocks of jupyter_client). Tests that only
+need a working kernel share one module-scoped ``session``; tests that kill,
+restart or time out a kernel take a ``fresh_session`` of their own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from jupyter_exec import Session
+
+
+def read_valid_notebook(path: Path) -> nbformat.NotebookNode:
+    """Read ``path`` as nbformat v4 and fail the test unless it validates."""
+    text = path.read_text(encoding="utf-8")
+    json.loads(text)  # well-formed JSON first, for a clear failure
+    nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+    assert nb.nbformat == 4
+    nbformat.validate(nb)
+    return nb
+
+
+@pytest.fixture
+def read_notebook() -> Callable[[Path], nbformat.NotebookNode]:
+    """``read_notebook(path)``: the notebook at ``path``, validated (fails the test if invalid)."""
+    return read_valid_notebook
+
+
+@pytest.fixture
+def work_dir(tmp_path: Path) -> Path:
+    """An empty work dir of its own for one test (not yet created: the session makes it)."""
+    return tmp_path / "work"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """One kernel shared by the tests of a module that need no isolation.
+
+    Tests using it must not kill, restart or leave state that others rely on.
+    """
+    s = Session(work_dir=tmp_path_factory.mktemp("shared"), name="shared", timeout=60)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def fresh_session(work_dir: Path) -> Iterator[Callable[..., Session]]:
+    """``fresh_session(**kwargs)``: a new Session in this test's work dir, closed afterwards."""
+    made: list[Session] = []
+
+    def make(**kwargs: Any) -> Session:
+        kwargs.setdefault("work_dir", work_dir)
+        kwargs.setdefault("timeout", 60)
+        s = Session(**kwargs)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()

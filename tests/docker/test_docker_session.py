@@ -1,0 +1,50 @@
+"""The issue's user story, through ``Session(backend="docker")``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import docker
+import pytest
+
+from jupyter_exec import Session
+from jupyter_exec.docker.reap import L_PID, LABEL
+
+pytestmark = pytest.mark.docker
+
+
+def _ours(client: docker.DockerClient) -> list[object]:
+    labels = [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]
+    return list(client.containers.list(all=True, filters={"label": labels}))
+
+
+def test_user_story(kernel_image: str, docker_client: docker.DockerClient, tmp_path: Path) -> None:
+    work = tmp_path / "analysis"
+    work.mkdir()
+    os.chown(work, 1000, 1000)
+    with Session(backend="docker", work_dir=work, docker={"image": kernel_image}) as s:
+        s.execute("import numpy as np; a = np.arange(10)").raise_for_error()
+        assert s.execute("a.sum()").text in ("45", "np.int64(45)")  # numpy 2 reprs scalars so
+        plot = s.execute(
+            "import matplotlib.pyplot as plt\n"
+            "plt.plot(a, a ** 2); plt.savefig('squares.png'); plt.show()"
+        )
+        assert plot.results[0].png
+        saved = work / "squares.png"
+        assert (saved.stat().st_uid, saved.stat().st_gid) == (1000, 1000)
+        network = s.execute("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)")
+        assert network.error is not None
+        assert len(_ours(docker_client)) == 1
+    assert _ours(docker_client) == []
+
+
+def test_oom_is_reported_and_the_session_recovers(kernel_image: str, tmp_path: Path) -> None:
+    with Session(
+        backend="docker", work_dir=tmp_path / "w", docker={"image": kernel_image, "memory": "256m"}
+    ) as s:
+        s.execute("x = 1")
+        died = s.execute("hog = bytearray(b'x') * (700 << 20)")
+        assert died.error is not None
+        assert "out-of-memory killer (memory limit 256m)" in str(died.error)
+        assert s.execute("2 + 2").text == "4"  # restarted, usable again

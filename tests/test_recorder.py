@@ -1,0 +1,245 @@
+"""The session notebook recorder: valid nbformat v4, nbformat's own layout, atomic saves."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+import jupyter_exec.recorder as recorder_module
+from jupyter_exec import NotebookError
+from jupyter_exec.recorder import NotebookRecorder, new_cell_id
+
+ReadNotebook = Callable[[Path], nbformat.NotebookNode]
+
+METADATA = {
+    "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+    "language_info": {"name": "python", "version": "3.11.0", "file_extension": ".py"},
+}
+
+
+def code_cell(n: int, outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "cell_type": "code",
+        "id": new_cell_id(),
+        "execution_count": n,
+        "metadata": {"execution": {"iopub.status.busy": "2026-01-01T00:00:00Z"}},
+        "outputs": outputs or [],
+        "source": f"x = {n}\nprint(x)",
+    }
+
+
+RICH_OUTPUTS: list[dict[str, Any]] = [
+    {"output_type": "stream", "name": "stdout", "text": "line 1\nline 2\n"},
+    {"output_type": "stream", "name": "stderr", "text": "warn é ü\n"},
+    {
+        "output_type": "display_data",
+        "data": {
+            "text/plain": "<Figure>\nsecond line",
+            "image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8",
+            "image/svg+xml": "<svg>\n</svg>",
+            "application/json": {"a": [1, 2, {"b": None}]},
+            "application/vnd.plotly.v1+json": {"data": [{"x": [1]}]},
+        },
+        "metadata": {"image/png": {"width": 10}},
+    },
+    {
+        "output_type": "execute_result",
+        "data": {"text/plain": "6", "text/html": "<b>6</b>"},
+        "metadata": {},
+        "execution_count": 2,
+    },
+    {
+        "output_type": "error",
+        "ename": "ZeroDivisionError",
+        "evalue": "division by zero",
+        "traceback": ["\x1b[31m---\x1b[0m", "ZeroDivisionError: division by zero"],
+    },
+]
+
+
+def test_empty_notebook_is_valid_and_laid_out_like_nbformat(
+    read_notebook: ReadNotebook, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.ipynb"
+    NotebookRecorder(path, METADATA).save()
+    nb = read_notebook(path)
+    assert nb.cells == []
+    assert nb.metadata == METADATA
+    assert nb.nbformat_minor >= 5  # cell ids are allowed
+    assert path.read_text(encoding="utf-8") == nbformat.writes(nb) + "\n"
+
+
+def test_notebook_is_valid_after_every_append(read_notebook: ReadNotebook, tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    for n, outputs in enumerate([[], RICH_OUTPUTS[:1], RICH_OUTPUTS, []], start=1):
+        index = rec.append(code_cell(n, [dict(o) for o in outputs]))
+        assert index == n - 1
+        nb = read_notebook(path)
+        assert len(nb.cells) == n
+        assert nb.cells[-1].execution_count == n
+        assert nb.cells[-1].source == f"x = {n}\nprint(x)"
+    assert len(rec) == 4
+
+
+def test_layout_equals_nbformat_write(tmp_path: Path) -> None:
+    """Byte for byte what nbformat.write would produce, so recordings diff well in git."""
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    rec.append(code_cell(1, [dict(o) for o in RICH_OUTPUTS]))
+    rec.append(code_cell(2))
+    on_disk = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(on_disk, as_version=4)
+    assert on_disk == nbformat.writes(nb) + "\n"
+    # And the notebook reads back to exactly the cells we gave it.
+    assert nb.cells[0].outputs[2].data["image/png"] == RICH_OUTPUTS[2]["data"]["image/png"]
+    assert nb.cells[0].outputs[2].data["application/json"] == {"a": [1, 2, {"b": None}]}
+    assert nb.cells[0].outputs[1].text == "warn é ü\n"
+    assert rec.notebook() == nb
+
+
+def test_notebook_node_is_a_valid_copy(tmp_path: Path) -> None:
+    rec = NotebookRecorder(tmp_path / "s.ipynb", METADATA, [code_cell(1, [dict(RICH_OUTPUTS[0])])])
+    nb = rec.notebook()
+    nbformat.validate(nb)
+    nb.cells[0].source = "changed"
+    assert rec.cells[0]["source"] == "x = 1\nprint(x)"
+
+
+def test_refresh_reserialises_a_cell_changed_in_place(
+    read_notebook: ReadNotebook, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    display = {"output_type": "display_data", "data": {"text/plain": "v1"}, "metadata": {}}
+    rec.append(code_cell(1, [display]))
+    rec.append(code_cell(2))
+    display["data"] = {"text/plain": "v2"}  # e.g. update_display_data from a later cell
+    rec.save()
+    # The cached JSON is what is written: without refresh the file still says v1.
+    assert read_notebook(path).cells[0].outputs[0].data["text/plain"] == "v1"
+    rec.refresh(0)
+    assert read_notebook(path).cells[0].outputs[0].data["text/plain"] == "v2"
+
+
+def test_replace_and_set_metadata(read_notebook: ReadNotebook, tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    rec.append(code_cell(1))
+    rec.replace(0, code_cell(5))
+    rec.set_metadata("jupyter_exec", {"session": "s"})
+    rec.save()
+    nb = read_notebook(path)
+    assert nb.cells[0].execution_count == 5
+    assert nb.metadata.jupyter_exec == {"session": "s"}
+
+
+def test_each_cell_is_serialised_once_so_cost_does_not_grow(
+    read_notebook: ReadNotebook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = NotebookRecorder(tmp_path / "s.ipynb", METADATA)
+    for n in range(1000):
+        rec.append(code_cell(n, [dict(RICH_OUTPUTS[0])]), save=False)
+    rec.save()
+    calls: list[Any] = []
+    real = recorder_module._dumps
+
+    def counting(obj: Any, indent: str) -> str:
+        calls.append(obj)
+        return real(obj, indent)
+
+    monkeypatch.setattr(recorder_module, "_dumps", counting)
+    rec.append(code_cell(1000))
+    # The new cell, plus at most the (small) notebook metadata: never the 1,000 old cells.
+    assert len(calls) <= 2
+    assert any(c.get("execution_count") == 1000 for c in calls if "cell_type" in c)
+    assert len(read_notebook(tmp_path / "s.ipynb").cells) == 1001
+
+
+# -- atomic saves ------------------------------------------------------------------------
+
+
+def _recorder_with_two_cells(path: Path) -> NotebookRecorder:
+    rec = NotebookRecorder(path, METADATA)
+    rec.append(code_cell(1))
+    rec.append(code_cell(2))
+    return rec
+
+
+def test_failed_write_leaves_the_previous_file_valid(
+    read_notebook: ReadNotebook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk filling up halfway through a save must not corrupt the notebook."""
+    path = tmp_path / "s.ipynb"
+    rec = _recorder_with_two_cells(path)
+    before = path.read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd: int, data: Any) -> int:
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(recorder_module.os, "write", half_then_full)
+    with pytest.raises(NotebookError) as info:
+        rec.append(code_cell(3))
+    message = str(info.value)
+    assert str(path) in message
+    assert os.strerror(errno.ENOSPC) in message
+    assert "previous 2 cell(s)" in message
+    assert path.read_bytes() == before
+    assert len(read_notebook(path).cells) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["s.ipynb"]  # temp file removed
+    # The unsaved cell is kept and goes out with the next successful save.
+    monkeypatch.undo()
+    rec.append(code_cell(4))
+    assert [c.execution_count for c in read_notebook(path).cells] == [1, 2, 3, 4]
+
+
+def test_unwritable_temp_file_raises_notebook_error(
+    read_notebook: ReadNotebook, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = _recorder_with_two_cells(path)
+    before = path.read_bytes()
+    # Something that cannot be opened for writing sits where the temp file goes.
+    (tmp_path / ".s.ipynb.jx-tmp").mkdir()
+    with pytest.raises(NotebookError, match="could not save the session notebook"):
+        rec.append(code_cell(3))
+    assert path.read_bytes() == before
+    read_notebook(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_folder_raises_notebook_error_and_keeps_the_file(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "s.ipynb"
+    rec = _recorder_with_two_cells(path)
+    before = path.read_bytes()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(NotebookError, match="Permission denied"):
+            rec.append(code_cell(3))
+    finally:
+        folder.chmod(0o755)
+    assert path.read_bytes() == before
+
+
+def test_vanished_folder_raises_notebook_error_naming_the_problem(tmp_path: Path) -> None:
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    path = folder / "s.ipynb"
+    rec = _recorder_with_two_cells(path)
+    shutil.rmtree(folder)
+    with pytest.raises(NotebookError) as info:
+        rec.append(code_cell(3))
+    assert str(path) in str(info.value)
+    assert "No such file or directory" in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)

@@ -1,0 +1,167 @@
+"""Resume: rebuild a session's kernel state from its notebook and keep recording into it.
+
+One module-scoped recording (five cells, one of them an error) is copied
+for each test, so every test resumes its own notebook on its own kernel.
+The last three pin fixes of bugs found in ``AsyncSession.resume``: a bad
+notebook starts no kernel, old notebooks get cell ids, and ``until`` keeps the
+record consistent (the full record kept as a backup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from jupyter_exec import AsyncSession, NotebookError, Session
+from jupyter_exec.replay import replay
+
+CELLS = [
+    "x = 10",
+    "x += 5\nx",
+    "y = x * 2\nprint(y)",
+    "1 / 0",
+    "from IPython.display import HTML\nHTML('<b>hi</b>')",
+]
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("recording")
+    with Session(work_dir=root, name="analysis", timeout=60) as session:
+        for code in CELLS:
+            session.execute(code)
+    return root / "analysis.ipynb"
+
+
+@pytest.fixture
+def notebook(recording: Path, tmp_path: Path) -> Path:
+    """A private copy of the recording (notebook and its files folder)."""
+    shutil.copytree(recording.parent, tmp_path / "copy")
+    return tmp_path / "copy" / recording.name
+
+
+def _counts(path: Path) -> list[Any]:
+    return [c["execution_count"] for c in json.loads(path.read_text())["cells"]]
+
+
+def test_resume_continues_state_numbering_and_recording(notebook: Path, read_notebook: Any) -> None:
+    with Session.resume(notebook, timeout=60) as session:
+        assert [e.status for e in session.resumed] == ["ok", "ok", "ok", "error", "ok"]
+        assert session.work_dir == notebook.parent
+        assert session.name == "analysis"
+        execution = session.execute("x, y")
+    assert execution.text == "(15, 30)"
+    assert execution.execution_count == 6
+    assert execution.cell_index == 5
+    nb = read_notebook(notebook)
+    assert [c.execution_count for c in nb.cells] == [1, 2, 3, 4, 5, 6]
+    assert nb.cells[5].metadata.jupyter_exec.kernel.startswith("resumed")
+    (entry,) = nb.metadata.jupyter_exec.resumed
+    assert entry.cells_rerun == 5
+    assert entry.failed == [4]
+    # The resumed record is itself reproducible: replay agrees cell for cell.
+    report = replay(notebook, timeout=60)
+    assert report.reproduced, report.to_markdown()
+
+
+def test_resume_until_rebuilds_a_prefix(notebook: Path) -> None:
+    with Session.resume(notebook, until=2, timeout=60) as session:
+        assert len(session.resumed) == 2
+        assert session.execute("x").text == "15"
+        assert session.execute("'y' in globals()").text == "False"
+
+
+async def test_async_resume_twice_keeps_history_and_files(notebook: Path) -> None:
+    async with AsyncSession.resume(notebook, timeout=60) as session:
+        await session.execute("z = x + 1")
+    async with AsyncSession.resume(notebook, timeout=60) as session:
+        assert len(session.resumed) == 6
+        execution = await session.execute("HTML(f'<i>{z}</i>')")
+    assert execution.text == "<IPython.core.display.HTML object>"
+    assert execution.files
+    assert all(p.parent == notebook.parent / "analysis_files" for p in execution.files)
+    nb = nbformat.read(notebook, as_version=4)
+    assert len(nb.metadata.jupyter_exec.resumed) == 2
+    assert [c.execution_count for c in nb.cells] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_resume_needs_an_existing_notebook(tmp_path: Path) -> None:
+    with pytest.raises(NotebookError, match="no notebook at"):
+        Session.resume(tmp_path / "missing.ipynb")
+
+
+def _kernel_children() -> set[int]:
+    """Live ipykernel processes started by this (test) process."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[1]) == os.getpid() and b"ipykernel" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_unreadable_notebook_starts_no_kernel(tmp_path: Path) -> None:
+    path = tmp_path / "broken.ipynb"
+    path.write_text("{not json")
+    before = _kernel_children()
+    with pytest.raises(NotebookError, match="not valid JSON"):
+        Session.resume(path)
+    time.sleep(0.2)
+    leaked = _kernel_children() - before
+    for pid in leaked:  # started by this test: stop them, then report
+        os.kill(pid, signal.SIGKILL)
+    assert not leaked
+
+
+def test_resumed_notebook_without_ids_gets_ids(tmp_path: Path) -> None:
+    path = tmp_path / "lab.ipynb"
+    cell = {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": []}
+    path.write_text(
+        json.dumps(
+            {
+                "cells": [{**cell, "source": ["a = 1"]}],
+                "metadata": {},
+                "nbformat": 4,
+                "nbformat_minor": 4,
+            }
+        )
+    )
+    with Session.resume(path, timeout=60) as session:
+        session.execute("a")
+    cells = json.loads(path.read_text())["cells"]
+    assert all("id" in c for c in cells)
+
+
+def test_resume_until_keeps_the_record_consistent(notebook: Path) -> None:
+    with Session.resume(notebook, until=2, timeout=60) as session:
+        session.execute("x")
+    counts = [n for n in _counts(notebook) if n is not None]
+    assert counts == sorted(set(counts))
+
+
+def test_resume_until_keeps_a_backup_of_the_full_record(notebook: Path) -> None:
+    before = notebook.read_text()
+    with Session.resume(notebook, until=1, timeout=60) as session:
+        session.execute("1 + 1")
+    backups = list(notebook.parent.glob(f"{notebook.stem}.before-resume-*.ipynb"))
+    assert len(backups) == 1
+    assert backups[0].read_text() == before
+    resumed = json.loads(notebook.read_text())["metadata"]["jupyter_exec"]["resumed"][-1]
+    assert resumed["backup"] == backups[0].name
+    assert resumed["dropped_cells"] > 0
