@@ -245,6 +245,8 @@ class ScriptResult:
     """The script file, in the work dir."""
     duration: float = 0.0
     timed_out: bool = False
+    files: tuple[Path, ...] = ()
+    """Files the script created or changed in the work dir (the script itself excluded)."""
 
     @property
     def ok(self) -> bool:
@@ -257,4 +259,5 @@ class ScriptResult:
             "path": str(self.path),
             "duration": self.duration,
             "timed_out": self.timed_out,
+            "files": [str(p) for p in self.files],
         }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import os
 import re
@@ -521,7 +522,9 @@ class AsyncSession:
             self.work_dir, f"{self.name}_files", self._scripts_run, language, filename
         )
         spec = kernel.spec
-        return await run_script(
+        assert self._tracker is not None
+        self._tracker.changes()  # what changed before this run is not the script's doing
+        result = await run_script(
             path,
             code,
             language,
@@ -531,6 +534,8 @@ class AsyncSession:
             provisioner=kernel.km.provisioner,
             timeout=self.timeout if timeout is None else timeout,
         )
+        produced = tuple(p for p in self._tracker.changes() if p != path.resolve())
+        return dataclasses.replace(result, files=produced)
 
     # -- execution -------------------------------------------------------------------
 
