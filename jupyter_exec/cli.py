@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from jupyter_exec._version import __version__
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
+from jupyter_exec.environments import add_environment_arguments, environment_from_args
 from jupyter_exec.exceptions import JupyterExecError
 from jupyter_exec.models import Execution
 from jupyter_exec.replay import add_replay_parser
@@ -35,6 +36,8 @@ examples:
   jupyter-exec run job.py --python .venv    use another interpreter or virtual environment
   jupyter-exec run job.py --backend docker  run in a hardened, network-less container
   jupyter-exec replay nb.ipynb              re-run a notebook and check it reproduces
+  jupyter-exec run job.py --env venv --package polars   in a venv made on demand
+  jupyter-exec mcp                          an MCP server (stdio) for LLM clients
   jupyter-exec image build --pip scikit-learn   build the Docker kernel image
   jupyter-exec kernels install              add "Python 3 (Docker)" to JupyterLab
 
@@ -86,6 +89,15 @@ def _shown(path: Path, work_dir: Path) -> str:
 
 
 def _session_args(args: argparse.Namespace) -> dict[str, Any]:
+    spec = args.env
+    if spec is None and args.backend == "docker":
+        spec = "docker"
+    elif spec is None and args.python:
+        spec = f"python:{args.python}"
+    args.env = spec
+    env_flags = (args.packages, args.requirements, args.python_version, args.dockerfile)
+    # Nothing said: the stock kernelspec, with no interpreter probe on the way.
+    environment = environment_from_args(args) if spec or any(env_flags) else None
     notebook: Any = None
     if args.no_notebook:
         notebook = False
@@ -93,11 +105,10 @@ def _session_args(args: argparse.Namespace) -> dict[str, Any]:
         notebook = args.notebook
     return {
         "work_dir": args.work_dir,
-        "python": args.python,
+        "environment": environment,
         "notebook": notebook,
         "name": args.name,
         "timeout": args.timeout or None,
-        "backend": args.backend,
         "overwrite": True,
     }
 
@@ -166,7 +177,7 @@ DEMO_CELLS = [
 
 def cmd_demo(args: argparse.Namespace) -> int:
     missing = [m for m in ("numpy", "matplotlib", "pandas") if importlib.util.find_spec(m) is None]
-    if missing and args.python is None:
+    if missing and args.python is None and args.env is None and args.backend == "local":
         print(
             f"jupyter-exec demo needs {', '.join(missing)} in the kernel's Python.\n"
             f"Fix: {sys.executable} -m pip install 'jupyter-exec[plot]'",
@@ -203,7 +214,8 @@ def _add_session_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--python",
         metavar="PY",
-        help="interpreter or venv to run the kernel with (needs ipykernel)",
+        help="interpreter or venv to run the kernel with (needs ipykernel); "
+        "short for --env python:PY",
     )
     group.add_argument(
         "--timeout",
@@ -217,11 +229,12 @@ def _add_session_options(parser: argparse.ArgumentParser) -> None:
         choices=["local", "docker"],
         default="local",
         help="local: a kernel process with your rights (trusted code); docker: a hardened, "
-        "network-less container (default: local)",
+        "network-less container (default: local); short for --env docker",
     )
     group.add_argument(
         "-q", "--quiet", action="store_true", help="print only errors and the summary"
     )
+    add_environment_arguments(parser)
 
 
 def add_run_parser(subparsers: Any) -> None:
@@ -278,8 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _plugin_parsers() -> list[Any]:
     """Subcommands that live beside the part of the package they drive."""
     from jupyter_exec.docker.cli import add_image_parser, add_kernels_parser, add_reap_parser
+    from jupyter_exec.mcp_server import add_mcp_parser
 
-    return [add_image_parser, add_kernels_parser, add_reap_parser]
+    return [add_image_parser, add_kernels_parser, add_reap_parser, add_mcp_parser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,23 +1,42 @@
-"""Code to run, from the files and messages people give us.
+"""Code to run, from the files and messages people (and models) give us.
 
-* ``extract_code_blocks(markdown)``: fenced blocks in order, with a normalised
-  language (``python`` or ``sh``); untagged blocks are inferred.
+* ``extract_code_blocks(message)``: fenced blocks of a markdown message, or of a
+  chat message's list of content parts, in order, with a normalised language
+  (``python`` or ``sh``; untagged blocks are inferred) and the target of a
+  ``# filename: <name>`` first-line directive.
 * ``cells_from_file(path)``: the cells of a ``.py`` script (split on ``# %%``
   markers, as VS Code, Spyder and jupytext do), a ``.md`` file, or an
   ``.ipynb`` notebook's code cells.
+* ``prepare_block(block, work_dir)``: what to send to an IPython kernel for a
+  block: its file written first (confined to the work dir), shell as ``%%bash``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import nbformat
+from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.store import confined_path
 
-from jupyter_exec.exceptions import NotebookError
+__all__ = [
+    "RUNNABLE_LANGUAGES",
+    "CodeBlock",
+    "cell_source",
+    "cells_from_file",
+    "extract_code_blocks",
+    "message_text",
+    "normalise_language",
+    "prepare_block",
+    "save_block",
+]
 
-__all__ = ["CodeBlock", "cells_from_file", "extract_code_blocks", "normalise_language"]
+RUNNABLE_LANGUAGES = frozenset({"python", "sh"})
+"""Languages an IPython kernel runs: Python itself, and shell through ``%%bash``."""
 
 _PYTHON = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
 _SHELL = frozenset({"sh", "bash", "shell", "console", "zsh", "shell-session"})
@@ -31,14 +50,27 @@ _SHELL_HINT_RE = re.compile(
     r"^\s*(\$ |pip |apt(-get)? |ls\b|cd |echo |cat |mkdir |curl |wget |git )"
 )
 _CELL_MARK_RE = re.compile(r"^# ?%%.*$", re.MULTILINE)
+# AG2's convention, which models are prompted to follow: the block's first line
+# is a comment naming the file the block should be saved as.
+_FILENAME_RE = re.compile(r"^[ \t]*#[ \t]*filename:[ \t]*(?P<name>\S(?:.*\S)?)[ \t]*$")
 
 
 @dataclass(frozen=True)
 class CodeBlock:
-    """A piece of code and the language it is in (``python``, ``sh`` or as written)."""
+    """A piece of code and the language it is in (``python``, ``sh`` or as written).
+
+    ``filename`` is the work-dir-relative file a ``# filename: <name>`` first
+    line asked for, or ``None``.
+    """
 
     code: str
     language: str = "python"
+    filename: str | None = None
+
+    @property
+    def runnable(self) -> bool:
+        """Whether an IPython kernel can run this block (Python or shell)."""
+        return self.language in RUNNABLE_LANGUAGES
 
 
 def normalise_language(tag: str, code: str = "") -> str:
@@ -55,10 +87,42 @@ def normalise_language(tag: str, code: str = "") -> str:
     return "sh" if _SHELL_HINT_RE.match(first) or first.startswith("#!/bin/") else "python"
 
 
-def extract_code_blocks(markdown: str) -> list[CodeBlock]:
-    """Fenced code blocks of ``markdown`` in order (``` and ~~~ fences, any length)."""
+def filename_directive(code: str) -> str | None:
+    """The name in a ``# filename: <name>`` first line (blank lines before it allowed)."""
+    first = next((line for line in code.splitlines() if line.strip()), "")
+    match = _FILENAME_RE.match(first)
+    return match.group("name").strip("`'\"") if match else None
+
+
+def message_text(message: str | Iterable[Any] | None) -> str:
+    """The text of a chat message: a string, or the ``text`` parts of a list of content parts.
+
+    Image and other non-text parts are skipped (they hold no code); text parts
+    are joined with blank lines so a fence never straddles two parts by accident.
+    """
+    if message is None:
+        return ""
+    if isinstance(message, str):
+        return message
+    texts: list[str] = []
+    for part in message:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping) and part.get("type", "text") == "text":
+            text = part.get("text")
+            if isinstance(text, str):
+                texts.append(text)
+    return "\n\n".join(texts)
+
+
+def extract_code_blocks(message: str | Iterable[Any] | None) -> list[CodeBlock]:
+    """Fenced code blocks of ``message`` in order (``` and ~~~ fences, any length).
+
+    ``message`` is markdown text or a list of content parts as chat APIs send
+    them (``{"type": "text", "text": ...}``; other parts are ignored).
+    """
     blocks = []
-    for match in _FENCE_RE.finditer(markdown):
+    for match in _FENCE_RE.finditer(message_text(message)):
         code = match.group("body")
         language = normalise_language(match.group("info"), code)
         if language == "sh":
@@ -66,7 +130,7 @@ def extract_code_blocks(markdown: str) -> list[CodeBlock]:
                 line[2:] if line.startswith("$ ") else line for line in code.splitlines()
             )
             code += "\n" if code and not code.endswith("\n") else ""
-        blocks.append(CodeBlock(code=code, language=language))
+        blocks.append(CodeBlock(code=code, language=language, filename=filename_directive(code)))
     return blocks
 
 
@@ -82,10 +146,9 @@ def cells_from_file(path: Path) -> list[CodeBlock]:
     suffix = path.suffix.lower()
     text = path.read_text(encoding="utf-8")
     if suffix == ".ipynb":
-        try:
-            nb = nbformat.reads(text, as_version=4)
-        except Exception as exc:  # nbformat raises several unrelated types
-            raise NotebookError(f"{path} is not a readable notebook: {exc}") from exc
+        from jupyter_exec.recorder import read_notebook  # nbformat is slow to import
+
+        nb = read_notebook(path)
         language = normalise_language(nb.metadata.get("kernelspec", {}).get("language", "python"))
         return [
             CodeBlock(c.source, language)
@@ -109,3 +172,40 @@ def cell_source(block: CodeBlock) -> str:
     if block.language == "sh":
         return "%%bash\n" + block.code
     return block.code
+
+
+def save_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> Path | None:
+    """Write ``block`` to the file its ``# filename:`` directive names; return the path.
+
+    The path is taken relative to ``work_dir`` and may not leave it (``..``,
+    absolute paths and symlinks pointing out are refused with
+    :class:`~jupyter_exec.WorkDirError`); missing folders are created. Returns
+    ``None`` for a block without a directive.
+    """
+    if block.filename is None:
+        return None
+    root = Path(work_dir)
+    if Path(block.filename).is_absolute():
+        raise WorkDirError(
+            f"# filename: {block.filename} is absolute; name a file inside the work dir"
+        )
+    path = confined_path(root, block.filename)
+    if path == root.resolve() or path.is_dir():
+        raise WorkDirError(f"# filename: {block.filename} names a folder, not a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Re-check after mkdir: a folder on the way may be a symlink made meanwhile.
+    path = confined_path(root, block.filename)
+    text = block.code if block.code.endswith("\n") or not block.code else block.code + "\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def prepare_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> str:
+    """The cell to run for ``block``: its ``# filename:`` file written first, then the source.
+
+    The block still runs in the kernel (so its definitions join the session's
+    state) rather than as a separate script; the file is there for the code to
+    import, for the user to keep, and for later blocks that run it.
+    """
+    save_block(block, work_dir)
+    return cell_source(block)

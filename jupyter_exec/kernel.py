@@ -253,6 +253,30 @@ class KernelHandle:
                     await self.km.shutdown_kernel(now=True)
 
 
+def _activate(env: dict[str, str], km: AsyncKernelManager) -> None:
+    """Put an installed Python kernelspec's interpreter first on PATH, as if activated.
+
+    So ``pip`` in a ``%%bash`` cell or a subprocess is the kernel's own, even
+    when this process was started without its environment activated.
+    """
+    try:
+        spec = km.kernel_spec
+    except NoSuchKernel:
+        return  # start_kernel reports it
+    if spec is None or not spec.argv:
+        return
+    argv0 = spec.argv[0]
+    exe = Path(sys.executable if argv0 in ("python", "python3") else argv0)
+    if not exe.name.startswith("python"):
+        return
+    bin_dir = str(exe.parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else bin_dir
+    if (exe.parent.parent / "pyvenv.cfg").exists():
+        env.setdefault("VIRTUAL_ENV", str(exe.parent.parent))
+
+
 def _local(spec: KernelSpec | None) -> bool:
     return spec is None or "kernel_provisioner" not in (spec.metadata or {})
 
@@ -296,6 +320,8 @@ async def start_kernel(
     km.shutdown_wait_time = 3.0
     kernel_env = dict(os.environ if env is None else env)
     kernel_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    if spec is None:
+        _activate(kernel_env, km)
     try:
         await km.start_kernel(cwd=str(cwd), env=kernel_env)
     except NoSuchKernel:

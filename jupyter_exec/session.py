@@ -37,6 +37,7 @@ from jupyter_exec.codeblocks import normalise_language
 from jupyter_exec.exceptions import (
     BackendError,
     KernelNotAliveError,
+    KernelStartError,
     NotebookError,
     SessionClosedError,
     WorkDirError,
@@ -64,6 +65,15 @@ DEFAULT_TIMEOUT = 600.0
 """Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def validate_name(name: str) -> str:
+    """``name`` if it is a valid session name (it names files), else ``ValueError``."""
+    if not _NAME_RE.match(name):
+        raise ValueError(
+            f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
+        )
+    return name
 
 
 def safe_name(text: str) -> str:
@@ -105,6 +115,12 @@ class AsyncSession:
     docker:
         Options for the Docker backend (traits of ``DockerProvisioner``, e.g.
         ``{"network": True, "memory": "2g"}``).
+    environment:
+        Where code runs, said once for every front end: an
+        ``jupyter_exec.environments.Environment`` or a string such as
+        ``"venv"`` (a cached venv made on demand), ``"venv:/path"``,
+        ``"python:/usr/bin/python3.12"``, ``"docker"``, ``"docker:my/image"``.
+        It sets ``python`` / ``backend`` / ``docker`` when the session starts.
     url, token:
         For ``backend="remote"``: the Jupyter Server / Kernel Gateway /
         Enterprise Gateway to run the kernel on, and its token.
@@ -133,15 +149,14 @@ class AsyncSession:
         startup_timeout: float = 60.0,
         max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
         overwrite: bool = False,
+        environment: Any = None,
         url: str | None = None,
         token: str | None = None,
         kernel_manager: Any = None,
         owns_kernel: bool = False,
     ) -> None:
-        if name is not None and not _NAME_RE.match(name):
-            raise ValueError(
-                f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
-            )
+        if name is not None:
+            validate_name(name)
         if backend not in ("local", "docker", "remote"):
             raise ValueError(f"unknown backend {backend!r}: use 'local', 'docker' or 'remote'")
         if backend == "remote" and not url and kernel_manager is None:
@@ -159,6 +174,7 @@ class AsyncSession:
         self.startup_timeout = startup_timeout
         self.max_output_chars = max_output_chars
         self.overwrite = overwrite
+        self.environment = environment
         self.url = url
         self.token = token
         self._external_km = kernel_manager
@@ -274,6 +290,8 @@ class AsyncSession:
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
         )
+        if self.environment is not None:
+            await self._apply_environment()
         if self._external_km is None and self.backend == "remote":
             from jupyter_exec.remote import start_remote_kernel
 
@@ -303,6 +321,19 @@ class AsyncSession:
             self._recorder.save()
         log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
         return self
+
+    async def _apply_environment(self) -> None:
+        """Prepare the environment (a venv may be built) and take its session options."""
+        from jupyter_exec.environments import parse_environment
+
+        try:
+            env = parse_environment(self.environment)
+        except ValueError as exc:
+            raise KernelStartError(str(exc)) from None
+        options = await env.async_session_options()
+        self.python = options.get("python", self.python)
+        self.backend = options.get("backend", self.backend)
+        self.docker_options = {**options.get("docker", {}), **self.docker_options}
 
     async def _rebuild_from_notebook(self, nb: Any, until: int | None) -> None:
         """Re-run the recorded code cells, then adopt the notebook as this session's record.

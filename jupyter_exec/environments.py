@@ -1,0 +1,502 @@
+"""Where code runs, said one way for the Python API, the AG2 executors, the CLI and the MCP server.
+
+Three kinds, as AG2's ``PythonCodeExecutionTool`` offers them::
+
+    SystemPython()                         this interpreter (or python="python3.12", a path)
+    VirtualEnv(".venv")                    an existing venv; created if missing
+    VirtualEnv(python="3.12", packages=["pandas"])
+                                           made on demand, cached by what it holds
+    DockerEnv(pip_packages=["polars"])     a hardened container (the Docker backend)
+
+Each turns into the keyword arguments of :class:`~jupyter_exec.Session` /
+:class:`~jupyter_exec.AsyncSession` with :meth:`Environment.session_options`,
+which does the slow part (creating a venv and installing ipykernel and the
+requested packages into it) once, showing progress. The same is reachable from
+a string (``parse_environment("venv:.venv")``) and from command-line flags
+(:func:`add_environment_arguments`).
+
+Virtual environments are made with ``uv`` when it is on PATH (fast, and it can
+fetch a Python version that is not installed), otherwise with ``python -m
+venv`` and pip. Managed ones live in ``~/.cache/jupyter-exec/venvs/<hash>``
+(``$JUPYTER_EXEC_CACHE`` overrides the root), where the hash covers the Python
+version, the packages and the requirements file's content, so the same request
+reuses the same venv and a changed one gets a new venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_exec.exceptions import KernelStartError
+from jupyter_exec.kernel import resolve_python
+
+__all__ = [
+    "DockerEnv",
+    "Environment",
+    "ProgressCallback",
+    "SystemPython",
+    "VirtualEnv",
+    "add_environment_arguments",
+    "environment_from_args",
+    "parse_environment",
+]
+
+ProgressCallback = Callable[[str], None]
+"""Receives one line of progress at a time (venv creation, pip's output)."""
+
+_MARKER = ".jupyter-exec.json"
+"""Written into a venv once ipykernel and the requested packages are in; holds what was asked."""
+
+
+def stderr_progress(line: str) -> None:
+    """Default progress: stderr, so it never mixes with a protocol on stdout (MCP over stdio)."""
+    print(f"[jupyter-exec] {line}", file=sys.stderr, flush=True)
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("JUPYTER_EXEC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jupyter-exec"
+    )
+    return Path(root) / "venvs"
+
+
+class Environment:
+    """Where a session's kernel runs. Subclasses say how to get there."""
+
+    def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``Session`` / ``AsyncSession``, preparing what is needed first.
+
+        May block for a while the first time (a venv being created, packages
+        installed); progress lines go to ``on_progress`` (default: stderr).
+        """
+        raise NotImplementedError
+
+    async def async_session_options(
+        self, on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """:meth:`session_options` in a worker thread, so an event loop keeps running."""
+        return await asyncio.to_thread(self.session_options, on_progress)
+
+    @property
+    def backend(self) -> str:
+        """``"local"`` or ``"docker"``: whether code runs with this user's rights or isolated."""
+        return "local"
+
+    def describe(self) -> str:
+        """A short human description (for logs and tool descriptions)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SystemPython(Environment):
+    """An installed interpreter: this one (``python=None``), or a path / command name.
+
+    The interpreter needs ipykernel; a missing one is reported with the
+    command that installs it.
+    """
+
+    python: str | None = None
+
+    def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+        exe = sys.executable if self.python is None else str(resolve_python(self.python))
+        return {"python": exe}
+
+    def describe(self) -> str:
+        return f"Python at {self.python or sys.executable}"
+
+
+@dataclass(frozen=True)
+class VirtualEnv(Environment):
+    """A virtual environment with ipykernel and ``packages`` installed.
+
+    ``path`` names a venv to use (created there if missing); without it a
+    managed venv in the cache is used, keyed by what it holds. ``python`` is the
+    interpreter to create it with: a version (``"3.12"``), a command or a
+    path; default this interpreter. ``requirements_file`` is installed too.
+    """
+
+    path: str | None = None
+    python: str | None = None
+    packages: tuple[str, ...] = ()
+    requirements_file: str | None = None
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        # Accept any sequence for packages, keep a hashable tuple.
+        object.__setattr__(self, "packages", tuple(self.packages))
+
+    def describe(self) -> str:
+        where = self.path or "a cached venv"
+        extra = f" with {', '.join(self.packages)}" if self.packages else ""
+        return f"virtual environment {where} (Python {self.python or 'as this one'}){extra}"
+
+    def _requirements_text(self) -> str:
+        if not self.requirements_file:
+            return ""
+        try:
+            return Path(self.requirements_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise KernelStartError(
+                f"cannot read the requirements file {self.requirements_file}: {exc.strerror}"
+            ) from exc
+
+    def spec(self, interpreter_version: str) -> dict[str, Any]:
+        """What the venv must hold; its hash names a managed venv."""
+        return {
+            "python": interpreter_version,
+            "packages": sorted(self.packages),
+            "requirements": self._requirements_text(),
+        }
+
+    def location(self, spec: Mapping[str, Any]) -> Path:
+        if self.path is not None:
+            return Path(self.path).expanduser().absolute()
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+        root = Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()
+        return root.absolute() / f"py{spec['python']}-{digest}"
+
+    def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+        progress = on_progress or stderr_progress
+        maker = _VenvMaker(progress)
+        existing = _venv_python(Path(self.path).expanduser()) if self.path is not None else None
+        if existing is not None:
+            venv = existing.parent.parent
+            version = maker.version_of(existing)
+        else:
+            base = maker.base_interpreter(self.python)
+            version = maker.version_of(base)
+            venv = self.location(self.spec(version))
+        spec = self.spec(version)
+        with _locked(venv):
+            if _read_marker(venv) != spec:
+                maker.ensure(venv, self.python, spec, self.requirements_file)
+        return {"python": str(_venv_python(venv))}
+
+
+@dataclass(frozen=True)
+class DockerEnv(Environment):
+    """A kernel in a hardened container (``Session(backend="docker")``).
+
+    ``pip_packages``, ``requirements_file`` and ``dockerfile`` are baked into
+    an image built on first use (its tag derived from that content, so it is
+    built once); ``image`` names a ready image instead. ``network`` is off by
+    default. ``options`` passes any other Docker backend option (``memory``,
+    ``cpus``, ``volumes``, ...) through unchanged.
+    """
+
+    image: str = ""
+    pip_packages: tuple[str, ...] = ()
+    requirements_file: str = ""
+    dockerfile: str = ""
+    network: bool | str = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pip_packages", tuple(self.pip_packages))
+
+    @property
+    def backend(self) -> str:
+        return "docker"
+
+    def describe(self) -> str:
+        what = self.image or "the jupyter-exec kernel image"
+        extra = f" with {', '.join(self.pip_packages)}" if self.pip_packages else ""
+        return f"Docker container from {what}{extra}"
+
+    def docker_options(self) -> dict[str, Any]:
+        """The Docker backend options (traits of ``DockerProvisioner``)."""
+        options: dict[str, Any] = {"network": self.network}
+        if self.image:
+            options["image"] = self.image
+        if self.pip_packages:
+            options["pip_packages"] = list(self.pip_packages)
+        if self.requirements_file:
+            options["requirements_file"] = str(Path(self.requirements_file).absolute())
+        if self.dockerfile:
+            options["dockerfile"] = str(Path(self.dockerfile).absolute())
+        options.update(self.options)
+        return options
+
+    def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+        # Image builds happen in the provisioner when the kernel starts; it
+        # streams the build log to stderr itself.
+        return {"backend": "docker", "docker": self.docker_options()}
+
+
+def parse_environment(
+    spec: str | Environment | None = None,
+    *,
+    packages: Sequence[str] = (),
+    python_version: str | None = None,
+    requirements_file: str | None = None,
+    dockerfile: str | None = None,
+    network: bool = False,
+) -> Environment:
+    """An :class:`Environment` from a short string, as the CLI and the MCP server take it.
+
+    ``local`` / ``system`` (this interpreter), ``python:<interpreter>``,
+    ``venv`` (a cached venv), ``venv:<path>``, ``docker``,
+    ``docker:<image>``; a bare path to a venv or an interpreter works too.
+    ``packages``, ``requirements_file`` apply to venvs and Docker,
+    ``python_version`` to venvs, ``dockerfile`` and ``network`` to Docker.
+    """
+    if isinstance(spec, Environment):
+        return spec
+    text = (spec or "local").strip()
+    kind, _, target = text.partition(":")
+    kind = kind.lower()
+    if kind in ("local", "system") and not target:
+        if packages or requirements_file or python_version:
+            return VirtualEnv(
+                python=python_version, packages=tuple(packages), requirements_file=requirements_file
+            )
+        return SystemPython()
+    if kind == "python":
+        return SystemPython(target or None)
+    if kind == "venv":
+        return VirtualEnv(
+            path=target or None,
+            python=python_version,
+            packages=tuple(packages),
+            requirements_file=requirements_file,
+        )
+    if kind == "docker":
+        return DockerEnv(
+            image=target,
+            pip_packages=tuple(packages),
+            requirements_file=requirements_file or "",
+            dockerfile=dockerfile or "",
+            network=network,
+        )
+    candidate = Path(text).expanduser()
+    if (candidate / "pyvenv.cfg").exists():
+        return VirtualEnv(path=str(candidate), packages=tuple(packages))
+    if candidate.is_file() or shutil.which(text):
+        return SystemPython(text)
+    raise ValueError(
+        f"unknown environment {text!r}: use local, python:<interpreter>, venv, venv:<path>, "
+        "docker or docker:<image>"
+    )
+
+
+def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose an environment, the same for every subcommand that takes them."""
+    group = parser.add_argument_group("environment (where code runs)")
+    group.add_argument(
+        "--env",
+        metavar="SPEC",
+        default=None,
+        help="local (this Python, default), python:<interpreter>, venv (cached, made on demand), "
+        "venv:<path>, docker or docker:<image>",
+    )
+    group.add_argument(
+        "--package",
+        dest="packages",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="a pip package to install into the venv or image (repeatable)",
+    )
+    group.add_argument(
+        "--requirements", metavar="FILE", help="a requirements file for the venv or image"
+    )
+    group.add_argument(
+        "--python-version", metavar="X.Y", help="Python version of a venv made on demand"
+    )
+    group.add_argument(
+        "--dockerfile", metavar="FILE", help="your Dockerfile, as the base of the Docker image"
+    )
+    group.add_argument(
+        "--network",
+        action="store_true",
+        help="give Docker kernels network access (default: none)",
+    )
+
+
+def environment_from_args(args: argparse.Namespace) -> Environment:
+    """The environment the flags of :func:`add_environment_arguments` describe."""
+    try:
+        return parse_environment(
+            args.env,
+            packages=args.packages,
+            python_version=args.python_version,
+            requirements_file=args.requirements,
+            dockerfile=args.dockerfile,
+            network=args.network,
+        )
+    except ValueError as exc:
+        raise KernelStartError(str(exc)) from None
+
+
+# -- making virtual environments ---------------------------------------------------------
+
+
+def _venv_python(venv: Path) -> Path | None:
+    if not (venv / "pyvenv.cfg").exists():
+        return None
+    for sub in ("bin/python", "Scripts/python.exe"):
+        if (venv / sub).exists():
+            return (venv / sub).absolute()
+    return None
+
+
+def _read_marker(venv: Path) -> Any:
+    try:
+        return json.loads((venv / _MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(venv: Path) -> Iterator[None]:
+    """Serialise work on one venv across processes (two sessions asking for it at once)."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; concurrent first use is unlikely
+        yield
+        return
+    with open(venv.parent / f".{venv.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _VenvMaker:
+    """Creates venvs and installs into them, streaming every step to ``progress``."""
+
+    def __init__(self, progress: ProgressCallback) -> None:
+        self.progress = progress
+        self.uv = shutil.which("uv")
+
+    def base_interpreter(self, python: str | None) -> Path:
+        """The interpreter a new venv is made from: this one, a version, a command or a path."""
+        if python is None:
+            return Path(sys.executable)
+        if _looks_like_version(python):
+            found = shutil.which(f"python{python}")
+            if found:
+                return Path(found)
+            if self.uv:
+                return self._uv_find(python)
+            raise KernelStartError(
+                f"no Python {python} found (no python{python} on PATH, and uv, which could "
+                "download it, is not installed). Install that version, install uv, or name "
+                "an interpreter instead."
+            )
+        return resolve_python(python)
+
+    def _uv_find(self, version: str) -> Path:
+        assert self.uv is not None
+        self.progress(f"finding (or downloading) Python {version} with uv")
+        found = self._run([self.uv, "python", "find", version], "finding Python", capture=True)
+        if not found.strip():
+            self._run([self.uv, "python", "install", version], f"installing Python {version}")
+            found = self._run([self.uv, "python", "find", version], "finding Python", capture=True)
+        return Path(found.strip().splitlines()[-1])
+
+    def version_of(self, exe: Path) -> str:
+        """``3.12`` for an interpreter (the part of the version a venv is tied to)."""
+        try:
+            out = subprocess.run(
+                [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise KernelStartError(f"cannot run the interpreter {exe}: {exc}") from exc
+        return out.stdout.strip()
+
+    def ensure(
+        self, venv: Path, python: str | None, spec: Mapping[str, Any], requirements: str | None
+    ) -> None:
+        """Create ``venv`` if needed, install ipykernel and the packages, write the marker."""
+        created = False
+        if _venv_python(venv) is None:
+            if venv.exists() and any(venv.iterdir()):
+                raise KernelStartError(f"{venv} exists and is not a virtual environment")
+            base = self.base_interpreter(python)
+            self.progress(f"creating a virtual environment at {venv} (Python {spec['python']})")
+            if self.uv:
+                self._run(
+                    [self.uv, "venv", "--seed", "--python", str(base), str(venv)],
+                    "creating the venv",
+                )
+            else:
+                self._run([str(base), "-m", "venv", str(venv)], "creating the venv")
+            created = True
+        exe = _venv_python(venv)
+        assert exe is not None
+        wanted = ["ipykernel", *spec["packages"]]
+        if requirements:
+            wanted += ["-r", str(Path(requirements).absolute())]
+        self.progress(f"installing {' '.join(wanted)} into {venv}")
+        try:
+            if self.uv:
+                self._run([self.uv, "pip", "install", "--python", str(exe), *wanted], "installing")
+            else:
+                self._run(
+                    [str(exe), "-m", "pip", "install", "--disable-pip-version-check", *wanted],
+                    "installing",
+                )
+        except KernelStartError:
+            if created:  # half-made: do not leave it to be mistaken for a good one
+                shutil.rmtree(venv, ignore_errors=True)
+            raise
+        (venv / _MARKER).write_text(json.dumps(dict(spec), sort_keys=True), encoding="utf-8")
+        self.progress(f"virtual environment ready: {venv}")
+
+    def _run(self, argv: list[str], what: str, *, capture: bool = False) -> str:
+        """Run a command, forwarding its output line by line; raise with its tail on failure."""
+        tail: deque[str] = deque(maxlen=25)
+        captured: list[str] = []
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, "PIP_PROGRESS_BAR": "off"},
+            )
+        except OSError as exc:
+            raise KernelStartError(f"{what} failed: cannot run {argv[0]}: {exc}") from exc
+        assert process.stdout is not None
+        with process:
+            for raw in process.stdout:
+                line = raw.rstrip()
+                if not line:
+                    continue
+                tail.append(line)
+                if capture:
+                    captured.append(line)
+                else:
+                    self.progress(line)
+        if process.returncode != 0:
+            raise KernelStartError(
+                f"{what} failed (exit status {process.returncode}): {' '.join(argv)}\n"
+                + "\n".join(tail)
+            )
+        return "\n".join(captured)
+
+
+def _looks_like_version(text: str) -> bool:
+    parts = text.split(".")
+    return 1 <= len(parts) <= 3 and all(p.isdigit() for p in parts)

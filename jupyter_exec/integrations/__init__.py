@@ -1,0 +1,35 @@
+"""Adapters that let agent frameworks run code in jupyter-exec sessions.
+
+* :mod:`jupyter_exec.integrations.ag2` - AG2 0.x (``autogen.coding``): a
+  ``CodeExecutor`` for ``ConversableAgent(code_execution_config=...)``.
+* :mod:`jupyter_exec.integrations.ag2_tools` - AG2 1.x (``ag2.tools``): a
+  ``CodeEnvironment`` for ``SandboxCodeTool``.
+
+The frameworks are optional dependencies, imported only when an adapter is
+used; a missing one is reported by :class:`MissingDependency`, naming the
+extra that installs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from jupyter_exec.exceptions import JupyterExecError
+
+__all__ = ["MissingDependency", "require"]
+
+
+class MissingDependency(JupyterExecError, ImportError):
+    """An optional dependency of an integration is not installed; the message says how to fix it."""
+
+
+def require(module: str, extra: str, what: str) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingDependency` naming ``jupyter-exec[extra]``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(
+            f"{what} needs {module.split('.')[0]!r}, which is not installed here "
+            f"({exc}). Install it with: pip install 'jupyter-exec[{extra}]'"
+        ) from exc

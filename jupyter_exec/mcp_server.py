@@ -1,0 +1,584 @@
+"""``jupyter-exec mcp``: named, stateful Jupyter sessions as tools of an MCP server.
+
+Built on the official ``mcp`` Python SDK (its ``MCPServer``, called ``FastMCP``
+before mcp 2; both are supported). Transports: stdio (what desktop clients
+launch) and streamable HTTP bound to loopback only, since whoever can reach
+the server can run code as this user.
+
+Tools::
+
+    execute_code(code, session="default", language="python", timeout, backend)
+                         run code in a named session, created on first use
+    list_sessions()      the sessions, with work dir, notebook and state
+    restart_session(session) / interrupt_session(session) / close_session(session)
+    read_notebook(session)   the session's notebook as readable text
+    list_files(session, path=".") / read_file(session, path)
+                         the session's work dir (paths confined to it)
+
+Results are :func:`jupyter_exec.llm.render` text; images a cell displayed or
+saved come back as MCP image content, so the model sees its plot. Each
+session has its own work dir ``<root>/<session>`` holding its files and its
+notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import functools
+import importlib
+import ipaddress
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jupyter_exec._version import __version__
+from jupyter_exec.codeblocks import CodeBlock, filename_directive, normalise_language, prepare_block
+from jupyter_exec.environments import (
+    DockerEnv,
+    Environment,
+    add_environment_arguments,
+    environment_from_args,
+)
+from jupyter_exec.exceptions import JupyterExecError, SessionNotFound, WorkDirError
+from jupyter_exec.integrations import require
+from jupyter_exec.llm import DEFAULT_LLM_CHARS, render
+from jupyter_exec.models import Execution
+from jupyter_exec.outputs import strip_ansi
+from jupyter_exec.recorder import read_notebook
+from jupyter_exec.session import AsyncSession, validate_name
+from jupyter_exec.store import confined_path
+
+__all__ = ["SessionRegistry", "add_mcp_parser", "build_server", "main"]
+
+log = logging.getLogger("jupyter_exec.mcp")
+
+DEFAULT_PORT = 8765
+MAX_IMAGES = 4
+"""Images returned per call: the model's context is the limit, and the files stay on disk."""
+MAX_IMAGE_BYTES = 4 * 1024 * 1024
+MAX_READ_CHARS = 50_000
+MAX_LISTED = 500
+_IMAGE_SUFFIXES = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".gif": "gif", ".webp": "webp"}
+_LANGUAGES = ("python", "bash", "sh", "shell")
+
+INSTRUCTIONS = """\
+Stateful Python sessions on Jupyter kernels. Each named session keeps its variables, imports
+and loaded data between execute_code calls, and has its own work dir (the kernel's cwd) where
+files the code writes and plots it shows are saved; every call is recorded in the session's
+notebook. Shell code (language="bash") runs in the same environment, so `pip install x` there
+makes `import x` work next. A first line `# filename: <name>` also saves the code to that file.
+Long-running code is interrupted at its timeout and the session keeps its state.
+"""
+
+
+@dataclass(frozen=True)
+class _SDK:
+    """What we use of the SDK: from ``mcp.server.mcpserver`` (mcp 2) or ``.fastmcp`` (mcp 1)."""
+
+    server: Any
+    image: Any
+    tool_error: Any
+    v2: bool
+
+
+def _sdk() -> _SDK:
+    require("mcp", "mcp", "The MCP server")
+    try:
+        module = importlib.import_module("mcp.server.mcpserver")
+        errors = importlib.import_module("mcp.server.mcpserver.exceptions")
+        return _SDK(module.MCPServer, module.Image, errors.ToolError, True)
+    except ImportError:
+        module = importlib.import_module("mcp.server.fastmcp")
+        errors = importlib.import_module("mcp.server.fastmcp.exceptions")
+        return _SDK(module.FastMCP, module.Image, errors.ToolError, False)
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    session: AsyncSession
+    backend: str
+
+
+class SessionRegistry:
+    """The server's named sessions: created on first use, each in ``<root>/<name>``.
+
+    Deliberately small (get, create, list, close) so that a shared
+    SessionManager can take its place without touching the tools.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        environment: Environment,
+        *,
+        timeout: float | None = 600.0,
+        max_sessions: int = 16,
+    ) -> None:
+        self.root = root.absolute()
+        self.environment = environment
+        self.timeout = timeout
+        self.max_sessions = max_sessions
+        self._entries: dict[str, _Entry] = {}
+        self._creating = asyncio.Lock()
+
+    def _environment_for(self, backend: str | None) -> Environment:
+        if backend in (None, "", "default") or backend == self.environment.backend:
+            return self.environment
+        if backend == "docker":
+            return DockerEnv()
+        if backend == "local":
+            raise JupyterExecError(
+                "this server runs code in Docker only; local sessions are not allowed"
+            )
+        raise ValueError(f"unknown backend {backend!r}: use 'local' or 'docker'")
+
+    async def get(self, name: str, *, backend: str | None = None) -> AsyncSession:
+        """The session called ``name``, started now if it does not exist yet."""
+        validate_name(name)
+        async with self._creating:
+            entry = self._entries.get(name)
+            if entry is not None:
+                if backend not in (None, "", "default", entry.backend):
+                    raise JupyterExecError(
+                        f"session {name!r} already runs on {entry.backend}; close it first "
+                        f"or use another name for a {backend} session"
+                    )
+                return entry.session
+            if len(self._entries) >= self.max_sessions:
+                raise JupyterExecError(
+                    f"{len(self._entries)} sessions are open (the limit); close one first"
+                )
+            environment = self._environment_for(backend)
+            options = await environment.async_session_options()
+            work_dir = self.root / name
+            session = AsyncSession(
+                work_dir, name=_free_name(work_dir, name), timeout=self.timeout, **options
+            )
+            await session.start()
+            self._entries[name] = _Entry(session, environment.backend)
+            return session
+
+    def existing(self, name: str) -> AsyncSession:
+        """The session called ``name``; :class:`SessionNotFound` if there is none."""
+        entry = self._entries.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self._entries)) or "none yet"
+            raise SessionNotFound(f"no session named {name!r} (open sessions: {known})")
+        return entry.session
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": name,
+                "backend": entry.backend,
+                "alive": entry.session.is_alive,
+                "work_dir": str(entry.session.work_dir),
+                "notebook": str(entry.session.notebook_path),
+            }
+            for name, entry in sorted(self._entries.items())
+        ]
+
+    async def close(self, name: str) -> None:
+        self.existing(name)
+        entry = self._entries.pop(name)
+        await entry.session.close()
+
+    async def close_all(self) -> None:
+        entries, self._entries = list(self._entries.values()), {}
+        for entry in entries:
+            try:
+                await entry.session.close()
+            except Exception:  # shutting down: close the rest regardless
+                log.exception("closing a session failed")
+
+
+def _free_name(work_dir: Path, name: str) -> str:
+    """``name``, or ``name-2``... when a notebook of that name is already in the work dir.
+
+    The work dir (and its files) is reused across server runs; a notebook is
+    never overwritten.
+    """
+    candidate, n = name, 1
+    while (work_dir / f"{candidate}.ipynb").exists():
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
+
+
+# -- content ----------------------------------------------------------------------------------
+
+
+def _images(execution: Execution) -> list[tuple[bytes, str]]:
+    """Images to show the model: displayed ones, then image files the code wrote."""
+    found: list[tuple[bytes, str]] = []
+    shown: set[Path] = set()
+    for result in execution.results:
+        for mime in ("image/png", "image/jpeg", "image/gif"):
+            if mime in result.data:
+                found.append((result.data_bytes(mime), mime.split("/")[1]))
+                shown.update(result.files.values())
+                break
+    for path in execution.files:
+        fmt = _IMAGE_SUFFIXES.get(path.suffix.lower())
+        if fmt and path not in shown and path.is_file() and path.stat().st_size <= MAX_IMAGE_BYTES:
+            found.append((path.read_bytes(), fmt))
+    return [(data, fmt) for data, fmt in found if len(data) <= MAX_IMAGE_BYTES][:MAX_IMAGES]
+
+
+def _notebook_text(path: Path, max_chars: int) -> str:
+    nb = read_notebook(path)
+    parts = [f"# notebook {path}"]
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            parts.append(str(cell.source))
+            continue
+        parts.append(f"In [{cell.get('execution_count') or ' '}]:\n{cell.source}")
+        shown: list[str] = []
+        for output in cell.get("outputs", []):
+            kind = output.get("output_type")
+            if kind == "stream":
+                shown.append(strip_ansi(str(output.get("text", ""))))
+            elif kind in ("execute_result", "display_data"):
+                data = output.get("data", {})
+                shown.append(
+                    str(data["text/plain"]) if "text/plain" in data else f"[{', '.join(data)}]"
+                )
+            elif kind == "error":
+                shown.append(f"{output.get('ename')}: {output.get('evalue')}")
+        if shown:
+            parts.append("Out:\n" + "\n".join(s.rstrip("\n") for s in shown))
+    text = "\n\n".join(parts)
+    if len(text) > max_chars:
+        cut = len(text) - max_chars
+        text = (
+            f"[... the first {cut:,} characters cut; read the .ipynb for all ...]\n"
+            + text[-max_chars:]
+        )
+    return text
+
+
+def _file_listing(root: Path, folder: Path) -> str:
+    lines: list[str] = []
+    base = root.resolve()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            lines.append(f"{path.relative_to(base).as_posix()}  ({size:,} bytes)")
+            if len(lines) >= MAX_LISTED:
+                lines.append(f"[... listing stopped at {MAX_LISTED} files ...]")
+                return "\n".join(lines)
+    return "\n".join(lines) or "(no files)"
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_LLM_CHARS) -> Any:
+    """The MCP server object, its tools bound to ``registry``."""
+    sdk = _sdk()
+    image_class = sdk.image
+    types = importlib.import_module("mcp.types")
+    server = sdk.server("jupyter-exec", instructions=INSTRUCTIONS)
+
+    def text(value: str) -> Any:
+        return types.TextContent(type="text", text=value)
+
+    def tool(fn: Callable[..., Awaitable[Any]]) -> None:
+        """Register ``fn``; our errors reach the model as the tool's error text.
+
+        The SDK hides the message of an unexpected exception (it may hold
+        secrets); ours are written for the user, so they are passed on as
+        ``ToolError``s, which the SDK shows.
+        """
+
+        @functools.wraps(fn)
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except (JupyterExecError, ValueError) as exc:
+                raise sdk.tool_error(str(exc)) from exc
+
+        server.tool(structured_output=False)(run)
+
+    @tool
+    async def execute_code(
+        code: str,
+        session: str = "default",
+        language: str = "python",
+        timeout: float | None = None,
+        backend: str | None = None,
+    ) -> list[Any]:
+        """Run code in a named, stateful session (created on first use) and return its output.
+
+        language: "python" (default) or "bash" (runs in the session's own environment).
+        timeout: seconds before the code is interrupted (default: the server's).
+        backend: "local" or "docker", for a new session (default: the server's).
+        Variables persist between calls to the same session. Images are returned as images;
+        files written are listed relative to the session's work dir.
+        """
+        if language.lower() not in _LANGUAGES:
+            raise ValueError(f"unsupported language {language!r}: use python or bash")
+        live = await registry.get(session, backend=backend)
+        kind = normalise_language(language)
+        block = CodeBlock(code=code, language=kind, filename=filename_directive(code))
+        try:
+            source = prepare_block(block, live.work_dir)
+        except WorkDirError as exc:
+            return [text(f"[not run: {exc}]")]
+        execution = await live.execute(source, timeout=timeout)
+        rendered = render(
+            execution,
+            work_dir=live.work_dir,
+            max_chars=max_output_chars,
+            save_dir=live.work_dir / f"{live.name}_files",
+        )
+        content = [text(rendered.text)]
+        content += [image_class(data=data, format=fmt) for data, fmt in _images(execution)]
+        return content
+
+    @tool
+    async def list_sessions() -> str:
+        """The open sessions: name, backend, whether the kernel is alive, work dir and notebook."""
+        sessions = registry.describe()
+        if not sessions:
+            return "no sessions yet (execute_code creates one)"
+        return "\n".join(
+            f"{s['name']}: {s['backend']}, {'alive' if s['alive'] else 'dead'}, "
+            f"work dir {s['work_dir']}, notebook {s['notebook']}"
+            for s in sessions
+        )
+
+    @tool
+    async def restart_session(session: str = "default") -> str:
+        """Restart a session's kernel: variables and imports are lost, files stay."""
+        await registry.existing(session).restart()
+        return f"session {session!r} restarted: its variables and imports are gone"
+
+    @tool
+    async def interrupt_session(session: str = "default") -> str:
+        """Interrupt the code running in a session (like Ctrl-C); its state is kept."""
+        await registry.existing(session).interrupt()
+        return f"session {session!r} interrupted"
+
+    @tool
+    async def close_session(session: str) -> str:
+        """Stop a session's kernel; its work dir and notebook stay on disk."""
+        await registry.close(session)
+        return f"session {session!r} closed"
+
+    @tool
+    async def read_notebook(session: str = "default", max_chars: int = 20_000) -> str:
+        """The session's notebook as text: each cell's code and a summary of its outputs."""
+        live = registry.existing(session)
+        if live.notebook_path is None:
+            return "this session records no notebook"
+        return _notebook_text(live.notebook_path, max(500, max_chars))
+
+    @tool
+    async def list_files(session: str = "default", path: str = ".") -> str:
+        """Files in the session's work dir (or a folder of it), with sizes."""
+        live = registry.existing(session)
+        folder = confined_path(live.work_dir, path)
+        if not folder.is_dir():
+            raise WorkDirError(f"{path!r} is not a folder in the work dir")
+        return _file_listing(live.work_dir, folder)
+
+    @tool
+    async def read_file(session: str, path: str) -> list[Any]:
+        """A file of the session's work dir: text as text, images as images."""
+        live = registry.existing(session)
+        target = confined_path(live.work_dir, path)
+        if not target.is_file():
+            raise WorkDirError(f"no file {path!r} in the work dir")
+        data = target.read_bytes()
+        fmt = _IMAGE_SUFFIXES.get(target.suffix.lower())
+        if fmt and len(data) <= MAX_IMAGE_BYTES:
+            return [image_class(data=data, format=fmt)]
+        try:
+            content = data.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(data) > MAX_READ_CHARS:
+                return [text(f"{path}: a binary file of {len(data):,} bytes (too big to show)")]
+            encoded = base64.b64encode(data).decode()
+            return [text(f"{path}: binary, {len(data):,} bytes, base64:\n{encoded}")]
+        if len(content) > MAX_READ_CHARS:
+            content = (
+                content[:MAX_READ_CHARS]
+                + f"\n[... {len(content) - MAX_READ_CHARS:,} more characters not shown ...]"
+            )
+        return [text(content)]
+
+    return server
+
+
+# -- running it -------------------------------------------------------------------------------
+
+
+def _check_loopback(host: str) -> None:
+    """Refuse to listen beyond this machine: the tools run arbitrary code."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise JupyterExecError(
+            f"refusing to listen on {host}: the MCP server runs code for whoever connects, "
+            "so it only binds to loopback (127.0.0.1, ::1, localhost)"
+        )
+
+
+async def serve(
+    registry: SessionRegistry,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    max_output_chars: int = DEFAULT_LLM_CHARS,
+) -> None:
+    """Serve until the client goes away (stdio) or the process is stopped (HTTP)."""
+    server = build_server(registry, max_output_chars=max_output_chars)
+    v2 = _sdk().v2
+    try:
+        if transport == "stdio":
+            await server.run_stdio_async()
+        else:
+            _check_loopback(host)
+            print(
+                f"[jupyter-exec] MCP server on http://{host}:{port}/mcp (streamable HTTP)",
+                file=sys.stderr,
+                flush=True,
+            )
+            if v2:
+                await server.run_streamable_http_async(host=host, port=port)
+            else:
+                server.settings.host = host
+                server.settings.port = port
+                await server.run_streamable_http_async()
+    finally:
+        await registry.close_all()
+
+
+EPILOG = """\
+examples:
+  jupyter-exec mcp                                  stdio, sessions in ./jupyter-exec-mcp
+  jupyter-exec mcp --work-dir ~/agent-work          keep the sessions' files there
+  jupyter-exec mcp --env docker --package polars    every session in a container
+  jupyter-exec mcp --env venv --python-version 3.12 --package pandas
+  jupyter-exec mcp --transport http --port 8765     streamable HTTP on 127.0.0.1:8765/mcp
+
+A client configuration (Claude Desktop, Cursor, ...):
+  {"mcpServers": {"jupyter": {"command": "jupyter-exec",
+                               "args": ["mcp", "--work-dir", "/home/me/agent-work"]}}}
+
+Local sessions run with your rights; use --env docker for code you do not trust.
+"""
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Run the MCP server with the options of ``jupyter-exec mcp``."""
+    environment = environment_from_args(args)
+    root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
+    registry = SessionRegistry(
+        root, environment, timeout=args.timeout or None, max_sessions=args.max_sessions
+    )
+    if args.transport == "http":
+        _check_loopback(args.host)
+    import anyio
+
+    anyio.run(
+        lambda: serve(
+            registry,
+            transport=args.transport,
+            host=args.host,
+            port=args.port,
+            max_output_chars=args.max_output_chars,
+        )
+    )
+    return 0
+
+
+def add_mcp_parser(subparsers: Any) -> None:
+    """``jupyter-exec mcp``: registered by the CLI like every other subcommand."""
+    parser = subparsers.add_parser(
+        "mcp",
+        help="serve stateful Jupyter sessions to AI agents over MCP (stdio or HTTP)",
+        description="Run an MCP server whose tools execute code in named, stateful Jupyter "
+        "sessions (created on first use), list/restart/interrupt/close them, read a session's "
+        "notebook, and list and fetch the files in its work dir. Images come back as image "
+        "content.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default; what desktop clients launch) or streamable HTTP",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="HTTP address; loopback only (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="root of the sessions' work dirs, one folder per session (default ./jupyter-exec-mcp)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds a call may run before it is interrupted (0: none; default 600)",
+    )
+    parser.add_argument(
+        "--max-output-chars",
+        type=int,
+        default=DEFAULT_LLM_CHARS,
+        metavar="N",
+        help=f"text budget per call (default {DEFAULT_LLM_CHARS:,})",
+    )
+    parser.add_argument(
+        "--max-sessions", type=int, default=16, metavar="N", help="open sessions (default 16)"
+    )
+    add_environment_arguments(parser)
+    parser.set_defaults(func=cmd_mcp)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m jupyter_exec.mcp_server``: the ``mcp`` subcommand on its own."""
+    parser = argparse.ArgumentParser(prog="jupyter-exec")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers()
+    add_mcp_parser(subparsers)
+    args = parser.parse_args(["mcp", *(argv if argv is not None else sys.argv[1:])])
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except JupyterExecError as exc:
+        print(f"jupyter-exec: error: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

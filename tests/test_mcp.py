@@ -1,0 +1,219 @@
+"""The MCP server, driven by the official SDK's own client over stdio and streamable HTTP.
+
+One server process per transport serves every test of this module; the tests
+use distinct session names so they do not depend on each other's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+mcp = pytest.importorskip("mcp")
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_error(result: Any) -> bool:
+    return bool(getattr(result, "is_error", getattr(result, "isError", False)))
+
+
+def _mime(item: Any) -> str:
+    return str(getattr(item, "mime_type", getattr(item, "mimeType", "")))
+
+
+def _texts(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+@contextlib.asynccontextmanager
+async def _stdio(work_root: Path) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jupyter_exec.mcp_server", "--work-dir", str(work_root), "--timeout", "30"],
+    )
+    async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as client:
+        await client.initialize()
+        yield client
+
+
+async def test_every_tool_over_stdio(tmp_path: Path) -> None:
+    async with _stdio(tmp_path) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert tools >= {
+            "execute_code",
+            "list_sessions",
+            "restart_session",
+            "interrupt_session",
+            "close_session",
+            "read_notebook",
+            "list_files",
+            "read_file",
+        }
+
+        result = await client.call_tool(
+            "execute_code", {"code": "x = 6 * 7\nprint('x is', x)", "session": "a"}
+        )
+        assert not _is_error(result)
+        assert "x is 42" in _texts(result)
+
+        # State persists, and a plot comes back as image content (shown and saved both).
+        plot = (
+            "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
+            "import matplotlib.pyplot as plt\n"
+            "fig, ax = plt.subplots(); ax.scatter(range(x), range(x))\n"
+            "fig.savefig('scatter.png'); plt.show()"
+        )
+        result = await client.call_tool("execute_code", {"code": plot, "session": "a"})
+        images = [c for c in result.content if c.type == "image"]
+        assert images, _texts(result)
+        assert all(_mime(i) == "image/png" for i in images)
+        assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
+        assert "scatter.png" in _texts(result)
+        assert (tmp_path / "a" / "scatter.png").is_file()
+
+        # Shell runs in the same session's cwd; errors come back short and clean.
+        result = await client.call_tool(
+            "execute_code", {"code": "ls scatter.png && exit 2", "session": "a", "language": "bash"}
+        )
+        assert "scatter.png" in _texts(result)
+        assert "exited with status 2" in _texts(result)
+        result = await client.call_tool("execute_code", {"code": "1/0", "session": "a"})
+        assert "ZeroDivisionError: division by zero" in _texts(result)
+        assert "\x1b[" not in _texts(result)
+
+        listing = _texts(await client.call_tool("list_sessions", {}))
+        assert "a: local, alive" in listing
+
+        files = _texts(await client.call_tool("list_files", {"session": "a"}))
+        assert "scatter.png" in files
+        assert "a.ipynb" in files
+
+        fetched = await client.call_tool("read_file", {"session": "a", "path": "scatter.png"})
+        assert fetched.content[0].type == "image"
+        escaped = await client.call_tool("read_file", {"session": "a", "path": "../a/../../x"})
+        assert _is_error(escaped)
+        assert "outside the work dir" in _texts(escaped)
+
+        notebook = _texts(await client.call_tool("read_notebook", {"session": "a"}))
+        assert "x = 6 * 7" in notebook
+        assert "x is 42" in notebook
+
+        # Interrupt a running call from a concurrent one; the session keeps its state.
+        started = time.monotonic()
+        running = asyncio.create_task(
+            client.call_tool(
+                "execute_code", {"code": "import time; time.sleep(60)", "session": "a"}
+            )
+        )
+        await asyncio.sleep(1.5)
+        await client.call_tool("interrupt_session", {"session": "a"})
+        interrupted = await asyncio.wait_for(running, 20)
+        assert time.monotonic() - started < 20
+        assert "KeyboardInterrupt" in _texts(interrupted)
+        assert "42" in _texts(await client.call_tool("execute_code", {"code": "x", "session": "a"}))
+
+        restarted = await client.call_tool("restart_session", {"session": "a"})
+        assert "restarted" in _texts(restarted)
+        after = await client.call_tool("execute_code", {"code": "x", "session": "a"})
+        assert "NameError" in _texts(after)
+
+        closed = await client.call_tool("close_session", {"session": "a"})
+        assert "closed" in _texts(closed)
+        missing = await client.call_tool("read_notebook", {"session": "a"})
+        assert _is_error(missing)
+        assert "no session named 'a'" in _texts(missing)
+
+
+async def test_timeout_returns_promptly_over_stdio(tmp_path: Path) -> None:
+    async with _stdio(tmp_path) as client:
+        started = time.monotonic()
+        result = await client.call_tool(
+            "execute_code", {"code": "y = 1\nwhile True: pass", "session": "t", "timeout": 1}
+        )
+        assert time.monotonic() - started < 15
+        assert "ExecutionTimeout" in _texts(result)
+        result = await client.call_tool("execute_code", {"code": "y + 1", "session": "t"})
+        assert "2" in _texts(result)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_streamable_http_round_trip(tmp_path: Path) -> None:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter_exec.mcp_server",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--work-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            await asyncio.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            from mcp.client.streamable_http import streamable_http_client as connect
+        except ImportError:  # mcp 1.x
+            from mcp.client.streamable_http import (  # type: ignore[attr-defined,no-redef]
+                streamablehttp_client as connect,
+            )
+        async with connect(url) as streams, ClientSession(streams[0], streams[1]) as client:
+            await client.initialize()
+            result = await client.call_tool("execute_code", {"code": "print(2 + 3)"})
+            assert _texts(result).strip() == "5"
+            assert "default: local, alive" in _texts(await client.call_tool("list_sessions", {}))
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_http_refuses_non_loopback(tmp_path: Path) -> None:
+    from jupyter_exec.mcp_server import main
+
+    assert main(["--transport", "http", "--host", "0.0.0.0", "--work-dir", str(tmp_path)]) == 3
+
+
+def test_help_has_examples() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter_exec.mcp_server", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "examples:" in out
+    assert "mcpServers" in out
