@@ -4,10 +4,11 @@ Each save writes the whole notebook to a temporary file beside it and renames
 it over the old one, so a reader (JupyterLab, a crash-recovery) only ever sees
 a complete notebook, and a crash of this process loses at most the cell in
 flight. To keep the cost of a save flat as the notebook grows, each cell is
-serialised to JSON once, when it is added or changed; a save only joins the
-cached strings and writes them. The layout matches what ``nbformat.write``
-produces (sorted keys, one-space indent, multi-line strings split into lines),
-so recordings diff well in git.
+serialised and encoded once, when it is added or changed; a save hands the
+cached bytes to one ``writev`` (no multi-megabyte temporary strings), so what
+grows with the notebook is only the kernel's copy into the page cache. The
+layout matches what ``nbformat.write`` produces (sorted keys, one-space
+indent, multi-line strings split into lines), so recordings diff well in git.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import copy
 import json
 import os
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,26 @@ def split_lines(cell: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_CELL_SEPARATOR = b",\n  "
+_IOV_MAX = 1024  # the POSIX minimum for writev's vector length
+
+
+def _write_all(fd: int, chunks: list[bytes]) -> None:
+    """Write every chunk with ``os.writev``, a vector at a time, resuming after short writes."""
+    pending = deque(memoryview(c) for c in chunks if c)
+    while pending:
+        batch = [pending[i] for i in range(min(_IOV_MAX, len(pending)))]
+        written = os.writev(fd, batch)
+        while written:
+            head = pending[0]
+            if written >= len(head):
+                written -= len(head)
+                pending.popleft()
+            else:
+                pending[0] = head[written:]
+                written = 0
+
+
 def _dumps(obj: Any, indent: str) -> str:
     text = json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False, separators=(",", ": "))
     return text.replace("\n", "\n" + indent)
@@ -83,14 +105,17 @@ class NotebookRecorder:
         self._metadata: dict[str, Any] = dict(metadata)
         self._cells: list[dict[str, Any]] = []
         self._json: list[str] = []
+        self._encoded: list[bytes] = []
         for cell in cells or ():
             self._add(cell)
 
     # -- building ----------------------------------------------------------------
 
     def _add(self, cell: dict[str, Any]) -> int:
+        text = _dumps(split_lines(cell), "  ")
         self._cells.append(cell)
-        self._json.append(_dumps(split_lines(cell), "  "))
+        self._json.append(text)
+        self._encoded.append(text.encode("utf-8"))
         return len(self._cells) - 1
 
     def append(self, cell: dict[str, Any], *, save: bool = True) -> int:
@@ -101,8 +126,10 @@ class NotebookRecorder:
         return index
 
     def replace(self, index: int, cell: dict[str, Any], *, save: bool = True) -> None:
+        text = _dumps(split_lines(cell), "  ")
         self._cells[index] = cell
-        self._json[index] = _dumps(split_lines(cell), "  ")
+        self._json[index] = text
+        self._encoded[index] = text.encode("utf-8")
         if save:
             self.save()
 
@@ -126,15 +153,27 @@ class NotebookRecorder:
 
     # -- disk --------------------------------------------------------------------
 
-    def render(self) -> str:
-        cells = ",\n  ".join(self._json)
-        return (
-            '{\n "cells": ['
-            + (f"\n  {cells}\n ],\n" if cells else "],\n")
-            + ' "metadata": '
-            + _dumps(self._metadata, " ")
-            + f',\n "nbformat": 4,\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'
+    def _chunks(self) -> list[bytes]:
+        """The file's bytes as a list of pieces, mostly the cached cells (what ``save`` writes)."""
+        tail = (
+            b' "metadata": '
+            + _dumps(self._metadata, " ").encode("utf-8")
+            + f',\n "nbformat": 4,\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'.encode()
         )
+        if not self._encoded:
+            return [b'{\n "cells": [],\n', tail]
+        chunks = [b'{\n "cells": [\n  ']
+        for index, cell in enumerate(self._encoded):
+            if index:
+                chunks.append(_CELL_SEPARATOR)
+            chunks.append(cell)
+        chunks.append(b"\n ],\n")
+        chunks.append(tail)
+        return chunks
+
+    def render(self) -> str:
+        """The whole file as text (what ``save`` writes)."""
+        return b"".join(self._chunks()).decode("utf-8")
 
     def save(self) -> None:
         """Write the notebook atomically (temp file + rename in the same folder).
@@ -145,12 +184,10 @@ class NotebookRecorder:
         """
         tmp = self.path.with_name(f".{self.path.name}.jx-tmp")
         try:
-            data = self.render().encode("utf-8")
+            chunks = self._chunks()
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, chunks)
                 if self.fsync:
                     os.fsync(fd)
             finally:

@@ -309,7 +309,9 @@ class AsyncSession:
                 startup_timeout=self.startup_timeout,
             )
         ignore = [self._notebook_path] if self._notebook_path else []
-        self._tracker = WorkDirTracker(self._work_dir, ignore=ignore)
+        self._tracker = WorkDirTracker(
+            self._work_dir, ignore=ignore, skip_dirs=[self._work_dir / self._store.folder]
+        )
         if recorded is not None and self._resume is not None:
             try:
                 await self._rebuild_from_notebook(recorded, self._resume[0])
@@ -619,7 +621,9 @@ class AsyncSession:
         finally:
             if spill is not None:
                 spill.close()
-        return self._finish(code, cell_index, builder, run, time.monotonic() - started, record)
+        spilled = list(spill.paths.values()) if spill is not None else []
+        duration = time.monotonic() - started
+        return self._finish(code, cell_index, builder, run, duration, record, spilled)
 
     async def _restart_after_failure(self, note: str) -> None:
         self._generation += 1
@@ -636,6 +640,7 @@ class AsyncSession:
         run: CellRun,
         duration: float,
         record: bool,
+        spilled: list[Path],
     ) -> Execution:
         """Turn a finished run into files, a notebook cell and the caller's Execution."""
         assert self._store is not None
@@ -659,7 +664,7 @@ class AsyncSession:
             error = _error_from(outputs)
 
         results: list[Result] = []
-        saved: list[Path] = []
+        saved: list[Path] = list(spilled)  # full text of truncated streams
         for number, output in enumerate(
             (o for o in outputs if o["output_type"] in ("display_data", "execute_result")), start=1
         ):

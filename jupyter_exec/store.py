@@ -167,13 +167,22 @@ class WorkDirTracker:
 
     Each ``changes()`` call scans once and compares with the previous scan, so
     a session pays one scan per execution. Hidden files, the session's own
-    notebook and bulky folders are ignored; the scan stops after
-    ``max_entries`` files so a huge data folder cannot slow every cell.
+    notebook and bulky folders are ignored, and ``skip_dirs`` are not entered
+    (the session's own ``<name>_files``: it knows what it wrote there, and
+    that folder grows with every cell); the scan stops after ``max_entries``
+    files so a huge data folder cannot slow every cell.
     """
 
-    def __init__(self, root: Path, ignore: Iterable[Path] = (), max_entries: int = 20_000) -> None:
+    def __init__(
+        self,
+        root: Path,
+        ignore: Iterable[Path] = (),
+        max_entries: int = 20_000,
+        skip_dirs: Iterable[Path] = (),
+    ) -> None:
         self.root = root.resolve()
         self.ignore = {p.resolve() for p in ignore}
+        self.skip_dirs = {str(p.resolve()) for p in skip_dirs}
         self.max_entries = max_entries
         self._last: Snapshot = self.scan()
 
@@ -194,7 +203,7 @@ class WorkDirTracker:
                         continue
                     try:
                         if entry.is_dir(follow_symlinks=False):
-                            if entry.name not in _SKIP_DIRS:
+                            if entry.name not in _SKIP_DIRS and entry.path not in self.skip_dirs:
                                 stack.append(entry.path)
                         elif entry.is_file(follow_symlinks=False):
                             st = entry.stat(follow_symlinks=False)

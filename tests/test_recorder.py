@@ -180,13 +180,17 @@ def test_failed_write_leaves_the_previous_file_valid(
     path = tmp_path / "s.ipynb"
     rec = _recorder_with_two_cells(path)
     before = path.read_bytes()
-    real_write = os.write
+    real_writev = os.writev
+    calls: list[int] = []
 
-    def half_then_full(fd: int, data: Any) -> int:
-        real_write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def half_then_full(fd: int, buffers: Any) -> int:
+        if calls:  # the disk is full now
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        calls.append(fd)
+        data = b"".join(bytes(b) for b in buffers)
+        return real_writev(fd, [data[: len(data) // 2]])  # a short write, then ENOSPC
 
-    monkeypatch.setattr(recorder_module.os, "write", half_then_full)
+    monkeypatch.setattr(recorder_module.os, "writev", half_then_full)
     with pytest.raises(NotebookError) as info:
         rec.append(code_cell(3))
     message = str(info.value)
