@@ -10,6 +10,7 @@ ours, once.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import queue
 import shutil
@@ -346,10 +347,19 @@ async def start_kernel(
 
 
 async def attach_kernel(km: AsyncKernelManager, startup_timeout: float = 60.0) -> KernelHandle:
-    """Connect to a kernel someone else started (e.g. a Jupyter server's kernel manager)."""
+    """Connect to a kernel someone else started (a Jupyter server's, a gateway's, a pool's)."""
     kc = km.client()
-    kc.start_channels()
-    handle = KernelHandle(km=km, kc=kc, spec=km.kernel_spec)
+    # Typed as returning None, but a gateway client's is a coroutine.
+    started: Any = getattr(kc, "start_channels")()  # noqa: B009
+    if inspect.isawaitable(started):  # a gateway client opens its websocket here
+        await started
+    try:
+        spec = km.kernel_spec
+        if inspect.isawaitable(spec):
+            spec = await spec
+    except Exception:  # e.g. a gateway's kernelspec unknown here: it is only informative
+        spec = None
+    handle = KernelHandle(km=km, kc=kc, spec=spec)
     try:
         await handle.wait_ready(startup_timeout)
     except BaseException:

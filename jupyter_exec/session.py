@@ -133,6 +133,9 @@ class AsyncSession:
         (default ``False``: its owner does).
     """
 
+    recorder_class: type[NotebookRecorder] = NotebookRecorder
+    """What records the notebook; the server extension's subclass merges with a person's edits."""
+
     def __init__(
         self,
         work_dir: str | os.PathLike[str] | None = None,
@@ -319,7 +322,7 @@ class AsyncSession:
                 await self.close()
                 raise
         elif self._notebook_path is not None:
-            self._recorder = NotebookRecorder(self._notebook_path, self._notebook_metadata())
+            self._recorder = self.recorder_class(self._notebook_path, self._notebook_metadata())
             self._recorder.save()
         log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
         return self
@@ -380,7 +383,7 @@ class AsyncSession:
         entry.update(cells_rerun=len(code_cells), failed=failed)
         history["resumed"] = [*history.get("resumed", []), entry]
         metadata["jupyter_exec"] = history
-        self._recorder = NotebookRecorder(self._notebook_path, metadata, cells)
+        self._recorder = self.recorder_class(self._notebook_path, metadata, cells)
         self._recorder.save()
         self._restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
         if failed:

@@ -1,0 +1,75 @@
+"""Paths seen through the server: API paths under the server root, never outside it.
+
+Clients name folders the way Jupyter's contents API does: ``/``-separated and
+relative to the server root (``ServerApp.root_dir``). Every such path is
+resolved here, once, with symlinks followed, and refused unless it stays
+inside the root; hidden components are refused too (unless the contents
+manager allows hidden files), because Jupyter's own file handler would not
+serve anything inside them. Output files are handed back as URLs of that
+handler (``/files/...``), so reading them goes through Jupyter's
+authentication like every other request.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from urllib.parse import quote
+
+from jupyter_exec.exceptions import WorkDirError
+
+__all__ = ["ServerRoot"]
+
+
+class ServerRoot:
+    """Maps between API paths (``"a/b"``), absolute paths and ``/files/`` URLs."""
+
+    def __init__(
+        self, root_dir: str | os.PathLike[str], base_url: str = "/", *, allow_hidden: bool = False
+    ) -> None:
+        self.root = Path(os.path.realpath(root_dir))
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self.allow_hidden = allow_hidden
+
+    def resolve(self, api_path: str) -> Path:
+        """The absolute path for ``api_path``; raises :class:`WorkDirError` if it escapes the root.
+
+        ``""`` is the root itself. Absolute paths, ``..``, backslashes and
+        NUL bytes are refused outright rather than normalised, so a client
+        never gets a different folder from the one it named.
+        """
+        if not isinstance(api_path, str):
+            raise WorkDirError("a path must be a string")
+        if "\x00" in api_path or "\\" in api_path:
+            raise WorkDirError(f"invalid path {api_path!r}")
+        pure = PurePosixPath(api_path.strip("/")) if api_path.strip("/") else PurePosixPath()
+        if api_path.startswith("/") or api_path.startswith("~"):
+            raise WorkDirError(
+                f"{api_path!r}: give a path relative to the server root, not an absolute one"
+            )
+        for part in pure.parts:
+            if part == "..":
+                raise WorkDirError(f"{api_path!r} would leave the server root")
+            if part.startswith(".") and not self.allow_hidden:
+                raise WorkDirError(
+                    f"{api_path!r} has a hidden component ({part!r}); Jupyter does not serve those"
+                )
+        path = Path(os.path.realpath(self.root.joinpath(*pure.parts)))
+        if not self.contains(path):
+            raise WorkDirError(f"{api_path!r} leads outside the server root (through a symlink)")
+        return path
+
+    def contains(self, path: Path) -> bool:
+        real = Path(os.path.realpath(path))
+        return real == self.root or self.root in real.parents
+
+    def api_path(self, path: Path) -> str:
+        """The API path of ``path`` (which must be inside the root)."""
+        real = Path(os.path.realpath(path))
+        if not self.contains(real):
+            raise WorkDirError(f"{path} is outside the server root")
+        return real.relative_to(self.root).as_posix() if real != self.root else ""
+
+    def files_url(self, path: Path) -> str:
+        """The server-relative URL at which Jupyter's file handler serves ``path``."""
+        return f"{self.base_url}files/{quote(self.api_path(path))}"

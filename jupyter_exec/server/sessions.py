@@ -1,0 +1,449 @@
+"""The extension's sessions: AsyncSessions on kernels owned by the Jupyter server.
+
+Everything the REST handlers do goes through :class:`ServerSessions`, which
+knows nothing of HTTP: it raises jupyter-exec's exceptions, and the handlers
+translate them into status codes in one place.
+
+Creating a session, step by step::
+
+    work dir (API path) ──► ServerRoot.resolve: inside the server root, or WorkDirError
+    kernel_manager.start_kernel(kernel_name, path)   the server's own kernel: /api/kernels,
+                                                     JupyterLab's running panel, culling, gateway
+    AsyncSession(kernel_manager=km)                  connects, records <work_dir>/<name>.ipynb
+    session_manager.create_session(path, kernel_id)  a Jupyter session binds the notebook to the
+                                                     kernel: opening it in JupyterLab joins it
+
+The kernel belongs to the server: deleting a session shuts it down through the
+server's managers; stopping the extension only disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+
+from jupyter_exec.exceptions import (
+    JupyterExecError,
+    KernelNotAliveError,
+    KernelStartError,
+    NotebookError,
+    SessionNotFound,
+)
+from jupyter_exec.models import Execution
+from jupyter_exec.server.paths import ServerRoot
+from jupyter_exec.server.recorder import MergingRecorder
+from jupyter_exec.session import AsyncSession, Backend, OutputCallback
+
+__all__ = [
+    "InvalidRequest",
+    "ServerSession",
+    "ServerSessions",
+    "SessionConflict",
+    "SessionLimitReached",
+]
+
+log = logging.getLogger("jupyter_exec.server")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class InvalidRequest(JupyterExecError, ValueError):
+    """A request the extension cannot act on as given (a bad field, an unknown kernelspec)."""
+
+
+class SessionConflict(JupyterExecError):
+    """The session's name or notebook is already taken."""
+
+
+class SessionLimitReached(JupyterExecError):
+    """``JupyterExecApp.max_sessions`` sessions are running already."""
+
+
+class _ServerAsyncSession(AsyncSession):
+    """An AsyncSession whose notebook merges with a person's edits (see ``recorder.py``)."""
+
+    recorder_class = MergingRecorder
+
+    @property
+    def recorder(self) -> MergingRecorder | None:
+        recorder = self._recorder
+        return recorder if isinstance(recorder, MergingRecorder) else None
+
+
+@dataclass
+class ServerSession:
+    """One session of the extension: the AsyncSession plus where the server knows it."""
+
+    id: str
+    session: _ServerAsyncSession
+    backend: Backend
+    kernel_name: str
+    kernel_id: str
+    work_dir: Path
+    created: str
+    jupyter_session_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.session.name
+
+    @property
+    def notebook(self) -> Path:
+        path = self.session.notebook_path
+        assert path is not None  # the extension always records
+        return path
+
+
+class ServerSessions:
+    """The sessions of one Jupyter server, keyed by id.
+
+    ``serverapp`` supplies the managers (kernel, session, contents) and the
+    root; the remaining arguments are the extension's configuration.
+    """
+
+    def __init__(
+        self,
+        serverapp: Any,
+        *,
+        default_work_dir: str,
+        kernel_names: dict[str, str],
+        timeout: float | None,
+        max_sessions: int,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.serverapp = serverapp
+        self.root = ServerRoot(
+            serverapp.root_dir,
+            serverapp.base_url,
+            allow_hidden=bool(getattr(serverapp.contents_manager, "allow_hidden", False)),
+        )
+        self.default_work_dir = default_work_dir
+        self.kernel_names = dict(kernel_names)
+        self.timeout = timeout
+        self.max_sessions = max_sessions
+        self.startup_timeout = startup_timeout
+        self._sessions: dict[str, ServerSession] = {}
+        self._reserved: set[Path] = set()  # notebooks of sessions being created
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- lookup ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def list(self) -> list[ServerSession]:
+        return list(self._sessions.values())
+
+    def get(self, session_id: str) -> ServerSession:
+        """The session ``session_id``; raises :class:`SessionNotFound` if there is none."""
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(f"no session with id {session_id!r}") from None
+
+    def live(self, session_id: str) -> ServerSession:
+        """The session, if its kernel still exists (a person may shut it down in JupyterLab)."""
+        entry = self.get(session_id)
+        if entry.kernel_id not in self.serverapp.kernel_manager:
+            raise KernelNotAliveError(
+                f"the kernel of session {session_id!r} was shut down outside this API "
+                "(e.g. from JupyterLab); delete the session and create a new one"
+            )
+        return entry
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        work_dir: str | None = None,
+        name: str | None = None,
+        backend: Backend = "local",
+        kernel_name: str | None = None,
+        timeout: float | None = None,
+    ) -> ServerSession:
+        """Start a kernel on the server, attach a recording session, bind its notebook."""
+        if backend not in self.kernel_names:
+            raise InvalidRequest(
+                f"unknown backend {backend!r}: use one of {', '.join(sorted(self.kernel_names))}"
+            )
+        if name is not None and not _NAME_RE.match(name):
+            raise InvalidRequest(
+                f"invalid session name {name!r}: letters, digits, '.', '_' and '-' (max 100), "
+                "starting with a letter or digit"
+            )
+        if self.max_sessions and len(self._sessions) + len(self._reserved) >= self.max_sessions:
+            raise SessionLimitReached(
+                f"{self.max_sessions} sessions are running (JupyterExecApp.max_sessions); "
+                "delete one first"
+            )
+        kernel_name = kernel_name or self.kernel_names[backend]
+        await self._check_kernelspec(kernel_name)
+        folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
+        if folder.exists() and not folder.is_dir():
+            raise InvalidRequest(f"work_dir {self.root.api_path(folder)!r} is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        name = self._reserve(folder, name)
+        notebook = folder / f"{name}.ipynb"
+        try:
+            return await self._start(folder, name, backend, kernel_name, timeout)
+        finally:
+            self._reserved.discard(notebook)
+
+    async def _start(
+        self, folder: Path, name: str, backend: Backend, kernel_name: str, timeout: float | None
+    ) -> ServerSession:
+        kernel_manager = self.serverapp.kernel_manager
+        notebook = folder / f"{name}.ipynb"
+        notebook_api = self.root.api_path(notebook)
+        env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
+        try:
+            kernel_id = await ensure_async(
+                kernel_manager.start_kernel(
+                    kernel_name=kernel_name, path=self.root.api_path(folder), env=env
+                )
+            )
+        except JupyterExecError:
+            raise
+        except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
+            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+        session = _ServerAsyncSession(
+            work_dir=folder,
+            name=name,
+            kernel_name=kernel_name,
+            backend=backend,
+            timeout=self.timeout if timeout is None else timeout,
+            startup_timeout=self.startup_timeout,
+            kernel_manager=kernel_manager.get_kernel(kernel_id),
+        )
+        try:
+            await session.start()
+            model = await self.serverapp.session_manager.create_session(
+                path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
+            )
+        except BaseException:
+            await session.close()
+            await self._shutdown_kernel(kernel_id)
+            raise
+        entry = ServerSession(
+            id=uuid.uuid4().hex,
+            session=session,
+            backend=backend,
+            kernel_name=kernel_name,
+            kernel_id=kernel_id,
+            work_dir=folder,
+            created=datetime.now(timezone.utc).isoformat(),
+            jupyter_session_id=model.get("id"),
+        )
+        self._sessions[entry.id] = entry
+        log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
+        return entry
+
+    async def _check_kernelspec(self, kernel_name: str) -> None:
+        specs = await ensure_async(self.serverapp.kernel_spec_manager.get_all_specs())
+        if kernel_name not in specs:
+            hint = (
+                "; install jupyter-exec's kernelspecs with `jupyter-exec kernels install`"
+                if kernel_name == self.kernel_names.get("docker")
+                else ""
+            )
+            raise InvalidRequest(
+                f"no kernelspec named {kernel_name!r} on this server "
+                f"(available: {', '.join(sorted(specs)) or 'none'}){hint}"
+            )
+
+    def _reserve(self, folder: Path, name: str | None) -> str:
+        """A session name whose notebook does not exist yet, reserved until the session starts."""
+        taken = {e.notebook for e in self._sessions.values()} | self._reserved
+
+        def free(candidate: str) -> bool:
+            path = folder / f"{candidate}.ipynb"
+            return path not in taken and not path.exists()
+
+        if name is not None:
+            if not free(name):
+                raise SessionConflict(
+                    f"{self.root.api_path(folder / f'{name}.ipynb')!r} exists already; "
+                    "choose another name or work_dir"
+                )
+        else:
+            base = datetime.now().strftime("session-%Y%m%d-%H%M%S")
+            name, n = base, 1
+            while not free(name):
+                n += 1
+                name = f"{base}-{n}"
+        self._reserved.add(folder / f"{name}.ipynb")
+        return name
+
+    async def delete(self, session_id: str) -> None:
+        """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
+        entry = self.get(session_id)
+        del self._sessions[session_id]
+        await entry.session.close()
+        sessions = await self.serverapp.session_manager.list_sessions()
+        bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
+        for jupyter_session_id in bound:  # shuts the kernel down too
+            await self.serverapp.session_manager.delete_session(jupyter_session_id)
+        await self._shutdown_kernel(entry.kernel_id)
+
+    async def _shutdown_kernel(self, kernel_id: str) -> None:
+        kernel_manager = self.serverapp.kernel_manager
+        if kernel_id in kernel_manager:
+            try:
+                await ensure_async(kernel_manager.shutdown_kernel(kernel_id))
+            except Exception:  # gone meanwhile, or a gateway that already dropped it
+                log.warning("could not shut down kernel %s", kernel_id, exc_info=True)
+
+    async def close(self) -> None:
+        """Disconnect every session (the server shuts its kernels down itself)."""
+        for task in list(self._background):
+            task.cancel()
+        entries, self._sessions = list(self._sessions.values()), {}
+        for entry in entries:
+            await entry.session.close()
+
+    # -- work --------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        session_id: str,
+        code: str,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> tuple[ServerSession, Execution]:
+        entry = self.live(session_id)
+        return entry, await entry.session.execute(code, timeout=timeout, on_output=on_output)
+
+    def execute_in_background(
+        self,
+        session_id: str,
+        code: str,
+        timeout: float | None,
+        on_output: OutputCallback,
+    ) -> asyncio.Task[tuple[ServerSession, Execution]]:
+        """Start an execution that runs to the end (and is recorded) even if nobody waits for it."""
+        self.live(session_id)
+        task = asyncio.ensure_future(self.execute(session_id, code, timeout, on_output))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def interrupt(self, session_id: str) -> None:
+        await self.live(session_id).session.interrupt()
+
+    async def restart(self, session_id: str) -> ServerSession:
+        entry = self.live(session_id)
+        await entry.session.restart()
+        return entry
+
+    async def replay(
+        self,
+        notebook: str,
+        *,
+        until: int | None = None,
+        timeout: float | None = None,
+        kernel_name: str | None = None,
+    ) -> dict[str, Any]:
+        """Re-run a notebook under the root on a fresh server kernel; the report as JSON.
+
+        The kernel comes from the server's kernel manager (so it is visible, and
+        runs on the gateway if there is one) and is shut down afterwards. The
+        replay is recorded beside the notebook as ``<stem>.replayed.ipynb``.
+        """
+        from jupyter_exec.replay import replay_async  # imported on use: it is a big module
+
+        path = self.root.resolve(notebook)
+        if path.suffix != ".ipynb" or not path.is_file():
+            raise InvalidRequest(f"no notebook at {notebook!r} (an .ipynb file under the root)")
+        if until is not None and until < 0:
+            raise InvalidRequest(f"'until' must be 0 or more, not {until}")
+        kernel_name = kernel_name or self._recorded_kernel(path) or self.kernel_names["local"]
+        await self._check_kernelspec(kernel_name)
+        kernel_manager = self.serverapp.kernel_manager
+        try:
+            kernel_id = await ensure_async(
+                kernel_manager.start_kernel(
+                    kernel_name=kernel_name, path=self.root.api_path(path.parent)
+                )
+            )
+        except Exception as exc:  # as in _start: assorted types from jupyter_client/gateways
+            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+        try:
+            report = await replay_async(
+                path,
+                until=until,
+                timeout=self.timeout if timeout is None else timeout,
+                kernel_name=kernel_name,
+                kernel_manager=kernel_manager.get_kernel(kernel_id),
+                startup_timeout=self.startup_timeout,
+            )
+        except NotebookError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        finally:
+            await self._shutdown_kernel(kernel_id)
+        data = report.to_dict()
+        data["notebook"] = self._file(report.notebook)
+        data["output"] = None if report.output is None else self._file(report.output)
+        data["work_dir"] = None if report.work_dir is None else self.root.api_path(report.work_dir)
+        return data
+
+    def _recorded_kernel(self, path: Path) -> str | None:
+        """The kernelspec named in the notebook's metadata, if any."""
+        try:
+            name = json.loads(path.read_text(encoding="utf-8"))["metadata"]["kernelspec"]["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return name if isinstance(name, str) and name else None
+
+    def notebook_saved(self, api_path: str) -> None:
+        """The server saved ``api_path`` (someone edited it): put back agent cells it lacks."""
+        try:
+            path = self.root.resolve(api_path)
+        except JupyterExecError:
+            return
+        for entry in self._sessions.values():
+            recorder = entry.session.recorder
+            if recorder is not None and entry.notebook == path and recorder.resync():
+                log.info("jupyter-exec: restored agent cells in %s after a save", api_path)
+
+    # -- views -------------------------------------------------------------------------
+
+    def model(self, entry: ServerSession) -> dict[str, Any]:
+        """The JSON model of a session (the ``Session`` schema of the OpenAPI spec)."""
+        notebook_api = self.root.api_path(entry.notebook)
+        return {
+            "id": entry.id,
+            "name": entry.name,
+            "backend": entry.backend,
+            "kernel": {
+                "id": entry.kernel_id,
+                "name": entry.kernel_name,
+                "alive": entry.kernel_id in self.serverapp.kernel_manager,
+            },
+            "work_dir": self.root.api_path(entry.work_dir),
+            "notebook": {"path": notebook_api, "url": self.root.files_url(entry.notebook)},
+            "jupyter_session_id": entry.jupyter_session_id,
+            "created": entry.created,
+            "cells": len(recorder) if (recorder := entry.session.recorder) is not None else 0,
+        }
+
+    def execution_model(self, execution: Execution) -> dict[str, Any]:
+        """An Execution as JSON, with every file as its API path and ``/files/`` URL."""
+        data = execution.to_dict()
+        data["files"] = [self._file(p) for p in execution.files]
+        for result, out in zip(execution.results, data["results"], strict=True):
+            out["files"] = {mime: self._file(path) for mime, path in result.files.items()}
+        return data
+
+    def _file(self, path: Path) -> dict[str, str]:
+        return {"path": self.root.api_path(path), "url": self.root.files_url(path)}

@@ -1,0 +1,175 @@
+"""Helpers shared by the server tests (a module of its own: conftest modules are not importable)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENABLE_FILE = (
+    Path(__file__).parents[2] / "server_extension" / "jupyter_server_config.d" / "jupyter_exec.json"
+)
+SPEC = Path(__file__).parents[2] / "server_extension" / "openapi.yaml"
+
+
+def spec_operations() -> set[tuple[str, str]]:
+    spec = yaml.safe_load(SPEC.read_text())
+    methods = {"get", "post", "put", "patch", "delete"}
+    return {
+        (path, method.upper())
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in methods
+    }
+
+
+def served_operations(serverapp: Any) -> set[tuple[str, str]]:
+    """(OpenAPI-style path, method) for every /api/exec route in the running web app."""
+    base = serverapp.base_url.rstrip("/")
+    found = set()
+
+    def walk(rules: list[Any]) -> None:
+        for rule in rules:
+            if hasattr(rule.target, "rules"):  # a nested router (one per host pattern)
+                walk(rule.target.rules)
+                continue
+            pattern = getattr(rule.matcher, "regex", None)
+            if pattern is None or "/api/exec" not in pattern.pattern:
+                continue
+            path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern.pattern.rstrip("$"))
+            path = path.replace("\\", "").removeprefix(base)
+            for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+                if method.lower() in vars(rule.target):
+                    found.add((path, method))
+
+    walk(serverapp.web_app.default_router.rules)
+    return found
+
+
+def call_path(path: str) -> str:
+    return path.replace("{session_id}", "0" * 32)
+
+
+def tiny_png(width: int = 3, height: int = 2) -> bytes:
+    """A valid RGB PNG made here, so tests need no image library."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class JupyterProcess:
+    """A real ``jupyter server`` / ``jupyter lab`` subprocess, isolated under ``workdir``.
+
+    Its own config, runtime, data and IPython dirs (nothing leaks from ``~/.jupyter``),
+    a known token, loopback only; stopped (by its pid) on exit, log kept in ``workdir``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        app: str = "server",
+        python: Path | None = None,
+        token: str = "test-token",
+        env: dict[str, str] | None = None,
+        enable_extension: bool = True,
+    ) -> None:
+        import sys
+
+        self.workdir = workdir
+        self.token = token
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.root = workdir / "root"
+        self.log = workdir / f"{app}.log"
+        python = python or Path(sys.executable)
+        self.argv = [
+            str(python), "-m", "jupyterlab" if app == "lab" else "jupyter_server",
+            "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+            "--allow-root", f"--ServerApp.root_dir={self.root}", *args,
+        ]  # fmt: skip
+        self.env = {
+            **os.environ,
+            "JUPYTER_CONFIG_DIR": str(workdir / "config"),
+            "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
+            "JUPYTER_DATA_DIR": str(workdir / "data"),
+            "IPYTHONDIR": str(workdir / "ipython"),
+            **(env or {}),
+        }
+        self.enable_extension = enable_extension
+        self.proc: Any = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    def __enter__(self) -> JupyterProcess:
+        import subprocess
+
+        for sub in ("root", "config", "runtime", "data", "ipython"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        if self.enable_extension:  # the file pip installs into etc/jupyter, used as shipped
+            target = self.workdir / "config" / "jupyter_server_config.d"
+            target.mkdir(exist_ok=True)
+            (target / ENABLE_FILE.name).write_bytes(ENABLE_FILE.read_bytes())
+        self._log = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        import time
+
+        import requests
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.argv[2]} exited: see {self.log}\n{self.tail()}")
+            try:
+                if requests.get(f"{self.url}/api/status", headers=self.headers, timeout=2).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"no answer from {self.url} within {timeout:g} s\n{self.tail()}")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def __exit__(self, *exc: object) -> None:
+        import subprocess
+
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
