@@ -1,0 +1,161 @@
+"""Replay against nbclient: the per-cell cost of re-running a notebook *and* checking it.
+
+nbclient executes a notebook; ``jupyter_exec.replay`` executes it, records
+the replay as a notebook (files for rich outputs, an atomic save per cell)
+and compares every cell with its record. Both run the same notebook in the
+same process, alternating, so machine drift hits both alike.
+
+Per cell is the steady state, without kernel start and stop (whose noise is
+larger than a cell's cost): the time between the first and the last cell's
+completion hook (our ``on_cell``, nbclient's ``on_cell_executed``), divided by
+the cells in between. Totals (with kernel start) are reported as well.
+
+``python -m benchmarks.replay_cases [--quick]``
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from benchmarks.core import Config, Row, case
+from jupyter_exec.replay import replay
+
+__all__ = ["replay_overhead"]
+
+RowTuple = tuple[str, float, float, str]
+
+_CELLS: dict[str, tuple[str, Callable[[int], str], str]] = {
+    "trivial": ("", lambda i: f"x{i} = {i} * 2\nprint(x{i})", "an assignment and a print"),
+    "rich": (
+        "from IPython.display import HTML, display\nfrom PIL import Image",
+        lambda i: (
+            f"print('cell {i}')\n"
+            f"display(HTML('<b>{i}</b>'))\n"
+            f"Image.new('RGB', (64, 48), ({i % 256}, 90, 160))"
+        ),
+        "a print, an HTML display and a 64x48 PNG+JPEG image",
+    ),
+}
+
+
+def _notebook(kind: str, cells: int) -> nbformat.NotebookNode:
+    setup, make, _ = _CELLS[kind]
+    sources = ([setup] if setup else []) + [make(i) for i in range(cells)]
+    nb: nbformat.NotebookNode = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    return nb
+
+
+Timing = tuple[float, float]
+"""(total seconds, seconds per cell in the steady state)."""
+
+
+def _per_cell(marks: list[float]) -> float:
+    return (marks[-1] - marks[0]) / (len(marks) - 1)
+
+
+def _nbclient_run(nb: nbformat.NotebookNode, cwd: Path) -> Timing:
+    marks: list[float] = []
+    client = NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+        on_cell_executed=lambda **_: marks.append(time.perf_counter()),
+    )
+    start = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - start, _per_cell(marks)
+
+
+def _ours_run(path: Path, cwd: Path) -> Timing:
+    marks: list[float] = []
+    start = time.perf_counter()
+    report = replay(
+        path,
+        work_dir=cwd,
+        output=cwd / "replayed.ipynb",
+        timeout=600,
+        on_cell=lambda _: marks.append(time.perf_counter()),
+    )
+    elapsed = time.perf_counter() - start
+    if not report.reproduced:  # a fast wrong answer is no result
+        raise RuntimeError(f"benchmark notebook did not reproduce: {report.summary()}")
+    return elapsed, _per_cell(marks)
+
+
+def _measure(kind: str, cells: int, repeats: int, root: Path) -> tuple[list[Timing], list[Timing]]:
+    recorded = _notebook(kind, cells)
+    _nbclient_run(recorded, root)  # the record to compare against (and a warm-up)
+    path = root / f"{kind}-{cells}.ipynb"
+    nbformat.write(recorded, path)
+    ours: list[Timing] = []
+    theirs: list[Timing] = []
+    for i in range(repeats):
+        print(f"replay bench: {kind} x{cells}, repeat {i + 1}/{repeats}", file=sys.stderr)
+        scratch = Path(tempfile.mkdtemp(dir=root))
+        first_ours = i % 2 == 0
+        for which in ("ours", "nbclient") if first_ours else ("nbclient", "ours"):
+            if which == "ours":
+                ours.append(_ours_run(path, scratch))
+            else:
+                theirs.append(_nbclient_run(nbformat.read(path, as_version=4), scratch))
+    return ours, theirs
+
+
+def replay_overhead(quick: bool = False) -> list[RowTuple]:
+    """Rows ``(case, ours_seconds, nbclient_seconds, notes)``: per cell and total, per notebook."""
+    cells, repeats = (20, 2) if quick else (100, 5)
+    med = statistics.median
+    rows: list[RowTuple] = []
+    with tempfile.TemporaryDirectory(prefix="jx-replay-bench-") as tmp:
+        for kind, (_, _, what) in _CELLS.items():
+            ours, theirs = _measure(kind, cells, repeats, Path(tmp))
+            rows.append(
+                (
+                    f"replay {kind} cells: per cell (median)",
+                    med(t[1] for t in ours),
+                    med(t[1] for t in theirs),
+                    f"n={repeats} runs of {cells} cells, each {what}; steady state, "
+                    "no kernel start; ours also records, saves output files and compares",
+                )
+            )
+            rows.append(
+                (
+                    f"replay {kind} cells: {cells}-cell notebook total (median)",
+                    med(t[0] for t in ours),
+                    med(t[0] for t in theirs),
+                    f"n={repeats}; incl. reading, kernel start and shutdown",
+                )
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    for row in replay_overhead(quick="--quick" in sys.argv):
+        name, ours, theirs, notes = row
+        print(f"{name:48} ours {ours * 1000:8.1f} ms  nbclient {theirs * 1000:8.1f} ms  {notes}")
+
+
+@case("replay")
+def replay_case(cfg: Config) -> list[Row]:
+    """Replay of a notebook vs nbclient executing the same notebook (per cell and in total)."""
+    rows = []
+    for name, ours, theirs, notes in replay_overhead(quick=cfg.quick):
+        per_cell = "per cell" in name
+        scale, unit = (1000.0, "ms") if per_cell else (1.0, "s")
+        rows.append(Row(name, ours * scale, theirs * scale, unit, f"floor = nbclient; {notes}"))
+    return rows
