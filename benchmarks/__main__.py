@@ -14,7 +14,11 @@ from pathlib import Path
 import benchmarks.cases
 import benchmarks.docker_cases
 import benchmarks.replay_cases
-from benchmarks.core import CASES, Case, Config, Row, machine_info, progress, render_table
+from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
+from benchmarks.scale_cases import SCALE_CASES
+
+for _name, _func in SCALE_CASES:
+    case(_name)(_func)
 
 # Imported for their @case registrations, in table order.
 _ = (benchmarks.cases, benchmarks.docker_cases, benchmarks.replay_cases)

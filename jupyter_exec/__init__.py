@@ -17,9 +17,11 @@ from jupyter_exec.exceptions import (
     KernelStartError,
     NotebookError,
     SessionClosedError,
+    SessionLimitError,
     SessionNotFound,
     WorkDirError,
 )
+from jupyter_exec.manager import AsyncSessionManager, SessionInfo, SessionManager
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
 from jupyter_exec.replay import CellResult, ReplayReport, replay, replay_async
 from jupyter_exec.session import AsyncSession
@@ -27,6 +29,7 @@ from jupyter_exec.sync import Session
 
 __all__ = [
     "AsyncSession",
+    "AsyncSessionManager",
     "BackendError",
     "CellError",
     "CellResult",
@@ -46,6 +49,9 @@ __all__ = [
     "ScriptResult",
     "Session",
     "SessionClosedError",
+    "SessionInfo",
+    "SessionLimitError",
+    "SessionManager",
     "SessionNotFound",
     "WorkDirError",
     "__version__",

@@ -13,6 +13,7 @@ opt-in ``Execution.raise_for_error()``::
     ├── ExecutionTimeout              (also a TimeoutError) the code ran past its timeout
     ├── SessionClosedError            the session was used after close()
     ├── SessionNotFound               no session by that name / id
+    ├── SessionLimitError             a session manager's limit forbids another session
     ├── NotebookError                 a notebook could not be read, validated or written
     ├── WorkDirError                  a path would escape the work dir, or the work dir is unusable
     └── BackendError                  a kernel backend failed outside the kernel itself
@@ -44,6 +45,7 @@ __all__ = [
     "KernelStartError",
     "NotebookError",
     "SessionClosedError",
+    "SessionLimitError",
     "SessionNotFound",
     "WorkDirError",
 ]
@@ -107,6 +109,10 @@ class SessionNotFound(JupyterExecError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class SessionLimitError(JupyterExecError):
+    """A session manager's limit (``max_sessions``, ``max_sessions_per_backend``) is reached."""
 
 
 class NotebookError(JupyterExecError):

@@ -18,6 +18,7 @@ trusted code. Use the Docker backend for anything else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -192,6 +193,7 @@ class AsyncSession:
         self._tracker: WorkDirTracker | None = None
         self._lock = asyncio.Lock()
         self._cells_run = 0
+        self._last_activity = time.monotonic()
         self._scripts_run = 0
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
@@ -237,6 +239,21 @@ class AsyncSession:
         if process is not None:
             return process.poll() is None
         return bool(self._kernel.km.has_kernel)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """Whether an execution is running or queued on this session."""
+        return self._lock.locked()
+
+    @property
+    def last_activity(self) -> float:
+        """``time.monotonic()`` when the last execution ended (or the session started)."""
+        return self._last_activity
 
     async def check_alive(self) -> bool:
         """Ask the backend whether the kernel is alive (accurate for every backend)."""
@@ -299,7 +316,7 @@ class AsyncSession:
             from jupyter_exec.remote import start_remote_kernel
 
             self._external_km = await start_remote_kernel(
-                self.url or "", self.token, self.kernel_name, self.startup_timeout
+                self.url or "", self.token, self.kernel_name, self.startup_timeout, env=self.env
             )
         if self._external_km is not None:
             self._kernel = await attach_kernel(self._external_km, self.startup_timeout)
@@ -593,9 +610,17 @@ class AsyncSession:
         self._live_kernel()
         async with self._lock:
             kernel = self._live_kernel()
-            return await self._execute(
-                kernel, code, self.timeout if timeout is None else timeout, on_output
-            )
+            try:
+                return await self._execute(
+                    kernel, code, self.timeout if timeout is None else timeout, on_output
+                )
+            except asyncio.CancelledError:
+                # The caller gave up: stop the cell too, so the next one does not wait behind it.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(interrupt_kernel(kernel))
+                raise
+            finally:
+                self._last_activity = time.monotonic()
 
     async def _execute(
         self,

@@ -137,6 +137,17 @@ class Session:
             self.start()
 
     @classmethod
+    def from_async(cls, session: AsyncSession) -> Session:
+        """The blocking face of an ``AsyncSession`` already running on jupyter-exec's loop.
+
+        (The session must live on the loop :class:`Session` uses; a session
+        manager's sessions do.)
+        """
+        self = cls.__new__(cls)
+        self._async = session
+        return self
+
+    @classmethod
     def resume(
         cls,
         notebook: str | os.PathLike[str],

@@ -29,6 +29,7 @@ from jupyter_exec import (
 
 PUBLIC = {
     "AsyncSession",
+    "AsyncSessionManager",
     "BackendError",
     "CellError",
     "CellResult",
@@ -48,6 +49,9 @@ PUBLIC = {
     "ScriptResult",
     "Session",
     "SessionClosedError",
+    "SessionInfo",
+    "SessionLimitError",
+    "SessionManager",
     "SessionNotFound",
     "WorkDirError",
     "__version__",

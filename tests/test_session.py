@@ -913,3 +913,18 @@ def test_host_crash_mid_cell_leaves_a_valid_notebook_with_every_completed_cell(
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+async def test_cancelling_a_running_execute_interrupts_the_cell(work_dir: Path) -> None:
+    """A caller that gives up (task cancelled) must not leave the kernel busy behind it."""
+    async with AsyncSession(work_dir=work_dir, notebook=False, timeout=60) as session:
+        await session.execute("x = 41")
+        task = asyncio.create_task(session.execute("import time; time.sleep(30)"))
+        await asyncio.sleep(1.0)  # the cell is running in the kernel
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        started = time.monotonic()
+        execution = await session.execute("x + 1")
+        assert execution.text == "42"  # state kept: interrupted, not restarted
+        assert time.monotonic() - started < 5  # did not wait out the sleep

@@ -1,0 +1,433 @@
+"""Many named sessions under one root dir: warm pools, limits, idle culling, clean shutdown.
+
+::
+
+    AsyncSessionManager(root_dir=..., pool_size=2, max_sessions=20, cull_idle_timeout=600)
+      session("a") ─► exists? return it
+                  ─► limits ─► pool of its kernel options has a warm kernel?
+                        yes: rename <root>/.pool/<m>/<k> ─► <root>/a, attach (one round trip)
+                        no:  start a kernel in <root>/a (and the pool refills meanwhile)
+      culler (background): close sessions idle longer than cull_idle_timeout
+      shutdown / SIGTERM: close every session, stop every pooled kernel
+
+Each session is an ordinary :class:`~jupyter_exec.AsyncSession` with its own
+kernel, its work dir ``<root_dir>/<name>`` and its notebook there. Executions
+on different sessions run concurrently; on one session they queue in order
+(the session's FIFO lock). A name used again after its session was closed gets
+the same work dir (files persist), a fresh kernel, and a new notebook
+``<name>-2.ipynb`` so the old record is kept.
+
+:class:`SessionManager` is the blocking face, on the same private loop thread
+as :class:`~jupyter_exec.Session`. The server extension and the MCP server use
+:class:`AsyncSessionManager` (configurable as ``c.AsyncSessionManager.*``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from traitlets import Bool, Dict, Float, Int, List, Unicode
+from traitlets.config import LoggingConfigurable
+
+from jupyter_exec.exceptions import SessionClosedError, SessionLimitError, SessionNotFound
+from jupyter_exec.manager.entries import Entry, SessionInfo, incarnation
+from jupyter_exec.manager.pool import (
+    POOL_DIR,
+    KernelPool,
+    PoolKey,
+    WarmKernel,
+    discard,
+    follow_rename,
+)
+from jupyter_exec.manager.signals import LoopSigterm
+from jupyter_exec.manager.starter import PooledKernelStarter
+from jupyter_exec.models import Execution
+from jupyter_exec.session import _NAME_RE, AsyncSession, OutputCallback
+
+__all__ = ["AsyncSessionManager", "SessionInfo"]
+
+log = logging.getLogger("jupyter_exec.manager")
+
+
+def _pool_size(options: dict[str, Any], default: int) -> int:
+    return int(options.get("size", default))
+
+
+class AsyncSessionManager(LoggingConfigurable):
+    """Many named :class:`~jupyter_exec.AsyncSession` objects, warm pools, limits and culling.
+
+    Use ``async with AsyncSessionManager(root_dir=...) as m:`` or ``await
+    m.start()`` / ``await m.shutdown()``. Every option is a configurable trait.
+    """
+
+    root_dir = Unicode(
+        "",
+        help="Folder holding one work dir per session (<root_dir>/<name>). "
+        "Empty: a new temporary folder, kept after shutdown.",
+    ).tag(config=True)
+    max_sessions = Int(0, help="Most sessions open at once (0: no limit).").tag(config=True)
+    max_sessions_per_backend = Dict(
+        value_trait=Int(),
+        help='Most sessions open at once per backend, e.g. {"docker": 4} (missing: no limit).',
+    ).tag(config=True)
+    pool_size = Int(
+        0,
+        help="Ready kernels kept per pool (0: no pools). A pool's own 'size' overrides it.",
+    ).tag(config=True)
+    pools = List(
+        Dict(),
+        default_value=[{}],
+        help="Kernel configurations to keep warm: session options (backend, kernel_name, "
+        "python, docker, env, url, token), each optionally with its own 'size'. "
+        "The default, [{}], is the default local kernel.",
+    ).tag(config=True)
+    pool_start_concurrency = Int(
+        2, help="Pooled kernels started at the same time, across all pools."
+    ).tag(config=True)
+    cull_idle_timeout = Float(
+        0.0, help="Close sessions idle for this many seconds (0: never)."
+    ).tag(config=True)
+    cull_interval = Float(30.0, help="Seconds between two looks for idle sessions.").tag(
+        config=True
+    )
+    session_defaults = Dict(
+        help="Default AsyncSession options for every session (timeout, backend, docker...)."
+    ).tag(config=True)
+    handle_sigterm = Bool(
+        False,
+        help="On SIGTERM, close every session, then let the signal take its course. "
+        "Only when the event loop runs in the main thread; leave off inside host apps "
+        "(Jupyter server) that handle signals themselves.",
+    ).tag(config=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._sessions: dict[str, Entry] = {}
+        self._creating: dict[str, tuple[str, asyncio.Future[AsyncSession]]] = {}
+        self._pools: dict[PoolKey, KernelPool] = {}
+        self._root: Path | None = None
+        self._pool_root: Path | None = None
+        self._starts: asyncio.Semaphore | None = None
+        self._starter = PooledKernelStarter()
+        self._culler: asyncio.Task[None] | None = None
+        self._state = "new"  # new -> running -> closing -> closed
+        self._sigterm = LoopSigterm(self.shutdown)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        """The folder holding the sessions' work dirs."""
+        if self._root is None:
+            raise SessionClosedError("the session manager has not been started")
+        return self._root
+
+    async def start(self) -> AsyncSessionManager:
+        """Create the root dir, fill the pools (in the background) and start culling."""
+        if self._state in ("closing", "closed"):
+            raise SessionClosedError("this session manager was shut down; create a new one")
+        if self._state == "running":
+            return self
+        if self.root_dir:
+            self._root = Path(self.root_dir).expanduser().absolute()
+            self._root.mkdir(parents=True, exist_ok=True)
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="jupyter-exec-sessions-"))
+            log.warning("jupyter-exec: sessions in %s (temporary, kept)", self._root)
+        self._pool_root = self._root / POOL_DIR / f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._starts = asyncio.Semaphore(max(1, self.pool_start_concurrency))
+        self._starter = PooledKernelStarter(float(self.session_defaults.get("startup_timeout", 60)))
+        self._state = "running"
+        for options in self.pools:
+            size = _pool_size(options, self.pool_size)
+            if size > 0:
+                self._add_pool({k: v for k, v in options.items() if k != "size"}, size)
+        self._culler = asyncio.create_task(self._cull_loop(), name="jupyter-exec culler")
+        if self.handle_sigterm:
+            self._sigterm.install()
+        return self
+
+    async def shutdown(self) -> None:
+        """Close every session and stop every pooled kernel. Idempotent."""
+        if self._state in ("closing", "closed", "new"):
+            self._state = "closed" if self._state == "new" else self._state
+            return
+        self._state = "closing"
+        if self._culler is not None:
+            self._culler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._culler
+        pending = [future for _, future in self._creating.values()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        names = list(self._sessions)
+        log.info("shutting down %d session(s) and %d pool(s)", len(names), len(self._pools))
+        await asyncio.gather(
+            *(self._close_entry(n, "manager shutdown") for n in names),
+            *(pool.close() for pool in self._pools.values()),
+        )
+        self._pools.clear()
+        if self._pool_root is not None:
+            await asyncio.to_thread(shutil.rmtree, self._pool_root, True)
+            with contextlib.suppress(OSError):  # only if no other manager uses it
+                self._pool_root.parent.rmdir()
+        self._sigterm.remove()
+        self._state = "closed"
+
+    async def __aenter__(self) -> AsyncSessionManager:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            raise SessionClosedError(
+                "the session manager is not running (use `async with` or start())"
+                if self._state == "new"
+                else "the session manager was shut down"
+            )
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def session(self, name: str, **options: Any) -> AsyncSession:
+        """The session called ``name``, started now (with ``options``) if there is none.
+
+        ``options`` are :class:`~jupyter_exec.AsyncSession` options over
+        ``session_defaults`` (except ``work_dir``: it is ``<root_dir>/<name>``).
+        They only matter when the session is created. Raises
+        :class:`~jupyter_exec.SessionLimitError` when a limit forbids a new one.
+        """
+        self._check_running()
+        entry = self._live_entry(name)
+        if entry is not None:
+            entry.last_used = time.monotonic()
+            return entry.session
+        if name in self._creating:
+            return await asyncio.shield(self._creating[name][1])
+        if not _NAME_RE.match(name):
+            raise ValueError(
+                f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
+            )
+        for reserved in ("work_dir", "name"):
+            if reserved in options:
+                raise TypeError(f"{reserved}= is set by the manager (<root_dir>/<name>)")
+        opts = {**self.session_defaults, **options}
+        backend = str(opts.get("backend") or "local")
+        self._check_limits(backend)
+        future: asyncio.Future[AsyncSession] = asyncio.get_running_loop().create_future()
+        self._creating[name] = (backend, future)
+        try:
+            entry = await self._create(name, opts, backend)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning if nobody waits
+            raise
+        finally:
+            del self._creating[name]
+        self._sessions[name] = entry
+        future.set_result(entry.session)
+        return entry.session
+
+    def get(self, name: str) -> AsyncSession:
+        """The open session called ``name``; :class:`~jupyter_exec.SessionNotFound` if none."""
+        entry = self._live_entry(name)
+        if entry is None:
+            raise SessionNotFound(f"no open session named {name!r}")
+        entry.last_used = time.monotonic()
+        return entry.session
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._live_entry(name) is not None
+
+    def __len__(self) -> int:
+        return len(self.list())
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """Every open session, oldest first."""
+        now = time.monotonic()
+        entries = [(n, self._live_entry(n)) for n in builtins.list(self._sessions)]
+        return [entry.info(name, now) for name, entry in entries if entry is not None]
+
+    async def execute(
+        self,
+        name: str,
+        code: str,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run ``code`` in session ``name`` (created with the defaults if there is none)."""
+        session = await self.session(name)
+        try:
+            return await session.execute(code, timeout=timeout, on_output=on_output)
+        finally:
+            entry = self._sessions.get(name)
+            if entry is not None:
+                entry.last_used = time.monotonic()
+
+    async def close(self, name: str) -> None:
+        """Close session ``name`` (its kernel stops; work dir and notebook stay)."""
+        if self._live_entry(name) is None:
+            raise SessionNotFound(f"no open session named {name!r}")
+        await self._close_entry(name, "closed by request")
+
+    def _live_entry(self, name: str) -> Entry | None:
+        entry = self._sessions.get(name)
+        if entry is not None and entry.closed:  # closed directly by its user
+            del self._sessions[name]
+            return None
+        return entry
+
+    async def _close_entry(self, name: str, why: str) -> None:
+        entry = self._sessions.pop(name, None)
+        if entry is None:
+            return
+        log.info("closing session %s (%s)", name, why)
+        try:
+            await entry.session.close()
+        except Exception:
+            log.exception("session %s did not close cleanly", name)
+
+    def _check_limits(self, backend: str) -> None:
+        live = [e.backend for n, e in list(self._sessions.items()) if self._live_entry(n)]
+        active = live + [b for b, _ in self._creating.values()]
+        if self.max_sessions and len(active) >= self.max_sessions:
+            raise SessionLimitError(
+                f"this manager already has {len(active)} sessions (max_sessions="
+                f"{self.max_sessions}); close one (manager.close(name)) or raise the limit"
+            )
+        cap = self.max_sessions_per_backend.get(backend)
+        if cap is not None and active.count(backend) >= cap:
+            raise SessionLimitError(
+                f"this manager already has {active.count(backend)} {backend!r} sessions "
+                f"(max_sessions_per_backend[{backend!r}]={cap}); close one or raise the limit"
+            )
+
+    # -- creating a session ------------------------------------------------------------------
+
+    async def _create(self, name: str, opts: dict[str, Any], backend: str) -> Entry:
+        target = self.root / name
+        session_name = incarnation(target, name, opts)
+        key = PoolKey.of(opts)
+        pool = self._pools.get(key) if key is not None else None
+        if pool is not None and (backend == "remote" or not target.exists()):
+            warm = await pool.take()
+            if warm is not None:
+                session = await self._adopt(warm, target, session_name, opts)
+                if session is not None:
+                    return Entry(session, backend, from_pool=True)
+        session = AsyncSession(work_dir=target, name=session_name, **opts)
+        try:
+            await session.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await session.close()
+            raise
+        return Entry(session, backend, from_pool=False)
+
+    async def _adopt(
+        self, warm: WarmKernel, target: Path, session_name: str, opts: dict[str, Any]
+    ) -> AsyncSession | None:
+        """A session on a pooled kernel, its folder renamed to the session's work dir."""
+        if warm.folder is not None:
+            try:
+                os.rename(warm.folder, target)
+            except OSError as exc:
+                log.warning("cannot move pooled kernel dir to %s (%s); starting fresh", target, exc)
+                await discard(warm)
+                return None
+            follow_rename(warm.km, target)
+        session = AsyncSession(
+            work_dir=target, name=session_name, kernel_manager=warm.km, owns_kernel=True, **opts
+        )
+        try:
+            await session.start()
+        except Exception as exc:
+            log.warning("pooled kernel unusable (%s); starting a fresh one", exc)
+            with contextlib.suppress(Exception):
+                await session.close()
+            with contextlib.suppress(Exception):
+                await warm.km.shutdown_kernel(now=True)
+            return None
+        return session
+
+    # -- pools -------------------------------------------------------------------------------
+
+    def _add_pool(self, options: dict[str, Any], size: int) -> KernelPool:
+        key = PoolKey.of({**self.session_defaults, **options})
+        if key is None:
+            raise ValueError("a pool cannot be made from a given kernel_manager")
+        pool = self._pools.get(key)
+        if pool is not None:
+            pool.size = size
+            pool.start()
+            return pool
+        assert self._pool_root is not None
+        assert self._starts is not None
+        folder = self._pool_root / f"p{len(self._pools) + 1}"
+        pool = KernelPool(key, size, folder, self._starter, self._starts, self.root)
+        self._pools[key] = pool
+        pool.start()
+        log.info("pool %s: keeping %d kernel(s) warm", key.label, size)
+        return pool
+
+    async def add_pool(self, size: int | None = None, **options: Any) -> KernelPool:
+        """Keep ``size`` (default ``pool_size``) kernels warm for sessions with ``options``."""
+        self._check_running()
+        return self._add_pool(options, self.pool_size if size is None else size)
+
+    def pool(self, **options: Any) -> KernelPool | None:
+        """The pool serving sessions with these options, if there is one."""
+        key = PoolKey.of({**self.session_defaults, **options})
+        return self._pools.get(key) if key is not None else None
+
+    async def wait_for_pools(self, timeout: float = 120.0) -> None:
+        """Wait until every pool is full (tests, benchmarks, a server warming up)."""
+        await asyncio.gather(*(p.wait_ready(timeout=timeout) for p in self._pools.values()))
+
+    # -- culling -----------------------------------------------------------------------------
+
+    async def cull_idle(self) -> builtins.list[str]:
+        """Close the sessions idle for ``cull_idle_timeout`` seconds; returns their names."""
+        if self.cull_idle_timeout <= 0 or self._state != "running":
+            return []
+        now = time.monotonic()
+        idle = []
+        for name in list(self._sessions):
+            entry = self._live_entry(name)
+            if entry is None:
+                continue
+            entry.observe(now)
+            if not entry.busy and now - entry.last_used >= self.cull_idle_timeout:
+                idle.append(name)
+        await asyncio.gather(*(self._close_entry(n, "idle") for n in idle))
+        return idle
+
+    async def _cull_loop(self) -> None:
+        while True:
+            interval = self.cull_interval
+            if self.cull_idle_timeout > 0:
+                interval = min(interval, max(self.cull_idle_timeout / 2, 0.05))
+            await asyncio.sleep(interval)
+            try:
+                await self.cull_idle()
+            except Exception:
+                log.exception("culling idle sessions failed")

@@ -1,0 +1,338 @@
+"""A kernel on a Jupyter server, driven as if it were a local ``AsyncKernelManager``.
+
+:class:`RemoteKernelManager` implements exactly the part of jupyter_client's
+kernel manager that :mod:`jupyter_exec.kernel` uses (``client()``,
+``is_alive()``, ``interrupt_kernel()``, ``restart_kernel()``,
+``shutdown_kernel()``, ``kernel_id``, ``kernel_spec``, ``has_kernel``,
+``provisioner``) with REST calls, and :class:`RemoteKernelClient` the part of
+the kernel client it uses (``execute``, ``kernel_info``, channels with
+``get_msg``) over the kernel websocket. So a remote kernel goes through the
+same session code as a local one: same ``Execution``, same notebook, same
+timeout / interrupt / restart handling.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import getpass
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpec
+
+from jupyter_exec.exceptions import BackendError, KernelDiedError, KernelStartError
+from jupyter_exec.remote.connection import KernelConnection
+from jupyter_exec.remote.rest import NotFound, RestClient
+from jupyter_exec.remote.wire import new_message
+
+__all__ = ["RemoteKernelClient", "RemoteKernelManager", "start_remote_kernel"]
+
+log = logging.getLogger("jupyter_exec.remote")
+
+ALIVE_CACHE = 1.0
+"""Seconds an ``is_alive`` answer is reused: a quiet cell polls often, the server need not."""
+
+
+def _username() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "jupyter-exec"
+
+
+class _Channel:
+    """One channel of a :class:`RemoteKernelClient` (what ``kernel.Receiver`` reads)."""
+
+    def __init__(self, connection: KernelConnection, name: str) -> None:
+        self._connection = connection
+        self.name = name
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        """The next message; raises ``queue.Empty`` after ``timeout`` seconds."""
+        return await self._connection.get(self.name, timeout)
+
+    async def msg_ready(self) -> bool:
+        return not self._connection.queues[self.name].empty()
+
+    def is_alive(self) -> bool:
+        return self._connection.failure is None
+
+
+class RemoteKernelClient:
+    """Sends requests to a remote kernel and reads its replies, over one websocket."""
+
+    def __init__(self, connection: KernelConnection) -> None:
+        self.connection = connection
+        self.username = _username()
+        self.shell_channel = _Channel(connection, "shell")
+        self.iopub_channel = _Channel(connection, "iopub")
+        self.stdin_channel = _Channel(connection, "stdin")
+        self.control_channel = _Channel(connection, "control")
+
+    @property
+    def session_id(self) -> str:
+        return self.connection.session_id
+
+    def _send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        msg = new_message(msg_type, content, session=self.session_id, username=self.username)
+        self.connection.send(channel, msg)
+        return str(msg["header"]["msg_id"])
+
+    def execute(
+        self,
+        code: str,
+        silent: bool = False,
+        store_history: bool = True,
+        user_expressions: dict[str, str] | None = None,
+        allow_stdin: bool = False,
+        stop_on_error: bool = True,
+    ) -> str:
+        """Send an ``execute_request``; returns its msg_id."""
+        return self._send(
+            "shell",
+            "execute_request",
+            {
+                "code": code,
+                "silent": silent,
+                "store_history": store_history,
+                "user_expressions": user_expressions or {},
+                "allow_stdin": allow_stdin,
+                "stop_on_error": stop_on_error,
+            },
+        )
+
+    def kernel_info(self) -> str:
+        return self._send("shell", "kernel_info_request", {})
+
+    def start_channels(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to do: the manager opened the websocket already (and reopens it)."""
+
+    def stop_channels(self) -> None:
+        """Stop reading (the manager closes the websocket when the kernel goes away)."""
+
+    @property
+    def channels_running(self) -> bool:
+        return self.connection.failure is None
+
+
+class _RemoteInfo:
+    """Stands where a provisioner would: says what became of a kernel that went away."""
+
+    def __init__(self, manager: RemoteKernelManager) -> None:
+        self._manager = manager
+
+    async def exit_description(self) -> str:
+        return self._manager.exit_description()
+
+
+class RemoteKernelManager:
+    """A kernel on a Jupyter Server / Kernel Gateway / Enterprise Gateway.
+
+    Made by :func:`start_remote_kernel`. ``path`` is where the server ran the
+    kernel (its ``cwd`` relative to the server's root dir), when the server
+    was asked for one.
+    """
+
+    def __init__(
+        self,
+        rest: RestClient,
+        kernel_id: str,
+        kernel_name: str,
+        spec: KernelSpec | None,
+        connection: KernelConnection,
+        path: str | None = None,
+    ) -> None:
+        self.rest = rest
+        self.kernel_id = kernel_id
+        self.kernel_name = kernel_name
+        self.kernel_spec = spec
+        self.connection = connection
+        self.path = path
+        self.has_kernel = True
+        self.provisioner = _RemoteInfo(self)
+        self.shutdown_wait_time = 3.0
+        self._alive: tuple[float, bool] = (0.0, True)
+        self._restarts_seen = connection.server_restarts
+        self._gone: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<RemoteKernelManager {self.kernel_id} on {self.rest.describe()}>"
+
+    def client(self, **kwargs: Any) -> RemoteKernelClient:
+        return RemoteKernelClient(self.connection)
+
+    def exit_description(self) -> str:
+        if self._gone:
+            return self._gone
+        if self.connection.failure:
+            return self.connection.failure
+        return f"the server {self.rest.describe()} reported kernel {self.kernel_id} dead"
+
+    async def is_alive(self) -> bool:
+        """Whether the kernel still exists and runs (at most one request per second)."""
+        if not self.has_kernel or self.connection.failure is not None:
+            return False
+        if self.connection.server_restarts != self._restarts_seen:
+            # The server's restarter replaced a dead kernel: whatever ran is lost.
+            self._restarts_seen = self.connection.server_restarts
+            self._gone = "the kernel died and the server restarted it"
+            self._alive = (time.monotonic(), False)
+            return False
+        checked, alive = self._alive
+        if time.monotonic() - checked < ALIVE_CACHE:
+            return alive
+        try:
+            model = await self.rest.request("GET", f"api/kernels/{self.kernel_id}", timeout=10)
+            alive = model.get("execution_state") != "dead"
+            if not alive:
+                self._gone = "the server reports the kernel dead"
+        except NotFound:
+            alive = False
+            self._gone = f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}"
+        except BackendError as exc:
+            # Unreachable server: keep waiting while the websocket is up (it may be a blip).
+            log.warning("kernel %s: liveness check failed: %s", self.kernel_id, exc)
+            alive = self.connection.connected
+        self._alive = (time.monotonic(), alive)
+        return alive
+
+    async def interrupt_kernel(self) -> None:
+        await self.rest.request("POST", f"api/kernels/{self.kernel_id}/interrupt", timeout=30)
+
+    async def restart_kernel(self, now: bool = False, **kwargs: Any) -> None:
+        """Restart on the server (state lost); the websocket stays or is reopened."""
+        try:
+            await self.rest.request("POST", f"api/kernels/{self.kernel_id}/restart", timeout=120)
+        except NotFound:
+            self.has_kernel = False
+            raise KernelDiedError(
+                f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
+                "start a new session"
+            ) from None
+        self._restarts_seen = self.connection.server_restarts
+        self._alive = (time.monotonic(), True)
+        self._gone = None
+        if self.connection.failure is not None:
+            await self.connection.open()
+
+    async def fetch(self, path: str, dest: str | os.PathLike[str]) -> Path:
+        """Copy a file the remote code wrote (``path`` relative to the server's root dir).
+
+        Only servers with a contents API (Jupyter Server) can; see :func:`fetch_file`.
+        """
+        return await fetch_file(self.rest, path, Path(dest))
+
+    async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Delete the kernel on the server and close the websocket. Idempotent."""
+        if not self.has_kernel:
+            return
+        self.has_kernel = False
+        try:
+            await self.connection.close()
+            await self.rest.request("DELETE", f"api/kernels/{self.kernel_id}", timeout=30)
+        except NotFound:
+            pass  # already gone, which is what we wanted
+
+
+async def fetch_file(rest: RestClient, path: str, dest: Path) -> Path:
+    """Copy ``path`` (relative to the server's root dir) into the local file ``dest``.
+
+    Uses the contents API, which Jupyter Server has and the gateways (Kernel
+    Gateway, Enterprise Gateway) do not: there, files the kernel writes stay on
+    the kernel's machine.
+    """
+    try:
+        model = await rest.request(
+            "GET", f"api/contents/{path}", query="type=file&format=base64&content=1"
+        )
+    except NotFound:
+        raise BackendError(
+            f"{path}: no such file on {rest.describe()}, or the server has no contents API "
+            "(Kernel Gateway and Enterprise Gateway have none)"
+        ) from None
+    content = model.get("content") if isinstance(model, dict) else None
+    if not isinstance(content, str):
+        raise BackendError(f"{path}: the server sent no file content")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(base64.b64decode(content))
+    return dest
+
+
+def _spec_from(model: dict[str, Any], kernel_name: str) -> KernelSpec | None:
+    spec = model.get("spec") if isinstance(model, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    return KernelSpec(
+        name=kernel_name,
+        display_name=spec.get("display_name", kernel_name),
+        language=spec.get("language", ""),
+        argv=list(spec.get("argv") or []),
+        metadata=dict(spec.get("metadata") or {}),
+    )
+
+
+async def _kernel_spec(rest: RestClient, kernel_name: str) -> KernelSpec | None:
+    """The named kernelspec on the server; a clear error if it has no such kernel."""
+    listing = await rest.request("GET", "api/kernelspecs")
+    specs = listing.get("kernelspecs", {}) if isinstance(listing, dict) else {}
+    if specs and kernel_name not in specs:
+        raise KernelStartError(
+            f"the Jupyter server at {rest.describe()} has no kernel {kernel_name!r}; "
+            f"it has: {', '.join(sorted(specs)) or 'none'}"
+        )
+    return _spec_from(specs.get(kernel_name, {}), kernel_name)
+
+
+async def start_remote_kernel(
+    url: str,
+    token: str | None,
+    kernel_name: str = "python3",
+    startup_timeout: float = 60.0,
+    *,
+    path: str | None = None,
+    env: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    validate_cert: bool = True,
+    reconnect_timeout: float = 60.0,
+) -> RemoteKernelManager:
+    """Start ``kernel_name`` on the server at ``url`` and open its websocket.
+
+    ``path`` asks the server to run the kernel in that folder (relative to its
+    root dir; Jupyter Server and Kernel Gateway honour it). ``env`` is passed
+    with the start request: Enterprise Gateway reads ``KERNEL_*`` variables
+    from it (``KERNEL_USERNAME``, ``KERNEL_NAMESPACE``, ``KERNEL_WORKING_DIR``...).
+    Raises :class:`BackendError` if the server cannot be used (unreachable,
+    token refused) and :class:`KernelStartError` if it would not start the kernel.
+    """
+    rest = RestClient(url, token, headers=headers, validate_cert=validate_cert)
+    spec = await _kernel_spec(rest, kernel_name)
+    body: dict[str, Any] = {"name": kernel_name}
+    if path is not None:
+        body["path"] = path
+    if env:
+        body["env"] = dict(env)
+    try:
+        model = await rest.request("POST", "api/kernels", body, timeout=startup_timeout)
+    except NotFound as exc:
+        raise KernelStartError(f"{rest.describe()} has no kernels API: {exc}") from None
+    except BackendError as exc:
+        if "HTTP" not in str(exc):
+            raise
+        raise KernelStartError(f"the server could not start kernel {kernel_name!r}: {exc}") from exc
+    kernel_id = str(model["id"])
+    connection = KernelConnection(
+        rest, kernel_id, connect_timeout=startup_timeout, reconnect_timeout=reconnect_timeout
+    )
+    manager = RemoteKernelManager(rest, kernel_id, kernel_name, spec, connection, path=path)
+    try:
+        await connection.open()
+    except BaseException:
+        with contextlib.suppress(Exception):  # report the connection failure, not this
+            await manager.shutdown_kernel(now=True)
+        raise
+    log.info("remote kernel %s started on %s", kernel_id, rest.describe())
+    return manager

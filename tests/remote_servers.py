@@ -1,0 +1,192 @@
+"""Real Jupyter servers for the remote-backend tests: jupyter_server and Kernel Gateway.
+
+Each is a subprocess on 127.0.0.1 with a random token, its own root dir and
+its own Jupyter config/runtime dirs (so nothing from the machine's setup leaks
+in), every server extension switched off (they only slow the start). A
+:class:`Proxy` can sit in front of a server to cut its TCP connections the way
+a network failure would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_DISABLE_EXTENSIONS = """
+import glob, json, os, sys
+names = set()
+for folder in [os.path.join(p, "jupyter_server_config.d") for p in
+               [os.path.join(sys.prefix, "etc", "jupyter"), "/usr/local/etc/jupyter",
+                "/etc/jupyter"]]:
+    for f in glob.glob(os.path.join(folder, "*.json")):
+        with open(f) as fh:
+            names.update(json.load(fh).get("ServerApp", {}).get("jpserver_extensions", {}))
+names.add("jupyter_exec")
+c.ServerApp.jpserver_extensions = {n: False for n in names}
+"""
+
+
+@dataclass
+class Server:
+    """A running server: where it is, its token, its root dir and process."""
+
+    kind: str
+    url: str
+    token: str
+    root_dir: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_up(server: Server, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(
+        f"{server.url}/api/kernelspecs", headers={"Authorization": f"token {server.token}"}
+    )
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{server.kind} exited:\n{server.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise RuntimeError(f"{server.kind} did not come up:\n{server.log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def run_server(kind: str, base: Path) -> Iterator[Server]:
+    """Start ``kind`` ("jupyter_server" or "kernel_gateway") and stop it afterwards."""
+    port, token = free_port(), secrets.token_hex(16)
+    root = base / "root"
+    root.mkdir(parents=True)
+    config_dir = base / "config"
+    config_dir.mkdir()
+    (config_dir / "disable_extensions.py").write_text(_DISABLE_EXTENSIONS)
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config_dir),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
+    if kind == "jupyter_server":
+        argv = [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            f"--config={config_dir / 'disable_extensions.py'}",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.open_browser=False",
+            "--ServerApp.allow_root=True",
+            f"--ServerApp.root_dir={root}",
+        ]
+    elif kind == "kernel_gateway":
+        argv = [
+            sys.executable,
+            "-m",
+            "kernel_gateway",
+            "--KernelGatewayApp.ip=127.0.0.1",
+            f"--KernelGatewayApp.port={port}",
+            "--KernelGatewayApp.port_retries=0",
+            f"--KernelGatewayApp.auth_token={token}",
+            "--JupyterWebsocketPersonality.list_kernels=True",
+            "--ServerApp.allow_root=True",
+        ]
+    else:
+        raise ValueError(kind)
+    log = base / f"{kind}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = Server(kind, f"http://127.0.0.1:{port}", token, root, process, log)
+    try:
+        _wait_up(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+class Proxy:
+    """A TCP relay to a server whose connections the test can cut (``drop_all``)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.dropped = 0
+
+    async def start(self) -> Proxy:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.discard(writer)
+        self._writers.discard(up_writer)
+
+    def drop_all(self) -> None:
+        """Reset every relayed connection (RST, as a broken network would)."""
+        for writer in list(self._writers):
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            writer.close()
+        self.dropped += len(self._writers)
+        self._writers.clear()
+
+    async def close(self) -> None:
+        self.drop_all()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+def kernels_on(server: Server) -> list[str]:
+    """Ids of the kernels the server runs now (to check for leaks)."""
+    request = urllib.request.Request(
+        f"{server.url}/api/kernels", headers={"Authorization": f"token {server.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return [k["id"] for k in json.load(response)]
