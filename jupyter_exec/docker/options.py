@@ -59,6 +59,9 @@ class Security:
     cap_add: tuple[str, ...] = ()
     no_new_privileges: bool = True
     network: str = "none"
+    packages_dir: str = "/opt/packages"
+    """A writable tmpfs (exec allowed) on ``PYTHONPATH`` and pip's target, so ``pip install``
+    at run time works with a read-only image; empty: none. Needs network to download."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,9 @@ def _security_kwargs(security: Security) -> dict[str, Any]:
         # IPython, matplotlib and tempfile all need a writable HOME//tmp even with a read-only root.
         "tmpfs": {"/tmp": _tmpfs_options(security)},
     }
+    if security.packages_dir:
+        size = f",size={security.tmpfs_size}" if security.tmpfs_size else ""
+        kwargs["tmpfs"][security.packages_dir] = f"rw,exec,nosuid,nodev,mode=1777{size}"
     if security.cap_drop:
         kwargs["cap_drop"] = list(security.cap_drop)
     if security.cap_add:
@@ -192,6 +198,11 @@ def run_kwargs(spec: RunSpec) -> dict[str, Any]:
         "tty": False,
     }
     kwargs.update(_security_kwargs(spec.security))
+    packages = spec.security.packages_dir
+    if packages:
+        env = kwargs["environment"]
+        env.setdefault("PIP_TARGET", packages)
+        env["PYTHONPATH"] = ":".join(p for p in (packages, env.get("PYTHONPATH", "")) if p)
     kwargs.update(_limit_kwargs(spec.limits))
     kwargs.update(spec.extra)
     return kwargs

@@ -146,6 +146,11 @@ class DockerProvisioner(KernelProvisionerBase):
     read_only = Bool(True, help="Read-only root filesystem (with a tmpfs /tmp).").tag(config=True)
     tmpfs_size = Unicode("512m", help="Size of the tmpfs mounted at /tmp.").tag(config=True)
     tmp_exec = Bool(False, help="Allow executing files from /tmp.").tag(config=True)
+    packages_dir = Unicode(
+        "/opt/packages",
+        help="A writable tmpfs on PYTHONPATH where `pip install` puts packages at run time "
+        "(the image stays read-only; downloading needs network=True). Empty: none.",
+    ).tag(config=True)
     cap_drop = List(Unicode(), default_value=["ALL"], help="Capabilities to drop.").tag(config=True)
     cap_add = List(Unicode(), help="Capabilities to add back.").tag(config=True)
     no_new_privileges = Bool(True, help="Set the no-new-privileges security option.").tag(
@@ -336,6 +341,7 @@ class DockerProvisioner(KernelProvisionerBase):
                 cap_add=tuple(self.cap_add),
                 no_new_privileges=self.no_new_privileges,
                 network=network_mode(self.network),
+                packages_dir=self.packages_dir,
             ),
             limits=Limits(
                 memory=self.memory,

@@ -48,3 +48,24 @@ def test_oom_is_reported_and_the_session_recovers(kernel_image: str, tmp_path: P
         assert died.error is not None
         assert "out-of-memory killer (memory limit 256m)" in str(died.error)
         assert s.execute("2 + 2").text == "4"  # restarted, usable again
+
+
+def test_pip_install_in_a_shell_block_with_network(kernel_image: str, tmp_path: Path) -> None:
+    """The image is read-only, yet `pip install x` in a shell cell makes `import x` work next.
+
+    Packages go to a writable tmpfs on PYTHONPATH (/opt/packages); downloading needs the
+    network opted in. Without network the same install fails instead of reaching anything.
+    """
+    with Session(
+        backend="docker", work_dir=tmp_path / "net", docker={"network": True}, timeout=180
+    ) as s:
+        install = s.execute("%%bash\npip install --quiet --no-cache-dir six && echo installed")
+        assert "installed" in install.stdout, install.stdout + install.stderr
+        imported = s.execute("import six; six.__file__")
+        assert imported.text == "'/opt/packages/six.py'"
+    with Session(backend="docker", work_dir=tmp_path / "offline", timeout=120) as s:
+        offline = s.execute(
+            "%%bash\npip install --quiet --retries 0 --timeout 3 six || echo failed"
+        )
+        assert "failed" in offline.stdout
+        assert s.execute("import six").error is not None

@@ -52,7 +52,13 @@ def test_defaults_are_the_hardened_ones() -> None:
     assert kw["init"] is True
     assert kw["network_mode"] == "none"
     assert kw["read_only"] is True
-    assert kw["tmpfs"] == {"/tmp": "rw,nosuid,nodev,noexec,size=512m"}
+    assert kw["tmpfs"] == {
+        "/tmp": "rw,nosuid,nodev,noexec,size=512m",
+        # run-time `pip install` target: writable and exec (compiled extensions), size-limited
+        "/opt/packages": "rw,exec,nosuid,nodev,mode=1777,size=512m",
+    }
+    assert kw["environment"]["PIP_TARGET"] == "/opt/packages"
+    assert kw["environment"]["PYTHONPATH"].split(":")[0] == "/opt/packages"
     assert kw["cap_drop"] == ["ALL"]
     assert "cap_add" not in kw
     assert kw["security_opt"] == ["no-new-privileges"]
@@ -82,6 +88,7 @@ def test_every_default_can_be_relaxed() -> None:
                 cap_add=("NET_RAW",),
                 no_new_privileges=False,
                 network="bridge",
+                packages_dir="",
             ),
             limits=Limits(memory="", cpus=0, pids=0, nofile=0),
             volumes=(parse_volume("/data:/data"),),
@@ -91,6 +98,7 @@ def test_every_default_can_be_relaxed() -> None:
     assert kw["init"] is False
     assert kw["read_only"] is False
     assert kw["tmpfs"] == {"/tmp": "rw,nosuid,nodev,exec"}
+    assert "PIP_TARGET" not in kw["environment"]
     assert "cap_drop" not in kw
     assert kw["cap_add"] == ["NET_RAW"]
     assert "security_opt" not in kw
