@@ -18,7 +18,10 @@ Tools::
 Results are :func:`jupyter_exec.llm.render` text; images a cell displayed or
 saved come back as MCP image content, so the model sees its plot. Each
 session has its own work dir ``<root>/<session>`` holding its files and its
-notebook.
+notebook. The sessions are held by an
+:class:`~jupyter_exec.manager.AsyncSessionManager` rooted at the work dir, which
+brings ``--max-sessions``, ``--cull-idle`` and a warm pool (``--pool-size``)
+of kernels of the server's environment.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import functools
 import importlib
 import ipaddress
@@ -45,9 +49,15 @@ from jupyter_exec.environments import (
     add_environment_arguments,
     environment_from_args,
 )
-from jupyter_exec.exceptions import JupyterExecError, SessionNotFound, WorkDirError
+from jupyter_exec.exceptions import (
+    JupyterExecError,
+    SessionLimitError,
+    SessionNotFound,
+    WorkDirError,
+)
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS, render
+from jupyter_exec.manager import AsyncSessionManager, SessionInfo
 from jupyter_exec.models import Execution
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.recorder import read_notebook
@@ -102,17 +112,14 @@ def _sdk() -> _SDK:
 # -- sessions ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Entry:
-    session: AsyncSession
-    backend: str
-
-
 class SessionRegistry:
-    """The server's named sessions: created on first use, each in ``<root>/<name>``.
+    """The server's named sessions, held by an :class:`AsyncSessionManager` over ``root``.
 
-    Deliberately small (get, create, list, close) so that a shared
-    SessionManager can take its place without touching the tools.
+    Each session is created on first use in ``<root>/<name>`` with the
+    server's environment (or Docker, when asked for and allowed). The manager
+    brings the limits (``max_sessions``), idle culling (``cull_idle_timeout``)
+    and a warm pool of ``pool_size`` kernels of the server's environment, so
+    a new session's first call need not wait for a kernel to start.
     """
 
     def __init__(
@@ -122,13 +129,56 @@ class SessionRegistry:
         *,
         timeout: float | None = 600.0,
         max_sessions: int = 16,
+        pool_size: int = 0,
+        cull_idle_timeout: float = 0.0,
     ) -> None:
         self.root = root.absolute()
         self.environment = environment
         self.timeout = timeout
-        self.max_sessions = max_sessions
-        self._entries: dict[str, _Entry] = {}
-        self._creating = asyncio.Lock()
+        self.pool_size = pool_size
+        self.manager = AsyncSessionManager(
+            root_dir=str(self.root),
+            max_sessions=max_sessions,
+            cull_idle_timeout=cull_idle_timeout,
+            session_defaults={"timeout": timeout},
+            pools=[],  # the environment's pool is added once its options are known: start()
+            handle_sigterm=False,  # the server's transport owns the process's signals
+        )
+        self._options: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self._pool_task: asyncio.Task[None] | None = None
+
+    @property
+    def max_sessions(self) -> int:
+        return self.manager.max_sessions
+
+    async def start(self) -> None:
+        """Start the manager; fill the pool in the background (a venv may be made first).
+
+        Idempotent, and called on first use too, so a registry works without it.
+        """
+        await self.manager.start()
+        if self.pool_size > 0 and self._pool_task is None:
+            self._pool_task = asyncio.create_task(self._fill_pool(), name="jupyter-exec mcp pool")
+
+    async def _fill_pool(self) -> None:
+        try:
+            options = await self._options_for(self.environment)
+            await self.manager.add_pool(self.pool_size, **options)
+        except Exception:  # sessions still start, only without a warm kernel
+            log.exception("the warm pool could not be set up")
+
+    async def _options_for(self, environment: Environment) -> dict[str, Any]:
+        """The environment's session options, prepared once (a venv may take a while).
+
+        Shared by concurrent callers and the pool; shielded, so a caller that
+        gives up does not cancel the preparation for the others.
+        """
+        key = repr(environment)
+        task = self._options.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.ensure_future(environment.async_session_options())
+            self._options[key] = task
+        return await asyncio.shield(task)
 
     def _environment_for(self, backend: str | None) -> Environment:
         if backend in (None, "", "default") or backend == self.environment.backend:
@@ -144,74 +194,72 @@ class SessionRegistry:
     async def get(self, name: str, *, backend: str | None = None) -> AsyncSession:
         """The session called ``name``, started now if it does not exist yet."""
         validate_name(name)
-        async with self._creating:
-            entry = self._entries.get(name)
-            if entry is not None:
-                if backend not in (None, "", "default", entry.backend):
-                    raise JupyterExecError(
-                        f"session {name!r} already runs on {entry.backend}; close it first "
-                        f"or use another name for a {backend} session"
-                    )
-                return entry.session
-            if len(self._entries) >= self.max_sessions:
-                raise JupyterExecError(
-                    f"{len(self._entries)} sessions are open (the limit); close one first"
-                )
+        await self.start()
+        if name not in self.manager:
             environment = self._environment_for(backend)
-            options = await environment.async_session_options()
-            work_dir = self.root / name
-            session = AsyncSession(
-                work_dir, name=_free_name(work_dir, name), timeout=self.timeout, **options
+            options = await self._options_for(environment)
+            try:
+                await self.manager.session(name, **options)
+            except SessionLimitError as exc:
+                open_now = ", ".join(sorted(self._names())) or "none"
+                raise SessionLimitError(
+                    f"cannot start session {name!r}: this server allows {self.max_sessions} "
+                    f"open session(s) at once (--max-sessions) and that many are open "
+                    f"({open_now}); close one with close_session, or use an open one"
+                ) from exc
+        info = self._info(name)
+        if info is not None and backend not in (None, "", "default", info.backend):
+            raise JupyterExecError(
+                f"session {name!r} already runs on {info.backend}; close it first "
+                f"or use another name for a {backend} session"
             )
-            await session.start()
-            self._entries[name] = _Entry(session, environment.backend)
-            return session
+        return self.manager.get(name)
+
+    def _info(self, name: str) -> SessionInfo | None:
+        return next((i for i in self.manager.list() if i.name == name), None)
 
     def existing(self, name: str) -> AsyncSession:
         """The session called ``name``; :class:`SessionNotFound` if there is none."""
-        entry = self._entries.get(name)
-        if entry is None:
-            known = ", ".join(sorted(self._entries)) or "none yet"
-            raise SessionNotFound(f"no session named {name!r} (open sessions: {known})")
-        return entry.session
+        if name in self.manager:
+            return self.manager.get(name)
+        known = ", ".join(sorted(self._names())) or "none yet"
+        raise SessionNotFound(f"no session named {name!r} (open sessions: {known})")
+
+    def _names(self) -> list[str]:
+        return [i.name for i in self.manager.list()]
 
     def describe(self) -> list[dict[str, Any]]:
+        """The open sessions (looking does not count as use for idle culling)."""
         return [
             {
-                "name": name,
-                "backend": entry.backend,
-                "alive": entry.session.is_alive,
-                "work_dir": str(entry.session.work_dir),
-                "notebook": str(entry.session.notebook_path),
+                "name": info.name,
+                "backend": info.backend,
+                "alive": info.alive,
+                "work_dir": str(info.work_dir),
+                "notebook": str(info.notebook_path),
+                "from_pool": info.from_pool,
+                "idle_seconds": info.idle_seconds,
             }
-            for name, entry in sorted(self._entries.items())
+            for info in sorted(self.manager.list(), key=lambda i: i.name)
         ]
+
+    def pools(self) -> list[tuple[str, int, int]]:
+        """Each warm pool: its label, kernels ready, and its size."""
+        return [(p.key.label, p.ready, p.size) for p in self.manager.kernel_pools]
 
     async def close(self, name: str) -> None:
         self.existing(name)
-        entry = self._entries.pop(name)
-        await entry.session.close()
+        await self.manager.close(name)
 
     async def close_all(self) -> None:
-        entries, self._entries = list(self._entries.values()), {}
-        for entry in entries:
-            try:
-                await entry.session.close()
-            except Exception:  # shutting down: close the rest regardless
-                log.exception("closing a session failed")
-
-
-def _free_name(work_dir: Path, name: str) -> str:
-    """``name``, or ``name-2``... when a notebook of that name is already in the work dir.
-
-    The work dir (and its files) is reused across server runs; a notebook is
-    never overwritten.
-    """
-    candidate, n = name, 1
-    while (work_dir / f"{candidate}.ipynb").exists():
-        n += 1
-        candidate = f"{name}-{n}"
-    return candidate
+        """Close every session and stop the pool's kernels."""
+        if self._pool_task is not None:
+            self._pool_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._pool_task
+        for task in self._options.values():
+            task.cancel()
+        await self.manager.shutdown()
 
 
 # -- content ----------------------------------------------------------------------------------
@@ -354,15 +402,17 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
 
     @tool
     async def list_sessions() -> str:
-        """The open sessions: name, backend, whether the kernel is alive, work dir and notebook."""
-        sessions = registry.describe()
-        if not sessions:
-            return "no sessions yet (execute_code creates one)"
-        return "\n".join(
+        """The open sessions (name, backend, whether the kernel is alive, work dir, notebook)
+        and the warm pools of ready kernels, if any."""
+        sessions, pools = registry.describe(), registry.pools()
+        lines = [
             f"{s['name']}: {s['backend']}, {'alive' if s['alive'] else 'dead'}, "
             f"work dir {s['work_dir']}, notebook {s['notebook']}"
+            + (", kernel from the warm pool" if s["from_pool"] else "")
             for s in sessions
-        )
+        ] or ["no sessions yet (execute_code creates one)"]
+        lines += [f"warm pool {name}: {ready}/{size} kernels ready" for name, ready, size in pools]
+        return "\n".join(lines)
 
     @tool
     async def restart_session(session: str = "default") -> str:
@@ -454,6 +504,7 @@ async def serve(
     """Serve until the client goes away (stdio) or the process is stopped (HTTP)."""
     server = build_server(registry, max_output_chars=max_output_chars)
     v2 = _sdk().v2
+    await registry.start()
     try:
         if transport == "stdio":
             await server.run_stdio_async()
@@ -481,6 +532,7 @@ examples:
   jupyter-exec mcp --env docker --package polars    every session in a container
   jupyter-exec mcp --env venv --python-version 3.12 --package pandas
   jupyter-exec mcp --transport http --port 8765     streamable HTTP on 127.0.0.1:8765/mcp
+  jupyter-exec mcp --pool-size 2 --cull-idle 3600   2 warm kernels; idle sessions closed after 1 h
 
 A client configuration (Claude Desktop, Cursor, ...):
   {"mcpServers": {"jupyter": {"command": "jupyter-exec",
@@ -495,7 +547,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     environment = environment_from_args(args)
     root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
     registry = SessionRegistry(
-        root, environment, timeout=args.timeout or None, max_sessions=args.max_sessions
+        root,
+        environment,
+        timeout=args.timeout or None,
+        max_sessions=args.max_sessions,
+        pool_size=args.pool_size,
+        cull_idle_timeout=args.cull_idle,
     )
     if args.transport == "http":
         _check_loopback(args.host)
@@ -557,7 +614,28 @@ def add_mcp_parser(subparsers: Any) -> None:
         help=f"text budget per call (default {DEFAULT_LLM_CHARS:,})",
     )
     parser.add_argument(
-        "--max-sessions", type=int, default=16, metavar="N", help="open sessions (default 16)"
+        "--max-sessions",
+        type=int,
+        default=16,
+        metavar="N",
+        help="open sessions at once; one more is refused (0: no limit; default 16)",
+    )
+    parser.add_argument(
+        "--pool-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="kernels of the session environment kept started and ready, so a new session's "
+        "first call does not wait for a kernel to start (each idle kernel holds ~50 MB; "
+        "default 0)",
+    )
+    parser.add_argument(
+        "--cull-idle",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="close sessions idle for S seconds; their files and notebook stay (0: never; "
+        "default 0)",
     )
     add_environment_arguments(parser)
     parser.set_defaults(func=cmd_mcp)

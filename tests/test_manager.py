@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_exec import SessionClosedError, SessionNotFound
+from jupyter_exec import AsyncSession, SessionClosedError, SessionNotFound
 from jupyter_exec.exceptions import SessionLimitError
 from jupyter_exec.manager import AsyncSessionManager, PoolKey, SessionManager
 
@@ -117,6 +117,30 @@ async def test_limits(tmp_path: Path) -> None:
         await manager.session("three")
         with pytest.raises(SessionLimitError, match="max_sessions=2"):
             await manager.session("four")
+
+
+async def test_add_manages_a_session_the_caller_makes(tmp_path: Path) -> None:
+    """The host seam (the server extension's): the caller's session, the manager's rules."""
+    made: list[AsyncSession] = []
+
+    async def make() -> AsyncSession:
+        session = AsyncSession(work_dir=tmp_path / "elsewhere", name="mine")
+        made.append(session)
+        return await session.start()
+
+    async with AsyncSessionManager(
+        root_dir=str(tmp_path / "root"), max_sessions_per_backend={"docker": 1}
+    ) as manager:
+        mine = await manager.add("x", make, backend="docker")
+        assert mine.work_dir == tmp_path / "elsewhere"
+        assert await manager.add("x", make) is mine
+        assert manager.get("x") is mine
+        [info] = manager.list()
+        assert (info.name, info.backend, info.from_pool, info.alive) == ("x", "docker", False, True)
+        with pytest.raises(SessionLimitError, match="max_sessions_per_backend"):
+            await manager.add("y", make, backend="docker")
+        assert made == [mine]  # refused before make() ran: no kernel started
+    assert mine.closed  # shutdown closes what was added too
 
 
 async def test_idle_sessions_are_culled_busy_ones_are_not(tmp_path: Path) -> None:

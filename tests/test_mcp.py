@@ -40,10 +40,18 @@ def _texts(result: Any) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _stdio(work_root: Path) -> AsyncIterator[ClientSession]:
+async def _stdio(work_root: Path, *extra: str) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "jupyter_exec.mcp_server", "--work-dir", str(work_root), "--timeout", "30"],
+        args=[
+            "-m",
+            "jupyter_exec.mcp_server",
+            "--work-dir",
+            str(work_root),
+            "--timeout",
+            "30",
+            *extra,
+        ],
     )
     async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as client:
         await client.initialize()
@@ -148,6 +156,63 @@ async def test_timeout_returns_promptly_over_stdio(tmp_path: Path) -> None:
         assert "ExecutionTimeout" in _texts(result)
         result = await client.call_tool("execute_code", {"code": "y + 1", "session": "t"})
         assert "2" in _texts(result)
+
+
+async def _until_listed(client: ClientSession, text: str, timeout: float = 60.0) -> str:
+    """list_sessions' text once it contains ``text`` (pools fill and culls happen meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listing = _texts(await client.call_tool("list_sessions", {}))
+        if text in listing:
+            return listing
+        assert time.monotonic() < deadline, listing
+        await asyncio.sleep(0.2)
+
+
+async def test_pool_serves_the_first_call_and_the_session_limit_holds(tmp_path: Path) -> None:
+    async with _stdio(tmp_path, "--pool-size", "1", "--max-sessions", "1") as client:
+        await _until_listed(client, "1/1 kernels ready")
+        called = time.time()
+        code = "import os, psutil\nprint(psutil.Process(os.getpid()).create_time(), os.getcwd())"
+        result = await client.call_tool("execute_code", {"code": code, "session": "a"})
+        assert not _is_error(result), _texts(result)
+        created, cwd = _texts(result).split()
+        # The kernel existed before the call was made, and now runs in the session's work dir.
+        assert float(created) < called
+        assert Path(cwd).resolve() == (tmp_path / "a").resolve()
+        listing = _texts(await client.call_tool("list_sessions", {}))
+        assert "a: local, alive" in listing
+        assert "kernel from the warm pool" in listing
+        assert "In [1]" in _texts(await client.call_tool("read_notebook", {"session": "a"}))
+
+        # --max-sessions 1: a second session is refused with a clear tool error ...
+        refused = await client.call_tool("execute_code", {"code": "1", "session": "b"})
+        assert _is_error(refused)
+        message = _texts(refused)
+        assert "cannot start session 'b'" in message
+        assert "--max-sessions" in message
+        assert "close_session" in message
+        assert not (tmp_path / "b").exists()
+        # ... while the open one goes on, and closing it makes room.
+        kept = await client.call_tool("execute_code", {"code": "1 + 1", "session": "a"})
+        assert _texts(kept).strip() == "2"
+        await client.call_tool("close_session", {"session": "a"})
+        result = await client.call_tool("execute_code", {"code": "print('b')", "session": "b"})
+        assert _texts(result).strip() == "b"
+
+
+async def test_idle_sessions_are_culled(tmp_path: Path) -> None:
+    async with _stdio(tmp_path, "--cull-idle", "1") as client:
+        result = await client.call_tool("execute_code", {"code": "z = 1", "session": "c"})
+        assert not _is_error(result), _texts(result)
+        await _until_listed(client, "no sessions yet", timeout=30)
+        assert "z = 1" in (tmp_path / "c" / "c.ipynb").read_text()  # the record stays
+        missing = await client.call_tool("read_notebook", {"session": "c"})
+        assert "no session named 'c'" in _texts(missing)
+        # The name can be used again: a fresh kernel, the old notebook kept.
+        again = await client.call_tool("execute_code", {"code": "z", "session": "c"})
+        assert "NameError" in _texts(again)
+        assert (tmp_path / "c" / "c-2.ipynb").is_file()
 
 
 def _free_port() -> int:

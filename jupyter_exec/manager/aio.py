@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -115,6 +116,7 @@ class AsyncSessionManager(LoggingConfigurable):
         super().__init__(**kwargs)
         self._sessions: dict[str, Entry] = {}
         self._creating: dict[str, tuple[str, asyncio.Future[AsyncSession]]] = {}
+        self._closing: set[asyncio.Future[None]] = set()
         self._pools: dict[PoolKey, KernelPool] = {}
         self._root: Path | None = None
         self._pool_root: Path | None = None
@@ -176,6 +178,7 @@ class AsyncSessionManager(LoggingConfigurable):
             *(self._close_entry(n, "manager shutdown") for n in names),
             *(pool.close() for pool in self._pools.values()),
         )
+        await asyncio.gather(*self._closing, return_exceptions=True)  # e.g. cut-off culls
         self._pools.clear()
         if self._pool_root is not None:
             await asyncio.to_thread(shutil.rmtree, self._pool_root, True)
@@ -213,6 +216,45 @@ class AsyncSessionManager(LoggingConfigurable):
         They only matter when the session is created. Raises
         :class:`~jupyter_exec.SessionLimitError` when a limit forbids a new one.
         """
+        existing = await self._existing(name)
+        if existing is not None:
+            return existing
+        for reserved in ("work_dir", "name"):
+            if reserved in options:
+                raise TypeError(f"{reserved}= is set by the manager (<root_dir>/<name>)")
+        opts = {**self.session_defaults, **options}
+        backend = str(opts.get("backend") or "local")
+        return await self._register(name, backend, lambda: self._create(name, opts, backend))
+
+    async def add(
+        self,
+        name: str,
+        create: Callable[[], Awaitable[AsyncSession]],
+        *,
+        backend: str = "local",
+    ) -> AsyncSession:
+        """Manage a session that ``create`` makes and starts: the caller's own kind of session.
+
+        For hosts whose sessions the manager cannot make itself: the Jupyter
+        server extension's sessions run on the server's kernels, in a work dir
+        a client chose, with a notebook that merges with a person's edits.
+        Limits (counted under ``backend``), listing, :meth:`close`, culling
+        and shutdown apply as to any session; pools and ``session_defaults``
+        do not (``create`` makes the kernel). ``create`` is only called once
+        the limits allow one more session, so a refused session starts no
+        kernel. Returns the existing session if ``name`` is already open.
+        """
+        existing = await self._existing(name)
+        if existing is not None:
+            return existing
+
+        async def made() -> Entry:
+            return Entry(await create(), backend, from_pool=False)
+
+        return await self._register(name, backend, made)
+
+    async def _existing(self, name: str) -> AsyncSession | None:
+        """The open (or being created) session ``name``; ``None`` if a new one may be made."""
         self._check_running()
         entry = self._live_entry(name)
         if entry is not None:
@@ -224,16 +266,17 @@ class AsyncSessionManager(LoggingConfigurable):
             raise ValueError(
                 f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
             )
-        for reserved in ("work_dir", "name"):
-            if reserved in options:
-                raise TypeError(f"{reserved}= is set by the manager (<root_dir>/<name>)")
-        opts = {**self.session_defaults, **options}
-        backend = str(opts.get("backend") or "local")
+        return None
+
+    async def _register(
+        self, name: str, backend: str, make: Callable[[], Awaitable[Entry]]
+    ) -> AsyncSession:
+        """Check the limits, hold ``name`` while ``make`` runs, then keep its session."""
         self._check_limits(backend)
         future: asyncio.Future[AsyncSession] = asyncio.get_running_loop().create_future()
         self._creating[name] = (backend, future)
         try:
-            entry = await self._create(name, opts, backend)
+            entry = await make()
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 future.cancel()
@@ -297,10 +340,24 @@ class AsyncSessionManager(LoggingConfigurable):
         return entry
 
     async def _close_entry(self, name: str, why: str) -> None:
+        """Close a session to the end, even if the caller is cancelled meanwhile.
+
+        A kernel shutdown cut half-way (the culler cancelled by :meth:`shutdown`,
+        a request abandoned) could leave its host with a kernel neither running
+        nor gone; so the close runs as a task of its own, which
+        :meth:`shutdown` waits for.
+        """
         entry = self._sessions.pop(name, None)
         if entry is None:
             return
         log.info("closing session %s (%s)", name, why)
+        task = asyncio.ensure_future(self._close_session(name, entry))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        await asyncio.shield(task)
+
+    @staticmethod
+    async def _close_session(name: str, entry: Entry) -> None:
         try:
             await entry.session.close()
         except Exception:
@@ -312,7 +369,7 @@ class AsyncSessionManager(LoggingConfigurable):
         if self.max_sessions and len(active) >= self.max_sessions:
             raise SessionLimitError(
                 f"this manager already has {len(active)} sessions (max_sessions="
-                f"{self.max_sessions}); close one (manager.close(name)) or raise the limit"
+                f"{self.max_sessions}); close one or raise the limit"
             )
         cap = self.max_sessions_per_backend.get(backend)
         if cap is not None and active.count(backend) >= cap:
@@ -393,6 +450,11 @@ class AsyncSessionManager(LoggingConfigurable):
         """Keep ``size`` (default ``pool_size``) kernels warm for sessions with ``options``."""
         self._check_running()
         return self._add_pool(options, self.pool_size if size is None else size)
+
+    @property
+    def kernel_pools(self) -> builtins.list[KernelPool]:
+        """Every warm pool (``pool.key.label``, ``.ready``, ``.size``), e.g. for a status page."""
+        return builtins.list(self._pools.values())
 
     def pool(self, **options: Any) -> KernelPool | None:
         """The pool serving sessions with these options, if there is one."""

@@ -26,6 +26,8 @@ class SessionInfo:
     idle_seconds: float
     busy: bool
     from_pool: bool
+    alive: bool
+    """Whether the kernel process runs (a cheap local check: no round trip)."""
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Entry:
             idle_seconds=0.0 if busy else now - self.last_used,
             busy=busy,
             from_pool=self.from_pool,
+            alive=self.session.is_alive,
         )
 
 

@@ -29,6 +29,7 @@ from jupyter_exec.exceptions import (
     JupyterExecError,
     KernelNotAliveError,
     SessionClosedError,
+    SessionLimitError,
     SessionNotFound,
     WorkDirError,
 )
@@ -58,6 +59,7 @@ _STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (KernelNotAliveError, 409),
     (SessionClosedError, 409),
     (SessionLimitReached, 429),
+    (SessionLimitError, 429),  # the session manager's limits, however they reach a handler
     (BackendError, 503),
 )
 

@@ -13,8 +13,14 @@ Creating a session, step by step::
     session_manager.create_session(path, kernel_id)  a Jupyter session binds the notebook to the
                                                      kernel: opening it in JupyterLab joins it
 
-The kernel belongs to the server: deleting a session shuts it down through the
-server's managers; stopping the extension only disconnects.
+Every session is held by the extension's :class:`~jupyter_exec.manager.AsyncSessionManager`
+(``manager.add``), keyed by the session's id: its limits (``max_sessions``,
+``max_sessions_per_backend``) refuse a session before any kernel starts, and
+its culler closes sessions idle for ``cull_idle_timeout``. Warm pools do not
+apply: the kernels must be the server's own.
+
+The kernel belongs to the server: deleting (or culling) a session shuts it
+down through the server's managers; stopping the extension only disconnects.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,8 +45,10 @@ from jupyter_exec.exceptions import (
     KernelNotAliveError,
     KernelStartError,
     NotebookError,
+    SessionLimitError,
     SessionNotFound,
 )
+from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.recorder import MergingRecorder
@@ -65,19 +75,62 @@ class SessionConflict(JupyterExecError):
     """The session's name or notebook is already taken."""
 
 
-class SessionLimitReached(JupyterExecError):
-    """``JupyterExecApp.max_sessions`` sessions are running already."""
+class SessionLimitReached(SessionLimitError):
+    """The session manager's limit is reached (``max_sessions``, ``max_sessions_per_backend``).
+
+    A subclass of the manager's error under its own name, which REST clients
+    see in the error body (``"error": "SessionLimitReached"``) as before.
+    """
 
 
 class _ServerAsyncSession(AsyncSession):
-    """An AsyncSession whose notebook merges with a person's edits (see ``recorder.py``)."""
+    """An AsyncSession on a server kernel, whose notebook merges with a person's edits.
+
+    The server kernel is shared with whoever opens the notebook in JupyterLab,
+    so :attr:`busy` and :attr:`last_activity` also count what others run on it
+    (the server tracks every kernel's state and last activity): the manager's
+    culler must not close a session a person is working in. ``on_close``
+    runs after :meth:`close`, so however the session ends (a DELETE, the
+    culler, shutdown), the server's side of it is cleaned up in one place.
+    """
 
     recorder_class = MergingRecorder
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server_kernel: Any = kwargs.get("kernel_manager")
+        self.on_close: Callable[[], Awaitable[None]] | None = None
 
     @property
     def recorder(self) -> MergingRecorder | None:
         recorder = self._recorder
         return recorder if isinstance(recorder, MergingRecorder) else None
+
+    @property
+    def busy(self) -> bool:
+        """Ours or anyone's code is running (or queued) on the kernel."""
+        return super().busy or getattr(self.server_kernel, "execution_state", None) == "busy"
+
+    @property
+    def last_activity(self) -> float:
+        """When we or anyone else last used the kernel, as ``time.monotonic()``."""
+        ours = super().last_activity
+        stamp = getattr(self.server_kernel, "last_activity", None)
+        if not isinstance(stamp, datetime):
+            return ours
+        if stamp.tzinfo is None:  # jupyter_server's are aware; be lenient with others
+            stamp = stamp.replace(tzinfo=timezone.utc)
+        ago = max((datetime.now(timezone.utc) - stamp).total_seconds(), 0.0)
+        return max(ours, time.monotonic() - ago)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            await super().close()
+        finally:
+            if self.on_close is not None:
+                await self.on_close()
 
 
 @dataclass
@@ -105,20 +158,23 @@ class ServerSession:
 
 
 class ServerSessions:
-    """The sessions of one Jupyter server, keyed by id.
+    """The sessions of one Jupyter server, keyed by id, held by an :class:`AsyncSessionManager`.
 
     ``serverapp`` supplies the managers (kernel, session, contents) and the
-    root; the remaining arguments are the extension's configuration.
+    root; ``manager`` holds the sessions (limits, culling, shutdown); the
+    remaining arguments are the extension's configuration. Besides the
+    manager, only what the REST API shows of each session is kept here, and
+    dropped as soon as the manager no longer holds the session.
     """
 
     def __init__(
         self,
         serverapp: Any,
         *,
+        manager: AsyncSessionManager,
         default_work_dir: str,
         kernel_names: dict[str, str],
         timeout: float | None,
-        max_sessions: int,
         startup_timeout: float = 60.0,
     ) -> None:
         self.serverapp = serverapp
@@ -130,30 +186,60 @@ class ServerSessions:
         self.default_work_dir = default_work_dir
         self.kernel_names = dict(kernel_names)
         self.timeout = timeout
-        self.max_sessions = max_sessions
         self.startup_timeout = startup_timeout
+        self.manager = manager
         self._sessions: dict[str, ServerSession] = {}
         self._reserved: set[Path] = set()  # notebooks of sessions being created
         self._background: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    @property
+    def max_sessions(self) -> int:
+        """The manager's ``max_sessions`` (0: no limit); settable, e.g. by tests."""
+        return self.manager.max_sessions
+
+    @max_sessions.setter
+    def max_sessions(self, value: int) -> None:
+        self.manager.max_sessions = value
+
+    async def start(self) -> None:
+        """Start the manager (its culler). Idempotent; the first request does it if need be.
+
+        jupyter_server initialises extensions before its event loop runs, and
+        the manager needs a running loop, so the app starts it from its async
+        start hook, and :meth:`create` makes sure of it.
+        """
+        await self.manager.start()
 
     # -- lookup ------------------------------------------------------------------------
 
+    def _current(self) -> dict[str, ServerSession]:
+        """The sessions the manager still holds (its culler may have closed some)."""
+        for gone in [sid for sid in self._sessions if sid not in self.manager]:
+            del self._sessions[gone]
+        return self._sessions
+
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self._current())
 
     def list(self) -> list[ServerSession]:
-        return list(self._sessions.values())
+        return list(self._current().values())
 
     def get(self, session_id: str) -> ServerSession:
-        """The session ``session_id``; raises :class:`SessionNotFound` if there is none."""
+        """The session ``session_id``; raises :class:`SessionNotFound` if there is none.
+
+        Looking does not count as use: only acting on a session (:meth:`live`)
+        keeps it from being culled, as with Jupyter's own kernel culler.
+        """
         try:
-            return self._sessions[session_id]
+            return self._current()[session_id]
         except KeyError:
             raise SessionNotFound(f"no session with id {session_id!r}") from None
 
     def live(self, session_id: str) -> ServerSession:
         """The session, if its kernel still exists (a person may shut it down in JupyterLab)."""
         entry = self.get(session_id)
+        self.manager.get(session_id)  # a use: the culler's clock starts again
         if entry.kernel_id not in self.serverapp.kernel_manager:
             raise KernelNotAliveError(
                 f"the kernel of session {session_id!r} was shut down outside this API "
@@ -182,11 +268,7 @@ class ServerSessions:
                 f"invalid session name {name!r}: letters, digits, '.', '_' and '-' (max 100), "
                 "starting with a letter or digit"
             )
-        if self.max_sessions and len(self._sessions) + len(self._reserved) >= self.max_sessions:
-            raise SessionLimitReached(
-                f"{self.max_sessions} sessions are running (JupyterExecApp.max_sessions); "
-                "delete one first"
-            )
+        await self.start()
         kernel_name = kernel_name or self.kernel_names[backend]
         await self._check_kernelspec(kernel_name)
         folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
@@ -195,13 +277,38 @@ class ServerSessions:
         folder.mkdir(parents=True, exist_ok=True)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
+        session_id = uuid.uuid4().hex
+        started: list[ServerSession] = []
+
+        async def start() -> AsyncSession:
+            entry = await self._start(session_id, folder, name, backend, kernel_name, timeout)
+            started.append(entry)
+            return entry.session
+
         try:
-            return await self._start(folder, name, backend, kernel_name, timeout)
+            # The manager checks its limits before start() runs: no kernel for a refused session.
+            await self.manager.add(session_id, start, backend=backend)
+        except SessionLimitReached:
+            raise
+        except SessionLimitError as exc:
+            raise SessionLimitReached(
+                f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
+                "JupyterExecApp.max_sessions); delete a session first"
+            ) from None
         finally:
             self._reserved.discard(notebook)
+        entry = started[0]
+        self._sessions[entry.id] = entry
+        return entry
 
     async def _start(
-        self, folder: Path, name: str, backend: Backend, kernel_name: str, timeout: float | None
+        self,
+        session_id: str,
+        folder: Path,
+        name: str,
+        backend: Backend,
+        kernel_name: str,
+        timeout: float | None,
     ) -> ServerSession:
         kernel_manager = self.serverapp.kernel_manager
         notebook = folder / f"{name}.ipynb"
@@ -236,7 +343,7 @@ class ServerSessions:
             await self._shutdown_kernel(kernel_id)
             raise
         entry = ServerSession(
-            id=uuid.uuid4().hex,
+            id=session_id,
             session=session,
             backend=backend,
             kernel_name=kernel_name,
@@ -245,7 +352,7 @@ class ServerSessions:
             created=datetime.now(timezone.utc).isoformat(),
             jupyter_session_id=model.get("id"),
         )
-        self._sessions[entry.id] = entry
+        session.on_close = lambda: self._release(entry)
         log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
         return entry
 
@@ -264,7 +371,7 @@ class ServerSessions:
 
     def _reserve(self, folder: Path, name: str | None) -> str:
         """A session name whose notebook does not exist yet, reserved until the session starts."""
-        taken = {e.notebook for e in self._sessions.values()} | self._reserved
+        taken = {e.notebook for e in self._current().values()} | self._reserved
 
         def free(candidate: str) -> bool:
             path = folder / f"{candidate}.ipynb"
@@ -287,9 +394,18 @@ class ServerSessions:
 
     async def delete(self, session_id: str) -> None:
         """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
-        entry = self.get(session_id)
-        del self._sessions[session_id]
-        await entry.session.close()
+        self.get(session_id)
+        await self.manager.close(session_id)  # the session's on_close: _release
+
+    async def _release(self, entry: ServerSession) -> None:
+        """The server's side of a closed session: its Jupyter session and kernel go too.
+
+        Runs however the session was closed (DELETE, the manager's culler). Not
+        while the extension stops: the server shuts its kernels down itself.
+        """
+        self._sessions.pop(entry.id, None)
+        if self._stopping:
+            return
         sessions = await self.serverapp.session_manager.list_sessions()
         bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
         for jupyter_session_id in bound:  # shuts the kernel down too
@@ -305,12 +421,12 @@ class ServerSessions:
                 log.warning("could not shut down kernel %s", kernel_id, exc_info=True)
 
     async def close(self) -> None:
-        """Disconnect every session (the server shuts its kernels down itself)."""
+        """Stop the manager, disconnecting every session (the server shuts the kernels down)."""
+        self._stopping = True
         for task in list(self._background):
             task.cancel()
-        entries, self._sessions = list(self._sessions.values()), {}
-        for entry in entries:
-            await entry.session.close()
+        await self.manager.shutdown()
+        self._sessions.clear()
 
     # -- work --------------------------------------------------------------------------
 
@@ -411,7 +527,7 @@ class ServerSessions:
             path = self.root.resolve(api_path)
         except JupyterExecError:
             return
-        for entry in self._sessions.values():
+        for entry in self._current().values():
             recorder = entry.session.recorder
             if recorder is not None and entry.notebook == path and recorder.resync():
                 log.info("jupyter-exec: restored agent cells in %s after a save", api_path)
