@@ -1,13 +1,22 @@
-"""The session notebook: a valid nbformat v4 file, rewritten atomically after every cell.
+"""The session notebook: a valid nbformat v4 file, replaced atomically after every cell.
 
-Each save writes the whole notebook to a temporary file beside it and renames
-it over the old one, so a reader (JupyterLab, a crash-recovery) only ever sees
-a complete notebook, and a crash of this process loses at most the cell in
-flight. To keep the cost of a save flat as the notebook grows, each cell is
-serialised and encoded once, when it is added or changed; a save hands the
-cached bytes to one ``writev`` (no multi-megabyte temporary strings), so what
-grows with the notebook is only the kernel's copy into the page cache. The
-layout matches what ``nbformat.write`` produces (sorted keys, one-space
+A reader (JupyterLab, a crash recovery) only ever sees a complete notebook,
+and a crash of this process loses at most the cell in flight: a new version
+is written to a hidden *spare* file beside the notebook and then swapped in
+atomically. Saving must not cost more as the notebook grows, so no save
+rewrites the whole file:
+
+* each cell is serialised and encoded once, when it is added or changed;
+* the spare file holds the previous version, whose bytes equal the new
+  version's up to the last cell both share - so a save writes only the new
+  cells and the metadata after them into the spare, then *exchanges* the two
+  files (``renameat2(RENAME_EXCHANGE)``, one atomic step); the notebook's old
+  version becomes the spare for the next save.
+
+Where the exchange is not available (not Linux, a filesystem without it) or
+an earlier cell changed (a display update), the whole notebook is written to
+the spare and renamed over the old one: still atomic, only no longer O(cell).
+The layout matches what ``nbformat.write`` produces (sorted keys, one-space
 indent, multi-line strings split into lines), so recordings diff well in git.
 """
 
@@ -15,8 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import errno
 import json
 import os
+import sys
 import uuid
 from collections import deque
 from collections.abc import Mapping
@@ -65,7 +77,37 @@ def split_lines(cell: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _CELL_SEPARATOR = b",\n  "
+_HEADER = b'{\n "cells": [\n  '
+_CELLS_END = b"\n ],\n"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2``); False where that is not supported."""
+    if sys.platform != "linux":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOENT):
+        return False  # unsupported here, or no old file yet to swap with
+    raise OSError(err, os.strerror(err), str(b))
+
+
 _IOV_MAX = 1024  # the POSIX minimum for writev's vector length
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _write_all(fd: int, chunks: list[bytes]) -> None:
@@ -106,6 +148,12 @@ class NotebookRecorder:
         self._cells: list[dict[str, Any]] = []
         self._json: list[str] = []
         self._encoded: list[bytes] = []
+        self._ends: list[int] = []  # byte offset just past each cell in the file
+        # How many leading cells of each file are byte-identical to the cache (None: unknown).
+        self._in_file: int | None = None
+        self._in_spare: int | None = None
+        self._can_exchange = True
+        self._stamp: tuple[int, int, int] | None = None  # the notebook file as we last wrote it
         for cell in cells or ():
             self._add(cell)
 
@@ -113,9 +161,12 @@ class NotebookRecorder:
 
     def _add(self, cell: dict[str, Any]) -> int:
         text = _dumps(split_lines(cell), "  ")
+        encoded = text.encode("utf-8")
+        start = self._ends[-1] + len(_CELL_SEPARATOR) if self._ends else len(_HEADER)
         self._cells.append(cell)
         self._json.append(text)
-        self._encoded.append(text.encode("utf-8"))
+        self._encoded.append(encoded)
+        self._ends.append(start + len(encoded))
         return len(self._cells) - 1
 
     def append(self, cell: dict[str, Any], *, save: bool = True) -> int:
@@ -130,6 +181,12 @@ class NotebookRecorder:
         self._cells[index] = cell
         self._json[index] = text
         self._encoded[index] = text.encode("utf-8")
+        # The files now differ from the cache from this cell on.
+        self._in_file = None if self._in_file is None else min(self._in_file, index)
+        self._in_spare = None if self._in_spare is None else min(self._in_spare, index)
+        for i in range(index, len(self._encoded)):
+            start = self._ends[i - 1] + len(_CELL_SEPARATOR) if i else len(_HEADER)
+            self._ends[i] = start + len(self._encoded[i])
         if save:
             self.save()
 
@@ -153,23 +210,34 @@ class NotebookRecorder:
 
     # -- disk --------------------------------------------------------------------
 
-    def _chunks(self) -> list[bytes]:
-        """The file's bytes as a list of pieces, mostly the cached cells (what ``save`` writes)."""
-        tail = (
+    def _tail(self) -> bytes:
+        return (
             b' "metadata": '
             + _dumps(self._metadata, " ").encode("utf-8")
             + f',\n "nbformat": 4,\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'.encode()
         )
+
+    def _chunks(self) -> list[bytes]:
+        """The file's bytes as a list of pieces, mostly the cached cells (what ``save`` writes)."""
         if not self._encoded:
-            return [b'{\n "cells": [],\n', tail]
-        chunks = [b'{\n "cells": [\n  ']
-        for index, cell in enumerate(self._encoded):
+            return [b'{\n "cells": [],\n', self._tail()]
+        return [_HEADER, *self._chunks_from(0)]
+
+    def _chunks_from(self, first: int) -> list[bytes]:
+        """The bytes after the header from cell ``first`` on: the cells, then the metadata."""
+        chunks: list[bytes] = []
+        for index in range(first, len(self._encoded)):
             if index:
                 chunks.append(_CELL_SEPARATOR)
-            chunks.append(cell)
-        chunks.append(b"\n ],\n")
-        chunks.append(tail)
+            chunks.append(self._encoded[index])
+        chunks.append(_CELLS_END)
+        chunks.append(self._tail())
         return chunks
+
+    def _incremental(self) -> bool:
+        """Whether a save may patch the spare file in place (subclasses that write other
+        bytes than :meth:`_chunks` of the base layout say no)."""
+        return type(self)._chunks is NotebookRecorder._chunks
 
     def render(self) -> str:
         """The whole file as text (what ``save`` writes)."""
@@ -182,20 +250,43 @@ class NotebookRecorder:
         intact and :class:`~jupyter_exec.NotebookError` says why; the cells stay
         in memory, so the next successful save records them too.
         """
-        tmp = self.path.with_name(f".{self.path.name}.jx-tmp")
+        spare = self.spare_path
+        shared = self._in_spare or 0  # leading cells the spare already holds
+        patch = self._incremental() and self._can_exchange and 0 < shared <= len(self._encoded)
         try:
-            chunks = self._chunks()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            if patch:
+                fd = os.open(spare, os.O_WRONLY)
+                offset = self._ends[shared - 1]
+            else:
+                fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                offset = 0
             try:
-                _write_all(fd, chunks)
+                if patch:
+                    os.lseek(fd, offset, os.SEEK_SET)
+                    _write_all(fd, self._chunks_from(shared))
+                    os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))
+                else:
+                    _write_all(fd, self._chunks())
                 if self.fsync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.path)
+            # The file we swap out is our previous version only if nobody replaced or
+            # edited it since our last save (a person saving it in JupyterLab, say).
+            ours = _stamp(self.path) == self._stamp
+            if self._can_exchange and _exchange(spare, self.path):
+                self._in_spare = self._in_file if ours else None
+            else:
+                if patch:  # the exchange stopped working: the spare is complete anyway
+                    self._can_exchange = False
+                os.replace(spare, self.path)
+                self._in_spare = None
+            self._in_file = len(self._encoded)
+            self._stamp = _stamp(self.path)
         except OSError as exc:
+            self._in_spare = None
             with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+                spare.unlink(missing_ok=True)
             raise NotebookError(
                 f"could not save the session notebook {self.path}: {exc.strerror or exc}; "
                 f"the file on disk still holds its previous {self._saved_cells} cell(s), "
@@ -204,6 +295,16 @@ class NotebookRecorder:
         self._saved_cells = len(self._cells)
 
     _saved_cells = 0
+
+    @property
+    def spare_path(self) -> Path:
+        """The hidden file beside the notebook that holds its previous version."""
+        return self.path.with_name(f".{self.path.name}.jx-tmp")
+
+    def close(self) -> None:
+        """Remove the spare file (the notebook itself stays)."""
+        with contextlib.suppress(OSError):
+            self.spare_path.unlink(missing_ok=True)
 
     def notebook(self) -> nbformat.NotebookNode:
         """The notebook as an ``nbformat`` node (a copy)."""

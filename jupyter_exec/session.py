@@ -511,6 +511,8 @@ class AsyncSession:
             return
         self._closed = True
         kernel, self._kernel = self._kernel, None
+        if self._recorder is not None:
+            self._recorder.close()  # the spare file; the notebook stays
         if kernel is not None:
             await kernel.shutdown(kernel=self._owns_kernel)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)

@@ -212,8 +212,9 @@ def test_unwritable_temp_file_raises_notebook_error(
     path = tmp_path / "s.ipynb"
     rec = _recorder_with_two_cells(path)
     before = path.read_bytes()
-    # Something that cannot be opened for writing sits where the temp file goes.
-    (tmp_path / ".s.ipynb.jx-tmp").mkdir()
+    # Something that cannot be opened for writing sits where the spare (temp) file goes.
+    rec.spare_path.unlink(missing_ok=True)
+    rec.spare_path.mkdir()
     with pytest.raises(NotebookError, match="could not save the session notebook"):
         rec.append(code_cell(3))
     assert path.read_bytes() == before
@@ -247,3 +248,93 @@ def test_vanished_folder_raises_notebook_error_naming_the_problem(tmp_path: Path
     assert str(path) in str(info.value)
     assert "No such file or directory" in str(info.value)
     assert isinstance(info.value.__cause__, OSError)
+
+
+# -- saves that do not grow with the notebook ---------------------------------------------
+
+
+def _counting_writev(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many bytes each ``os.writev`` call of the recorder writes."""
+    written: list[int] = []
+    real = os.writev
+
+    def counting(fd: int, buffers: Any) -> int:
+        n = real(fd, buffers)
+        written.append(n)
+        return n
+
+    monkeypatch.setattr(recorder_module.os, "writev", counting)
+    return written
+
+
+def test_a_save_at_cell_1000_writes_only_the_new_cell(
+    read_notebook: ReadNotebook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cost per save is flat: bytes written do not depend on the notebook's length."""
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    for n in range(1000):
+        rec.append(code_cell(n, [dict(RICH_OUTPUTS[0])]), save=n % 100 == 0)
+    rec.save()
+    rec.append(code_cell(1000))  # the spare now holds the previous version
+    size = path.stat().st_size
+    written = _counting_writev(monkeypatch)
+    for n in range(1001, 1011):
+        rec.append(code_cell(n, [dict(RICH_OUTPUTS[0])]))
+    per_save = sum(written) / 10
+    assert per_save < 3_000 < size / 50  # one cell and the metadata, not the ~200 KB file
+    assert path.read_text() == rec.render()
+    assert len(read_notebook(path).cells) == 1011
+
+
+def test_patched_saves_always_equal_a_full_render(
+    read_notebook: ReadNotebook, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    for n in range(30):
+        rec.append(code_cell(n, [dict(o) for o in RICH_OUTPUTS[: n % 3]]))
+        if n % 7 == 3:  # an earlier cell changes (a display update): a full write
+            rec.cells[n // 2]["outputs"] = [dict(RICH_OUTPUTS[1])]
+            rec.refresh(n // 2)
+        if n % 5 == 0:  # metadata changes ride along with the tail
+            rec.set_metadata("jupyter_exec", {"session": "s", "n": n})
+            rec.save()
+        assert path.read_text() == rec.render()
+    nb = read_notebook(path)
+    assert [c.execution_count for c in nb.cells] == list(range(30))
+    assert rec.spare_path.name == ".s.ipynb.jx-tmp"  # hidden, beside the notebook
+    rec.close()
+    assert not rec.spare_path.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["s.ipynb"]
+
+
+def test_a_notebook_replaced_by_someone_else_is_never_patched(
+    read_notebook: ReadNotebook, tmp_path: Path
+) -> None:
+    """A person saving the file (temp + rename, as jupyter_server does) between our saves:
+    the file we swap out is theirs, so it must not be patched as if it were ours."""
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    for n in range(3):
+        rec.append(code_cell(n))
+    theirs = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("x" * 5000)])
+    (tmp_path / "theirs.ipynb").write_text(nbformat.writes(theirs))
+    os.replace(tmp_path / "theirs.ipynb", path)
+    for n in range(3, 6):
+        rec.append(code_cell(n))
+        assert path.read_text() == rec.render()
+    assert [c.execution_count for c in read_notebook(path).cells] == list(range(6))
+
+
+def test_without_an_atomic_exchange_saves_fall_back_to_replace(
+    read_notebook: ReadNotebook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recorder_module, "_exchange", lambda a, b: False)
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    for n in range(5):
+        rec.append(code_cell(n))
+        assert path.read_text() == rec.render()
+    assert not rec.spare_path.exists()  # renamed over the notebook each time
+    assert len(read_notebook(path).cells) == 5
