@@ -28,6 +28,7 @@ from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, build_image, image_exists
 from jupyter_exec.docker.reap import L_PID, LABEL
 from jupyter_exec.exceptions import DockerUnavailable
+from jupyter_exec.kernel import KernelHandle
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 TEST_BASE_IMAGE = os.environ.get("JX_TEST_BASE_IMAGE", "jupyter-exec/base:bookworm")
@@ -123,6 +124,13 @@ class Run:
         return ""
 
 
+async def iopub_ready(km: AsyncKernelManager, kc: Any, timeout: float) -> None:
+    """Ready *and* IOPub delivering: jupyter_client's ``wait_for_ready`` only proves the
+    shell channel, so right after a (re)start a cell's first messages can be published
+    before the SUB socket has (re)connected and are lost (ZMQ's slow joiner)."""
+    await KernelHandle(km=km, kc=kc).wait_ready(timeout)
+
+
 @dataclass
 class Kernel:
     """A running Docker kernel: its manager, a client, and its host work dir."""
@@ -202,7 +210,7 @@ async def start(
     kc = km.client()
     kc.start_channels()
     try:
-        await kc.wait_for_ready(timeout=60)
+        await iopub_ready(km, kc, timeout=60)
     except BaseException:
         kc.stop_channels()
         await km.shutdown_kernel(now=True)

@@ -18,6 +18,7 @@ import pytest
 from jupyter_exec.docker.image import BuildOptions, build_image
 from jupyter_exec.docker.reap import L_KEEP, L_PID, LABEL, reap
 from jupyter_exec.exceptions import ImageError, KernelStartError
+from jupyter_exec.kernel import KernelHandle
 
 if TYPE_CHECKING:
     from tests.docker.conftest import StartKernel
@@ -106,7 +107,9 @@ async def test_restart_now_and_graceful(
         await kernel.run("y = 1")
         old = kernel.container_id
         await kernel.km.restart_kernel(now=now)
-        await kernel.kc.wait_for_ready(timeout=30)
+        # IOPub too, not just shell: the first cell's output must not be lost to a
+        # SUB socket that has not reconnected yet.
+        await KernelHandle(km=kernel.km, kc=kernel.kc).wait_ready(30)
         assert kernel.container_id != old
         assert (await kernel.run("'y' in dir()")).result == "False"
         assert (await kernel.run("y = 2; y")).result == "2"
@@ -333,7 +336,7 @@ async def test_jupyter_server_starts_the_installed_kernelspec(
         km = manager.get_kernel(kernel_id)
         kc = km.client()
         kc.start_channels()
-        await kc.wait_for_ready(timeout=30)
+        await KernelHandle(km=km, kc=kc).wait_ready(30)
         msg_id = kc.execute("import os; open('from-lab.txt', 'w').write(os.getcwd())")
         reply = await kc.get_shell_msg(timeout=20)
         while reply["parent_header"].get("msg_id") != msg_id:  # skip kernel_info replies
