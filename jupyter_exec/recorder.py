@@ -26,6 +26,7 @@ import contextlib
 import copy
 import ctypes
 import errno
+import functools
 import json
 import os
 import sys
@@ -62,9 +63,17 @@ def _lines(text: Any) -> Any:
 
 
 def split_lines(cell: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``cell`` with multi-line strings as lists of lines, as Jupyter stores them."""
-    out = copy.deepcopy(dict(cell))
+    """A copy of ``cell`` with multi-line strings as lists of lines, as Jupyter stores them.
+
+    Copies only the containers it changes (the cell, its outputs and their
+    ``data``): the rest is shared with ``cell``, which stays untouched.
+    """
+    out = dict(cell)
     out["source"] = _lines(out.get("source", ""))
+    if "outputs" in out:
+        out["outputs"] = [
+            {**o, "data": dict(o["data"])} if "data" in o else dict(o) for o in out["outputs"]
+        ]
     for output in out.get("outputs", ()):
         if "text" in output:
             output["text"] = _lines(output["text"])
@@ -83,12 +92,17 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
+@functools.cache
+def _renameat2() -> Any:
+    """glibc's ``renameat2`` (looked up once; None off Linux or with an older libc)."""
+    if sys.platform != "linux":
+        return None
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux ``renameat2``); False where that is not supported."""
-    if sys.platform != "linux":
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
@@ -145,6 +159,7 @@ class NotebookRecorder:
         self.path = path
         self.fsync = fsync
         self._metadata: dict[str, Any] = dict(metadata)
+        self._metadata_bytes: bytes | None = None  # cached; set_metadata() clears it
         self._cells: list[dict[str, Any]] = []
         self._json: list[str] = []
         self._encoded: list[bytes] = []
@@ -196,9 +211,11 @@ class NotebookRecorder:
 
     def set_metadata(self, key: str, value: Any) -> None:
         self._metadata[key] = value
+        self._metadata_bytes = None
 
     @property
     def metadata(self) -> dict[str, Any]:
+        """The notebook metadata (read it freely; change it with :meth:`set_metadata`)."""
         return self._metadata
 
     @property
@@ -211,11 +228,13 @@ class NotebookRecorder:
     # -- disk --------------------------------------------------------------------
 
     def _tail(self) -> bytes:
-        return (
-            b' "metadata": '
-            + _dumps(self._metadata, " ").encode("utf-8")
-            + f',\n "nbformat": 4,\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'.encode()
-        )
+        if self._metadata_bytes is None:
+            self._metadata_bytes = (
+                b' "metadata": '
+                + _dumps(self._metadata, " ").encode("utf-8")
+                + f',\n "nbformat": 4,\n "nbformat_minor": {NBFORMAT_MINOR}\n}}\n'.encode()
+            )
+        return self._metadata_bytes
 
     def _chunks(self) -> list[bytes]:
         """The file's bytes as a list of pieces, mostly the cached cells (what ``save`` writes)."""
