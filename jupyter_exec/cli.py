@@ -162,7 +162,7 @@ DEMO_CELLS = [
     "y = 2.5 * x + rng.normal(scale=0.6, size=200)\n"
     "print(f'{len(x)} points generated')",
     "slope, intercept = np.polyfit(x, y, 1)   # x and y are still here: state is kept\n"
-    "print(f'fit: y = {slope:.2f} x + {intercept:+.2f}')",
+    "print(f'fit: y = {slope:.2f} x {intercept:+.2f}')",
     "import matplotlib.pyplot as plt\n"
     "fig, ax = plt.subplots(figsize=(5, 4))\n"
     "ax.scatter(x, y, s=8, alpha=0.6)\n"
