@@ -273,15 +273,17 @@ class NotebookRecorder:
         shared = self._in_spare or 0  # leading cells the spare already holds
         patch = self._incremental() and self._can_exchange and 0 < shared <= len(self._encoded)
         try:
+            fd: int | None = None
             if patch:
-                fd = os.open(spare, os.O_WRONLY)
-                offset = self._ends[shared - 1]
-            else:
+                try:
+                    fd = os.open(spare, os.O_WRONLY)
+                except FileNotFoundError:  # someone removed the spare: write it whole
+                    patch = False
+            if fd is None:
                 fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                offset = 0
             try:
                 if patch:
-                    os.lseek(fd, offset, os.SEEK_SET)
+                    os.lseek(fd, self._ends[shared - 1], os.SEEK_SET)
                     _write_all(fd, self._chunks_from(shared))
                     os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))
                 else:
@@ -322,6 +324,7 @@ class NotebookRecorder:
 
     def close(self) -> None:
         """Remove the spare file (the notebook itself stays)."""
+        self._in_spare = None
         with contextlib.suppress(OSError):
             self.spare_path.unlink(missing_ok=True)
 

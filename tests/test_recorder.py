@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -221,20 +222,35 @@ def test_unwritable_temp_file_raises_notebook_error(
     read_notebook(path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
-def test_read_only_folder_raises_notebook_error_and_keeps_the_file(tmp_path: Path) -> None:
+def _make_unwritable(folder: Path) -> Callable[[], None]:
+    """Make ``folder`` refuse new entries; returns the undo.
+
+    An ordinary user gets mode 0555. Root ignores modes, so for root the folder
+    is made immutable (``chattr +i``), which root cannot write through either.
+    """
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return lambda: folder.chmod(0o755)
+    subprocess.run(["chattr", "+i", str(folder)], check=True, capture_output=True)
+    return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_unwritable_folder_raises_notebook_error_and_keeps_the_file(tmp_path: Path) -> None:
     folder = tmp_path / "ro"
     folder.mkdir()
     path = folder / "s.ipynb"
     rec = _recorder_with_two_cells(path)
+    rec.close()  # no spare either: the next save must create a file in the folder
     before = path.read_bytes()
-    folder.chmod(0o555)
+    undo = _make_unwritable(folder)
     try:
-        with pytest.raises(NotebookError, match="Permission denied"):
+        with pytest.raises(NotebookError, match=r"Permission denied|Operation not permitted"):
             rec.append(code_cell(3))
     finally:
-        folder.chmod(0o755)
+        undo()
     assert path.read_bytes() == before
+    rec.append(code_cell(4))  # writable again: the kept cell goes out too
+    assert [c["execution_count"] for c in rec.cells] == [1, 2, 3, 4]
 
 
 def test_vanished_folder_raises_notebook_error_naming_the_problem(tmp_path: Path) -> None:
@@ -338,3 +354,17 @@ def test_without_an_atomic_exchange_saves_fall_back_to_replace(
         assert path.read_text() == rec.render()
     assert not rec.spare_path.exists()  # renamed over the notebook each time
     assert len(read_notebook(path).cells) == 5
+
+
+def test_a_removed_spare_only_costs_one_full_write(
+    read_notebook: ReadNotebook, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, METADATA)
+    for n in range(4):
+        rec.append(code_cell(n))
+    rec.spare_path.unlink()  # a cleanup tool, a person tidying hidden files...
+    rec.append(code_cell(4))
+    rec.append(code_cell(5))
+    assert path.read_text() == rec.render()
+    assert [c.execution_count for c in read_notebook(path).cells] == list(range(6))
