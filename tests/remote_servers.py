@@ -188,5 +188,13 @@ def kernels_on(server: Server) -> list[str]:
     request = urllib.request.Request(
         f"{server.url}/api/kernels", headers={"Authorization": f"token {server.token}"}
     )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return [k["id"] for k in json.load(response)]
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return [k["id"] for k in json.load(response)]
+        except urllib.error.HTTPError as exc:
+            # A server may answer 5xx while a kernel it lists is being shut down: ask again.
+            if exc.code < 500 or attempt == 2:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
