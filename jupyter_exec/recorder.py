@@ -41,7 +41,7 @@ from jupyter_exec.exceptions import NotebookError
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["NotebookRecorder", "new_cell_id", "read_notebook"]
+__all__ = ["FileStamp", "NotebookRecorder", "file_stamp", "new_cell_id", "read_notebook"]
 
 NBFORMAT_MINOR = 5
 
@@ -116,7 +116,11 @@ def _exchange(a: Path, b: Path) -> bool:
 _IOV_MAX = 1024  # the POSIX minimum for writev's vector length
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
+FileStamp = tuple[int, int, int]
+
+
+def file_stamp(path: Path) -> FileStamp | None:
+    """(inode, size, mtime) of ``path``, or None: tells whether someone else wrote it since."""
     try:
         st = path.stat()
     except OSError:
@@ -168,7 +172,7 @@ class NotebookRecorder:
         self._in_file: int | None = None
         self._in_spare: int | None = None
         self._can_exchange = True
-        self._stamp: tuple[int, int, int] | None = None  # the notebook file as we last wrote it
+        self._stamp: FileStamp | None = None  # the notebook file as we last wrote it
         for cell in cells or ():
             self._add(cell)
 
@@ -294,7 +298,7 @@ class NotebookRecorder:
                 os.close(fd)
             # The file we swap out is our previous version only if nobody replaced or
             # edited it since our last save (a person saving it in JupyterLab, say).
-            ours = _stamp(self.path) == self._stamp
+            ours = file_stamp(self.path) == self._stamp
             if self._can_exchange and _exchange(spare, self.path):
                 self._in_spare = self._in_file if ours else None
             else:
@@ -303,7 +307,7 @@ class NotebookRecorder:
                 os.replace(spare, self.path)
                 self._in_spare = None
             self._in_file = len(self._encoded)
-            self._stamp = _stamp(self.path)
+            self._stamp = file_stamp(self.path)
         except OSError as exc:
             self._in_spare = None
             with contextlib.suppress(OSError):

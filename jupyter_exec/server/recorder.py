@@ -28,16 +28,19 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from jupyter_exec.recorder import NBFORMAT_MINOR, NotebookRecorder, _dumps, split_lines
+from jupyter_exec.recorder import (
+    NBFORMAT_MINOR,
+    NotebookRecorder,
+    _dumps,
+    file_stamp,
+    split_lines,
+)
 
 __all__ = ["MergingRecorder"]
 
 log = logging.getLogger("jupyter_exec.server")
-
-_Stamp = tuple[int, int, int]
 
 
 @dataclass
@@ -49,14 +52,6 @@ class _Slot:
     """The cell's JSON as found on disk; ``None`` for an agent cell rendered from memory."""
 
 
-def _stamp(path: Path) -> _Stamp | None:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
 class MergingRecorder(NotebookRecorder):
     """A :class:`NotebookRecorder` whose saves merge with edits made to the file by others."""
 
@@ -66,14 +61,13 @@ class MergingRecorder(NotebookRecorder):
         self._disk_metadata: dict[str, Any] | None = None
         self._written: set[str] = set()
         self._dirty: set[str] = set()
-        self._stamp: _Stamp | None = None
 
     @classmethod
     def adopt(cls, recorder: NotebookRecorder) -> MergingRecorder:
         """A merging recorder continuing ``recorder`` (same file, same cells, already saved)."""
         merged = cls(recorder.path, recorder.metadata, list(recorder.cells), fsync=recorder.fsync)
         merged._written = {c["id"] for c in recorder.cells if "id" in c}
-        merged._stamp = _stamp(recorder.path)
+        merged._stamp = file_stamp(recorder.path)
         return merged
 
     # -- bookkeeping of what changed on our side ---------------------------------------
@@ -87,7 +81,7 @@ class MergingRecorder(NotebookRecorder):
 
     def changed_on_disk(self) -> bool:
         """Whether someone else wrote the file since our last save."""
-        return _stamp(self.path) != self._stamp
+        return file_stamp(self.path) != self._stamp
 
     def _read_disk(self) -> dict[str, Any] | None:
         try:
@@ -190,8 +184,7 @@ class MergingRecorder(NotebookRecorder):
         if self.changed_on_disk() and self._stamp is not None:
             self._merge_from_disk()
         self._extend_layout()
-        super().save()
-        self._stamp = _stamp(self.path)
+        super().save()  # also records the file's new stamp
         self._written.update(c["id"] for c in self._cells if "id" in c)
         self._dirty.clear()
 
@@ -209,7 +202,7 @@ class MergingRecorder(NotebookRecorder):
         on_disk = {c.get("id") for c in disk["cells"] if isinstance(c, dict)}
         if all(c.get("id") in on_disk for c in self._cells):
             self._merge_from_disk()
-            self._stamp = _stamp(self.path)
+            self._stamp = file_stamp(self.path)
             return False
         self.save()
         return True
