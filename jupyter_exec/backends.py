@@ -12,9 +12,9 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 
-__all__ = ["DOCKER_PROVISIONER", "docker_kernel_spec"]
+from jupyter_exec.docker import PROVISIONER_NAME
 
-DOCKER_PROVISIONER = "jupyter-exec-docker"
+__all__ = ["docker_kernel_spec"]
 
 
 def docker_kernel_spec(options: dict[str, Any]) -> KernelSpec:
@@ -25,6 +25,6 @@ def docker_kernel_spec(options: dict[str, Any]) -> KernelSpec:
         language="python",
         interrupt_mode="message",
         metadata={
-            "kernel_provisioner": {"provisioner_name": DOCKER_PROVISIONER, "config": dict(options)}
+            "kernel_provisioner": {"provisioner_name": PROVISIONER_NAME, "config": dict(options)}
         },
     )

@@ -22,7 +22,7 @@ from jupyter_exec.environments import add_environment_arguments, environment_fro
 from jupyter_exec.exceptions import JupyterExecError
 from jupyter_exec.models import Execution
 from jupyter_exec.replay import add_replay_parser
-from jupyter_exec.session import safe_name
+from jupyter_exec.session import DEFAULT_TIMEOUT, safe_name
 from jupyter_exec.sync import Session
 
 __all__ = ["main"]
@@ -71,17 +71,17 @@ class _Printer:
                 self.out.write(f"[{', '.join(rich)}]\n")
             self.out.flush()
 
-    def after(self, execution: Execution, work_dir: Path) -> None:
+    def after(self, execution: Execution) -> None:
         if execution.error is not None:
             self.err.write((execution.error.traceback or str(execution.error)).rstrip() + "\n")
             if execution.status != "error":
                 self.err.write(f"{execution.error}\n")
         for path in execution.files:
-            self.out.write(f"  -> {_shown(path, work_dir)}\n")
+            self.out.write(f"  -> {_shown(path)}\n")
         self.out.flush()
 
 
-def _shown(path: Path, work_dir: Path) -> str:
+def _shown(path: Path) -> str:
     try:
         return os.path.relpath(path)
     except ValueError:  # another drive on Windows
@@ -121,7 +121,7 @@ def _run_cells(
         if not printer.quiet and len(blocks) > 1:
             printer.out.write(f"--- [{number}/{len(blocks)}] ---\n")
         execution = session.execute(cell_source(block), on_output=printer.on_output)
-        printer.after(execution, session.work_dir)
+        printer.after(execution)
         if not execution.ok:
             failures += 1
             if not keep_going:
@@ -220,9 +220,9 @@ def _add_session_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--timeout",
         type=float,
-        default=600.0,
+        default=DEFAULT_TIMEOUT,
         metavar="S",
-        help="seconds per cell before it is interrupted (0: none; default 600)",
+        help=f"seconds per cell before it is interrupted (0: none; default {DEFAULT_TIMEOUT:g})",
     )
     group.add_argument(
         "--backend",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import WorkDirError
-from jupyter_exec.store import confined_path
+from jupyter_exec.store import confined_path, writable_path
 
 __all__ = [
     "RUNNABLE_LANGUAGES",
@@ -192,9 +192,7 @@ def save_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> Path | Non
     path = confined_path(root, block.filename)
     if path == root.resolve() or path.is_dir():
         raise WorkDirError(f"# filename: {block.filename} names a folder, not a file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Re-check after mkdir: a folder on the way may be a symlink made meanwhile.
-    path = confined_path(root, block.filename)
+    path = writable_path(root, block.filename)
     text = block.code if block.code.endswith("\n") or not block.code else block.code + "\n"
     path.write_text(text, encoding="utf-8")
     return path

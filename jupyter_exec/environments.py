@@ -173,13 +173,11 @@ class VirtualEnv(Environment):
         maker = _VenvMaker(progress)
         existing = _venv_python(Path(self.path).expanduser()) if self.path is not None else None
         if existing is not None:
+            spec = self.spec(maker.version_of(existing))
             venv = existing.parent.parent
-            version = maker.version_of(existing)
         else:
-            base = maker.base_interpreter(self.python)
-            version = maker.version_of(base)
-            venv = self.location(self.spec(version))
-        spec = self.spec(version)
+            spec = self.spec(maker.version_of(maker.base_interpreter(self.python)))
+            venv = self.location(spec)
         with _locked(venv):
             if _read_marker(venv) != spec:
                 maker.ensure(venv, self.python, spec, self.requirements_file)

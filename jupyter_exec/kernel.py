@@ -9,7 +9,6 @@ ours, once.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import queue
@@ -154,12 +153,14 @@ class Receiver:
     def _take(self) -> dict[str, Any]:
         frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
         _, parts = self._session.feed_identities(frames)
-        return dict(self._session.deserialize(parts))
+        msg: dict[str, Any] = self._session.deserialize(parts)  # already a fresh dict
+        return msg
 
     async def get(self, timeout: float) -> dict[str, Any]:
         """The next message; raises ``queue.Empty`` after ``timeout`` seconds."""
         if not self._zmq:
-            return dict(await self._channel.get_msg(timeout=timeout))
+            msg: dict[str, Any] = await self._channel.get_msg(timeout=timeout)
+            return msg
         try:
             return self._take()
         except zmq.Again:
@@ -386,7 +387,3 @@ async def interrupt_kernel(handle: KernelHandle) -> None:
         raise
     except (OSError, RuntimeError) as exc:
         raise BackendError(f"could not interrupt the kernel: {exc}") from exc
-
-
-async def sleep_until(deadline: float) -> None:
-    await asyncio.sleep(max(0.0, deadline - time.monotonic()))

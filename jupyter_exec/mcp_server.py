@@ -207,8 +207,8 @@ class SessionRegistry:
                     f"open session(s) at once (--max-sessions) and that many are open "
                     f"({open_now}); close one with close_session, or use an open one"
                 ) from exc
-        info = self._info(name)
-        if info is not None and backend not in (None, "", "default", info.backend):
+        info = self._info(name) if backend not in (None, "", "default") else None
+        if info is not None and backend != info.backend:
             raise JupyterExecError(
                 f"session {name!r} already runs on {info.backend}; close it first "
                 f"or use another name for a {backend} session"

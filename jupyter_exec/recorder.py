@@ -258,9 +258,11 @@ class NotebookRecorder:
         return chunks
 
     def _incremental(self) -> bool:
-        """Whether a save may patch the spare file in place (subclasses that write other
-        bytes than :meth:`_chunks` of the base layout say no)."""
-        return type(self)._chunks is NotebookRecorder._chunks
+        """Whether a save may patch the spare in place: the file is exactly this layout.
+
+        A subclass that writes other bytes (a merged layout) answers for itself.
+        """
+        return True
 
     def render(self) -> str:
         """The whole file as text (what ``save`` writes)."""

@@ -21,12 +21,14 @@ from typing import Any
 
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.models import ScriptResult
-from jupyter_exec.store import confined_path
+from jupyter_exec.store import confined_path, writable_path
 
-__all__ = ["SCRIPT_LANGUAGES", "run_script", "script_path"]
+__all__ = ["SCRIPT_LANGUAGES", "TIMEOUT_EXIT_CODE", "run_script", "script_path"]
+
+TIMEOUT_EXIT_CODE = 124
+"""Exit code of a script killed at its timeout (as with coreutils ``timeout``)."""
 
 SCRIPT_LANGUAGES = {"python": ".py", "sh": ".sh"}
-TIMED_OUT = 124
 
 
 def script_path(
@@ -66,7 +68,8 @@ async def _run_local(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         out, _ = await process.communicate()
-        return TIMED_OUT, out.decode("utf-8", "replace"), True
+        marker = f"\n[timed out after {timeout:g} s: killed]\n"
+        return TIMEOUT_EXIT_CODE, out.decode("utf-8", "replace") + marker, True
 
 
 async def run_script(
@@ -81,7 +84,7 @@ async def run_script(
     timeout: float | None,
 ) -> ScriptResult:
     """Write ``code`` to ``path`` and run it in the session's environment."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = writable_path(work_dir, path.relative_to(work_dir.resolve()))
     path.write_text(code, encoding="utf-8")
     interpreter = _interpreter(language, kernel_argv)
     started = time.monotonic()
@@ -91,7 +94,7 @@ async def run_script(
         inside = f"{mount}/{path.relative_to(work_dir.resolve()).as_posix()}"
         argv = ["python" if language == "python" else "bash", inside]
         code_, output = await run_in_container(argv, timeout=timeout)
-        timed_out = code_ == TIMED_OUT
+        timed_out = code_ == TIMEOUT_EXIT_CODE  # the in-container watchdog says so itself
     else:
         env = {**os.environ, **kernel_env}
         try:
@@ -100,6 +103,4 @@ async def run_script(
             )
         except OSError as exc:
             raise BackendError(f"could not run {interpreter[0]}: {exc.strerror or exc}") from exc
-    if timed_out and "timed out" not in output[-200:]:
-        output += f"\n[timed out after {timeout:g} s: killed]\n"
     return ScriptResult(code_, output, path, time.monotonic() - started, timed_out)

@@ -58,10 +58,20 @@ from jupyter_exec.runner import CellRun, CellRunner, OutputCallback, is_interrup
 from jupyter_exec.scripts import run_script, script_path
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
-__all__ = ["DEFAULT_TIMEOUT", "AsyncSession", "OutputCallback"]
+__all__ = [
+    "DEFAULT_INTERRUPT_GRACE",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "AsyncSession",
+    "OutputCallback",
+]
 
 log = logging.getLogger("jupyter_exec")
 
+DEFAULT_INTERRUPT_GRACE = 3.0
+"""Seconds an interrupted cell gets to stop before the kernel is restarted."""
+DEFAULT_STARTUP_TIMEOUT = 60.0
+"""Seconds a kernel gets to start and answer."""
 DEFAULT_TIMEOUT = 600.0
 """Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
 
@@ -72,7 +82,8 @@ def validate_name(name: str) -> str:
     """``name`` if it is a valid session name (it names files), else ``ValueError``."""
     if not _NAME_RE.match(name):
         raise ValueError(
-            f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
+            f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100), "
+            "starting with a letter or digit"
         )
     return name
 
@@ -149,8 +160,8 @@ class AsyncSession:
         backend: Backend = "local",
         docker: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
-        interrupt_grace: float = 3.0,
-        startup_timeout: float = 60.0,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
         overwrite: bool = False,
         environment: Any = None,
@@ -198,7 +209,8 @@ class AsyncSession:
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
         self._restart_note: str | None = None  # recorded on the next cell
-        self._displays: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        # display_id -> (cell index, output number in the cell, the output dict in the record)
+        self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
@@ -323,7 +335,7 @@ class AsyncSession:
         else:
             self._kernel = await start_kernel(
                 kernel_name=self.kernel_name,
-                spec=self._kernel_spec(),
+                spec=await self._kernel_spec(),
                 cwd=self._work_dir,
                 env=self.env,
                 startup_timeout=self.startup_timeout,
@@ -478,13 +490,14 @@ class AsyncSession:
             raise NotebookError(f"the folder of the notebook {path} does not exist")
         return path
 
-    def _kernel_spec(self) -> KernelSpec | None:
+    async def _kernel_spec(self) -> KernelSpec | None:
         if self.backend == "docker":
             from jupyter_exec.backends import docker_kernel_spec
 
             return docker_kernel_spec(self.docker_options)
         if self.python is not None:
-            return kernel_spec_for_python(self.python)
+            # Probes the interpreter (a subprocess): not on the event loop.
+            return await asyncio.to_thread(kernel_spec_for_python, self.python)
         return None
 
     def _notebook_metadata(self) -> dict[str, Any]:
@@ -543,10 +556,7 @@ class AsyncSession:
 
     async def restart(self) -> None:
         """Restart the kernel: all state is lost; the notebook notes it on the next cell."""
-        kernel = self._live_kernel()
-        self._generation += 1
-        await restart_kernel(kernel, self.startup_timeout)
-        self._restart_note = "restarted by request"
+        await self._restart_after_failure("restarted by request")
 
     async def run_script(
         self,
@@ -656,9 +666,11 @@ class AsyncSession:
         return self._finish(code, cell_index, builder, run, duration, record, spilled)
 
     async def _restart_after_failure(self, note: str) -> None:
+        """Restart the kernel; a waiting execution notices (generation), the next cell notes it."""
+        kernel = self._live_kernel()
         self._generation += 1
+        await restart_kernel(kernel, self.startup_timeout)
         self._restart_note = note
-        await restart_kernel(self._live_kernel(), self.startup_timeout)
 
     # -- recording ---------------------------------------------------------------------
 
@@ -695,9 +707,11 @@ class AsyncSession:
 
         results: list[Result] = []
         saved: list[Path] = list(spilled)  # full text of truncated streams
+        numbers: dict[int, int] = {}  # id(output) -> its number among the cell's rich outputs
         for number, output in enumerate(
             (o for o in outputs if o["output_type"] in ("display_data", "execute_result")), start=1
         ):
+            numbers[id(output)] = number
             by_mime = (
                 self._store.save_bundle(cell_index, number, output.get("data", {}))
                 if record
@@ -714,8 +728,10 @@ class AsyncSession:
             )
         touched: set[int] = set()
         if record:
-            for display_id, items in self._collect_displays(builder, cell_index).items():
-                self._displays.setdefault(display_id, []).extend(items)
+            for display_id, shown in builder.displays.items():
+                self._displays.setdefault(display_id, []).extend(
+                    (cell_index, numbers[id(o)], o) for o in shown if id(o) in numbers
+                )
             touched = self._apply_foreign_updates(builder.foreign_updates)
 
         ours: dict[str, Any] = {"status": status, "duration": round(duration, 6)}
@@ -766,30 +782,17 @@ class AsyncSession:
             raise save_error
         return execution
 
-    def _collect_displays(
-        self, builder: CellOutputs, cell_index: int
-    ) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-        return {k: [(cell_index, o) for o in v] for k, v in builder.displays.items()}
-
     def _apply_foreign_updates(self, updates: list[dict[str, Any]]) -> set[int]:
         """Apply ``update_display_data`` aimed at earlier cells, to notebook and files."""
         assert self._store is not None
         touched: set[int] = set()
         for update in updates:
-            for cell_index, output in self._displays.get(update["display_id"], ()):
+            for cell_index, number, output in self._displays.get(update["display_id"], ()):
                 output["data"] = update["data"]
                 output["metadata"] = update["metadata"]
                 touched.add(cell_index)
-        if touched and self._recorder is not None:
-            for cell_index in touched:
-                cell = self._recorder.cells[cell_index]
-                rich = [
-                    o
-                    for o in cell["outputs"]
-                    if o["output_type"] in ("display_data", "execute_result")
-                ]
-                for number, output in enumerate(rich, start=1):
-                    self._store.save_bundle(cell_index, number, output.get("data", {}))
+                if self._recorder is not None:  # only the updated output's files change
+                    self._store.save_bundle(cell_index, number, update["data"])
         return touched
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyter_exec.exceptions import WorkDirError
 
-__all__ = ["OutputStore", "WorkDirTracker", "confined_path", "mime_extension"]
+__all__ = ["OutputStore", "WorkDirTracker", "confined_path", "mime_extension", "writable_path"]
 
 _EXTENSIONS = {
     "image/png": ".png",
@@ -70,6 +70,17 @@ def confined_path(root: Path, relative: str | os.PathLike[str]) -> Path:
     return candidate
 
 
+def writable_path(root: Path, relative: str | os.PathLike[str]) -> Path:
+    """``root / relative`` ready to write: confined, its folders made, and confined again.
+
+    The second check matters: a folder on the way could have been swapped for a
+    symlink pointing out of the work dir while the folders were being made.
+    """
+    path = confined_path(root, relative)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return confined_path(root, relative)
+
+
 def _payload(mime: str, value: Any) -> bytes:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = "".join(value)
@@ -87,19 +98,13 @@ class OutputStore:
         self.work_dir = work_dir.resolve()
         self.folder = folder
 
-    @property
-    def directory(self) -> Path:
-        return confined_path(self.work_dir, self.folder)
-
     def path_for(self, cell_index: int, stem: str, ext: str) -> Path:
         """Path for cell ``cell_index`` (0-based, as in ``nb.cells``), named by its number."""
         name = f"cell-{cell_index + 1:03d}-{stem}{ext}"
         return confined_path(self.work_dir, Path(self.folder) / name)
 
     def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Re-check after mkdir: the folder could be a symlink created meanwhile.
-        confined_path(self.work_dir, path.relative_to(self.work_dir))
+        path = writable_path(self.work_dir, path.relative_to(self.work_dir))
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
@@ -139,7 +144,7 @@ class FileSpill:
         handle = self._files.get(name)
         if handle is None:
             path = self._store.stream_path(self._cell_index, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path = writable_path(self._store.work_dir, path.relative_to(self._store.work_dir))
             handle = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
             self._files[name] = handle
             self.paths[name] = path

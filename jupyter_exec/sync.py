@@ -21,7 +21,14 @@ from typing import Any, Literal, TypeVar
 
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
-from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend, OutputCallback
+from jupyter_exec.session import (
+    DEFAULT_INTERRUPT_GRACE,
+    DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    AsyncSession,
+    Backend,
+    OutputCallback,
+)
 
 __all__ = ["Session"]
 
@@ -102,8 +109,8 @@ class Session:
         backend: Backend = "local",
         docker: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
-        interrupt_grace: float = 3.0,
-        startup_timeout: float = 60.0,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
         overwrite: bool = False,
         environment: Any = None,

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 import docker
 
 from jupyter_exec.docker.engine import docker_errors
+from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
 
 __all__ = ["TIMEOUT_EXIT_CODE", "exec_command", "watchdog_argv"]
 
 #: The exit code of a command killed for running past its timeout (as coreutils ``timeout``).
-TIMEOUT_EXIT_CODE = 124
 
 _WATCHDOG = """\
 import os, signal, subprocess, sys

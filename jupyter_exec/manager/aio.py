@@ -54,7 +54,7 @@ from jupyter_exec.manager.pool import (
 from jupyter_exec.manager.signals import LoopSigterm
 from jupyter_exec.manager.starter import PooledKernelStarter
 from jupyter_exec.models import Execution
-from jupyter_exec.session import _NAME_RE, AsyncSession, OutputCallback
+from jupyter_exec.session import AsyncSession, OutputCallback, validate_name
 
 __all__ = ["AsyncSessionManager", "SessionInfo"]
 
@@ -262,10 +262,7 @@ class AsyncSessionManager(LoggingConfigurable):
             return entry.session
         if name in self._creating:
             return await asyncio.shield(self._creating[name][1])
-        if not _NAME_RE.match(name):
-            raise ValueError(
-                f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100)"
-            )
+        validate_name(name)
         return None
 
     async def _register(

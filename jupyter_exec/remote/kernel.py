@@ -26,7 +26,7 @@ from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.exceptions import BackendError, KernelDiedError, KernelStartError
 from jupyter_exec.remote.connection import KernelConnection
-from jupyter_exec.remote.rest import NotFound, RestClient
+from jupyter_exec.remote.rest import NotFound, RestClient, ServerRefused
 from jupyter_exec.remote.wire import new_message
 
 __all__ = ["RemoteKernelClient", "RemoteKernelManager", "start_remote_kernel"]
@@ -319,9 +319,7 @@ async def start_remote_kernel(
         model = await rest.request("POST", "api/kernels", body, timeout=startup_timeout)
     except NotFound as exc:
         raise KernelStartError(f"{rest.describe()} has no kernels API: {exc}") from None
-    except BackendError as exc:
-        if "HTTP" not in str(exc):
-            raise
+    except ServerRefused as exc:
         raise KernelStartError(f"the server could not start kernel {kernel_name!r}: {exc}") from exc
     kernel_id = str(model["id"])
     connection = KernelConnection(

@@ -18,11 +18,15 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from jupyter_exec.exceptions import BackendError
 
-__all__ = ["NotFound", "RestClient", "url_join"]
+__all__ = ["NotFound", "RestClient", "ServerRefused", "url_join"]
 
 
 class NotFound(BackendError):
     """The server answered 404: the kernel (or file) it was asked about does not exist."""
+
+
+class ServerRefused(BackendError):
+    """The server was reached and answered with an HTTP error (other than 404 / auth)."""
 
 
 def url_join(base: str, *parts: str) -> str:
@@ -125,7 +129,7 @@ class RestClient:
             )
         if code == 404:
             return NotFound(f"{where}: not found{detail}")
-        return BackendError(f"{where} failed with HTTP {code}{detail}")
+        return ServerRefused(f"{where} failed with HTTP {code}{detail}")
 
 
 def _server_message(exc: HTTPClientError) -> str:

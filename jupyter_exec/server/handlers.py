@@ -37,7 +37,6 @@ from jupyter_exec.server.sessions import (
     InvalidRequest,
     ServerSessions,
     SessionConflict,
-    SessionLimitReached,
 )
 
 __all__ = ["AUTH_RESOURCE", "SETTINGS_KEY", "default_handlers"]
@@ -58,8 +57,7 @@ _STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (SessionConflict, 409),
     (KernelNotAliveError, 409),
     (SessionClosedError, 409),
-    (SessionLimitReached, 429),
-    (SessionLimitError, 429),  # the session manager's limits, however they reach a handler
+    (SessionLimitError, 429),  # the manager's limits (SessionLimitReached is one of them)
     (BackendError, 503),
 )
 

@@ -55,21 +55,28 @@ class ServerRoot:
                     f"{api_path!r} has a hidden component ({part!r}); Jupyter does not serve those"
                 )
         path = Path(os.path.realpath(self.root.joinpath(*pure.parts)))
-        if not self.contains(path):
+        if not self._inside(path):
             raise WorkDirError(f"{api_path!r} leads outside the server root (through a symlink)")
         return path
 
-    def contains(self, path: Path) -> bool:
-        real = Path(os.path.realpath(path))
+    def _inside(self, real: Path) -> bool:
+        """Whether an already resolved path is the root or below it."""
         return real == self.root or self.root in real.parents
+
+    def contains(self, path: Path) -> bool:
+        return self._inside(Path(os.path.realpath(path)))
 
     def api_path(self, path: Path) -> str:
         """The API path of ``path`` (which must be inside the root)."""
         real = Path(os.path.realpath(path))
-        if not self.contains(real):
+        if not self._inside(real):
             raise WorkDirError(f"{path} is outside the server root")
         return real.relative_to(self.root).as_posix() if real != self.root else ""
 
+    def url_of(self, api_path: str) -> str:
+        """The server-relative URL at which Jupyter's file handler serves an API path."""
+        return f"{self.base_url}files/{quote(api_path)}"
+
     def files_url(self, path: Path) -> str:
         """The server-relative URL at which Jupyter's file handler serves ``path``."""
-        return f"{self.base_url}files/{quote(self.api_path(path))}"
+        return self.url_of(self.api_path(path))

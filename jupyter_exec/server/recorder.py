@@ -62,14 +62,6 @@ class MergingRecorder(NotebookRecorder):
         self._written: set[str] = set()
         self._dirty: set[str] = set()
 
-    @classmethod
-    def adopt(cls, recorder: NotebookRecorder) -> MergingRecorder:
-        """A merging recorder continuing ``recorder`` (same file, same cells, already saved)."""
-        merged = cls(recorder.path, recorder.metadata, list(recorder.cells), fsync=recorder.fsync)
-        merged._written = {c["id"] for c in recorder.cells if "id" in c}
-        merged._stamp = file_stamp(recorder.path)
-        return merged
-
     # -- bookkeeping of what changed on our side ---------------------------------------
 
     def replace(self, index: int, cell: dict[str, Any], *, save: bool = True) -> None:
@@ -155,6 +147,10 @@ class MergingRecorder(NotebookRecorder):
                 slot.verbatim = None
 
     # -- disk --------------------------------------------------------------------------
+
+    def _incremental(self) -> bool:
+        # Until someone else writes the file, it is exactly the base layout.
+        return self._layout is None
 
     def _chunks(self) -> list[bytes]:
         if self._layout is None:

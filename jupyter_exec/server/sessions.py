@@ -29,7 +29,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -52,7 +51,7 @@ from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.recorder import MergingRecorder
-from jupyter_exec.session import AsyncSession, Backend, OutputCallback
+from jupyter_exec.session import AsyncSession, Backend, OutputCallback, validate_name
 
 __all__ = [
     "InvalidRequest",
@@ -63,8 +62,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("jupyter_exec.server")
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 class InvalidRequest(JupyterExecError, ValueError):
@@ -263,11 +260,11 @@ class ServerSessions:
             raise InvalidRequest(
                 f"unknown backend {backend!r}: use one of {', '.join(sorted(self.kernel_names))}"
             )
-        if name is not None and not _NAME_RE.match(name):
-            raise InvalidRequest(
-                f"invalid session name {name!r}: letters, digits, '.', '_' and '-' (max 100), "
-                "starting with a letter or digit"
-            )
+        if name is not None:
+            try:
+                validate_name(name)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
         await self.start()
         kernel_name = kernel_name or self.kernel_names[backend]
         await self._check_kernelspec(kernel_name)
@@ -288,8 +285,6 @@ class ServerSessions:
         try:
             # The manager checks its limits before start() runs: no kernel for a refused session.
             await self.manager.add(session_id, start, backend=backend)
-        except SessionLimitReached:
-            raise
         except SessionLimitError as exc:
             raise SessionLimitReached(
                 f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
@@ -547,7 +542,7 @@ class ServerSessions:
                 "alive": entry.kernel_id in self.serverapp.kernel_manager,
             },
             "work_dir": self.root.api_path(entry.work_dir),
-            "notebook": {"path": notebook_api, "url": self.root.files_url(entry.notebook)},
+            "notebook": {"path": notebook_api, "url": self.root.url_of(notebook_api)},
             "jupyter_session_id": entry.jupyter_session_id,
             "created": entry.created,
             "cells": len(recorder) if (recorder := entry.session.recorder) is not None else 0,
@@ -556,10 +551,18 @@ class ServerSessions:
     def execution_model(self, execution: Execution) -> dict[str, Any]:
         """An Execution as JSON, with every file as its API path and ``/files/`` URL."""
         data = execution.to_dict()
-        data["files"] = [self._file(p) for p in execution.files]
+        models: dict[Path, dict[str, str]] = {}  # saved outputs are also in execution.files
+
+        def file(path: Path) -> dict[str, str]:
+            if path not in models:
+                models[path] = self._file(path)
+            return dict(models[path])
+
+        data["files"] = [file(p) for p in execution.files]
         for result, out in zip(execution.results, data["results"], strict=True):
-            out["files"] = {mime: self._file(path) for mime, path in result.files.items()}
+            out["files"] = {mime: file(path) for mime, path in result.files.items()}
         return data
 
     def _file(self, path: Path) -> dict[str, str]:
-        return {"path": self.root.api_path(path), "url": self.root.files_url(path)}
+        api = self.root.api_path(path)
+        return {"path": api, "url": self.root.url_of(api)}
