@@ -234,17 +234,8 @@ def _body_parts(execution: Execution, work_dir: Path | None) -> list[str]:
 def _written_files(execution: Execution) -> list[Path]:
     """Files the code itself wrote (not the session's copies of rich outputs)."""
     saved = {p for r in execution.results for p in r.files.values()}
-    return [p for p in execution.files if p not in saved and not _is_spill(p)]
-
-
-def _is_spill(path: Path) -> bool:
-    return path.parent.name.endswith("_files") and path.name.endswith(
-        ("-stdout.txt", "-stderr.txt", "-output.txt")
-    )
-
-
-def _spill_files(execution: Execution) -> list[Path]:
-    return [p for p in execution.files if _is_spill(p) and not p.name.endswith("-output.txt")]
+    spilled = set(execution.spilled)
+    return [p for p in execution.files if p not in saved and p not in spilled]
 
 
 def _save_full(execution: Execution, text: str, save_dir: Path, work_dir: Path | None) -> Path:
@@ -293,9 +284,8 @@ def render(
 
     truncated = execution.truncated
     full: Path | None = None
-    spills = _spill_files(execution)
-    if spills:
-        full = spills[0]
+    if execution.spilled:
+        full = execution.spilled[0]
     if len(body) > max_chars:
         truncated = True
         if full is None and save_dir is not None:

@@ -155,7 +155,9 @@ class Execution:
     state_lost: bool = False
     """True when the kernel had to be restarted during this execution."""
     truncated: bool = False
-    """True when stream output was cut short; the full text is in a file listed in ``files``."""
+    """True when stream output was cut short; the full text is in ``spilled``."""
+    spilled: tuple[Path, ...] = ()
+    """The files holding the full text of truncated streams (also listed in ``files``)."""
     outputs: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
     """The nbformat outputs, exactly as recorded in the notebook."""
 
@@ -223,6 +225,7 @@ class Execution:
             "files": [str(p) for p in self.files],
             "state_lost": self.state_lost,
             "truncated": self.truncated,
+            "spilled": [str(p) for p in self.spilled],
         }
 
     def __str__(self) -> str:

@@ -775,6 +775,7 @@ class AsyncSession:
             cell_index=recorded_index,
             state_lost=state_lost,
             truncated=builder.truncated,
+            spilled=tuple(spilled),
             outputs=tuple(outputs),
         )
         if save_error is not None:

@@ -559,6 +559,7 @@ class ServerSessions:
             return dict(models[path])
 
         data["files"] = [file(p) for p in execution.files]
+        data["spilled"] = [file(p) for p in execution.spilled]
         for result, out in zip(execution.results, data["results"], strict=True):
             out["files"] = {mime: file(path) for mime, path in result.files.items()}
         return data
