@@ -67,6 +67,11 @@ class CodeBlock:
     language: str = "python"
     filename: str | None = None
 
+    @classmethod
+    def from_code(cls, code: str, language: str = "python") -> CodeBlock:
+        """A block of ``code``, with the file its ``# filename:`` first line names, if any."""
+        return cls(code=code, language=language, filename=filename_directive(code))
+
     @property
     def runnable(self) -> bool:
         """Whether an IPython kernel can run this block (Python or shell)."""
@@ -130,7 +135,7 @@ def extract_code_blocks(message: str | Iterable[Any] | None) -> list[CodeBlock]:
                 line[2:] if line.startswith("$ ") else line for line in code.splitlines()
             )
             code += "\n" if code and not code.endswith("\n") else ""
-        blocks.append(CodeBlock(code=code, language=language, filename=filename_directive(code)))
+        blocks.append(CodeBlock.from_code(code, language))
     return blocks
 
 

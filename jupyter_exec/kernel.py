@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,27 @@ def resolve_python(python: str | os.PathLike[str]) -> Path:
     )
 
 
+def kernel_interpreter(argv: Sequence[str]) -> Path:
+    """The interpreter a kernelspec's argv runs (the stock spec's plain "python" is this one)."""
+    argv0 = argv[0] if argv else sys.executable
+    return Path(sys.executable if argv0 in ("python", "python3") else argv0)
+
+
+def activate(exe: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` as if ``exe``'s environment were activated (changed in place, and returned).
+
+    Its folder goes first on PATH and a venv's root into VIRTUAL_ENV, so ``pip``
+    and console scripts in ``%%bash`` cells and subprocesses are the kernel's own.
+    """
+    bin_dir = str(exe.parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != bin_dir:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else bin_dir
+    if (exe.parent.parent / "pyvenv.cfg").exists():
+        env.setdefault("VIRTUAL_ENV", str(exe.parent.parent))
+    return env
+
+
 def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
     """A kernelspec that runs ipykernel with ``python``, checking ipykernel is there."""
     exe = resolve_python(python)
@@ -75,11 +97,7 @@ def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
             f"{exe} cannot run an IPython kernel: ipykernel is not installed there.\n"
             f"Fix: {exe} -m pip install ipykernel"
         )
-    # As if the environment were activated: `pip` and console scripts in
-    # %%bash cells and subprocesses are the environment's own.
-    env = {"PATH": f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if (exe.parent.parent / "pyvenv.cfg").exists():
-        env["VIRTUAL_ENV"] = str(exe.parent.parent)
+    env = activate(exe, {"PATH": os.environ.get("PATH", "")})
     return KernelSpec(
         argv=[str(exe), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         display_name=f"Python {probe.stdout.strip()} ({exe})",
@@ -256,27 +274,16 @@ class KernelHandle:
 
 
 def _activate(env: dict[str, str], km: AsyncKernelManager) -> None:
-    """Put an installed Python kernelspec's interpreter first on PATH, as if activated.
-
-    So ``pip`` in a ``%%bash`` cell or a subprocess is the kernel's own, even
-    when this process was started without its environment activated.
-    """
+    """For an installed Python kernelspec: activate its interpreter's environment."""
     try:
         spec = km.kernel_spec
     except NoSuchKernel:
         return  # start_kernel reports it
     if spec is None or not spec.argv:
         return
-    argv0 = spec.argv[0]
-    exe = Path(sys.executable if argv0 in ("python", "python3") else argv0)
-    if not exe.name.startswith("python"):
-        return
-    bin_dir = str(exe.parent)
-    path = env.get("PATH", "")
-    if path.split(os.pathsep)[0] != bin_dir:
-        env["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else bin_dir
-    if (exe.parent.parent / "pyvenv.cfg").exists():
-        env.setdefault("VIRTUAL_ENV", str(exe.parent.parent))
+    exe = kernel_interpreter(spec.argv)
+    if exe.name.startswith("python"):
+        activate(exe, env)
 
 
 def _local(spec: KernelSpec | None) -> bool:

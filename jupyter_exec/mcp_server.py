@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec._version import __version__
-from jupyter_exec.codeblocks import CodeBlock, filename_directive, normalise_language, prepare_block
+from jupyter_exec.codeblocks import CodeBlock, normalise_language, prepare_block
 from jupyter_exec.environments import (
     DockerEnv,
     Environment,
@@ -384,7 +384,7 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
             raise ValueError(f"unsupported language {language!r}: use python or bash")
         live = await registry.get(session, backend=backend)
         kind = normalise_language(language)
-        block = CodeBlock(code=code, language=kind, filename=filename_directive(code))
+        block = CodeBlock.from_code(code, kind)
         try:
             source = prepare_block(block, live.work_dir)
         except WorkDirError as exc:
@@ -394,7 +394,7 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
             execution,
             work_dir=live.work_dir,
             max_chars=max_output_chars,
-            save_dir=live.work_dir / f"{live.name}_files",
+            save_dir=live.files_dir,
         )
         content = [text(rendered.text)]
         content += [image_class(data=data, format=fmt) for data, fmt in _images(execution)]

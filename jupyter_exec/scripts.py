@@ -14,12 +14,12 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import BackendError
+from jupyter_exec.kernel import kernel_interpreter
 from jupyter_exec.models import ScriptResult
 from jupyter_exec.store import confined_path, writable_path
 
@@ -44,9 +44,7 @@ def script_path(
 def _interpreter(language: str, kernel_argv: list[str]) -> list[str]:
     if language == "sh":
         return ["bash"]
-    exe = kernel_argv[0] if kernel_argv else sys.executable
-    # The stock kernelspec says plain "python": jupyter_client runs it as this interpreter.
-    return [sys.executable if exe in ("python", "python3") else exe]
+    return [str(kernel_interpreter(kernel_argv))]
 
 
 async def _run_local(

@@ -78,6 +78,11 @@ DEFAULT_TIMEOUT = 600.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
+def _files_folder(name: str) -> str:
+    """The work-dir folder of a session's saved outputs (nbconvert's ``<notebook>_files``)."""
+    return f"{name}_files"
+
+
 def validate_name(name: str) -> str:
     """``name`` if it is a valid session name (it names files), else ``ValueError``."""
     if not _NAME_RE.match(name):
@@ -230,6 +235,11 @@ class AsyncSession:
         return self._name
 
     @property
+    def files_dir(self) -> Path:
+        """``<work_dir>/<name>_files``: where rich outputs and overflowing streams are saved."""
+        return self.work_dir / _files_folder(self.name)
+
+    @property
     def notebook_path(self) -> Path | None:
         """The recorded notebook, or ``None`` when recording is off."""
         return self._notebook_path
@@ -317,7 +327,7 @@ class AsyncSession:
         self._work_dir = self._prepare_work_dir()
         self._name = self._name_arg or self._default_name()
         self._notebook_path = self._prepare_notebook_path()
-        self._store = OutputStore(self._work_dir, f"{self._name}_files")
+        self._store = OutputStore(self._work_dir, _files_folder(self._name))
         # Read a notebook to resume before starting anything, so a bad one costs no kernel.
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
@@ -462,7 +472,7 @@ class AsyncSession:
         base = datetime.now().strftime("session-%Y%m%d-%H%M%S")
         name, n = base, 1
         while (self.work_dir / f"{name}.ipynb").exists() or (
-            self.work_dir / f"{name}_files"
+            self.work_dir / _files_folder(name)
         ).exists():
             n += 1
             name = f"{base}-{n}"
@@ -584,7 +594,7 @@ class AsyncSession:
         language = normalise_language(language)
         self._scripts_run += 1
         path = script_path(
-            self.work_dir, f"{self.name}_files", self._scripts_run, language, filename
+            self.work_dir, _files_folder(self.name), self._scripts_run, language, filename
         )
         spec = kernel.spec
         assert self._tracker is not None

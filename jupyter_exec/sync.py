@@ -233,6 +233,11 @@ class Session:
         return self._async.name
 
     @property
+    def files_dir(self) -> Path:
+        """``<work_dir>/<name>_files``: where rich outputs are saved."""
+        return self._async.files_dir
+
+    @property
     def notebook_path(self) -> Path | None:
         return self._async.notebook_path
 

@@ -34,7 +34,6 @@ from typing import Any
 from jupyter_exec.codeblocks import (
     CodeBlock,
     extract_code_blocks,
-    filename_directive,
     normalise_language,
     prepare_block,
     save_block,
@@ -59,7 +58,7 @@ def to_code_block(block: Any) -> CodeBlock:
         return block
     code = str(block.code)
     language = normalise_language(str(getattr(block, "language", "") or ""), code)
-    return CodeBlock(code=code, language=language, filename=filename_directive(code))
+    return CodeBlock.from_code(code, language)
 
 
 class MarkdownBlockExtractor:
@@ -223,7 +222,7 @@ class SessionCodeExecutor:
             execution,
             work_dir=work_dir,
             max_chars=self.max_output_chars,
-            save_dir=work_dir / f"{session.name}_files",
+            save_dir=session.files_dir,
         )
         return text.text, exit_code(execution), _produced(execution)
 

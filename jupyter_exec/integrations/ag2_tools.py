@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from jupyter_exec.codeblocks import CodeBlock, filename_directive, prepare_block
+from jupyter_exec.codeblocks import CodeBlock, prepare_block
 from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.exceptions import WorkDirError
 from jupyter_exec.integrations import require
@@ -120,7 +120,7 @@ class JupyterCodeEnvironment:
                 1,
             )
         session = await self.session()
-        block = CodeBlock(code=code, language=kind, filename=filename_directive(code))
+        block = CodeBlock.from_code(code, kind)
         try:
             source = prepare_block(block, session.work_dir)
         except WorkDirError as exc:
@@ -130,7 +130,7 @@ class JupyterCodeEnvironment:
             execution,
             work_dir=session.work_dir,
             max_chars=self.max_output_chars,
-            save_dir=session.work_dir / f"{session.name}_files",
+            save_dir=session.files_dir,
         )
         return _run_result(text.text, exit_code(execution))
 

@@ -309,16 +309,7 @@ class ServerSessions:
         notebook = folder / f"{name}.ipynb"
         notebook_api = self.root.api_path(notebook)
         env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
-        try:
-            kernel_id = await ensure_async(
-                kernel_manager.start_kernel(
-                    kernel_name=kernel_name, path=self.root.api_path(folder), env=env
-                )
-            )
-        except JupyterExecError:
-            raise
-        except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
-            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+        kernel_id = await self._start_server_kernel(kernel_name, folder, env)
         session = _ServerAsyncSession(
             work_dir=folder,
             name=name,
@@ -350,6 +341,20 @@ class ServerSessions:
         session.on_close = lambda: self._release(entry)
         log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
         return entry
+
+    async def _start_server_kernel(
+        self, kernel_name: str, folder: Path, env: dict[str, str] | None = None
+    ) -> str:
+        """A kernel from the server's own kernel manager (so JupyterLab lists it); its id."""
+        kwargs: dict[str, Any] = {"kernel_name": kernel_name, "path": self.root.api_path(folder)}
+        if env is not None:
+            kwargs["env"] = env
+        try:
+            return str(await ensure_async(self.serverapp.kernel_manager.start_kernel(**kwargs)))
+        except JupyterExecError:
+            raise
+        except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
+            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
 
     async def _check_kernelspec(self, kernel_name: str) -> None:
         specs = await ensure_async(self.serverapp.kernel_spec_manager.get_all_specs())
@@ -481,14 +486,7 @@ class ServerSessions:
         kernel_name = kernel_name or self._recorded_kernel(path) or self.kernel_names["local"]
         await self._check_kernelspec(kernel_name)
         kernel_manager = self.serverapp.kernel_manager
-        try:
-            kernel_id = await ensure_async(
-                kernel_manager.start_kernel(
-                    kernel_name=kernel_name, path=self.root.api_path(path.parent)
-                )
-            )
-        except Exception as exc:  # as in _start: assorted types from jupyter_client/gateways
-            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+        kernel_id = await self._start_server_kernel(kernel_name, path.parent)
         try:
             report = await replay_async(
                 path,
