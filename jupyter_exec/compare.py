@@ -214,7 +214,6 @@ def _terminal_text(text: str) -> str:
     """Stream text as a terminal shows it: ``\\r`` and ``\\b`` applied, line by line."""
     if "\r" not in text and "\b" not in text:
         return text
-    text = re.sub(r"\r+\n", "\n", text)
     return "\n".join(overwrite_line(line) for line in text.split("\n"))
 
 

@@ -187,7 +187,7 @@ def _error_text(execution: Execution) -> str:
         return f"[the shell command exited with status {status}]"
     if execution.status in ("timeout", "died"):
         text = f"{error.ename}: {error.evalue}"
-        where = _running_at(strip_ansi(error.traceback))
+        where = _running_at(error.traceback)  # CellError tracebacks are plain text already
         if where:
             text += "\nIt was stopped at:\n" + _cap(where, 800)
         return text
@@ -195,7 +195,7 @@ def _error_text(execution: Execution) -> str:
         if output.get("output_type") == "error":
             traceback = output.get("traceback") or []
             return condense_traceback(list(traceback), error.ename, error.evalue)
-    plain = strip_ansi(error.traceback).strip()
+    plain = error.traceback.strip()
     return _cap(plain + f"\n{error}" if plain else str(error), MAX_ERROR_CHARS)
 
 

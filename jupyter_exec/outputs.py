@@ -295,9 +295,9 @@ class CellOutputs:
         trimmed = _StreamText()
         trimmed.append(text[: max(0, len(text) - excess)])
         self._texts[id(last)] = trimmed
-        overflow = _Overflow(len(kept), self._tail_limit)
-        overflow.add(text[max(0, len(text) - excess) :])
-        overflow.total = len(kept)
+        overflow = _Overflow(0, self._tail_limit)
+        overflow.add(text[max(0, len(text) - excess) :])  # the cut-off part starts the tail
+        overflow.total = len(kept)  # ... but it was counted in ``kept`` already
         self._overflow[name] = overflow
         # Every other stream of this cell is over budget too from now on.
         for other in ("stdout", "stderr"):
@@ -355,7 +355,7 @@ class CellOutputs:
 
     @property
     def truncated(self) -> bool:
-        return bool(self._overflow) and any(o.total for o in self._overflow.values())
+        return any(o.total for o in self._overflow.values())
 
     def finish(self) -> list[dict[str, Any]]:
         """The final outputs: stream text materialised, truncation markers added."""

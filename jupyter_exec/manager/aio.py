@@ -316,12 +316,8 @@ class AsyncSessionManager(LoggingConfigurable):
     ) -> Execution:
         """Run ``code`` in session ``name`` (created with the defaults if there is none)."""
         session = await self.session(name)
-        try:
-            return await session.execute(code, timeout=timeout, on_output=on_output)
-        finally:
-            entry = self._sessions.get(name)
-            if entry is not None:
-                entry.last_used = time.monotonic()
+        # No bookkeeping here: idle time is observed from the session's own last_activity.
+        return await session.execute(code, timeout=timeout, on_output=on_output)
 
     async def close(self, name: str) -> None:
         """Close session ``name`` (its kernel stops; work dir and notebook stay)."""
