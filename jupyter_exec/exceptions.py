@@ -5,20 +5,30 @@ Errors in the *user's code* (``1/0``) are not exceptions: they are data on
 opt-in ``Execution.raise_for_error()``::
 
     JupyterExecError
+    ├── InvalidArgument               (a ValueError) a bad name, option, environment or encoding
+    ├── MissingDependency             (also an ImportError) an optional extra is not installed
     ├── KernelError
     │   ├── KernelStartError          the kernel could not be started (missing ipykernel, bad spec)
     │   ├── KernelDiedError           the kernel process died (segfault, os._exit, OOM kill)
     │   └── KernelNotAliveError       an operation needs a live kernel and there is none
     ├── ExecutionError                raise_for_error(): the code raised an exception
     ├── ExecutionTimeout              (also a TimeoutError) the code ran past its timeout
-    ├── SessionClosedError            the session was used after close()
-    ├── SessionNotFound               no session by that name / id
+    ├── SessionClosedError            the session was used after close(), or closed under a running
+    │                                 cell (then it carries that cell's Execution, recorded)
+    ├── SessionNotFound               (also a KeyError) no session by that name / id
+    ├── SessionConflict               a session's name or notebook is already taken
     ├── SessionLimitError             a session manager's limit forbids another session
     ├── NotebookError                 a notebook could not be read, validated or written
-    ├── WorkDirError                  a path would escape the work dir, or the work dir is unusable
+    ├── StorageError                  (also an OSError) a file in the work dir could not be written
+    │                                 (disk full, ...); carries the Execution; the session goes on
+    ├── WorkDirError                  a path would escape the work dir (a link, '..'), or the
+    │                                 work dir is unusable
     └── BackendError                  a kernel backend failed outside the kernel itself
         ├── DockerUnavailable         no Docker engine answers
-        └── ImageError                a kernel image is missing or its build failed
+        ├── ImageError                a kernel image is missing or its build failed
+        └── RemoteError               a remote Jupyter server / gateway answered with an error
+            ├── RemoteNotFound        it answered 404 (the kernel or file does not exist)
+            └── ServerRefused         it refused (any other HTTP error); carries status and reason
 
 Errors raised by jupyter_client, zmq, docker and tornado are translated into
 these once, where jupyter-exec calls those libraries; callers never need to
@@ -38,21 +48,36 @@ __all__ = [
     "ExecutionError",
     "ExecutionTimeout",
     "ImageError",
+    "InvalidArgument",
     "JupyterExecError",
     "KernelDiedError",
     "KernelError",
     "KernelNotAliveError",
     "KernelStartError",
+    "MissingDependency",
     "NotebookError",
+    "RemoteError",
+    "RemoteNotFound",
+    "ServerRefused",
     "SessionClosedError",
+    "SessionConflict",
     "SessionLimitError",
     "SessionNotFound",
+    "StorageError",
     "WorkDirError",
 ]
 
 
 class JupyterExecError(Exception):
     """Base class of every error raised by jupyter-exec."""
+
+
+class InvalidArgument(JupyterExecError, ValueError):
+    """A bad argument (name, option, environment, encoding); the message says what to fix."""
+
+
+class MissingDependency(JupyterExecError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
 
 
 class KernelError(JupyterExecError):
@@ -100,8 +125,16 @@ class ExecutionTimeout(JupyterExecError, TimeoutError, _CarriesExecution):
         self._attach(execution)
 
 
-class SessionClosedError(JupyterExecError):
-    """The session was used after ``close()``."""
+class SessionClosedError(JupyterExecError, _CarriesExecution):
+    """The session was used after ``close()``, or was closed while a cell ran.
+
+    In the second case ``execution`` is that cell as far as it got (status
+    ``"cancelled"``, outputs so far), and the notebook holds it.
+    """
+
+    def __init__(self, message: str, execution: Execution | None = None) -> None:
+        super().__init__(message)
+        self._attach(execution)
 
 
 class SessionNotFound(JupyterExecError, KeyError):
@@ -111,12 +144,44 @@ class SessionNotFound(JupyterExecError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class SessionConflict(JupyterExecError):
+    """The session's name or notebook is already taken."""
+
+
 class SessionLimitError(JupyterExecError):
     """A session manager's limit (``max_sessions``, ``max_sessions_per_backend``) is reached."""
 
 
-class NotebookError(JupyterExecError):
-    """A notebook could not be read, validated or written."""
+class NotebookError(JupyterExecError, _CarriesExecution):
+    """A notebook could not be read, validated or written.
+
+    When saving a cell failed, ``execution`` is that cell's result: the cell is
+    kept in memory and written with the next successful save.
+    """
+
+    def __init__(self, message: str, execution: Execution | None = None) -> None:
+        super().__init__(message)
+        self._attach(execution)
+
+
+class StorageError(JupyterExecError, OSError, _CarriesExecution):
+    """A file in the work dir (an output, a spill, a script) could not be written.
+
+    ``errno`` is the operating system's reason (``ENOSPC`` for a full disk);
+    ``execution`` is the cell whose file it was, when there is one. Nothing the
+    kernel printed is lost from the notebook, and the session goes on.
+    """
+
+    def __init__(
+        self, message: str, errno: int | None = None, execution: Execution | None = None
+    ) -> None:
+        JupyterExecError.__init__(self, message)
+        self.errno = errno
+        self.strerror = message
+        self._attach(execution)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class WorkDirError(JupyterExecError):
@@ -137,3 +202,24 @@ class ImageError(BackendError):
     def __init__(self, message: str, log_tail: str = "") -> None:
         super().__init__(message + (f"\n--- build log (tail) ---\n{log_tail}" if log_tail else ""))
         self.log_tail = log_tail
+
+
+class RemoteError(BackendError):
+    """A remote Jupyter server or gateway answered with an error."""
+
+
+class RemoteNotFound(RemoteError):
+    """The server answered 404: the kernel (or file) it was asked about does not exist."""
+
+
+class ServerRefused(RemoteError):
+    """The server was reached and refused (an HTTP error other than 404).
+
+    ``status`` is the HTTP status and ``reason`` the server's own explanation
+    (its JSON ``message`` / ``reason``), kept verbatim so a caller can act on it.
+    """
+
+    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason

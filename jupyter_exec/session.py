@@ -789,7 +789,7 @@ class AsyncSession:
             outputs=tuple(outputs),
         )
         if save_error is not None:
-            save_error.execution = execution  # type: ignore[attr-defined]
+            save_error.execution = execution
             raise save_error
         return execution
 

@@ -15,19 +15,33 @@ from jupyter_exec import (
     ExecutionError,
     ExecutionTimeout,
     ImageError,
+    InvalidArgument,
     JupyterExecError,
     KernelDiedError,
     KernelError,
     KernelNotAliveError,
     KernelStartError,
+    MissingDependency,
     NotebookError,
+    RemoteError,
+    RemoteNotFound,
+    ServerRefused,
     Session,
     SessionClosedError,
+    SessionConflict,
     SessionNotFound,
+    StorageError,
     WorkDirError,
 )
 
 PUBLIC = {
+    "StorageError",
+    "SessionConflict",
+    "ServerRefused",
+    "RemoteNotFound",
+    "RemoteError",
+    "MissingDependency",
+    "InvalidArgument",
     "AsyncSession",
     "AsyncSessionManager",
     "BackendError",
@@ -114,21 +128,42 @@ def test_exception_tree() -> None:
         BackendError: JupyterExecError,
         DockerUnavailable: BackendError,
         ImageError: BackendError,
+        RemoteError: BackendError,
+        RemoteNotFound: RemoteError,
+        ServerRefused: RemoteError,
+        InvalidArgument: JupyterExecError,
+        MissingDependency: JupyterExecError,
+        SessionConflict: JupyterExecError,
+        StorageError: JupyterExecError,
     }
     for child, parent in tree.items():
         assert issubclass(child, parent), (child, parent)
     assert issubclass(JupyterExecError, Exception)
     assert issubclass(ExecutionTimeout, TimeoutError)
+    assert issubclass(InvalidArgument, ValueError)
+    assert issubclass(MissingDependency, ImportError)
+    assert issubclass(StorageError, OSError)
+    assert issubclass(SessionNotFound, KeyError)
     assert not issubclass(ExecutionError, KernelError)
 
 
-@pytest.mark.parametrize("cls", [ExecutionError, ExecutionTimeout, KernelDiedError])
+@pytest.mark.parametrize(
+    "cls", [ExecutionError, ExecutionTimeout, KernelDiedError, NotebookError, SessionClosedError]
+)
 def test_errors_from_raise_for_error_carry_the_execution(cls: type[Any]) -> None:
     sentinel = object()
     err = cls("boom", sentinel)
     assert err.execution is sentinel
     assert str(err) == "boom"
     assert cls("no execution").execution is None
+
+
+def test_storage_error_keeps_the_os_reason_and_the_execution() -> None:
+    sentinel = object()
+    err = StorageError("disk full writing out.png", errno=28, execution=sentinel)  # type: ignore[arg-type]
+    assert err.errno == 28
+    assert err.execution is sentinel
+    assert str(err) == "disk full writing out.png"
 
 
 def _params(func: Any) -> list[tuple[str, Any]]:

@@ -15,13 +15,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from jupyter_exec.exceptions import JupyterExecError
+from jupyter_exec.exceptions import MissingDependency
 
 __all__ = ["MissingDependency", "require"]
-
-
-class MissingDependency(JupyterExecError, ImportError):
-    """An optional dependency of an integration is not installed; the message says how to fix it."""
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:

@@ -16,17 +16,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from jupyter_exec.exceptions import BackendError
+from jupyter_exec.exceptions import BackendError, ServerRefused
+from jupyter_exec.exceptions import RemoteNotFound as NotFound
 
 __all__ = ["NotFound", "RestClient", "ServerRefused", "url_join"]
-
-
-class NotFound(BackendError):
-    """The server answered 404: the kernel (or file) it was asked about does not exist."""
-
-
-class ServerRefused(BackendError):
-    """The server was reached and answered with an HTTP error (other than 404 / auth)."""
 
 
 def url_join(base: str, *parts: str) -> str:

@@ -40,10 +40,12 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 
 from jupyter_exec.exceptions import (
+    InvalidArgument,
     JupyterExecError,
     KernelNotAliveError,
     KernelStartError,
     NotebookError,
+    SessionConflict,
     SessionLimitError,
     SessionNotFound,
 )
@@ -64,12 +66,8 @@ __all__ = [
 log = logging.getLogger("jupyter_exec.server")
 
 
-class InvalidRequest(JupyterExecError, ValueError):
+class InvalidRequest(InvalidArgument):
     """A request the extension cannot act on as given (a bad field, an unknown kernelspec)."""
-
-
-class SessionConflict(JupyterExecError):
-    """The session's name or notebook is already taken."""
 
 
 class SessionLimitReached(SessionLimitError):
