@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_exec.mime import IMAGES, is_json
 from jupyter_exec.outputs import overwrite_line, strip_ansi
 
 __all__ = [
@@ -198,7 +199,6 @@ class Comparison:
 
 # -- canonical form ------------------------------------------------------------------
 
-_IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})
 _SKIPPED_MIMES = frozenset({"application/vnd.jupyter.widget-state+json"})
 _HTML_GAP_RE = re.compile(r">\s*<")
 _SPACE_RE = re.compile(r"\s+")
@@ -217,12 +217,8 @@ def _terminal_text(text: str) -> str:
     return "\n".join(overwrite_line(line) for line in text.split("\n"))
 
 
-def _is_json_mime(mime: str) -> bool:
-    return mime == "application/json" or mime.endswith("+json")
-
-
 def _render_value(mime: str, value: Any, rules: Sequence[Rule]) -> list[str]:
-    if _is_json_mime(mime):
+    if is_json(mime):
         if isinstance(value, str):
             with contextlib.suppress(ValueError):  # not JSON after all: compare the text
                 value = json.loads(value)
@@ -261,7 +257,7 @@ def canonical(outputs: Iterable[Mapping[str, Any]], rules: Sequence[Rule]) -> _C
                 if mime in _SKIPPED_MIMES:
                     continue
                 label = f"[output {number}: {mime}]"
-                if mime in _IMAGE_MIMES:
+                if mime in IMAGES:
                     rich.append(f"{label} <image>")
                     images.append((label, mime, _decode(data[mime])))
                 else:

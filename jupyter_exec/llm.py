@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.mime import MODEL_IMAGES
 from jupyter_exec.models import Execution
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.store import confined_path
@@ -61,7 +62,6 @@ _PREFIX_RES = (  # installed packages first: they live inside lib/pythonX.Y too
     re.compile(r"^File .*[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]"),
 )
 _ARGS_RE = re.compile(r"(, in [\w.<>]+)\(.*\)$")
-_IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _body_parts(execution: Execution, work_dir: Path | None) -> list[str]:
         elif kind in ("execute_result", "display_data"):
             result = next(rich, None)
             data: Mapping[str, Any] = output.get("data", {})
-            images = [m for m in _IMAGE_MIMES if m in data]
+            images = [m for m in MODEL_IMAGES if m in data]
             if images:
                 saved = result.files.get(images[0]) if result is not None else None
                 where = f" saved to {_relative(saved, work_dir)}" if saved else ""

@@ -17,20 +17,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jupyter_exec.exceptions import ExecutionError, ExecutionTimeout, KernelDiedError
+from jupyter_exec.mime import BINARY, joined
 
 __all__ = ["CellError", "Execution", "Result", "ScriptResult", "Status"]
 
 Status = Literal["ok", "error", "timeout", "died"]
 """How an execution ended: normally, with an exception, past its timeout, or with a dead kernel."""
-
-_BINARY_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "application/pdf"})
-
-
-def _joined(value: Any) -> Any:
-    """nbformat allows multi-line strings as lists of lines; give callers one string."""
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return "".join(value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -49,7 +41,7 @@ class Result:
     files: Mapping[str, Path] = field(default_factory=dict)
 
     def _get(self, mime: str) -> Any:
-        return _joined(self.data.get(mime))
+        return joined(self.data.get(mime))
 
     @property
     def text(self) -> str | None:
@@ -103,8 +95,8 @@ class Result:
 
     def data_bytes(self, mime: str) -> bytes:
         """The payload of ``mime`` as bytes (base64-decoded for binary formats)."""
-        value = _joined(self.data[mime])
-        if mime in _BINARY_MIMES:
+        value = joined(self.data[mime])
+        if mime in BINARY:
             return base64.b64decode(value)
         if isinstance(value, str):
             return value.encode()
@@ -114,7 +106,7 @@ class Result:
         self, include: Any = None, exclude: Any = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Display this result in Jupyter exactly as the kernel displayed it."""
-        return {k: _joined(v) for k, v in self.data.items()}, dict(self.metadata)
+        return {k: joined(v) for k, v in self.data.items()}, dict(self.metadata)
 
     def __repr__(self) -> str:
         kind = "main result" if self.is_main_result else "display"
@@ -216,7 +208,7 @@ class Execution:
             "results": [
                 {
                     "is_main_result": r.is_main_result,
-                    "data": {k: _joined(v) for k, v in r.data.items()},
+                    "data": {k: joined(v) for k, v in r.data.items()},
                     "metadata": dict(r.metadata),
                     "files": {k: str(v) for k, v in r.files.items()},
                 }

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.exceptions import NotebookError
+from jupyter_exec.mime import is_split
 
 if TYPE_CHECKING:
     import nbformat
@@ -48,14 +49,6 @@ NBFORMAT_MINOR = 5
 
 def new_cell_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-_SPLIT_NON_TEXT_MIMES = frozenset({"application/javascript", "image/svg+xml"})
-
-
-def _is_split_mime(mime: str) -> bool:
-    """Whether nbformat stores ``mime`` as a list of lines (text formats; never base64 or JSON)."""
-    return mime.startswith("text/") or mime in _SPLIT_NON_TEXT_MIMES
 
 
 def _lines(text: Any) -> Any:
@@ -80,7 +73,7 @@ def split_lines(cell: Mapping[str, Any]) -> dict[str, Any]:
         data = output.get("data")
         if data:
             for mime, value in data.items():
-                if _is_split_mime(mime):
+                if is_split(mime):
                     data[mime] = _lines(value)
     return out
 

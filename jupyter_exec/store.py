@@ -21,40 +21,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec import mime
 from jupyter_exec.exceptions import WorkDirError
 
-__all__ = ["OutputStore", "WorkDirTracker", "confined_path", "mime_extension", "writable_path"]
-
-_EXTENSIONS = {
-    "image/png": ".png",
-    "image/jpeg": ".jpg",
-    "image/gif": ".gif",
-    "image/svg+xml": ".svg",
-    "application/pdf": ".pdf",
-    "text/html": ".html",
-    "text/markdown": ".md",
-    "text/latex": ".tex",
-    "application/json": ".json",
-    "application/javascript": ".js",
-}
-_BINARY = frozenset({"image/png", "image/jpeg", "image/gif", "application/pdf"})
-
-
-def mime_extension(mime: str) -> str | None:
-    """File extension for a mime type we save, or ``None`` for those kept inline.
-
-    Vendor JSON formats keep their vendor in the name, e.g.
-    ``application/vnd.plotly.v1+json`` -> ``.plotly.json``; Jupyter's own
-    vendor types (widgets) mean nothing outside a live front end and are skipped.
-    """
-    if mime in _EXTENSIONS:
-        return _EXTENSIONS[mime]
-    if mime.startswith("application/vnd.") and mime.endswith("+json"):
-        vendor = mime[len("application/vnd.") : -len("+json")].split(".")[0]
-        if vendor == "jupyter" or not vendor.replace("-", "").isalnum():
-            return None
-        return f".{vendor}.json"
-    return None
+__all__ = ["OutputStore", "WorkDirTracker", "confined_path", "writable_path"]
 
 
 def confined_path(root: Path, relative: str | os.PathLike[str]) -> Path:
@@ -81,10 +51,9 @@ def writable_path(root: Path, relative: str | os.PathLike[str]) -> Path:
     return confined_path(root, relative)
 
 
-def _payload(mime: str, value: Any) -> bytes:
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        value = "".join(value)
-    if mime in _BINARY:
+def _payload(mime_type: str, value: Any) -> bytes:
+    value = mime.joined(value)
+    if mime_type in mime.BINARY:
         return base64.b64decode(value)
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -117,14 +86,14 @@ class OutputStore:
         """
         saved: dict[str, Path] = {}
         used: set[str] = set()
-        for mime, value in data.items():
-            ext = mime_extension(mime)
+        for mime_type, value in data.items():
+            ext = mime.extension(mime_type)
             if ext is None or ext in used:
                 continue
             used.add(ext)
             path = self.path_for(cell_index, str(number), ext)
-            self._write(path, _payload(mime, value))
-            saved[mime] = path
+            self._write(path, _payload(mime_type, value))
+            saved[mime_type] = path
         return saved
 
     def stream_path(self, cell_index: int, name: str) -> Path:

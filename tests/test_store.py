@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_exec import WorkDirError
+from jupyter_exec import WorkDirError, mime
 from jupyter_exec.store import (
     FileSpill,
     OutputStore,
     WorkDirTracker,
     confined_path,
-    mime_extension,
 )
 
 PNG = base64.b64decode(
@@ -25,7 +24,7 @@ PNG = base64.b64decode(
 
 
 @pytest.mark.parametrize(
-    ("mime", "ext"),
+    ("mime_type", "ext"),
     [
         ("image/png", ".png"),
         ("image/jpeg", ".jpg"),
@@ -46,8 +45,8 @@ PNG = base64.b64decode(
         ("application/vnd.../..+json", None),
     ],
 )
-def test_mime_extension(mime: str, ext: str | None) -> None:
-    assert mime_extension(mime) == ext
+def test_mime_extension(mime_type: str, ext: str | None) -> None:
+    assert mime.extension(mime_type) == ext
 
 
 def test_save_bundle_writes_each_savable_format_with_a_name_tied_to_its_cell(
