@@ -13,3 +13,8 @@ echo "installing jupyter-exec[${EXTRAS}] into .venv" >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[${EXTRAS}]" 2>&1 \
   | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
 .venv/bin/python -c "import jupyter_exec" || { echo "install failed" >&2; exit 1; }
+# An editable install skips the package's data files, among them the file that enables the
+# server extension; install that one file where a wheel would put it, so `jupyter server` in
+# .venv loads the extension exactly as for a user who ran `pip install jupyter-exec`.
+install -D -m 0644 server_extension/jupyter_server_config.d/jupyter_exec.json \
+  .venv/etc/jupyter/jupyter_server_config.d/jupyter_exec.json

@@ -285,6 +285,8 @@ def test_sigterm_shuts_everything_down(tmp_path: Path) -> None:
     finally:
         if process.poll() is None:
             process.kill()
+        process.wait()
+        process.stdout.close()  # type: ignore[union-attr]
     deadline = time.monotonic() + 10
     while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
