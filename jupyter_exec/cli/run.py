@@ -8,6 +8,8 @@ or SIGHUP leaves a valid notebook holding every cell that ran.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib.util
 import os
 import sys
@@ -30,7 +32,7 @@ from jupyter_exec.cli.options import (
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.models import Execution
 from jupyter_exec.session import DEFAULT_TIMEOUT, safe_name
-from jupyter_exec.sync import Session
+from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
 
@@ -114,6 +116,32 @@ def _session_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+INTERRUPT_WAIT = 15.0
+"""Seconds a stopped command waits for the interrupted cell to end and be recorded."""
+
+
+def _execute(session: Session, source: str, printer: _Printer) -> Execution:
+    """Run one cell; when the command is stopped, the cell is interrupted *and recorded*.
+
+    Ctrl-C, SIGTERM and SIGHUP arrive as ``KeyboardInterrupt``: the kernel is
+    interrupted, and the cell, which then ends with its own KeyboardInterrupt,
+    is given :data:`INTERRUPT_WAIT` seconds to reach the notebook before the
+    session is closed, so the notebook holds every cell that ran.
+    """
+    live = session.async_session
+    loop = _LoopThread.loop()
+    future = asyncio.run_coroutine_threadsafe(
+        live.execute(source, on_output=printer.on_output), loop
+    )
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(live.interrupt(), loop).result(INTERRUPT_WAIT)
+            future.result(INTERRUPT_WAIT)
+        raise
+
+
 def _run_cells(
     blocks: Sequence[CodeBlock], session: Session, printer: _Printer, keep_going: bool
 ) -> int:
@@ -122,7 +150,7 @@ def _run_cells(
     for number, block in enumerate(blocks, start=1):
         if not printer.quiet and len(blocks) > 1:
             printer.out.write(f"--- [{number}/{len(blocks)}] ---\n")
-        execution = session.execute(cell_source(block), on_output=printer.on_output)
+        execution = _execute(session, cell_source(block), printer)
         printer.after(execution)
         if not execution.ok:
             status = EXIT_TIMEOUT if execution.status == "timeout" else EXIT_FAILED
