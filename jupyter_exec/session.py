@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from jupyter_client.kernelspec import KernelSpec
 
+from jupyter_exec import guard
 from jupyter_exec.codeblocks import normalise_language
 from jupyter_exec.exceptions import (
     BackendError,
@@ -666,8 +667,14 @@ class AsyncSession:
             generation=lambda: self._generation,
         )
         started = time.monotonic()
+        metadata: dict[str, Any] | None = None
+        kept_back: dict[str, str] = {}
+        if spill is not None and await guard.install(kernel, self._store.work_dir):
+            metadata, kept_back = guard.request(self._store.folder, cell_index, builder.head_limit)
         try:
-            run = await runner.run(code, builder, timeout, on_output)
+            run = await runner.run(code, builder, timeout, on_output, metadata)
+            if spill is not None:
+                guard.absorb(self._store.work_dir, kept_back, builder, spill)
         finally:
             if spill is not None:
                 spill.close()
