@@ -23,7 +23,6 @@ import copy
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -53,6 +52,13 @@ from jupyter_exec.kernel import (
     start_kernel,
 )
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.naming import (
+    backup_notebook_name,
+    default_session_name,
+    files_folder,
+    safe_name,
+    validate_name,
+)
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS, CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id, read_notebook
 from jupyter_exec.runner import CellRun, CellRunner, OutputCallback, is_interrupt
@@ -75,30 +81,6 @@ DEFAULT_STARTUP_TIMEOUT = 60.0
 """Seconds a kernel gets to start and answer."""
 DEFAULT_TIMEOUT = 600.0
 """Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-def _files_folder(name: str) -> str:
-    """The work-dir folder of a session's saved outputs (nbconvert's ``<notebook>_files``)."""
-    return f"{name}_files"
-
-
-def validate_name(name: str) -> str:
-    """``name`` if it is a valid session name (it names files), else ``ValueError``."""
-    if not _NAME_RE.match(name):
-        raise ValueError(
-            f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100), "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def safe_name(text: str) -> str:
-    """A valid session name made from ``text`` (e.g. a file's stem)."""
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in text).strip("-._")
-    return (cleaned or "session")[:100]
-
 
 Backend = Literal["local", "docker", "remote"]
 
@@ -238,7 +220,7 @@ class AsyncSession:
     @property
     def files_dir(self) -> Path:
         """``<work_dir>/<name>_files``: where rich outputs and overflowing streams are saved."""
-        return self.work_dir / _files_folder(self.name)
+        return self.work_dir / files_folder(self.name)
 
     @property
     def notebook_path(self) -> Path | None:
@@ -328,7 +310,7 @@ class AsyncSession:
         self._work_dir = self._prepare_work_dir()
         self._name = self._name_arg or self._default_name()
         self._notebook_path = self._prepare_notebook_path()
-        self._store = OutputStore(self._work_dir, _files_folder(self._name))
+        self._store = OutputStore(self._work_dir, files_folder(self._name))
         # Read a notebook to resume before starting anything, so a bad one costs no kernel.
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
@@ -403,8 +385,7 @@ class AsyncSession:
             if until < len(positions):
                 keep = positions[until - 1] + 1 if until else 0
                 backup = self._notebook_path.with_name(
-                    f"{self._notebook_path.stem}.before-resume-"
-                    f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.ipynb"
+                    backup_notebook_name(self._notebook_path.stem)
                 )
                 shutil.copy2(self._notebook_path, backup)
                 entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
@@ -470,14 +451,7 @@ class AsyncSession:
         return path
 
     def _default_name(self) -> str:
-        base = datetime.now().strftime("session-%Y%m%d-%H%M%S")
-        name, n = base, 1
-        while (self.work_dir / f"{name}.ipynb").exists() or (
-            self.work_dir / _files_folder(name)
-        ).exists():
-            n += 1
-            name = f"{base}-{n}"
-        return name
+        return default_session_name(self.work_dir)
 
     def _prepare_notebook_path(self) -> Path | None:
         if self._notebook_arg is False:
@@ -595,7 +569,7 @@ class AsyncSession:
         language = normalise_language(language)
         self._scripts_run += 1
         path = script_path(
-            self.work_dir, _files_folder(self.name), self._scripts_run, language, filename
+            self.work_dir, files_folder(self.name), self._scripts_run, language, filename
         )
         spec = kernel.spec
         assert self._tracker is not None

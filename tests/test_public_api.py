@@ -222,7 +222,7 @@ def test_sessions_are_context_managers(cls: type[Any]) -> None:
 
 
 def test_invalid_arguments_are_refused_before_any_kernel_starts() -> None:
-    with pytest.raises(ValueError, match="invalid session name"):
+    with pytest.raises(InvalidArgument, match="session name"):
         AsyncSession(name="../escape")
     with pytest.raises(ValueError, match="unknown backend"):
         AsyncSession(backend="nowhere")  # type: ignore[arg-type]

@@ -54,7 +54,8 @@ from jupyter_exec.manager.pool import (
 from jupyter_exec.manager.signals import LoopSigterm
 from jupyter_exec.manager.starter import PooledKernelStarter
 from jupyter_exec.models import Execution
-from jupyter_exec.session import AsyncSession, OutputCallback, validate_name
+from jupyter_exec.naming import validate_name
+from jupyter_exec.session import AsyncSession, OutputCallback
 
 __all__ = ["AsyncSessionManager", "SessionInfo"]
 
