@@ -6,11 +6,13 @@ floods by letting the kernel keep what is past the budget
 
     start / restart  ─► install(): a probe file in the work dir, the guard's source run silently;
                         the kernel hooks its streams only if it sees the probe (shares the dir)
-    each cell        ─► request(): execute_request metadata with the budget and, per stream,
-                        the hidden file in the files folder where the rest goes
-    cell ended       ─► absorb(): each such file is streamed (bounded memory) into the cell's
-                        spill file after the head the host received, its tail kept for the
-                        notebook's marker, and removed
+    each cell        ─► prepare(): a CellGuard whose execute_request metadata holds the
+                        budget, per stream the hidden file where the rest goes, and the
+                        name prefix for rich outputs too large to send
+    cell ended       ─► absorb(): each stream file is streamed (bounded memory) into the
+                        cell's spill file after the head the host received, its tail kept
+                        for the notebook's marker, and removed; saved_files(): the large
+                        outputs the kernel saved, checked before they are believed
 
 Files the kernel wrote are opened without following links from the work dir
 down, so a kernel cannot make the host read (and copy into a file the kernel
@@ -31,11 +33,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec import mime
 from jupyter_exec.inkernel import KEY, install_code
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
 from jupyter_exec.outputs import CellOutputs, Spill
 
-__all__ = ["absorb", "install", "request"]
+__all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "prepare"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -92,27 +95,93 @@ async def _run_silently(kernel: KernelHandle, code: str) -> dict[str, Any]:
     return {"status": "error", "evalue": "no reply"}
 
 
-def request(
-    files_folder: str, cell_index: int, budget: int
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The execute_request metadata for one cell, and the kernel's file per stream.
+LARGE_OUTPUT_CHARS = 8 << 20
+"""A rich output value longer than this is saved by the kernel; the notebook gets a note and,
+for an image, an ``<img>`` pointing at the file (what a viewer needs to show it)."""
 
-    Paths are relative to the work dir, hidden, and unique per cell and call
-    (a kernel's stale file from an earlier run cannot be mistaken for this one).
+
+class CellGuard:
+    """What one cell asks of the guard, and how the host takes back what it kept.
+
+    Paths are relative to the work dir, in the session's files folder, and
+    unique per cell and call (a stale file from an earlier run cannot be
+    mistaken for this one's).
     """
-    tag = secrets.token_hex(4)
-    files = {
-        name: f"{files_folder}/.cell-{cell_index + 1:03d}-{name}-{tag}.rest" for name in STREAMS
-    }
-    return {KEY: {"budget": max(0, budget), "files": files}}, files
+
+    def __init__(self, work_dir: Path, files_folder: str, cell_index: int, budget: int) -> None:
+        self.work_dir = work_dir
+        tag = secrets.token_hex(4)
+        stem = f"{files_folder}/cell-{cell_index + 1:03d}"
+        self.files = {
+            name: f"{files_folder}/.cell-{cell_index + 1:03d}-{name}-{tag}.rest" for name in STREAMS
+        }
+        self.prefix = f"{stem}-large-{tag}"
+        self.metadata: dict[str, Any] = {
+            KEY: {
+                "budget": max(0, budget),
+                "files": self.files,
+                "large": {
+                    "limit": LARGE_OUTPUT_CHARS,
+                    "prefix": self.prefix,
+                    "extensions": mime.EXTENSIONS,
+                    "binary": sorted(mime.BINARY),
+                },
+            }
+        }
+
+    def absorb(self, builder: CellOutputs, spill: Spill) -> None:
+        """Join what the kernel kept back to the cell's outputs and spill file, then remove it."""
+        for name, relative in self.files.items():
+            chunks = _read_and_remove(self.work_dir, relative)
+            if chunks is not None:
+                builder.add_spilled(name, chunks, spill)
+
+    def saved_files(self, output: dict[str, Any]) -> dict[str, Path]:
+        """The files the kernel saved for ``output`` instead of sending them, by MIME type.
+
+        Only names this cell asked for, and only regular files reached without
+        a link, are believed: the metadata comes from the kernel.
+        """
+        saved = ((output.get("metadata") or {}).get(KEY) or {}).get("saved")
+        if not isinstance(saved, dict):
+            return {}
+        found = {}
+        for mime_type, relative in saved.items():
+            if (
+                isinstance(relative, str)
+                and relative.startswith(self.prefix + "-")
+                and "/" not in relative[len(self.prefix) :]
+                and _is_plain_file(self.work_dir, relative)
+            ):
+                found[str(mime_type)] = self.work_dir / relative
+        return found
 
 
-def absorb(work_dir: Path, files: dict[str, str], builder: CellOutputs, spill: Spill) -> None:
-    """Join what the kernel kept back to the cell's outputs and spill file, then remove it."""
-    for name, relative in files.items():
-        chunks = _read_and_remove(work_dir, relative)
-        if chunks is not None:
-            builder.add_spilled(name, chunks, spill)
+async def prepare(
+    kernel: KernelHandle, work_dir: Path, files_folder: str, cell_index: int, budget: int
+) -> CellGuard | None:
+    """A :class:`CellGuard` for the next cell, or None when the kernel runs without the guard."""
+    if not await install(kernel, work_dir):
+        return None
+    return CellGuard(work_dir, files_folder, cell_index, budget)
+
+
+def _is_plain_file(work_dir: Path, relative: str) -> bool:
+    parts = Path(relative).parts
+    try:
+        dir_fd = os.open(work_dir, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = next_fd
+        return stat.S_ISREG(os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
 
 
 def _read_and_remove(work_dir: Path, relative: str) -> Iterator[str] | None:

@@ -641,20 +641,24 @@ class AsyncSession:
             generation=lambda: self._generation,
         )
         started = time.monotonic()
-        metadata: dict[str, Any] | None = None
-        kept_back: dict[str, str] = {}
-        if spill is not None and await guard.install(kernel, self._store.work_dir):
-            metadata, kept_back = guard.request(self._store.folder, cell_index, builder.head_limit)
+        cell_guard = (
+            await guard.prepare(
+                kernel, self._store.work_dir, self._store.folder, cell_index, builder.head_limit
+            )
+            if spill is not None
+            else None
+        )
         try:
+            metadata = cell_guard.metadata if cell_guard is not None else None
             run = await runner.run(code, builder, timeout, on_output, metadata)
-            if spill is not None:
-                guard.absorb(self._store.work_dir, kept_back, builder, spill)
+            if cell_guard is not None and spill is not None:
+                cell_guard.absorb(builder, spill)
         finally:
             if spill is not None:
                 spill.close()
         spilled = list(spill.paths.values()) if spill is not None else []
         duration = time.monotonic() - started
-        return self._finish(code, cell_index, builder, run, duration, record, spilled)
+        return self._finish(code, cell_index, builder, run, duration, record, spilled, cell_guard)
 
     async def _restart_after_failure(self, note: str) -> None:
         """Restart the kernel; a waiting execution notices (generation), the next cell notes it."""
@@ -674,6 +678,7 @@ class AsyncSession:
         duration: float,
         record: bool,
         spilled: list[Path],
+        cell_guard: guard.CellGuard | None = None,
     ) -> Execution:
         """Turn a finished run into files, a notebook cell and the caller's Execution."""
         assert self._store is not None
@@ -708,6 +713,8 @@ class AsyncSession:
                 if record
                 else {}
             )
+            if cell_guard is not None:  # too large to send: the kernel saved these itself
+                by_mime.update(cell_guard.saved_files(output))
             saved.extend(by_mime.values())
             results.append(
                 Result(
