@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 __all__ = [
@@ -310,6 +310,32 @@ class CellOutputs:
                 if self._spill is not None and others:
                     self._spill.write(other, others)
                 self._overflow[other] = _Overflow(len(others), self._tail_limit)
+
+    @property
+    def head_limit(self) -> int:
+        """Stream characters of a cell kept whole before the rest is spilled."""
+        return self._head_limit
+
+    def add_spilled(self, name: str, chunks: Iterable[str], spill: Spill | None) -> None:
+        """Text of stream ``name`` that was kept elsewhere (by the kernel), in order, at the end.
+
+        It goes to the spill after what this cell kept of the stream, and only a
+        bounded tail of it is held, so the chunks can add up to any size.
+        """
+        overflow = self._overflow.get(name)
+        if overflow is None:
+            kept = "".join(
+                self._texts[id(o)].value()
+                for o in self.outputs
+                if o["output_type"] == "stream" and o["name"] == name
+            )
+            if spill is not None and kept:
+                spill.write(name, kept)
+            overflow = self._overflow[name] = _Overflow(len(kept), self._tail_limit)
+        for chunk in chunks:
+            overflow.add(chunk)
+            if spill is not None:
+                spill.write(name, chunk)
 
     def _update_display(self, content: Mapping[str, Any]) -> dict[str, Any] | None:
         display_id = (content.get("transient") or {}).get("display_id")

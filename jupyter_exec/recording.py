@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec import guard
 from jupyter_exec.exceptions import NotebookError, StorageError
+from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
@@ -101,6 +103,24 @@ class Recording:
 
     def spill(self, cell_index: int) -> SafeSpill:
         return SafeSpill(FileSpill(self.store, cell_index))
+
+    async def guard(
+        self, kernel: KernelHandle, cell_index: int, builder: CellOutputs
+    ) -> tuple[dict[str, Any] | None, dict[str, str]]:
+        """The execute_request metadata asking the kernel's stream guard to keep a flood back,
+        and where it will put each stream's rest (nothing when the kernel has no guard)."""
+        if not await guard.install(kernel, self.store.work_dir):
+            return None, {}
+        return guard.request(self.store.folder, cell_index, builder.head_limit)
+
+    def absorb(self, kept_back: dict[str, str], builder: CellOutputs, spill: SafeSpill) -> None:
+        """Join what the kernel kept back to the cell's outputs and spill file."""
+        if not kept_back:
+            return
+        try:
+            guard.absorb(self.store.work_dir, kept_back, builder, spill)
+        except OSError as exc:
+            spill.error = spill.error or _storage_error(exc, "the full text of a stream")
 
     def record(
         self,

@@ -87,13 +87,13 @@ class CellRunner:
         builder: CellOutputs,
         timeout: float | None,
         on_output: OutputCallback | None,
+        metadata: dict[str, Any] | None = None,
     ) -> CellRun:
+        """Run ``code``; ``metadata`` goes into the execute_request (the stream guard reads it)."""
         run = CellRun(status="ok")
         generation = self._generation()
         deadline = None if timeout is None else time.monotonic() + timeout
-        msg_id = self.kernel.kc.execute(
-            code, store_history=True, allow_stdin=False, stop_on_error=False
-        )
+        msg_id = self._send(code, metadata)
         outcome = await self._collect(msg_id, builder, deadline, on_output, run.timing, generation)
         if outcome == "closed":
             run.status = "cancelled"
@@ -122,6 +122,22 @@ class CellRunner:
         run.error = await self._after_death(outcome, run.timing)
         run.state_lost = True
         return run
+
+    def _send(self, code: str, metadata: dict[str, Any] | None) -> str:
+        kc = self.kernel.kc
+        if not metadata:
+            return str(kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False))
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        msg = kc.session.msg("execute_request", content, metadata=metadata)
+        kc.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
 
     async def _collect(
         self,

@@ -580,7 +580,12 @@ class AsyncSession:
         )
         started = time.monotonic()
         try:
-            run = await runner.run(code, builder, timeout, on_output)
+            metadata, kept_back = (
+                (None, {}) if spill is None else await recording.guard(kernel, cell_index, builder)
+            )
+            run = await runner.run(code, builder, timeout, on_output, metadata)
+            if spill is not None:
+                recording.absorb(kept_back, builder, spill)
         except BaseException:
             if spill is not None:
                 spill.close()
