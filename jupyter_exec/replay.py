@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from jupyter_exec import safefs
 from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_outputs, parse_rule
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
@@ -652,7 +653,7 @@ def _write_report(report: ReplayReport, path: Path) -> None:
         if path.suffix == ".json"
         else report.to_markdown()
     )
-    path.write_text(text, encoding="utf-8")
+    safefs.write_bytes(path.parent, path.name, text.encode("utf-8"))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
