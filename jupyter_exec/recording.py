@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec import guard
-from jupyter_exec.guard import CellGuard
 from jupyter_exec.exceptions import NotebookError, StorageError
+from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
