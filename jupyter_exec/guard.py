@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec import mime
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.inkernel import KEY, install_code
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
 from jupyter_exec.outputs import CellOutputs, Spill
+from jupyter_exec.safefs import Folder
 
 __all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "prepare"]
 
@@ -46,7 +48,6 @@ STREAMS = ("stdout", "stderr")
 CHUNK = 1 << 20
 """Bytes read at a time from a kernel's file: what the host holds of a flood at once."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _INSTALL_TIMEOUT = 30.0
 
 
@@ -61,12 +62,12 @@ async def install(kernel: KernelHandle, work_dir: Path) -> bool:
         return kernel.stream_guard
     probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
     try:
-        fd = os.open(work_dir / probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
+        with Folder.open(work_dir) as folder:
+            os.close(folder.create(probe))
+    except (WorkDirError, StorageError) as exc:
         log.debug("stream guard not installed: %s", exc)
         kernel.stream_guard = False
         return False
-    os.close(fd)
     try:
         reply = await _run_silently(kernel, install_code(probe))
     finally:
@@ -167,66 +168,45 @@ async def prepare(
 
 
 def _is_plain_file(work_dir: Path, relative: str) -> bool:
-    parts = Path(relative).parts
+    folder, name = os.path.split(relative)
     try:
-        dir_fd = os.open(work_dir, _DIR_FLAGS)
-    except OSError:
+        with Folder.open(work_dir, folder) as parent:
+            found = parent.lstat(name)
+    except (WorkDirError, StorageError, FileNotFoundError):
         return False
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
-            os.close(dir_fd)
-            dir_fd = next_fd
-        return stat.S_ISREG(os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-    finally:
-        os.close(dir_fd)
+    return found is not None and stat.S_ISREG(found.st_mode)
 
 
 def _read_and_remove(work_dir: Path, relative: str) -> Iterator[str] | None:
     """The file's text in chunks (decoded as it is read), or None when there is none.
 
-    Opened link-free from the work dir down; a link, a folder or a FIFO where
-    the file should be is ignored (and logged), never followed.
+    Opened link-free from the work dir down (:mod:`jupyter_exec.safefs`); a
+    link, a folder or a FIFO where the file should be is removed and logged,
+    never followed.
     """
-    parts = Path(relative).parts
+    folder, name = os.path.split(relative)
     try:
-        dir_fd = os.open(work_dir, _DIR_FLAGS)
-    except OSError:
-        return None
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
-            os.close(dir_fd)
-            dir_fd = next_fd
-        fd = os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        parent = Folder.open(work_dir, folder)
     except FileNotFoundError:
-        os.close(dir_fd)
         return None
-    except OSError as exc:  # a link (ELOOP), or a folder of the path replaced by one
-        _remove_quietly(parts[-1], dir_fd)
-        os.close(dir_fd)
+    except (WorkDirError, StorageError) as exc:
         log.warning("ignored the kernel's overflow file %s: %s", relative, exc)
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        _remove_quietly(parts[-1], dir_fd)
-        os.close(dir_fd)
-        log.warning("ignored the kernel's overflow file %s: not a regular file", relative)
+    try:
+        fd = parent.open_file(name, os.O_RDONLY)
+    except FileNotFoundError:
+        parent.close()
         return None
-    return _chunks(fd, dir_fd, parts[-1])
+    except (WorkDirError, StorageError) as exc:
+        with contextlib.suppress(WorkDirError, StorageError):
+            parent.unlink(name)
+        parent.close()
+        log.warning("ignored the kernel's overflow file %s: %s", relative, exc)
+        return None
+    return _chunks(fd, parent, name)
 
 
-def _remove_quietly(name: str, dir_fd: int) -> None:
-    """Remove ``name`` (a link itself, never its target; a folder is left)."""
-    with contextlib.suppress(OSError):
-        os.unlink(name, dir_fd=dir_fd)
-
-
-def _chunks(fd: int, dir_fd: int, name: str) -> Iterator[str]:
+def _chunks(fd: int, parent: Folder, name: str) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
         while block := os.read(fd, CHUNK):
@@ -238,6 +218,6 @@ def _chunks(fd: int, dir_fd: int, name: str) -> Iterator[str]:
             yield tail
     finally:
         os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        os.close(dir_fd)
+        with contextlib.suppress(WorkDirError, StorageError):
+            parent.unlink(name)
+        parent.close()
