@@ -24,7 +24,6 @@ version = release = jupyter_exec.__version__
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "jx_reference",
     "jx_openapi",
@@ -33,7 +32,7 @@ extensions = [
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_ext", "_static", "Thumbs.db", ".DS_Store"]
 templates_path: list[str] = []
 
 # -- MyST -------------------------------------------------------------------------------
@@ -45,8 +44,6 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_class_signature = "separated"
 autodoc_default_options = {"exclude-members": "__init__, __new__"}
-napoleon_google_docstring = False
-napoleon_numpy_docstring = False
 
 # -- warnings: nitpicky, with the targets that cannot resolve offline named here ------------
 # No intersphinx (no network at build time): names from the standard library and from the
@@ -183,9 +180,11 @@ jx_layers = [
 # -- HTML -------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = f"jupyter-exec {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["jupyter-exec.css"]
 html_theme_options = {
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 7,
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc", "sourcelink"],
     "footer_start": ["copyright"],

@@ -43,7 +43,8 @@ def check_doctree(app: Sphinx, doctree: nodes.document) -> None:
         for problem in problems:
             line = (node.line or 0) + problem.line
             logger.warning(problem.message, location=(docname, line), type="jx", subtype="example")
-    if checked_here == 0 and docname.startswith(EXAMPLE_PAGES):
+    is_index = docname.endswith("index")
+    if checked_here == 0 and docname.startswith(EXAMPLE_PAGES) and not is_index:
         logger.warning(
             "a feature page without a checked example (add a python, console or json block)",
             location=docname,

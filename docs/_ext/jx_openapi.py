@@ -104,7 +104,7 @@ class OpenApi(GeneratedDirective):
                 op = item[method]
                 op_id = op.get("operationId", f"{method}-{route}")
                 out += [f".. _rest-{op_id.lower()}:", ""]
-                out += underline(f"``{method.upper()} {route}``", "^")
+                out += underline(f"{method.upper()} {route}", "^")
                 if op.get("summary"):
                     out += [f"**{op['summary'].rstrip('.')}.**", ""]
                 if op.get("description"):

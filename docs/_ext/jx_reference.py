@@ -90,6 +90,28 @@ class GeneratedDirective(SphinxDirective):
         return list(holder.children)
 
 
+# -- docstrings -------------------------------------------------------------------------
+
+SECTION_RULE = re.compile(r"^\s*-{3,}\s*$")
+
+
+def numpy_sections_as_rubrics(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """A NumPy-style ``Parameters`` / ``----------`` heading becomes a rubric, not a section.
+
+    rst would read it as a section title inside the class description. napoleon is not used:
+    it reads every attribute docstring of the form "Xxx: yyy" (most of our trait help) as a
+    type annotation.
+    """
+    for i in range(len(lines) - 1):
+        title = lines[i].strip()
+        if title and SECTION_RULE.match(lines[i + 1]) and len(lines[i + 1].strip()) >= len(title):
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            lines[i] = f"{indent}.. rubric:: {title}"
+            lines[i + 1] = ""
+
+
 # -- public API -------------------------------------------------------------------------
 
 
@@ -413,6 +435,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("jx_layers", [], "env", types=[list])
     app.add_config_value("jx_package_path", "../jupyter_exec", "env", types=[str])
     app.add_directive("jx-public-api", PublicApi)
+    app.connect("autodoc-process-docstring", numpy_sections_as_rubrics)
     app.add_directive("jx-cli-reference", CliReference)
     app.add_directive("jx-config-reference", ConfigReference)
     app.add_directive("jx-module-map", ModuleMap)
