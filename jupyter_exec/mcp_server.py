@@ -55,9 +55,10 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
+from jupyter_exec.naming import validate_name
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.recorder import read_notebook
-from jupyter_exec.session import AsyncSession, validate_name
+from jupyter_exec.session import AsyncSession
 from jupyter_exec.store import confined_path
 
 __all__ = ["TOKEN_ENV", "SessionRegistry", "build_server", "http_app", "main", "serve"]

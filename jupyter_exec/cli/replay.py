@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from jupyter_exec import safefs
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
@@ -115,7 +116,7 @@ def _write_report(report: ReplayReport, path: Path) -> None:
         if path.suffix == ".json"
         else report.to_markdown()
     )
-    path.write_text(text, encoding="utf-8")
+    safefs.write_bytes(path.parent, path.name, text.encode("utf-8"))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -31,7 +31,8 @@ from jupyter_exec.cli.options import (
 )
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.models import Execution
-from jupyter_exec.session import DEFAULT_TIMEOUT, safe_name
+from jupyter_exec.naming import safe_name
+from jupyter_exec.session import DEFAULT_TIMEOUT
 from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
