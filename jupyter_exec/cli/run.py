@@ -22,17 +22,15 @@ from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
     add_quiet,
-    add_recording,
-    add_timeout,
-    environment_from_args,
+    add_session_options,
     formatter,
     said_environment,
-    timeout_from_args,
+    session_kwargs,
+    with_environment,
 )
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import safe_name
-from jupyter_exec.session import DEFAULT_TIMEOUT
 from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
@@ -99,22 +97,29 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+SESSION_OPTIONS = (
+    "work_dir",
+    "notebook",
+    "name",
+    "timeout",
+    "python",
+    "backend",
+    "kernel_name",
+    "startup_timeout",
+    "interrupt_grace",
+    "max_output_chars",
+    "url",
+    "token",
+)
+"""The session options ``run`` and ``demo`` take as flags (see ``SessionOptions``)."""
+
+
 def _session_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    # Nothing said: the stock kernelspec, with no interpreter probe on the way.
-    environment = environment_from_args(args) if said_environment(args) else None
-    notebook: Any = None
-    if args.no_notebook:
-        notebook = False
-    elif args.notebook:
-        notebook = args.notebook
-    return {
-        "work_dir": args.work_dir,
-        "environment": environment,
-        "notebook": notebook,
-        "name": args.name,
-        "timeout": timeout_from_args(args),
-        "overwrite": True,
-    }
+    """The session's options: flags as given, or ``--env`` and its package flags resolved."""
+    kwargs = session_kwargs(args, SESSION_OPTIONS)
+    with_environment(args, kwargs)
+    kwargs["overwrite"] = True
+    return kwargs
 
 
 INTERRUPT_WAIT = 15.0
@@ -174,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"jupyter-exec: {path} holds no code to run", file=sys.stderr)
         return EXIT_USAGE
     kwargs = _session_kwargs(args)
-    if kwargs["name"] is None:
+    if kwargs.get("name") is None:
         kwargs["name"] = safe_name(path.stem)
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
     with Session(**kwargs) as session:
@@ -225,8 +230,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _session_groups(parser: argparse.ArgumentParser, work_dir_help: str) -> None:
-    add_recording(parser, work_dir_help=work_dir_help)
-    add_timeout(parser, DEFAULT_TIMEOUT)
+    add_session_options(parser, SESSION_OPTIONS, helps={"work_dir": work_dir_help})
     add_quiet(parser)
     add_environment(parser)
 
