@@ -1,4 +1,4 @@
-"""AG2's own Jupyter-executor test cases, run against our AG2 executor.
+"""AG2's own executor test cases, run against our AG2 executors.
 
 AG2 0.x tests its ``EmbeddedIPythonCodeExecutor`` / ``JupyterCodeExecutor`` in
 ``test/coding/test_embedded_ipython_code_executor.py``. Each case below is one
@@ -9,7 +9,10 @@ here). Cases that test AG2's factory by its string name are left out: that
 name belongs to AG2's executor. After them, the behaviours a user switching
 from AG2 relies on: HTML and DataFrames saved and named, indented fences,
 files of other languages saved, the short ``# name.py`` form, a kernelspec
-chosen by name.
+chosen by name. Last, ``test/coding/test_commandline_code_executor.py``'s cases
+against :class:`SessionCommandLineExecutor` (each block its own process); its
+command sanitiser and Docker ``container_create_kwargs`` cases test AG2's own
+API and are left out.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from autogen import ConversableAgent  # noqa: E402
 from autogen.coding.base import CodeBlock, CodeExecutor  # noqa: E402
 from autogen.coding.factory import CodeExecutorFactory  # noqa: E402
 
-from jupyter_exec.integrations.ag2 import SessionCodeExecutor  # noqa: E402
+from jupyter_exec.integrations.ag2 import (  # noqa: E402
+    SessionCodeExecutor,
+    SessionCommandLineExecutor,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -249,3 +255,139 @@ def test_missing_work_dir_is_refused_not_made(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         SessionCodeExecutor(tmp_path / "typo")
     assert not (tmp_path / "typo").exists()
+
+
+# -- AG2's command-line executor cases, against the stateless mode ---------------------------
+
+NOTHING_RUNS = {"python": False, "bash": False, "javascript": False, "html": False, "css": False}
+
+
+@pytest.fixture
+def cli_executor(tmp_path: Path) -> Iterator[SessionCommandLineExecutor]:
+    with SessionCommandLineExecutor(tmp_path, timeout=60) as made:
+        yield made
+
+
+@pytest.mark.parametrize("language", ["python", "bash", "html", "javascript"])
+def test_execution_policy_enforcement(tmp_path: Path, language: str) -> None:
+    with SessionCommandLineExecutor(tmp_path, execution_policies=NOTHING_RUNS) as made:
+        code = "print('Hello, world!')" if language == "python" else "echo 'Hello, world!'"
+        result = run(made, code, language)
+        assert "Hello, world!" not in result.output
+        assert result.code_file is not None
+        assert Path(result.code_file).read_text().startswith(code)
+
+
+def test_commandline_is_code_executor_and_created_as_given(
+    cli_executor: SessionCommandLineExecutor,
+) -> None:
+    assert isinstance(cli_executor, CodeExecutor)
+    config = {"executor": cli_executor}
+    assert CodeExecutorFactory.create(config) is cli_executor  # type: ignore[arg-type]
+
+
+def test_commandline_executor_init(tmp_path: Path) -> None:
+    made = SessionCommandLineExecutor(tmp_path, timeout=10)
+    assert made.timeout == 10
+    assert made.work_dir == tmp_path
+    made.close()
+    with pytest.raises(ValueError, match="does not exist"):
+        SessionCommandLineExecutor(timeout=111, work_dir="/invalid/directory")
+
+
+@pytest.mark.parametrize("variant", ["python", "Python", "py"])
+def test_commandline_executor_execute_code(
+    cli_executor: SessionCommandLineExecutor, variant: str
+) -> None:
+    result = run(cli_executor, "import sys; print('hello world!')", variant)
+    assert result.exit_code == 0, result.output
+    assert "hello world!" in result.output
+    assert result.code_file is not None
+    result = cli_executor.execute_code_blocks(
+        [
+            CodeBlock(code="import sys; print('hello world!')", language=variant),
+            CodeBlock(code="a = 100 + 100; print(a)", language=variant),
+        ]
+    )
+    assert result.exit_code == 0
+    assert "hello world!" in result.output
+    assert "200" in result.output
+    result = run(cli_executor, "echo 'hello world!'", "bash")
+    assert result.exit_code == 0
+    assert "hello world!" in result.output
+    lines = ["import sys", "print('hello world!')", "a = 100 + 100", "print(a)"]
+    result = run(cli_executor, "\n".join(lines), variant)
+    assert result.exit_code == 0
+    assert "200" in result.output
+    assert Path(result.code_file).read_text().splitlines() == lines
+
+
+SAVED = [
+    ("python", "# filename: test.py\nimport sys; print('hello world!')", "test.py", True),
+    ("python", "# test.py\nimport sys; print('hello world!')", "test.py", True),
+    ("javascript", "// filename: test.js\nconsole.log('hello world!')", "test.js", False),
+    ("javascript", "// test.js\nconsole.log('hello world!')", "test.js", False),
+    ("css", "/* filename: test.css */\nh1 { color: red; }", "test.css", False),
+    ("css", "/* test.css */\nh1 { color: red; }", "test.css", False),
+    ("html", "<!-- filename: test.html -->\n<h1>hello world!</h1>", "test.html", False),
+    ("html", "<!-- test.html -->\n<h1>hello world!</h1>", "test.html", False),
+]
+
+
+@pytest.mark.parametrize("save_only", [False, True], ids=["run", "save-only"])
+def test_commandline_executor_save_files(tmp_path: Path, save_only: bool) -> None:
+    policies = NOTHING_RUNS if save_only else None
+    with SessionCommandLineExecutor(tmp_path, execution_policies=policies) as made:
+        for language, code, name, runs in SAVED:
+            result = run(made, code, language)
+            assert result.exit_code == 0, result.output
+            assert result.code_file is not None
+            assert Path(result.code_file).name == name
+            assert ("hello world!" in result.output) == (runs and not save_only)
+
+
+def test_commandline_executor_timeout(tmp_path: Path) -> None:
+    with SessionCommandLineExecutor(tmp_path, timeout=1) as made:
+        result = run(made, "import time; time.sleep(10); print('hello world!')")
+        assert result.exit_code == 124
+        assert "Timeout" in result.output
+        assert "hello world!" not in result.output
+
+
+def test_commandline_executor_restart_warns(cli_executor: SessionCommandLineExecutor) -> None:
+    with pytest.warns(UserWarning, match=r".*No action is taken."):
+        cli_executor.restart()
+
+
+def test_commandline_policy_override(tmp_path: Path) -> None:
+    made = SessionCommandLineExecutor(
+        tmp_path, execution_policies={"python": False, "javascript": True}
+    )
+    assert made.execution_policies["python"] is False
+    assert made.execution_policies["javascript"] is True
+    assert made.execution_policies["sh"] is True
+    made.close()
+
+
+def test_commandline_executor_conversable_agent(cli_executor: SessionCommandLineExecutor) -> None:
+    agent = ConversableAgent(
+        "user_proxy", code_execution_config={"executor": cli_executor}, llm_config=False
+    )
+    assert agent.code_executor is cli_executor
+    message = '\n    Example:\n    ```python\n    print("hello extract code")\n    ```\n    '
+    reply = agent.generate_reply(
+        [{"role": "user", "content": message}],
+        sender=ConversableAgent("user", llm_config=False, code_execution_config=False),
+    )
+    assert "hello extract code" in str(reply)
+
+
+def test_commandline_runs_are_recorded_in_the_notebook(
+    cli_executor: SessionCommandLineExecutor,
+) -> None:
+    run(cli_executor, "# filename: hello.py\nprint('recorded')")
+    notebook = cli_executor.session.notebook_path
+    assert notebook is not None
+    cells = json.loads(notebook.read_text())["cells"]
+    assert "".join(cells[-1]["source"]) == "!python hello.py"
+    assert "recorded" in "".join(cells[-1]["outputs"][0]["text"])
