@@ -594,8 +594,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
+def _mcp_http_stop(
+    signum: int,
+    tmp_path: Path,
+    *extra: str,
+    before_stop: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> subprocess.Popen[str]:
+    """An HTTP MCP server that ran one cell, stopped by ``signum``: checked, and returned."""
     httpx2 = pytest.importorskip("httpx2")
     port = _free_port()
     token = "signal-test-token"
@@ -607,6 +612,7 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
         str(port),
         "--work-dir",
         str(tmp_path),
+        *extra,
         env={"JUPYTER_EXEC_MCP_TOKEN": token},
     )
     url = f"http://127.0.0.1:{port}/mcp"
@@ -621,8 +627,8 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
             return s.connect_ex(("127.0.0.1", port)) == 0
 
     try:
-        wait_for(listening, "the HTTP server")
-        with httpx2.Client(timeout=60, headers=headers) as http:
+        wait_for(listening, "the HTTP server", timeout=120)
+        with httpx2.Client(timeout=120, headers=headers) as http:
             hello = http.post(url, json=_hello(1))
             assert hello.status_code == 200, hello.text
             session_id = hello.headers.get("mcp-session-id")
@@ -633,16 +639,45 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
             called = http.post(url, json=_call(2, "print('over http')", "h"), headers=more)
             assert "over http" in called.text
         kernels = _kernels(process)
+        if before_stop is not None:
+            before_stop(process)
         status, err = _stop(process, signum)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
     assert status == 128 + signum, err
-    _assert_gone(kernels)
+    if not extra:
+        _assert_gone(kernels)
     nb = read_valid_notebook(tmp_path / "h" / "h.ipynb")
     assert [c.source for c in nb.cells] == ["print('over http')"]
     _no_spare(tmp_path)
+    return process
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
+    _mcp_http_stop(signum, tmp_path)
+
+
+@pytest.mark.docker
+def test_mcp_http_with_docker_kernels_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """The case that leaked: a Docker kernel outliving an HTTP MCP server stopped by SIGTERM."""
+    client = _docker_engine()
+    from jupyter_exec.docker.reap import L_PID, LABEL
+
+    def ours(process: subprocess.Popen[str]) -> list[Any]:
+        wanted = {"label": [f"{LABEL}=1", f"{L_PID}={process.pid}"]}
+        return list(client.containers.list(all=True, filters=wanted))
+
+    def running(process: subprocess.Popen[str]) -> None:
+        every = [
+            c.labels.get(L_PID) for c in client.containers.list(filters={"label": f"{LABEL}=1"})
+        ]
+        assert ours(process), f"no kernel container carries pid {process.pid}: {every}"
+
+    process = _mcp_http_stop(signal.SIGTERM, tmp_path, "--backend", "docker", before_stop=running)
+    wait_for(lambda: not ours(process), "the kernel container to go")
 
 
 @pytest.mark.docker
