@@ -21,8 +21,9 @@ from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.environments import add_environment_arguments, environment_from_args
 from jupyter_exec.exceptions import JupyterExecError
 from jupyter_exec.models import Execution
+from jupyter_exec.naming import safe_name
 from jupyter_exec.replay import add_replay_parser
-from jupyter_exec.session import DEFAULT_TIMEOUT, safe_name
+from jupyter_exec.session import DEFAULT_TIMEOUT
 from jupyter_exec.sync import Session
 
 __all__ = ["main"]

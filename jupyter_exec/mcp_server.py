@@ -59,9 +59,10 @@ from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS, render
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
 from jupyter_exec.models import Execution
+from jupyter_exec.naming import validate_name
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.recorder import read_notebook
-from jupyter_exec.session import AsyncSession, validate_name
+from jupyter_exec.session import AsyncSession
 from jupyter_exec.store import confined_path
 
 __all__ = ["SessionRegistry", "add_mcp_parser", "build_server", "main"]

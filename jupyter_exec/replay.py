@@ -36,8 +36,9 @@ from jupyter_exec import safefs
 from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_outputs, parse_rule
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
+from jupyter_exec.naming import replayed_notebook_name, safe_name
 from jupyter_exec.recorder import new_cell_id, read_notebook
-from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend, safe_name
+from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend
 
 __all__ = [
     "CellResult",
@@ -342,7 +343,7 @@ def _order_warning(cells: Sequence[Mapping[str, Any]]) -> str | None:
 
 def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | None) -> Path:
     path = (
-        work_dir / f"{source.stem}.replayed.ipynb"
+        work_dir / replayed_notebook_name(source.stem)
         if output is None
         else Path(output).expanduser().absolute()
     )
