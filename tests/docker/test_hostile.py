@@ -10,6 +10,7 @@ nothing there changed (names, contents, mode, owner) and that the host raised on
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from typing import Any
 import docker
 import pytest
 
-from jupyter_exec import NotebookError, Session, WorkDirError
+from jupyter_exec import NotebookError, Session, StorageError
 from jupyter_exec.docker.reap import L_PID, L_RUN_DIR, LABEL
 from jupyter_exec.replay import _write_report, replay_async
 
@@ -90,6 +91,12 @@ def session(kernel_image: str, work: Path) -> Iterator[Session]:
         yield s
 
 
+def assert_ours(error: StorageError) -> None:
+    """The refusal is our error, says why, and carries the cell (recorded all the same)."""
+    assert error.errno == errno.ELOOP
+    assert error.execution is not None
+
+
 def plant(s: Session, links: dict[str, str], then: str = "") -> Any:
     """Run a cell that plants ``links`` (name in the work dir -> target) and then runs ``then``."""
     code = (
@@ -104,7 +111,7 @@ def plant(s: Session, links: dict[str, str], then: str = "") -> Any:
 
 
 def test_output_files_and_their_temp_names(session: Session, outside: Outside) -> None:
-    with pytest.raises(WorkDirError, match=r"cell-001-1\.html: it is a symbolic link"):
+    with pytest.raises(StorageError, match=r"cell-001-1\.html: it is a symbolic link") as caught:
         plant(
             session,
             {
@@ -114,28 +121,35 @@ def test_output_files_and_their_temp_names(session: Session, outside: Outside) -
             },
             "from IPython.display import HTML, display\ndisplay(HTML('<p>planted</p>'))\n",
         )
+    assert_ours(caught.value)
     assert outside.unchanged()
     assert session.execute("print('still fine')").stdout == "still fine\n"
 
 
 def test_spill_files(session: Session, outside: Outside) -> None:
-    with pytest.raises(WorkDirError, match=r"cell-001-stdout\.txt: it is a symbolic link"):
+    with pytest.raises(
+        StorageError, match=r"cell-001-stdout\.txt: it is a symbolic link"
+    ) as caught:
         plant(
             session,
             {"s_files/cell-001-stdout.txt": outside.target("secret")},
             "print('x' * 50_000)\n",
         )
+    assert_ours(caught.value)
+    assert caught.value.execution is not None
+    assert caught.value.execution.stdout.startswith("x")  # head and tail kept in the notebook
     assert outside.unchanged()
 
 
 def test_the_files_folder_itself(session: Session, work: Path, outside: Outside) -> None:
-    with pytest.raises(WorkDirError, match="s_files: it is a symbolic link"):
+    with pytest.raises(StorageError, match="s_files: it is a symbolic link") as caught:
         session.execute(
             "import os, shutil\n"
             "shutil.rmtree('s_files', ignore_errors=True)\n"
             f"os.symlink({outside.target('dir')!r}.rsplit('/', 1)[0], 's_files')\n"
             "from IPython.display import HTML, display\ndisplay(HTML('<p>x</p>'))\n"
         )
+    assert_ours(caught.value)
     assert outside.unchanged()
 
 
@@ -208,7 +222,7 @@ def test_replay_output_and_report(
     assert outside.unchanged()
     assert (work / "report.md").is_symlink()  # planted by the replayed cell
     report = asyncio.run(replay_async(work / "nb.ipynb", output=tmp_path / "elsewhere.ipynb"))
-    with pytest.raises(WorkDirError, match=r"report\.md"):
+    with pytest.raises(StorageError, match=r"report\.md"):
         _write_report(report, work / "report.md")
     assert outside.unchanged()
 
