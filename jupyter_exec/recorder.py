@@ -354,32 +354,10 @@ class NotebookRecorder:
 def read_notebook(path: Path) -> nbformat.NotebookNode:
     """Read any notebook as v4, with errors that say what is wrong.
 
-    Older notebooks (v3) are upgraded as nbformat can; a file that is not
-    JSON, not a notebook, or fails validation raises
-    :class:`~jupyter_exec.NotebookError`.
+    Older notebooks (v3) are upgraded as nbformat can; a file that is missing,
+    not UTF-8, not JSON, nested too deep, not a notebook, or invalid raises
+    :class:`~jupyter_exec.NotebookError` (see :func:`jupyter_exec.sources.read_notebook`).
     """
-    import nbformat  # imported when needed: it is slow to import
+    from jupyter_exec.sources import read_notebook as read_checked
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotebookError(f"no notebook at {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotebookError(f"cannot read {path}: {exc}") from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NotebookError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    if not isinstance(raw, dict) or "nbformat" not in raw:
-        raise NotebookError(f"{path} is JSON but not a notebook (no 'nbformat' field)")
-    major = raw.get("nbformat")
-    if not isinstance(major, int) or major < 3 or major > 4:
-        raise NotebookError(f"{path} is nbformat {major!r}; only versions 3 and 4 can be read")
-    try:
-        nb: nbformat.NotebookNode = nbformat.reads(text, as_version=4)
-        nbformat.validate(nb)
-    except nbformat.ValidationError as exc:
-        raise NotebookError(f"{path} is not a valid notebook: {exc.message}") from None
-    except Exception as exc:  # nbformat's converters raise assorted types
-        raise NotebookError(f"{path} could not be read as a v4 notebook: {exc}") from exc
-    return nb
+    return read_checked(path)

@@ -15,8 +15,8 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
+from jupyter_exec.cli import docker_main as cli_main
 from jupyter_exec.docker import PROVISIONER_NAME
-from jupyter_exec.docker.cli import main as cli_main
 from jupyter_exec.docker.image import DEFAULT_IMAGE, BuildOptions
 from jupyter_exec.docker.options import (
     Limits,
