@@ -152,11 +152,6 @@ _NOTEBOOK = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="names and work dirs with control or bidi characters (naming.py) and deeply nested "
-    "notebooks (sources.py) are refused by modules still to come from main",
-)
 async def test_every_malformed_request_gets_a_4xx_that_says_what_to_fix(
     api, session, root: Path, jp_serverapp, http_server_client, jp_auth_header, jp_base_url
 ) -> None:
