@@ -201,6 +201,8 @@ class KernelHandle:
     spec: KernelSpec | None = None
     iopub: Receiver = field(init=False)
     shell: Receiver = field(init=False)
+    stream_guard: bool | None = field(default=None, init=False)
+    """Whether the in-kernel stream guard is active (None: not tried since the kernel started)."""
 
     def __post_init__(self) -> None:
         self.iopub = Receiver(self.kc.iopub_channel)
@@ -229,6 +231,7 @@ class KernelHandle:
             reply = await self._shell_reply(msg_id, deadline)
             if await self._iopub_saw(msg_id, min(deadline, time.monotonic() + 0.3)):
                 self.kernel_info = reply
+                self.stream_guard = None  # a new kernel process: the guard is to be installed
                 return reply
             if time.monotonic() >= deadline:
                 raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")

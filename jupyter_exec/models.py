@@ -16,13 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from jupyter_exec.exceptions import ExecutionError, ExecutionTimeout, KernelDiedError
+from jupyter_exec.exceptions import (
+    ExecutionError,
+    ExecutionTimeout,
+    KernelDiedError,
+    SessionClosedError,
+)
 from jupyter_exec.mime import BINARY, joined
 
 __all__ = ["CellError", "Execution", "Result", "ScriptResult", "Status"]
 
-Status = Literal["ok", "error", "timeout", "died"]
-"""How an execution ended: normally, with an exception, past its timeout, or with a dead kernel."""
+Status = Literal["ok", "error", "timeout", "died", "cancelled"]
+"""How an execution ended: normally, with an exception, past its timeout, with a dead
+kernel, or cut short because its session was closed."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,9 @@ class Execution:
 
         Raises :class:`~jupyter_exec.ExecutionError` for an exception in the
         code, :class:`~jupyter_exec.ExecutionTimeout` for a timeout and
-        :class:`~jupyter_exec.KernelDiedError` for a dead kernel; each carries
+        :class:`~jupyter_exec.KernelDiedError` for a dead kernel and
+        :class:`~jupyter_exec.SessionClosedError` for a cell cut short by
+        ``close()``; each carries
         this execution as ``.execution``.
         """
         if self.status == "ok" or self.error is None:
@@ -185,6 +193,8 @@ class Execution:
             raise ExecutionTimeout(message, self)
         if self.status == "died":
             raise KernelDiedError(message, self)
+        if self.status == "cancelled":
+            raise SessionClosedError(message, self)
         raise ExecutionError(message, self)
 
     def to_dict(self) -> dict[str, Any]:

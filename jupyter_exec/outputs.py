@@ -7,8 +7,8 @@ execution and keeps the outputs a front end would show and save:
 * ``\\r`` and ``\\b`` overwrite text as in a terminal, so a progress bar keeps
   only its last state (applied incrementally: cost is per chunk, not per cell);
 * ``clear_output(wait=True)`` clears when the next output arrives;
-* ``update_display_data`` rewrites every output carrying that ``display_id``;
-  updates for displays of earlier cells are handed back to the caller;
+* ``update_display_data`` rewrites every output carrying that ``display_id``,
+  and is handed back to the caller for the outputs of earlier cells;
 * stream text beyond a budget is not kept: the head and a bounded tail stay in
   the output with a marker, and everything past the head goes to a
   :class:`Spill` (a file, in the session) so host memory stays bounded.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 __all__ = [
@@ -219,7 +219,7 @@ class CellOutputs:
         self.outputs: list[dict[str, Any]] = []
         self.execution_count: int | None = None
         self.foreign_updates: list[dict[str, Any]] = []
-        """``update_display_data`` for display ids not shown in this cell."""
+        """Every ``update_display_data`` of this cell, in order, for outputs of earlier cells."""
         self._texts: dict[int, _StreamText] = {}  # id(output dict) -> its text
         self._displays: dict[str, list[dict[str, Any]]] = {}
         self._clear_pending = False
@@ -311,21 +311,45 @@ class CellOutputs:
                     self._spill.write(other, others)
                 self._overflow[other] = _Overflow(len(others), self._tail_limit)
 
+    @property
+    def head_limit(self) -> int:
+        """Stream characters of a cell kept whole before the rest is spilled."""
+        return self._head_limit
+
+    def add_spilled(self, name: str, chunks: Iterable[str], spill: Spill | None) -> None:
+        """Text of stream ``name`` that was kept elsewhere (by the kernel), in order, at the end.
+
+        It goes to the spill after what this cell kept of the stream, and only a
+        bounded tail of it is held, so the chunks can add up to any size.
+        """
+        overflow = self._overflow.get(name)
+        if overflow is None:
+            kept = "".join(
+                self._texts[id(o)].value()
+                for o in self.outputs
+                if o["output_type"] == "stream" and o["name"] == name
+            )
+            if spill is not None and kept:
+                spill.write(name, kept)
+            overflow = self._overflow[name] = _Overflow(len(kept), self._tail_limit)
+        for chunk in chunks:
+            overflow.add(chunk)
+            if spill is not None:
+                spill.write(name, chunk)
+
     def _update_display(self, content: Mapping[str, Any]) -> dict[str, Any] | None:
         display_id = (content.get("transient") or {}).get("display_id")
         if not display_id:
             return None
         data = content.get("data", {})
         metadata = content.get("metadata", {})
-        targets = self._displays.get(display_id)
-        if targets:
-            for output in targets:
-                output["data"] = dict(data)
-                output["metadata"] = dict(metadata)
-        else:
-            self.foreign_updates.append(
-                {"display_id": display_id, "data": dict(data), "metadata": dict(metadata)}
-            )
+        for output in self._displays.get(display_id, ()):
+            output["data"] = dict(data)
+            output["metadata"] = dict(metadata)
+        # Earlier cells may show the same id: Jupyter updates every output showing it.
+        self.foreign_updates.append(
+            {"display_id": display_id, "data": dict(data), "metadata": dict(metadata)}
+        )
         return {
             "output_type": "update_display_data",
             "display_id": display_id,

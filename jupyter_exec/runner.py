@@ -8,6 +8,7 @@ The three ways a cell can end besides normally, and what happens::
       and dead       ─► restart, report how it died (signal, exit code, OOM)
     restarted by     ─► the waiting cell notices the generation changed and ends
       someone else
+    session closed   ─► the waiting cell ends at once as "cancelled", with its outputs so far
 
 Nothing here touches the work dir or the notebook: the result is a
 :class:`CellRun`, which the session turns into files, a cell and an Execution.
@@ -36,7 +37,7 @@ OutputCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 """Called with each output as it arrives (an nbformat output dict, a stream chunk,
 or a ``clear_output`` / ``update_display_data`` event); may be a coroutine function."""
 
-Outcome = Literal["idle", "timeout", "died", "restarted"]
+Outcome = Literal["idle", "timeout", "died", "restarted", "closed"]
 
 
 def _iso(value: Any) -> str:
@@ -52,6 +53,8 @@ class CellRun:
     state_lost: bool = False
     timing: dict[str, str] = field(default_factory=dict)
     """JupyterLab's per-cell timing keys (``iopub.status.busy``, ``shell.execute_reply``, ...)."""
+    reply_error: CellError | None = None
+    """The error the execute_reply names (the only report of e.g. an unknown ``%magic``)."""
 
 
 class CellRunner:
@@ -59,7 +62,8 @@ class CellRunner:
 
     ``restart(note)`` is the session's way of restarting the kernel (it keeps
     the note for the notebook and bumps ``generation()``), so a cell that is
-    waiting when someone else restarts the kernel can tell.
+    waiting when someone else restarts the kernel can tell. ``closing()``
+    says the session is being closed: the cell stops waiting.
     """
 
     def __init__(
@@ -69,11 +73,13 @@ class CellRunner:
         interrupt_grace: float,
         restart: Callable[[str], Awaitable[None]],
         generation: Callable[[], int],
+        closing: Callable[[], bool] = lambda: False,
     ) -> None:
         self.kernel = kernel
         self.interrupt_grace = interrupt_grace
         self._restart = restart
         self._generation = generation
+        self._closing = closing
 
     async def run(
         self,
@@ -81,14 +87,18 @@ class CellRunner:
         builder: CellOutputs,
         timeout: float | None,
         on_output: OutputCallback | None,
+        metadata: dict[str, Any] | None = None,
     ) -> CellRun:
+        """Run ``code``; ``metadata`` goes into the execute_request (the stream guard reads it)."""
         run = CellRun(status="ok")
         generation = self._generation()
         deadline = None if timeout is None else time.monotonic() + timeout
-        msg_id = self.kernel.kc.execute(
-            code, store_history=True, allow_stdin=False, stop_on_error=False
-        )
+        msg_id = self._send(code, metadata)
         outcome = await self._collect(msg_id, builder, deadline, on_output, run.timing, generation)
+        if outcome == "closed":
+            run.status = "cancelled"
+            run.error = _CLOSED
+            return run
         if outcome == "timeout":
             assert timeout is not None
             outcome = await self._stop_runaway(msg_id, builder, timeout, on_output, run, generation)
@@ -101,11 +111,33 @@ class CellRunner:
                 builder.execution_count = reply.get("execution_count")
             if run.status != "timeout":
                 run.status = "ok" if reply.get("status") == "ok" else "error"
+            if run.status == "error" and reply.get("ename"):
+                run.reply_error = CellError(
+                    str(reply["ename"]),
+                    str(reply.get("evalue", "")),
+                    strip_ansi("\n".join(reply.get("traceback") or [])),
+                )
             return run
         run.status = "died"
         run.error = await self._after_death(outcome, run.timing)
         run.state_lost = True
         return run
+
+    def _send(self, code: str, metadata: dict[str, Any] | None) -> str:
+        kc = self.kernel.kc
+        if not metadata:
+            return str(kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False))
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        msg = kc.session.msg("execute_request", content, metadata=metadata)
+        kc.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
 
     async def _collect(
         self,
@@ -122,6 +154,8 @@ class CellRunner:
         so the fast path pays nothing for it.
         """
         while True:
+            if self._closing():
+                return "closed"
             wait = QUIET_POLL
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
@@ -160,7 +194,7 @@ class CellRunner:
             try:
                 msg = await self.kernel.shell.get(QUIET_POLL)
             except queue.Empty:
-                if not await self.kernel.is_alive():
+                if self._closing() or not await self.kernel.is_alive():
                     break
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
@@ -228,6 +262,11 @@ class CellRunner:
             "KernelDied",
             f"the kernel died during this execution: {how}. It was restarted; its state is lost.",
         )
+
+
+_CLOSED = CellError(
+    "SessionClosed", "the session was closed while this code ran; its outputs so far are kept"
+)
 
 
 async def _call(on_output: OutputCallback, event: dict[str, Any]) -> None:

@@ -1,14 +1,16 @@
 """AsyncSession: a kernel, a work dir and a notebook; code in, an Execution out.
 
-One execution, end to end::
+The session holds the parts together and keeps executions in order; each part
+lives in its own module::
 
-    execute(code) ─► kernel: execute_request (allow_stdin=False: input() fails fast)
-                     IOPub messages ─► CellOutputs (nbformat outputs)     [outputs.py]
-                     deadline passed ─► interrupt, grace period, else restart
-                     silence + dead process ─► restart, report how it died
-                  ─► rich outputs ─► files in the work dir               [store.py]
-                  ─► the cell ─► session notebook, saved atomically      [recorder.py]
-                  ─► Execution (results, streams, error, files)          [models.py]
+    SessionOptions  every option, validated, with its help          [options.py]
+    launch_kernel   the kernel for those options (local, interpreter,
+                    Docker, remote, given, from an environment)       [launch.py]
+    execute(code) ─► CellRunner: send it, collect IOPub into nbformat
+                     outputs, enforce the deadline, notice death     [runner.py]
+                  ─► Recording: output files, display updates across
+                     cells, the notebook cell, files the code wrote  [recording.py]
+                  ─► the caller's Execution, a copy of what was recorded [models.py]
 
 Executions on one session are queued (an asyncio.Lock is FIFO), never
 interleaved. Local kernels run with the rights of this process: they are for
@@ -23,7 +25,6 @@ import copy
 import dataclasses
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -32,122 +33,59 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from jupyter_client.kernelspec import KernelSpec
-
 from jupyter_exec.codeblocks import normalise_language
 from jupyter_exec.exceptions import (
     BackendError,
+    InvalidArgument,
     KernelNotAliveError,
-    KernelStartError,
     NotebookError,
     SessionClosedError,
     WorkDirError,
 )
-from jupyter_exec.kernel import (
-    KernelHandle,
-    attach_kernel,
-    interrupt_kernel,
-    kernel_spec_for_python,
-    restart_kernel,
-    start_kernel,
+from jupyter_exec.kernel import KernelHandle, interrupt_kernel, restart_kernel
+from jupyter_exec.launch import launch_kernel, resolve_environment
+from jupyter_exec.models import Execution, ScriptResult
+from jupyter_exec.naming import default_session_name, files_folder, notebook_name, safe_name
+from jupyter_exec.options import (
+    DEFAULT_INTERRUPT_GRACE,
+    DEFAULT_MAX_OUTPUT_CHARS,
+    DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    Backend,
+    SessionOptions,
+    options_from,
 )
-from jupyter_exec.models import CellError, Execution, Result, ScriptResult
-from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS, CellOutputs, stream_text, strip_ansi
-from jupyter_exec.recorder import NotebookRecorder, new_cell_id, read_notebook
-from jupyter_exec.runner import CellRun, CellRunner, OutputCallback, is_interrupt
+from jupyter_exec.outputs import CellOutputs
+from jupyter_exec.recorder import NotebookRecorder, read_notebook
+from jupyter_exec.recording import Recording
+from jupyter_exec.runner import CellRunner, OutputCallback
 from jupyter_exec.scripts import run_script, script_path
-from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
 __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
     "DEFAULT_STARTUP_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "AsyncSession",
+    "Backend",
     "OutputCallback",
 ]
 
 log = logging.getLogger("jupyter_exec")
 
-DEFAULT_INTERRUPT_GRACE = 3.0
-"""Seconds an interrupted cell gets to stop before the kernel is restarted."""
-DEFAULT_STARTUP_TIMEOUT = 60.0
-"""Seconds a kernel gets to start and answer."""
-DEFAULT_TIMEOUT = 600.0
-"""Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-def _files_folder(name: str) -> str:
-    """The work-dir folder of a session's saved outputs (nbconvert's ``<notebook>_files``)."""
-    return f"{name}_files"
-
-
-def validate_name(name: str) -> str:
-    """``name`` if it is a valid session name (it names files), else ``ValueError``."""
-    if not _NAME_RE.match(name):
-        raise ValueError(
-            f"invalid session name {name!r}: use letters, digits, '.', '_' and '-' (max 100), "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def safe_name(text: str) -> str:
-    """A valid session name made from ``text`` (e.g. a file's stem)."""
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in text).strip("-._")
-    return (cleaned or "session")[:100]
-
-
-Backend = Literal["local", "docker", "remote"]
+CLOSE_WAIT = 10.0
+"""Seconds ``close()`` waits for a running cell to record itself before stopping the kernel."""
 
 
 class AsyncSession:
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
-    Parameters
-    ----------
-    work_dir:
-        The kernel's working directory, where output files and the notebook go.
-        ``None`` makes a fresh temporary directory, which is kept (and logged).
-    kernel_name:
-        An installed kernelspec to run (ignored when ``python`` or ``backend``
-        says otherwise).
-    python:
-        An interpreter, a virtual environment folder, or a command name to run
-        the kernel with; it must have ipykernel.
-    notebook:
-        Where to record: ``None`` for ``<work_dir>/<name>.ipynb``, a path, or
-        ``False`` for no recording.
-    name:
-        The session's name (default ``session-<date>-<time>``); it names the
-        notebook and the ``<name>_files`` folder of saved outputs.
-    timeout:
-        Default seconds per execution (``None``: no limit). On timeout the
-        kernel is interrupted; if that does not take within
-        ``interrupt_grace`` seconds, it is restarted.
-    backend:
-        ``"local"`` (a subprocess of this process, for trusted code) or
-        ``"docker"`` (a hardened, network-less container).
-    docker:
-        Options for the Docker backend (traits of ``DockerProvisioner``, e.g.
-        ``{"network": True, "memory": "2g"}``).
-    environment:
-        Where code runs, said once for every front end: an
-        ``jupyter_exec.environments.Environment`` or a string such as
-        ``"venv"`` (a cached venv made on demand), ``"venv:/path"``,
-        ``"python:/usr/bin/python3.12"``, ``"docker"``, ``"docker:my/image"``.
-        It sets ``python`` / ``backend`` / ``docker`` when the session starts.
-    url, token:
-        For ``backend="remote"``: the Jupyter Server / Kernel Gateway /
-        Enterprise Gateway to run the kernel on, and its token.
-    kernel_manager:
-        An already started ``AsyncKernelManager`` to use instead of starting a
-        kernel (how the server extension uses the Jupyter server's kernels, and
-        how a session manager hands out warm kernels from its pool).
-    owns_kernel:
-        With ``kernel_manager``: whether ``close()`` shuts that kernel down
-        (default ``False``: its owner does).
+    Takes the fields of :class:`~jupyter_exec.options.SessionOptions` as
+    keyword arguments (``work_dir``, ``kernel_name``, ``python``,
+    ``notebook``, ``name``, ``timeout``, ``backend``, ``docker``, ``env``,
+    ``environment``, ``url``, ``token``, ``kernel_manager``, ...; each one's
+    help is there), or a ready ``options=`` object, which arguments that
+    differ from their defaults override. Invalid options raise
+    :class:`~jupyter_exec.InvalidArgument` here, before any kernel starts.
     """
 
     recorder_class: type[NotebookRecorder] = NotebookRecorder
@@ -167,60 +105,66 @@ class AsyncSession:
         env: dict[str, str] | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
-        max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
         token: str | None = None,
         kernel_manager: Any = None,
         owns_kernel: bool = False,
+        options: SessionOptions | None = None,
     ) -> None:
-        if name is not None:
-            validate_name(name)
-        if backend not in ("local", "docker", "remote"):
-            raise ValueError(f"unknown backend {backend!r}: use 'local', 'docker' or 'remote'")
-        if backend == "remote" and not url and kernel_manager is None:
-            raise ValueError("backend='remote' needs url= (the Jupyter server or gateway)")
-        self._work_dir_arg = work_dir
-        self.kernel_name = kernel_name
-        self.python = python
-        self._notebook_arg = notebook
-        self._name_arg = name
-        self.timeout = timeout
-        self.backend: Backend = backend
-        self.docker_options = dict(docker or {})
-        self.env = env
-        self.interrupt_grace = interrupt_grace
-        self.startup_timeout = startup_timeout
-        self.max_output_chars = max_output_chars
-        self.overwrite = overwrite
-        self.environment = environment
-        self.url = url
-        self.token = token
-        self._external_km = kernel_manager
-        self._owns_kernel = owns_kernel or kernel_manager is None
-
+        self._options = options_from(
+            options,
+            work_dir=work_dir,
+            kernel_name=kernel_name,
+            python=python,
+            notebook=notebook,
+            name=name,
+            timeout=timeout,
+            backend=backend,
+            docker=docker,
+            env=env,
+            interrupt_grace=interrupt_grace,
+            startup_timeout=startup_timeout,
+            max_output_chars=max_output_chars,
+            overwrite=overwrite,
+            environment=environment,
+            url=url,
+            token=token,
+            kernel_manager=kernel_manager,
+            owns_kernel=owns_kernel,
+        )
         self._work_dir: Path | None = None
         self._name: str | None = None
         self._notebook_path: Path | None = None
         self._kernel: KernelHandle | None = None
-        self._recorder: NotebookRecorder | None = None
-        self._store: OutputStore | None = None
-        self._tracker: WorkDirTracker | None = None
+        self._recording: Recording | None = None
         self._lock = asyncio.Lock()
-        self._cells_run = 0
         self._last_activity = time.monotonic()
         self._scripts_run = 0
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
-        self._restart_note: str | None = None  # recorded on the next cell
-        # display_id -> (cell index, output number in the cell, the output dict in the record)
-        self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+        self._running: asyncio.Future[None] | None = None  # done when the running cell is recorded
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
 
     # -- properties ----------------------------------------------------------------
+
+    @property
+    def options(self) -> SessionOptions:
+        """The session's options (once started: with its environment resolved)."""
+        return self._options
+
+    @property
+    def timeout(self) -> float | None:
+        """Default seconds per execution (``None``: no limit)."""
+        return self._options.timeout
+
+    @property
+    def backend(self) -> Backend:
+        return self._options.backend
 
     @property
     def work_dir(self) -> Path:
@@ -237,12 +181,16 @@ class AsyncSession:
     @property
     def files_dir(self) -> Path:
         """``<work_dir>/<name>_files``: where rich outputs and overflowing streams are saved."""
-        return self.work_dir / _files_folder(self.name)
+        return self.work_dir / files_folder(self.name)
 
     @property
     def notebook_path(self) -> Path | None:
         """The recorded notebook, or ``None`` when recording is off."""
         return self._notebook_path
+
+    @property
+    def _recorder(self) -> NotebookRecorder | None:
+        return self._recording.recorder if self._recording is not None else None
 
     @property
     def kernel_id(self) -> str | None:
@@ -307,6 +255,8 @@ class AsyncSession:
         notebook's folder and ``name`` to its stem, so output files continue in
         the same ``<name>_files`` folder. Other arguments are as for the constructor.
         """
+        if until is not None and until < 0:
+            raise InvalidArgument(f"until must be >= 0, not {until}")
         path = Path(notebook).expanduser().absolute()
         session = cls(
             path.parent if work_dir is None else work_dir,
@@ -319,114 +269,82 @@ class AsyncSession:
         return session
 
     async def start(self) -> AsyncSession:
-        """Create the work dir and notebook, and start the kernel. Idempotent."""
+        """Create the work dir and notebook, and start the kernel. Idempotent.
+
+        A start that fails leaves nothing behind: no kernel, and no work dir
+        it created.
+        """
         if self._closed:
             raise SessionClosedError("this session was closed; create a new one")
         if self._kernel is not None:
             return self
-        self._work_dir = self._prepare_work_dir()
-        self._name = self._name_arg or self._default_name()
+        made: list[Path] = []
+        try:
+            await self._start(made)
+        except BaseException:
+            await self._undo_start(made)
+            raise
+        log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
+        return self
+
+    async def _start(self, made: list[Path]) -> None:
+        self._work_dir = work_dir = self._prepare_work_dir(made)
+        self._name = name = self._options.name or default_session_name(work_dir)
         self._notebook_path = self._prepare_notebook_path()
-        self._store = OutputStore(self._work_dir, _files_folder(self._name))
         # Read a notebook to resume before starting anything, so a bad one costs no kernel.
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
         )
-        if self.environment is not None:
-            await self._apply_environment()
-        if self._external_km is None and self.backend == "remote":
-            from jupyter_exec.remote import start_remote_kernel
-
-            self._external_km = await start_remote_kernel(
-                self.url or "", self.token, self.kernel_name, self.startup_timeout, env=self.env
-            )
-        if self._external_km is not None:
-            self._kernel = await attach_kernel(self._external_km, self.startup_timeout)
-        else:
-            self._kernel = await start_kernel(
-                kernel_name=self.kernel_name,
-                spec=await self._kernel_spec(),
-                cwd=self._work_dir,
-                env=self.env,
-                startup_timeout=self.startup_timeout,
-            )
-        ignore = [self._notebook_path] if self._notebook_path else []
-        self._tracker = WorkDirTracker(
-            self._work_dir, ignore=ignore, skip_dirs=[self._work_dir / self._store.folder]
-        )
+        self._options = await resolve_environment(self._options)
+        self._kernel = await launch_kernel(self._options, work_dir)
+        self._recording = Recording(work_dir, files_folder(name), self._notebook_path)
         if recorded is not None and self._resume is not None:
-            try:
-                await self._rebuild_from_notebook(recorded, self._resume[0])
-            except BaseException:
-                await self.close()
-                raise
+            from jupyter_exec.resume import rebuild
+
+            await rebuild(self, recorded, self._resume[0])
         elif self._notebook_path is not None:
-            self._recorder = self.recorder_class(self._notebook_path, self._notebook_metadata())
-            self._recorder.save()
-        log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
-        return self
+            recorder = self.recorder_class(self._notebook_path, self.notebook_metadata_for_kernel())
+            recorder.save()
+            self._recording.recorder = recorder
 
-    async def _apply_environment(self) -> None:
-        """Prepare the environment (a venv may be built) and take its session options."""
-        from jupyter_exec.environments import parse_environment
+    async def _undo_start(self, made: list[Path]) -> None:
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            with contextlib.suppress(Exception):
+                await kernel.shutdown(kernel=self._owns_kernel)
+        if self._recording is not None:
+            self._recording.close()
+            self._recording = None
+        for path in reversed(made):  # only folders this start created
+            if self._options.work_dir is None:  # a fresh temporary one: all of it is ours
+                await asyncio.to_thread(shutil.rmtree, path, True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only if still empty
 
-        try:
-            env = parse_environment(self.environment)
-        except ValueError as exc:
-            raise KernelStartError(str(exc)) from None
-        options = await env.async_session_options()
-        self.python = options.get("python", self.python)
-        self.backend = options.get("backend", self.backend)
-        self.docker_options = {**options.get("docker", {}), **self.docker_options}
+    @property
+    def _owns_kernel(self) -> bool:
+        return self._options.owns_kernel or self._options.kernel_manager is None
 
-    async def _rebuild_from_notebook(self, nb: Any, until: int | None) -> None:
-        """Re-run the recorded code cells, then adopt the notebook as this session's record.
-
-        With ``until``, cells after the ``until``-th code cell no longer match
-        the kernel's state: the full notebook is first copied to
-        ``<stem>.before-resume-<time>.ipynb`` beside it, then the live record is
-        cut after that cell, so it stays a faithful, replayable account.
-        """
-        assert self._notebook_path is not None
+    def notebook_metadata_for_kernel(self) -> dict[str, Any]:
+        """The notebook metadata for this session's kernel (kernelspec, language, ours)."""
         assert self._kernel is not None
-        cells = [dict(c) for c in nb.cells]
-        for cell in cells:
-            cell.setdefault("id", new_cell_id())  # nbformat < 4.5 had no cell ids
-        positions = [
-            i for i, c in enumerate(cells) if c["cell_type"] == "code" and c["source"].strip()
-        ]
-        entry: dict[str, Any] = {"at": datetime.now(timezone.utc).isoformat()}
-        if until is not None:
-            if until < 0:
-                raise ValueError(f"until must be >= 0, not {until}")
-            if until < len(positions):
-                keep = positions[until - 1] + 1 if until else 0
-                backup = self._notebook_path.with_name(
-                    f"{self._notebook_path.stem}.before-resume-"
-                    f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.ipynb"
-                )
-                shutil.copy2(self._notebook_path, backup)
-                entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
-                cells = cells[:keep]
-            positions = positions[:until]
-        code_cells = [nb.cells[i] for i in positions]
-        for cell in code_cells:
-            self.resumed.append(
-                await self._execute(self._kernel, cell.source, self.timeout, None, record=False)
-            )
-        failed = [i for i, e in enumerate(self.resumed, start=1) if not e.ok]
-        metadata = dict(nb.metadata)
-        metadata.update({k: v for k, v in self._notebook_metadata().items() if k != "jupyter_exec"})
-        history = dict(metadata.get("jupyter_exec", {}))
-        history.setdefault("session", self.name)
-        entry.update(cells_rerun=len(code_cells), failed=failed)
-        history["resumed"] = [*history.get("resumed", []), entry]
-        metadata["jupyter_exec"] = history
-        self._recorder = self.recorder_class(self._notebook_path, metadata, cells)
-        self._recorder.save()
-        self._restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
-        if failed:
-            log.warning("resume of %s: re-run cells %s failed", self._notebook_path, failed)
+        spec = self._kernel.spec
+        options = self._options
+        language_info = self.language_info or {"name": "python"}
+        return {
+            "kernelspec": {
+                "name": options.kernel_name if options.python is None else "python3",
+                "display_name": spec.display_name if spec else options.kernel_name,
+                "language": (spec.language if spec else None) or language_info.get("name", ""),
+            },
+            "language_info": language_info,
+            "jupyter_exec": {
+                "session": self.name,
+                "backend": options.backend,
+                "created": datetime.now(timezone.utc).isoformat(),
+            },
+        }
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
         """Append a cell that was not executed (markdown, raw, or a code cell kept as is).
@@ -434,64 +352,54 @@ class AsyncSession:
         Returns its index in the notebook, or ``None`` when recording is off.
         Used by replay to keep a notebook's layout; gives the cell an id if it has none.
         """
-        if self._recorder is None:
-            return None
-        cell = dict(cell)
-        cell.setdefault("id", new_cell_id())
-        cell.setdefault("metadata", {})
-        return self._recorder.append(cell)
+        return self._recording.record_cell(cell) if self._recording is not None else None
 
     @property
     def notebook_metadata(self) -> dict[str, Any]:
         """A copy of the session notebook's metadata (empty when recording is off)."""
-        return copy.deepcopy(self._recorder.metadata) if self._recorder is not None else {}
+        recorder = self._recorder
+        return copy.deepcopy(recorder.metadata) if recorder is not None else {}
 
     def set_notebook_metadata(self, key: str, value: Any) -> None:
         """Set a top-level notebook metadata entry and save (no-op when recording is off)."""
-        if self._recorder is not None:
-            self._recorder.set_metadata(key, value)
-            self._recorder.save()
+        recorder = self._recorder
+        if recorder is not None:
+            recorder.set_metadata(key, value)
+            recorder.save()
 
-    def _prepare_work_dir(self) -> Path:
-        if self._work_dir_arg is None:
+    def _prepare_work_dir(self, made: list[Path]) -> Path:
+        given = self._options.work_dir
+        if given is None:
             path = Path(tempfile.mkdtemp(prefix="jupyter-exec-"))
+            made.append(path)
             log.warning("jupyter-exec: work dir %s (temporary, kept after the session)", path)
             return path
-        path = Path(self._work_dir_arg).expanduser().absolute()
+        path = given.expanduser().absolute()
+        missing = [p for p in (path, *path.parents) if not p.exists()]
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise WorkDirError(f"cannot create the work dir {path}: {exc.strerror}") from exc
+        made.extend(reversed(missing))
         if not path.is_dir():
             raise WorkDirError(f"the work dir {path} is not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
             raise WorkDirError(f"the work dir {path} is not writable by this user")
         return path
 
-    def _default_name(self) -> str:
-        base = datetime.now().strftime("session-%Y%m%d-%H%M%S")
-        name, n = base, 1
-        while (self.work_dir / f"{name}.ipynb").exists() or (
-            self.work_dir / _files_folder(name)
-        ).exists():
-            n += 1
-            name = f"{base}-{n}"
-        return name
-
     def _prepare_notebook_path(self) -> Path | None:
-        if self._notebook_arg is False:
+        given = self._options.notebook
+        if given is False:
             return None
-        if self._notebook_arg is None:
-            path = self.work_dir / f"{self.name}.ipynb"
-        else:
-            path = Path(self._notebook_arg).expanduser().absolute()
+        path = self.work_dir / notebook_name(self.name) if given is None else given
+        path = path.expanduser().absolute()
         if path.suffix != ".ipynb":
             raise NotebookError(f"the notebook path {path} must end in .ipynb")
         if self._resume is not None:
             if not path.is_file():
                 raise NotebookError(f"cannot resume: no notebook at {path}")
             return path
-        if path.exists() and not self.overwrite:
+        if path.exists() and not self._options.overwrite:
             raise NotebookError(
                 f"{path} already exists; pass overwrite=True to replace it, "
                 "or choose another notebook path or session name"
@@ -500,42 +408,23 @@ class AsyncSession:
             raise NotebookError(f"the folder of the notebook {path} does not exist")
         return path
 
-    async def _kernel_spec(self) -> KernelSpec | None:
-        if self.backend == "docker":
-            from jupyter_exec.backends import docker_kernel_spec
-
-            return docker_kernel_spec(self.docker_options)
-        if self.python is not None:
-            # Probes the interpreter (a subprocess): not on the event loop.
-            return await asyncio.to_thread(kernel_spec_for_python, self.python)
-        return None
-
-    def _notebook_metadata(self) -> dict[str, Any]:
-        assert self._kernel is not None
-        spec = self._kernel.spec
-        language_info = self.language_info or {"name": "python"}
-        return {
-            "kernelspec": {
-                "name": self.kernel_name if self.python is None else "python3",
-                "display_name": spec.display_name if spec else self.kernel_name,
-                "language": (spec.language if spec else None) or language_info.get("name", ""),
-            },
-            "language_info": language_info,
-            "jupyter_exec": {
-                "session": self.name,
-                "backend": self.backend,
-                "created": datetime.now(timezone.utc).isoformat(),
-            },
-        }
-
     async def close(self) -> None:
-        """Stop the kernel. The work dir and notebook stay. Idempotent."""
+        """Stop the kernel. The work dir and notebook stay. Idempotent.
+
+        A cell running meanwhile stops waiting, is recorded with its outputs
+        so far, and its caller gets :class:`~jupyter_exec.SessionClosedError`
+        carrying that Execution.
+        """
         if self._closed:
             return
         self._closed = True
+        running = self._running
+        if running is not None and not running.done():
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(running), CLOSE_WAIT)
         kernel, self._kernel = self._kernel, None
-        if self._recorder is not None:
-            self._recorder.close()  # the spare file; the notebook stays
+        if self._recording is not None:
+            self._recording.close()
         if kernel is not None:
             await kernel.shutdown(kernel=self._owns_kernel)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
@@ -568,6 +457,14 @@ class AsyncSession:
         """Restart the kernel: all state is lost; the notebook notes it on the next cell."""
         await self._restart_after_failure("restarted by request")
 
+    async def _restart_after_failure(self, note: str) -> None:
+        """Restart the kernel; a waiting execution notices (generation), the next cell notes it."""
+        kernel = self._live_kernel()
+        self._generation += 1
+        await restart_kernel(kernel, self._options.startup_timeout)
+        assert self._recording is not None
+        self._recording.restart_note = note
+
     async def run_script(
         self,
         code: str,
@@ -594,11 +491,12 @@ class AsyncSession:
         language = normalise_language(language)
         self._scripts_run += 1
         path = script_path(
-            self.work_dir, _files_folder(self.name), self._scripts_run, language, filename
+            self.work_dir, files_folder(self.name), self._scripts_run, language, filename
         )
         spec = kernel.spec
-        assert self._tracker is not None
-        self._tracker.changes()  # what changed before this run is not the script's doing
+        assert self._recording is not None
+        tracker = self._recording.tracker
+        tracker.changes()  # what changed before this run is not the script's doing
         result = await run_script(
             path,
             code,
@@ -609,7 +507,7 @@ class AsyncSession:
             provisioner=kernel.km.provisioner,
             timeout=self.timeout if timeout is None else timeout,
         )
-        produced = tuple(p for p in self._tracker.changes() if p != path.resolve())
+        produced = tuple(p for p in tracker.changes() if p != path.resolve())
         return dataclasses.replace(result, files=produced)
 
     # -- execution -------------------------------------------------------------------
@@ -625,15 +523,20 @@ class AsyncSession:
         ``timeout`` overrides the session default for this call. Errors in the
         code are returned as ``execution.error``; a timeout or a dead kernel
         also end in an ``Execution`` (``status`` ``"timeout"`` / ``"died"``), so
-        this only raises for problems of the session itself.
+        this only raises for problems of the session itself: a write that
+        failed (:class:`~jupyter_exec.StorageError`,
+        :class:`~jupyter_exec.NotebookError`) or a ``close()`` meanwhile
+        (:class:`~jupyter_exec.SessionClosedError`), each carrying the Execution.
         """
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
+        _check_encodable(code)
         self._live_kernel()
         async with self._lock:
             kernel = self._live_kernel()
+            self._running = asyncio.get_running_loop().create_future()
             try:
-                return await self._execute(
+                execution = await self._execute(
                     kernel, code, self.timeout if timeout is None else timeout, on_output
                 )
             except asyncio.CancelledError:
@@ -642,7 +545,16 @@ class AsyncSession:
                     await asyncio.shield(interrupt_kernel(kernel))
                 raise
             finally:
+                self._running.set_result(None)
+                self._running = None
                 self._last_activity = time.monotonic()
+        if execution.status == "cancelled":
+            raise SessionClosedError(
+                "the session was closed while this cell ran; the cell is recorded with its "
+                "outputs so far (see .execution)",
+                execution,
+            )
+        return execution
 
     async def _execute(
         self,
@@ -653,166 +565,43 @@ class AsyncSession:
         *,
         record: bool = True,
     ) -> Execution:
-        """Run one cell; ``record=False`` (resume) saves no files and no notebook cell."""
-        assert self._store is not None
-        cell_index = len(self._recorder) if self._recorder is not None else self._cells_run
-        self._cells_run += 1
-        spill = FileSpill(self._store, cell_index) if record else None
-        builder = CellOutputs(max_stream_chars=self.max_output_chars, spill=spill)
+        """Run one cell: the runner, then the recording (``record=False``: a resume, no writes)."""
+        recording = self._recording
+        assert recording is not None
+        cell_index = recording.next_index()
+        spill = recording.spill(cell_index) if record else None
+        builder = CellOutputs(max_stream_chars=self._options.max_output_chars, spill=spill)
         runner = CellRunner(
             kernel,
-            interrupt_grace=self.interrupt_grace,
+            interrupt_grace=self._options.interrupt_grace,
             restart=self._restart_after_failure,
             generation=lambda: self._generation,
+            closing=lambda: self._closed,
         )
         started = time.monotonic()
         try:
-            run = await runner.run(code, builder, timeout, on_output)
-        finally:
+            cell_guard = (
+                None if spill is None else await recording.guard(kernel, cell_index, builder)
+            )
+            metadata = cell_guard.metadata if cell_guard is not None else None
+            run = await runner.run(code, builder, timeout, on_output, metadata)
+            if spill is not None:
+                recording.absorb(cell_guard, builder, spill)
+        except BaseException:
             if spill is not None:
                 spill.close()
-        spilled = list(spill.paths.values()) if spill is not None else []
+            raise
         duration = time.monotonic() - started
-        return self._finish(code, cell_index, builder, run, duration, record, spilled)
-
-    async def _restart_after_failure(self, note: str) -> None:
-        """Restart the kernel; a waiting execution notices (generation), the next cell notes it."""
-        kernel = self._live_kernel()
-        self._generation += 1
-        await restart_kernel(kernel, self.startup_timeout)
-        self._restart_note = note
-
-    # -- recording ---------------------------------------------------------------------
-
-    def _finish(
-        self,
-        code: str,
-        cell_index: int,
-        builder: CellOutputs,
-        run: CellRun,
-        duration: float,
-        record: bool,
-        spilled: list[Path],
-    ) -> Execution:
-        """Turn a finished run into files, a notebook cell and the caller's Execution."""
-        assert self._store is not None
-        assert self._tracker is not None
-        status, error, state_lost, timing = run.status, run.error, run.state_lost, run.timing
-        outputs = builder.finish()
-        if error is not None:
-            outputs = [o for o in outputs if not is_interrupt(o)]
-            outputs.append(
-                {
-                    "output_type": "error",
-                    "ename": error.ename,
-                    "evalue": error.evalue,
-                    "traceback": [
-                        f"{error.ename}: {error.evalue}",
-                        *([error.traceback] if error.traceback else []),
-                    ],
-                }
-            )
-        elif status == "error":
-            error = _error_from(outputs)
-
-        results: list[Result] = []
-        saved: list[Path] = list(spilled)  # full text of truncated streams
-        numbers: dict[int, int] = {}  # id(output) -> its number among the cell's rich outputs
-        for number, output in enumerate(
-            (o for o in outputs if o["output_type"] in ("display_data", "execute_result")), start=1
-        ):
-            numbers[id(output)] = number
-            by_mime = (
-                self._store.save_bundle(cell_index, number, output.get("data", {}))
-                if record
-                else {}
-            )
-            saved.extend(by_mime.values())
-            results.append(
-                Result(
-                    data=output.get("data", {}),
-                    metadata=output.get("metadata", {}),
-                    is_main_result=output["output_type"] == "execute_result",
-                    files=by_mime,
-                )
-            )
-        touched: set[int] = set()
-        if record:
-            for display_id, shown in builder.displays.items():
-                self._displays.setdefault(display_id, []).extend(
-                    (cell_index, numbers[id(o)], o) for o in shown if id(o) in numbers
-                )
-            touched = self._apply_foreign_updates(builder.foreign_updates)
-
-        ours: dict[str, Any] = {"status": status, "duration": round(duration, 6)}
-        if self._restart_note is not None and record and status != "died" and not state_lost:
-            ours["kernel"] = self._restart_note
-            self._restart_note = None
-        if state_lost:
-            ours["state_lost"] = True
-        cell = {
-            "cell_type": "code",
-            "id": new_cell_id(),
-            "execution_count": builder.execution_count,
-            "metadata": {"execution": timing, "jupyter_exec": ours},
-            "outputs": outputs,
-            "source": code,
-        }
-        recorded_index: int | None = None
-        save_error: NotebookError | None = None
-        if self._recorder is not None and record:
-            for index in touched:
-                self._recorder.refresh(index, save=False)
-            try:
-                recorded_index = self._recorder.append(cell)
-            except NotebookError as exc:
-                recorded_index = len(self._recorder) - 1
-                save_error = exc
-
-        changed = self._tracker.changes()
-        seen = set(saved)
-        files = tuple(saved) + tuple(p for p in changed if p not in seen)
-        execution = Execution(
-            code=code,
-            status=status,
-            results=tuple(results),
-            stdout=stream_text(outputs, "stdout"),
-            stderr=stream_text(outputs, "stderr"),
-            error=error,
-            execution_count=builder.execution_count,
-            files=files,
-            duration=duration,
-            cell_index=recorded_index,
-            state_lost=state_lost,
-            truncated=builder.truncated,
-            spilled=tuple(spilled),
-            outputs=tuple(outputs),
-        )
-        if save_error is not None:
-            save_error.execution = execution
-            raise save_error
-        return execution
-
-    def _apply_foreign_updates(self, updates: list[dict[str, Any]]) -> set[int]:
-        """Apply ``update_display_data`` aimed at earlier cells, to notebook and files."""
-        assert self._store is not None
-        touched: set[int] = set()
-        for update in updates:
-            for cell_index, number, output in self._displays.get(update["display_id"], ()):
-                output["data"] = update["data"]
-                output["metadata"] = update["metadata"]
-                touched.add(cell_index)
-                if self._recorder is not None:  # only the updated output's files change
-                    self._store.save_bundle(cell_index, number, update["data"])
-        return touched
+        return recording.record(code, cell_index, builder, run, duration, spill, cell_guard)
 
 
-def _error_from(outputs: list[dict[str, Any]]) -> CellError | None:
-    for output in reversed(outputs):
-        if output.get("output_type") == "error":
-            return CellError(
-                ename=str(output.get("ename", "")),
-                evalue=str(output.get("evalue", "")),
-                traceback=strip_ansi("\n".join(output.get("traceback", []))),
-            )
-    return None
+def _check_encodable(code: str) -> None:
+    """Refuse code the kernel could never receive (lone surrogates), before sending anything."""
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"the code has a lone surrogate (U+{ord(code[exc.start]):04X}) at position "
+            f"{exc.start}, which is not valid Unicode text; remove it or encode the data "
+            "another way (bytes, escapes)"
+        ) from None

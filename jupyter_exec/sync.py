@@ -20,15 +20,15 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from jupyter_exec.models import Execution, ScriptResult
-from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
-from jupyter_exec.session import (
+from jupyter_exec.options import (
     DEFAULT_INTERRUPT_GRACE,
+    DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_TIMEOUT,
-    AsyncSession,
     Backend,
-    OutputCallback,
+    SessionOptions,
 )
+from jupyter_exec.session import AsyncSession, OutputCallback
 
 __all__ = ["Session"]
 
@@ -87,7 +87,8 @@ class Session:
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
     The blocking counterpart of :class:`AsyncSession`, with the same
-    parameters (see there). Use as a context manager::
+    parameters (see :class:`~jupyter_exec.options.SessionOptions`), plus
+    ``start=False`` to start later. Use as a context manager::
 
         with Session(work_dir="analysis") as s:
             s.execute("x = 21 * 2")
@@ -111,13 +112,14 @@ class Session:
         env: dict[str, str] | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
-        max_output_chars: int = DEFAULT_MAX_STREAM_CHARS,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
         token: str | None = None,
         kernel_manager: Any = None,
         owns_kernel: bool = False,
+        options: SessionOptions | None = None,
         start: bool = True,
     ) -> None:
         self._async = AsyncSession(
@@ -139,6 +141,7 @@ class Session:
             token=token,
             kernel_manager=kernel_manager,
             owns_kernel=owns_kernel,
+            options=options,
         )
         if start:
             self.start()

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from jupyter_exec import AsyncSession, SessionClosedError, SessionNotFound
-from jupyter_exec.exceptions import SessionLimitError
+from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 from jupyter_exec.manager import AsyncSessionManager, PoolKey, SessionManager
 
 
@@ -87,7 +87,7 @@ async def test_get_or_create_list_close(pooled: AsyncSessionManager) -> None:
         pooled.get("x")
     with pytest.raises(SessionNotFound):
         await pooled.close("x")
-    with pytest.raises(ValueError, match="invalid session name"):
+    with pytest.raises(InvalidArgument, match="session name"):
         await pooled.session("../escape")
     with pytest.raises(TypeError, match="work_dir"):
         await pooled.session("y", work_dir="/tmp")

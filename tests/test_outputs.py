@@ -246,7 +246,8 @@ def test_update_display_data_rewrites_every_output_with_that_display_id() -> Non
         {"text/plain": "v2", "text/html": "<b>v2</b>"},
         {"text/plain": "other"},
     ]
-    assert builder.foreign_updates == []
+    # Handed back too: earlier cells showing "d1" must be updated as well (as Jupyter does).
+    assert [u["display_id"] for u in builder.foreign_updates] == ["d1"]
     # nbformat outputs carry no transient data.
     assert all("transient" not in o for o in outputs)
     assert_valid_outputs(outputs)

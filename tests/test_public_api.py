@@ -67,6 +67,7 @@ PUBLIC = {
     "SessionLimitError",
     "SessionManager",
     "SessionNotFound",
+    "SessionOptions",
     "WorkDirError",
     "__version__",
     "replay",
@@ -222,7 +223,22 @@ def test_sessions_are_context_managers(cls: type[Any]) -> None:
 
 
 def test_invalid_arguments_are_refused_before_any_kernel_starts() -> None:
-    with pytest.raises(ValueError, match="invalid session name"):
+    with pytest.raises(InvalidArgument, match="session name"):
         AsyncSession(name="../escape")
     with pytest.raises(ValueError, match="unknown backend"):
         AsyncSession(backend="nowhere")  # type: ignore[arg-type]
+
+
+def test_session_options_are_the_sessions_keyword_arguments() -> None:
+    """Every option is a keyword of both sessions, and every keyword is an option."""
+    from jupyter_exec import SessionOptions
+    from jupyter_exec.options import option_fields
+
+    names = {f.name for f in option_fields()}
+    for cls in (Session, AsyncSession):
+        params = set(inspect.signature(cls.__init__).parameters) - {"self", "options", "start"}
+        assert params == names, cls
+    assert all(f.help for f in option_fields())
+    options = SessionOptions(timeout=5, name="a")
+    assert AsyncSession(options=options).options == options
+    assert AsyncSession(options=options, timeout=7).options.timeout == 7

@@ -54,11 +54,22 @@ from jupyter_exec.manager.pool import (
 from jupyter_exec.manager.signals import LoopSigterm
 from jupyter_exec.manager.starter import PooledKernelStarter
 from jupyter_exec.models import Execution
-from jupyter_exec.session import AsyncSession, OutputCallback, validate_name
+from jupyter_exec.naming import validate_name
+from jupyter_exec.options import SessionOptions
+from jupyter_exec.session import AsyncSession, OutputCallback
 
 __all__ = ["AsyncSessionManager", "SessionInfo"]
 
 log = logging.getLogger("jupyter_exec.manager")
+
+
+class _PathTrait(Unicode):  # type: ignore[type-arg]
+    """A folder: a str or any ``os.PathLike`` (kept as a str, as traitlets config gives it)."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        return super().validate(obj, value)
 
 
 def _pool_size(options: dict[str, Any], default: int) -> int:
@@ -72,7 +83,7 @@ class AsyncSessionManager(LoggingConfigurable):
     m.start()`` / ``await m.shutdown()``. Every option is a configurable trait.
     """
 
-    root_dir = Unicode(
+    root_dir = _PathTrait(
         "",
         help="Folder holding one work dir per session (<root_dir>/<name>). "
         "Empty: a new temporary folder, kept after shutdown.",
@@ -223,6 +234,7 @@ class AsyncSessionManager(LoggingConfigurable):
             if reserved in options:
                 raise TypeError(f"{reserved}= is set by the manager (<root_dir>/<name>)")
         opts = {**self.session_defaults, **options}
+        SessionOptions.from_mapping(opts)  # refuse bad options now, before any kernel starts
         backend = str(opts.get("backend") or "local")
         return await self._register(name, backend, lambda: self._create(name, opts, backend))
 
@@ -384,7 +396,9 @@ class AsyncSessionManager(LoggingConfigurable):
                 session = await self._adopt(warm, target, session_name, opts)
                 if session is not None:
                     return Entry(session, backend, from_pool=True)
-        session = AsyncSession(work_dir=target, name=session_name, **opts)
+        session = AsyncSession(
+            options=SessionOptions.from_mapping({**opts, "work_dir": target, "name": session_name})
+        )
         try:
             await session.start()
         except BaseException:
@@ -405,8 +419,11 @@ class AsyncSessionManager(LoggingConfigurable):
                 await discard(warm)
                 return None
             follow_rename(warm.km, target)
+        options = {**opts, "work_dir": target, "name": session_name}
         session = AsyncSession(
-            work_dir=target, name=session_name, kernel_manager=warm.km, owns_kernel=True, **opts
+            options=SessionOptions.from_mapping(
+                {**options, "kernel_manager": warm.km, "owns_kernel": True}
+            )
         )
         try:
             await session.start()

@@ -1,16 +1,13 @@
 """Starting kernels for warm pools: the same kernels a session would start, made ready early.
 
-A pooled kernel is started exactly as :class:`~jupyter_exec.AsyncSession`
-would start it for the same options (kernelspec for ``python=``, Docker
-kernelspec for ``backend="docker"``, the remote server's kernel for
-``backend="remote"``), then warmed up and left without a client: the
-session that takes it connects its own.
+A pooled kernel is launched by :func:`~jupyter_exec.launch.launch_kernel`, exactly
+as :class:`~jupyter_exec.AsyncSession` would launch it for the same options,
+then warmed up and left without a client: the session that takes it connects
+its own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import queue
 import time
 from pathlib import Path
@@ -18,8 +15,10 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 
-from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+from jupyter_exec.kernel import KernelHandle
+from jupyter_exec.launch import kernel_spec, launch_kernel
 from jupyter_exec.manager.pool import PoolKey
+from jupyter_exec.options import DEFAULT_STARTUP_TIMEOUT, SessionOptions
 
 __all__ = ["PooledKernelStarter"]
 
@@ -27,48 +26,25 @@ __all__ = ["PooledKernelStarter"]
 class PooledKernelStarter:
     """Starts one kernel for a :class:`PoolKey`; a ``KernelStarter`` for the pools."""
 
-    def __init__(self, startup_timeout: float = 60.0) -> None:
+    def __init__(self, startup_timeout: float = DEFAULT_STARTUP_TIMEOUT) -> None:
         self.startup_timeout = startup_timeout
         self._specs: dict[PoolKey, KernelSpec | None] = {}
 
     async def __call__(self, key: PoolKey, folder: Path | None) -> Any:
-        if key.backend == "remote":
-            from jupyter_exec.remote import start_remote_kernel
-
-            return await start_remote_kernel(
-                key.url,
-                key.token or None,
-                key.kernel_name,
-                self.startup_timeout,
-                env=json.loads(key.env) if key.env else None,
-            )
-        if folder is None:
-            raise ValueError("a local or Docker pooled kernel needs a folder")
-        handle = await start_kernel(
-            kernel_name=key.kernel_name,
-            spec=await self._kernel_spec(key),
-            cwd=folder,
-            env=json.loads(key.env) if key.env else None,
-            startup_timeout=self.startup_timeout,
+        options = SessionOptions.from_mapping(
+            {**key.options(), "startup_timeout": self.startup_timeout}
         )
+        spec = None
+        if options.backend != "remote":
+            if key not in self._specs:  # made once: probing an interpreter takes a subprocess
+                self._specs[key] = await kernel_spec(options)
+            spec = self._specs[key]
+        handle = await launch_kernel(options, folder, spec=spec)
         try:
             await warm_up(handle, self.startup_timeout)
         finally:
             handle.kc.stop_channels()
         return handle.km
-
-    async def _kernel_spec(self, key: PoolKey) -> KernelSpec | None:
-        """The kernelspec for a key, made once (probing an interpreter takes a subprocess)."""
-        if key not in self._specs:
-            if key.backend == "docker":
-                from jupyter_exec.backends import docker_kernel_spec
-
-                self._specs[key] = docker_kernel_spec(json.loads(key.docker or "{}"))
-            elif key.python:
-                self._specs[key] = await asyncio.to_thread(kernel_spec_for_python, key.python)
-            else:
-                self._specs[key] = None
-        return self._specs[key]
 
 
 async def warm_up(handle: KernelHandle, timeout: float) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.naming import unsafe_character
 
 __all__ = ["ServerRoot"]
 
@@ -42,6 +43,9 @@ class ServerRoot:
             raise WorkDirError("a path must be a string")
         if "\x00" in api_path or "\\" in api_path:
             raise WorkDirError(f"invalid path {api_path!r}")
+        found = unsafe_character(api_path)
+        if found is not None:  # a folder name shown to people must read as what it is
+            raise WorkDirError(f"the path {api_path!r} has {found[1]} at position {found[0]}")
         pure = PurePosixPath(api_path.strip("/")) if api_path.strip("/") else PurePosixPath()
         if api_path.startswith("/") or api_path.startswith("~"):
             raise WorkDirError(

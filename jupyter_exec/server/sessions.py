@@ -51,9 +51,10 @@ from jupyter_exec.exceptions import (
 )
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
+from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.recorder import MergingRecorder
-from jupyter_exec.session import AsyncSession, Backend, OutputCallback, validate_name
+from jupyter_exec.session import AsyncSession, Backend, OutputCallback
 
 __all__ = [
     "InvalidRequest",
@@ -382,11 +383,7 @@ class ServerSessions:
                     "choose another name or work_dir"
                 )
         else:
-            base = datetime.now().strftime("session-%Y%m%d-%H%M%S")
-            name, n = base, 1
-            while not free(name):
-                n += 1
-                name = f"{base}-{n}"
+            name = default_session_name(folder, taken=lambda n: not free(n))
         self._reserved.add(folder / f"{name}.ipynb")
         return name
 

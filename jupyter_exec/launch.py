@@ -1,0 +1,111 @@
+"""Getting a kernel for a session's options: one launch for sessions and warm pools alike.
+
+Every way a kernel comes to be, decided in one place::
+
+    options.environment ─► resolve_environment: python / backend / docker filled in
+                            (a venv may be built: in a worker thread)
+    options.kernel_manager given ─► attach to it (a server's kernel, a pool's warm kernel)
+    backend="remote"            ─► the remote server starts one; attach to it
+    backend="docker"            ─► a kernelspec naming our provisioner
+    python=...                  ─► a kernelspec for that interpreter (probed in a thread)
+    otherwise                   ─► the installed kernelspec ``kernel_name``
+
+:func:`launch_kernel` returns a connected, ready :class:`~jupyter_exec.kernel.KernelHandle`.
+:class:`~jupyter_exec.AsyncSession` calls it on start; the pool's starter
+calls it ahead of time and hands the session the kernel manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpec
+
+from jupyter_exec.exceptions import InvalidArgument, KernelStartError
+from jupyter_exec.kernel import KernelHandle, attach_kernel, kernel_spec_for_python, start_kernel
+from jupyter_exec.options import SessionOptions
+
+__all__ = ["kernel_spec", "launch_kernel", "resolve_environment"]
+
+
+async def resolve_environment(options: SessionOptions) -> SessionOptions:
+    """``options`` with its ``environment`` turned into ``python`` / ``backend`` / ``docker``.
+
+    Preparing an environment may take long the first time (a venv built,
+    packages installed): it runs in a worker thread. Docker options given
+    directly win over the environment's.
+    """
+    if options.environment is None:
+        return options
+    from jupyter_exec.environments import parse_environment
+
+    try:
+        environment = parse_environment(options.environment)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    found = await environment.async_session_options()
+    return options.replace(
+        environment=None,
+        python=found.get("python", options.python),
+        backend=found.get("backend", options.backend),
+        docker={**found.get("docker", {}), **options.docker},
+    )
+
+
+async def kernel_spec(options: SessionOptions) -> KernelSpec | None:
+    """The in-memory kernelspec the options call for; ``None`` for an installed one."""
+    if options.backend == "docker":
+        from jupyter_exec.backends import docker_kernel_spec
+
+        return docker_kernel_spec(dict(options.docker))
+    if options.python is not None:
+        # Probes the interpreter (a subprocess): not on the event loop.
+        return await asyncio.to_thread(kernel_spec_for_python, options.python)
+    return None
+
+
+async def launch_kernel(
+    options: SessionOptions,
+    cwd: Path | None,
+    *,
+    spec: KernelSpec | None = None,
+) -> KernelHandle:
+    """Start or attach to the kernel ``options`` describe, connected and ready.
+
+    ``cwd`` is the kernel's working directory (ignored for remote and given
+    kernels). ``spec`` skips making the kernelspec (a pool makes it once).
+    The environment must already be resolved (:func:`resolve_environment`).
+    """
+    if options.environment is not None:
+        raise InvalidArgument("resolve the environment first (launch.resolve_environment)")
+    km: Any = options.kernel_manager
+    if km is not None:
+        return await attach_kernel(km, options.startup_timeout)
+    if options.backend == "remote":
+        from jupyter_exec.remote import start_remote_kernel
+
+        km = await start_remote_kernel(
+            options.url or "",
+            options.token,
+            options.kernel_name,
+            options.startup_timeout,
+            env=dict(options.env) if options.env is not None else None,
+        )
+        try:
+            return await attach_kernel(km, options.startup_timeout)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await km.shutdown_kernel(now=True)
+            raise
+    if cwd is None:
+        raise KernelStartError("a local or Docker kernel needs a working directory")
+    return await start_kernel(
+        kernel_name=options.kernel_name,
+        spec=spec if spec is not None else await kernel_spec(options),
+        cwd=cwd,
+        env=dict(options.env) if options.env is not None else None,
+        startup_timeout=options.startup_timeout,
+    )

@@ -1,0 +1,314 @@
+"""Every option of a session, typed, with its default and its help, declared once.
+
+:class:`SessionOptions` is what :class:`~jupyter_exec.AsyncSession`,
+:class:`~jupyter_exec.Session`, the session manager and its pools take. The
+sessions' keyword arguments build one; front ends build one from their own
+input (:meth:`SessionOptions.from_mapping` refuses unknown keys with a message
+that lists the known ones). Each field's ``help`` lives in its metadata, so
+the command line and the server's traitlets can be generated from
+:func:`option_fields` instead of repeating the text.
+
+Validation happens when the object is made, before any kernel starts: a bad
+value raises :class:`~jupyter_exec.InvalidArgument` saying what to fix. Every
+path accepts ``os.PathLike``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.naming import check_text, validate_name
+
+__all__ = [
+    "DEFAULT_INTERRUPT_GRACE",
+    "DEFAULT_MAX_OUTPUT_CHARS",
+    "DEFAULT_STARTUP_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "Backend",
+    "OptionField",
+    "SessionOptions",
+    "option_fields",
+    "options_from",
+]
+
+Backend = Literal["local", "docker", "remote"]
+"""Where a kernel runs: this machine, a hardened container, or a Jupyter server / gateway."""
+
+DEFAULT_INTERRUPT_GRACE = 3.0
+"""Seconds an interrupted cell gets to stop before the kernel is restarted."""
+DEFAULT_STARTUP_TIMEOUT = 60.0
+"""Seconds a kernel gets to start and answer."""
+DEFAULT_TIMEOUT = 600.0
+"""Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
+DEFAULT_MAX_OUTPUT_CHARS = 500_000
+"""Stream characters kept per cell (head + tail) before the rest is spilled to a file."""
+
+PathArg = str | os.PathLike[str]
+
+
+def _help(text: str, *, cli: bool = True) -> dict[str, Any]:
+    return {"help": text, "cli": cli}
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How a session starts and runs. Frozen: derive a changed copy with :meth:`replace`."""
+
+    work_dir: Path | None = field(
+        default=None,
+        metadata=_help(
+            "The kernel's working directory, where output files and the notebook go "
+            "(made if missing). None: a fresh temporary directory, kept afterwards."
+        ),
+    )
+    kernel_name: str = field(
+        default="python3",
+        metadata=_help("An installed kernelspec to run (unless python or backend say otherwise)."),
+    )
+    python: str | None = field(
+        default=None,
+        metadata=_help(
+            "An interpreter, a virtual environment folder, or a command name to run the "
+            "kernel with; it must have ipykernel."
+        ),
+    )
+    notebook: Path | Literal[False] | None = field(
+        default=None,
+        metadata=_help(
+            "Where to record: None for <work_dir>/<name>.ipynb, a path, or False to record nothing."
+        ),
+    )
+    name: str | None = field(
+        default=None,
+        metadata=_help(
+            "The session's name (default session-<date>-<time>); it names the notebook "
+            "and the <name>_files folder of saved outputs."
+        ),
+    )
+    timeout: float | None = field(
+        default=DEFAULT_TIMEOUT,
+        metadata=_help(
+            "Seconds a cell may run before it is interrupted (None: no limit); if the "
+            "interrupt does not take within interrupt_grace, the kernel is restarted."
+        ),
+    )
+    backend: Backend = field(
+        default="local",
+        metadata=_help(
+            "local (a subprocess of this process, for trusted code), docker (a hardened, "
+            "network-less container) or remote (a Jupyter server or gateway at url)."
+        ),
+    )
+    docker: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata=_help(
+            'Docker backend options (DockerProvisioner traits, e.g. {"network": true, '
+            '"memory": "2g"}).',
+            cli=False,
+        ),
+    )
+    env: Mapping[str, str] | None = field(
+        default=None,
+        metadata=_help("The kernel's environment variables (default: this process's).", cli=False),
+    )
+    interrupt_grace: float = field(
+        default=DEFAULT_INTERRUPT_GRACE,
+        metadata=_help("Seconds an interrupted cell gets to stop before the kernel is restarted."),
+    )
+    startup_timeout: float = field(
+        default=DEFAULT_STARTUP_TIMEOUT,
+        metadata=_help("Seconds a kernel gets to start and answer."),
+    )
+    max_output_chars: int = field(
+        default=DEFAULT_MAX_OUTPUT_CHARS,
+        metadata=_help(
+            "Stream characters kept per cell (head and tail); the rest is spilled to a file "
+            "in the work dir and named in the output."
+        ),
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata=_help("Replace an existing notebook at the recording path instead of refusing."),
+    )
+    environment: Any = field(
+        default=None,
+        metadata=_help(
+            "Where code runs, said once for every front end: an Environment or a string "
+            "(venv, venv:<path>, python:<interpreter>, docker, docker:<image>). It sets "
+            "python, backend and docker when the session starts.",
+            cli=False,
+        ),
+    )
+    url: str | None = field(
+        default=None,
+        metadata=_help(
+            "For backend=remote: the Jupyter Server / Kernel Gateway / Enterprise "
+            "Gateway to run the kernel on."
+        ),
+    )
+    token: str | None = field(
+        default=None,
+        repr=False,
+        metadata=_help("For backend=remote: the server's token."),
+    )
+    kernel_manager: Any = field(
+        default=None,
+        repr=False,
+        compare=False,
+        metadata=_help(
+            "An already started AsyncKernelManager to attach to instead of starting a kernel "
+            "(the server's kernels, a pool's warm kernels).",
+            cli=False,
+        ),
+    )
+    owns_kernel: bool = field(
+        default=False,
+        metadata=_help(
+            "With kernel_manager: whether close() shuts that kernel down (default: its owner "
+            "does).",
+            cli=False,
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        if self.work_dir is not None:
+            put(self, "work_dir", _path(self.work_dir, "work_dir"))
+        if self.python is not None:
+            put(self, "python", os.fspath(_path(self.python, "python")))
+        if self.notebook is not None and self.notebook is not False:
+            put(self, "notebook", _path(self.notebook, "notebook"))
+        if self.name is not None:
+            validate_name(self.name)
+        if self.backend not in get_args(Backend):
+            raise InvalidArgument(
+                f"unknown backend {self.backend!r}: use 'local', 'docker' or 'remote'"
+            )
+        if self.backend == "remote" and not self.url and self.kernel_manager is None:
+            raise InvalidArgument("backend='remote' needs url= (the Jupyter server or gateway)")
+        if self.timeout is not None:
+            put(self, "timeout", _seconds(self.timeout, "timeout", zero=False))
+        put(self, "interrupt_grace", _seconds(self.interrupt_grace, "interrupt_grace", zero=True))
+        put(self, "startup_timeout", _seconds(self.startup_timeout, "startup_timeout", zero=False))
+        if isinstance(self.max_output_chars, bool) or not isinstance(self.max_output_chars, int):
+            raise InvalidArgument("max_output_chars must be a whole number of characters")
+        if self.max_output_chars < 0:
+            raise InvalidArgument("max_output_chars must be >= 0")
+        if not isinstance(self.docker, Mapping):
+            raise InvalidArgument("docker must be a mapping of Docker backend options")
+        put(self, "docker", dict(self.docker))
+        if self.env is not None:
+            if not isinstance(self.env, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()
+            ):
+                raise InvalidArgument("env must map variable names to strings")
+            put(self, "env", dict(self.env))
+
+    # -- deriving --------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SessionOptions:
+        """Options from a plain mapping (configuration, JSON); unknown keys are refused."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidArgument(
+                f"unknown session option(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        return cls(**dict(values))
+
+    def replace(self, **changes: Any) -> SessionOptions:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, *, changed_only: bool = False) -> dict[str, Any]:
+        """The options as keyword arguments (only those differing from the default if asked)."""
+        result: dict[str, Any] = {}
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            if changed_only and value == _default(spec):
+                continue
+            result[spec.name] = value
+        return result
+
+
+@dataclass(frozen=True)
+class OptionField:
+    """One option as a front end needs it: to make a flag or a trait from it."""
+
+    name: str
+    type: str
+    default: Any
+    help: str
+    cli: bool
+    """Whether it makes sense as a command-line flag (plain values, not objects)."""
+
+
+def option_fields() -> Iterator[OptionField]:
+    """Every session option with its type, default and help, in declaration order."""
+    for spec in dataclasses.fields(SessionOptions):
+        yield OptionField(
+            name=spec.name,
+            type=str(spec.type),
+            default=_default(spec),
+            help=spec.metadata["help"],
+            cli=spec.metadata["cli"],
+        )
+
+
+def _default(spec: dataclasses.Field[Any]) -> Any:
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return spec.default
+
+
+def _path(value: Any, what: str) -> Path:
+    if not isinstance(value, str | os.PathLike):
+        raise InvalidArgument(f"{what} must be a path (str or os.PathLike), not {type(value)}")
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise InvalidArgument(f"{what} must be a text path, not bytes")
+    if not text:
+        raise InvalidArgument(f"{what} is empty; give a path")
+    check_text(text, f"{what} {text!r}")
+    return Path(text)
+
+
+def _seconds(value: Any, what: str, *, zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{what} must be a number of seconds, not {value!r}")
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        raise InvalidArgument(f"{what} must be {'>= 0' if zero else '> 0'} seconds, not {value!r}")
+    return seconds
+
+
+def options_from(base: SessionOptions | None, **given: Any) -> SessionOptions:
+    """``base`` (default: the defaults) with every ``given`` value that is not its default.
+
+    How the sessions' keyword arguments and an ``options=`` object combine:
+    an argument left at its default does not override the options' value.
+    """
+    defaults = {spec.name: _default(spec) for spec in dataclasses.fields(SessionOptions)}
+    changed = {k: v for k, v in given.items() if not _is_default(v, defaults[k])}
+    if base is None:
+        return SessionOptions(**changed)
+    return base.replace(**changed) if changed else base
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    if value is None or value is default:
+        return default is None or default == {} or value is default
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    if isinstance(value, str | int | float | dict) and type(value) is type(default):
+        return bool(value == default)
+    return False

@@ -1,0 +1,73 @@
+"""Resuming a recorded session: re-run its notebook's code to rebuild the kernel's state.
+
+Called by :meth:`~jupyter_exec.AsyncSession.start` for a session made with
+:meth:`~jupyter_exec.AsyncSession.resume`. The re-run cells are executed
+without writing anything (no files, no new cells); then the notebook becomes
+the session's live record, so new cells are appended to it, numbering on.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from jupyter_exec.naming import backup_notebook_name
+from jupyter_exec.recorder import new_cell_id
+
+if TYPE_CHECKING:
+    from jupyter_exec.session import AsyncSession
+
+__all__ = ["rebuild"]
+
+log = logging.getLogger("jupyter_exec")
+
+
+async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
+    """Re-run the recorded code cells, then adopt the notebook as the session's record.
+
+    With ``until``, cells after the ``until``-th code cell no longer match
+    the kernel's state: the full notebook is first copied to
+    ``<stem>.before-resume-<time>.ipynb`` beside it, then the live record is
+    cut after that cell, so it stays a faithful, replayable account.
+    """
+    path = session.notebook_path
+    kernel = session._kernel
+    recording = session._recording
+    assert path is not None
+    assert kernel is not None
+    assert recording is not None
+    cells = [dict(c) for c in nb.cells]
+    for cell in cells:
+        cell.setdefault("id", new_cell_id())  # nbformat < 4.5 had no cell ids
+    positions = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and c["source"].strip()]
+    entry: dict[str, Any] = {"at": datetime.now(timezone.utc).isoformat()}
+    if until is not None:
+        if until < len(positions):
+            keep = positions[until - 1] + 1 if until else 0
+            backup = path.with_name(backup_notebook_name(path.stem))
+            shutil.copy2(path, backup)
+            entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
+            cells = cells[:keep]
+        positions = positions[:until]
+    code_cells = [nb.cells[i] for i in positions]
+    for cell in code_cells:
+        session.resumed.append(
+            await session._execute(kernel, cell.source, session.timeout, None, record=False)
+        )
+    failed = [i for i, e in enumerate(session.resumed, start=1) if not e.ok]
+    metadata = dict(nb.metadata)
+    ours = session.notebook_metadata_for_kernel()
+    metadata.update({k: v for k, v in ours.items() if k != "jupyter_exec"})
+    history = dict(metadata.get("jupyter_exec", {}))
+    history.setdefault("session", session.name)
+    entry.update(cells_rerun=len(code_cells), failed=failed)
+    history["resumed"] = [*history.get("resumed", []), entry]
+    metadata["jupyter_exec"] = history
+    recorder = session.recorder_class(path, metadata, cells)
+    recorder.save()
+    recording.recorder = recorder
+    recording.restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
+    if failed:
+        log.warning("resume of %s: re-run cells %s failed", path, failed)
