@@ -47,7 +47,7 @@ from sphinx.util.nodes import nested_parse_with_titles
 logger = logging.getLogger(__name__)
 
 PACKAGE = "jupyter_exec"
-HELP_WIDTH = "92"
+HELP_WIDTH = "80"
 
 
 def plain_to_rst(text: str) -> str:
@@ -213,6 +213,38 @@ class CliReference(GeneratedDirective):
             out += underline(f"``{sub.prog}``", "-")
             out += [*_help_block(sub), ""]
         return out
+
+
+class PythonText(GeneratedDirective):
+    """``.. jx-python-text:: module:NAME``: a string the code defines, shown as it prints it.
+
+    For text the program itself prints (the exit-status table of ``--help``), so a page that
+    quotes it cannot fall behind.
+    """
+
+    required_arguments = 1
+
+    def lines(self) -> list[str]:
+        module_name, _, attribute = self.arguments[0].partition(":")
+        note_package_sources(self)
+        text = str(getattr(importlib.import_module(module_name), attribute))
+        return [".. code-block:: text", ""] + [f"   {line}".rstrip() for line in text.splitlines()]
+
+
+class SessionOptionsTable(GeneratedDirective):
+    """Every session option (``jupyter_exec.options.option_fields()``): default and help."""
+
+    def lines(self) -> list[str]:
+        note_package_sources(self)
+        options = importlib.import_module(f"{PACKAGE}.options")
+        out = [".. list-table::", "   :header-rows: 1", "   :widths: 30 70", ""]
+        out += ["   * - argument=default", "     - meaning"]
+        for option in options.option_fields():
+            out += [
+                f"   * - ``{option.name}={option.default!r}``",
+                f"     - {plain_to_rst(' '.join(option.help.split()))}",
+            ]
+        return [*out, ""]
 
 
 # -- configuration ----------------------------------------------------------------------
@@ -445,6 +477,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("jx-public-api", PublicApi)
     app.connect("autodoc-process-docstring", numpy_sections_as_rubrics)
     app.add_directive("jx-cli-reference", CliReference)
+    app.add_directive("jx-python-text", PythonText)
+    app.add_directive("jx-session-options", SessionOptionsTable)
     app.add_directive("jx-config-reference", ConfigReference)
     app.add_directive("jx-module-map", ModuleMap)
     app.add_directive("jx-layer-diagram", LayerDiagram)
