@@ -5,6 +5,7 @@ No engine needed; these run everywhere.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from importlib.metadata import entry_points
@@ -219,6 +220,26 @@ def test_a_loan_is_never_taken_back_through_a_link(tmp_path: Path) -> None:
     assert not take_back(work, loan)
     with pytest.raises(OSError, match="No data"):
         os.getxattr(elsewhere, "system.posix_acl_access")
+
+
+def test_without_acls_only_the_folder_itself_is_lent_by_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to lend")
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+
+    def no_acls(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "setxattr", no_acls)
+    loan = lend(work, choose_user(work, euid=0))
+    assert loan is not None
+    assert loan.how == "owner"
+    assert (work.stat().st_uid, (work / "sub").stat().st_uid) == (65532, 0)  # one entry
+    assert take_back(work, loan)
+    assert work.stat().st_uid == 0
 
 
 def test_work_dir_errors(tmp_path: Path) -> None:
