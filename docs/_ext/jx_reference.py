@@ -349,6 +349,11 @@ def first_docstring_line(path: Path) -> str | None:
     return doc.strip().splitlines()[0].strip()
 
 
+def count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as handle:
+        return sum(1 for _ in handle)
+
+
 def layer_of(module: str, layers: list[dict[str, Any]]) -> int | None:
     """Index of the layer whose pattern matches ``module`` (relative to the package) best.
 
@@ -473,12 +478,18 @@ class ModuleMap(GeneratedDirective):
             if not modules:
                 out += ["(No module in this layer today.)", ""]
                 continue
-            out += [".. list-table::", "   :header-rows: 1", "   :widths: 30 70", ""]
-            out += ["   * - module", "     - what it owns (its docstring's first line)"]
+            out += [".. list-table::", "   :header-rows: 1", "   :widths: 30 8 62", ""]
+            out += [
+                "   * - module",
+                "     - lines",
+                "     - what it owns (its docstring's first line)",
+            ]
             for name, path in modules:
                 line = first_docstring_line(path) or "(no docstring)"
                 rel = path.relative_to(root.parent).as_posix()
-                out += [f"   * - ``{name}``", "", f"       ``{rel}``", f"     - {line}"]
+                count = count_lines(path)
+                out += [f"   * - ``{name}``", "", f"       ``{rel}``", f"     - {count}"]
+                out += [f"     - {line}"]
             out.append("")
         return out
 
@@ -568,3 +579,26 @@ def setup(app: Sphinx) -> dict[str, Any]:
         indextemplate="pair: %s; configuration option",
     )
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def print_module_map() -> None:
+    """The module map as plain text, one line per module (for notes and reviews)."""
+    import runpy
+
+    here = Path(__file__).resolve().parent
+    conf = runpy.run_path(str(here.parent / "conf.py"))
+    layers: list[dict[str, Any]] = conf["jx_layers"]
+    root = (here.parent / conf["jx_package_path"]).resolve()
+    rows = [(layer_of(name, layers), name, path) for name, path in walk_modules(root)]
+    titles = [layer["title"] for layer in layers] + ["Not yet placed"]
+    for index, title in enumerate(titles):
+        placed = [(n, p) for i, n, p in rows if (len(layers) if i is None else i) == index]
+        if placed:
+            print(f"{index + 1}. {title}")
+        for name, path in placed:
+            doc = first_docstring_line(path) or "(no docstring)"
+            print(f"   {name:<36} {count_lines(path):4d}  {doc}")
+
+
+if __name__ == "__main__":
+    print_module_map()
