@@ -23,6 +23,9 @@ The rule, in order:
    ``jupyter-exec reap``. Only the exact folder that was lent (same device and inode, reached
    without following links) is ever changed back, so a kernel that swapped a path component for
    a link cannot redirect the change elsewhere, and a nested session's folder is never touched.
+   A folder that already had an ACL keeps its other entries; its mask is recomputed as
+   ``setfacl -m``/``-x`` do (the union of the group class), and a ``user:65532`` entry of
+   its own is replaced during the loan and removed after it.
 """
 
 from __future__ import annotations
