@@ -115,11 +115,12 @@ jx_layers = [
         ],
     },
     {
-        "title": "Pure translation",
+        "title": "Translation and input",
         "about": "Functions from one representation to another, tested without a kernel: "
-        "kernel messages to nbformat outputs, output comparison, code blocks from text, "
-        "the text a model is shown, Docker options to engine arguments.",
-        "modules": ["outputs", "compare", "codeblocks", "llm", "docker.options"],
+        "kernel messages to nbformat outputs, output comparison, code blocks from text and "
+        "the files people give us to run, the text a model is shown, Docker options to "
+        "engine arguments.",
+        "modules": ["outputs", "compare", "codeblocks", "sources", "llm", "docker.options"],
     },
     {
         "title": "Files in the work dir",
@@ -145,8 +146,10 @@ jx_layers = [
     {
         "title": "One cell",
         "about": "Running one piece of code on a kernel: the cell runner (deadline, "
-        "interrupt, death) and stateless script mode.",
-        "modules": ["runner", "scripts"],
+        "interrupt, death), the stream guard that keeps output floods in the kernel's work "
+        "dir instead of host memory (its host side and the code it runs in the kernel), and "
+        "stateless script mode.",
+        "modules": ["runner", "guard", "inkernel", "scripts"],
     },
     {
         "title": "Sessions and managers",
@@ -156,9 +159,9 @@ jx_layers = [
     },
     {
         "title": "Features on sessions",
-        "about": "What is built from sessions but is not a front end itself: replay and "
-        "the agent runner shared by every agent adapter.",
-        "modules": ["replay", "agent"],
+        "about": "What is built from sessions but is not a front end itself: replay, "
+        "resume, and the agent runner shared by every agent adapter.",
+        "modules": ["replay", "resume", "agent"],
     },
     {
         "title": "Front ends",

@@ -169,7 +169,7 @@ def _dedent(body: str, width: int) -> str:
 
 def _python_cells(source: str) -> list[CodeBlock]:
     if not _CELL_MARK_RE.search(source):
-        return [CodeBlock(source)]
+        return [CodeBlock(source)] if source.strip() else []
     parts = _CELL_MARK_RE.split(source)
     return [CodeBlock(p.strip("\n") + "\n") for p in parts if p.strip()]
 
@@ -195,7 +195,7 @@ def cells_from_file(path: str | os.PathLike[str]) -> list[CodeBlock]:
     if suffix in (".md", ".markdown"):
         return extract_code_blocks(text)
     if suffix in (".sh", ".bash"):
-        return [CodeBlock(text, "sh")]
+        return [CodeBlock(text, "sh")] if text.strip() else []
     return _python_cells(text)
 
 
