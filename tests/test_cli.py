@@ -714,3 +714,26 @@ def test_run_in_docker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     nb = read_valid_notebook(work / "slow.ipynb")
     assert len(nb.cells) == 2
     _no_spare(work)
+
+
+def test_replay_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("print('first cell')"),
+        nbformat.v4.new_code_cell(
+            "import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(300)"
+        ),
+    ]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    process = _start("replay", str(path), "--timeout", "0", "-q")
+    wait_for(lambda: (tmp_path / "started").exists() or process.poll() is not None, "the cell")
+    kernels = _kernels(process)
+    status, err = _stop(process, signal.SIGTERM)
+    assert status == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    _assert_gone(kernels)
+    replayed = read_valid_notebook(tmp_path / "nb.replayed.ipynb")
+    assert "first cell" in json.dumps(replayed.cells[0].outputs)
+    assert "KeyboardInterrupt" in json.dumps(replayed.cells[1].outputs)  # the stopped cell too
+    _no_spare(tmp_path)
