@@ -477,12 +477,13 @@ def _start(*argv: str, env: dict[str, str] | None = None, **kwargs: Any) -> subp
 def _stop(process: subprocess.Popen[str], signum: int) -> tuple[int, str]:
     """Send ``signum``, wait for the exit; the exit status and what it printed on stderr."""
     process.send_signal(signum)
-    try:
-        _, err = process.communicate(timeout=DEADLINE)
+    try:  # stdin stays open, as a client that sends a signal keeps its end of the pipe
+        process.wait(timeout=DEADLINE)
     except subprocess.TimeoutExpired:
         process.kill()
         _, err = process.communicate()
         pytest.fail(f"still running {DEADLINE:g} s after signal {signum}:\n{err}")
+    _, err = process.communicate()
     return process.returncode, err
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -104,8 +105,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "jupyter-exec") -> in
         with stop_signals():
             return int(args.func(args))
     except Stopped as stop:
+        # Everything is cleaned up by now. Exit at once: a thread blocked reading stdin (the
+        # MCP stdio transport) would otherwise hold the interpreter until its client hangs up.
         print(f"\njupyter-exec: stopped by signal {stop.signum}", file=sys.stderr)
-        return signal_status(stop.signum)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(signal_status(stop.signum))
     except KeyboardInterrupt:
         print("\njupyter-exec: interrupted", file=sys.stderr)
         return signal_status(2)
