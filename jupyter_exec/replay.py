@@ -27,7 +27,6 @@ later cell changed what it shows; the report holds the final verdict.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import inspect
 import itertools
@@ -40,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from jupyter_exec.agent import execute_to_the_end
 from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_outputs, parse_rule
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
@@ -518,7 +518,7 @@ async def replay_async(
             if index in to_run:
                 if bar is not None:
                     bar.start(index + 1)
-                execution = await _execute_to_the_end(session, str(cell.source))
+                execution = await execute_to_the_end(session, str(cell.source))
                 ran.append((index, cell, execution))
                 result = _judge(index, cell, execution, chosen_rules, tolerance)
                 if bar is not None:
@@ -575,20 +575,6 @@ def _facts(nb: Any) -> dict[str, Any]:
     if isinstance(kernelspec, Mapping) and kernelspec.get("name"):
         facts["kernelspec"] = kernelspec["name"]
     return facts
-
-
-async def _execute_to_the_end(session: AsyncSession, source: str) -> Execution:
-    """``session.execute``; if the replay is cancelled (Ctrl-C, SIGTERM), the cell is
-    interrupted and given a moment to end, so it is recorded and the kernel is idle when
-    the session closes."""
-    running = asyncio.ensure_future(session.execute(source))
-    try:
-        return await asyncio.shield(running)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await session.interrupt()
-            await asyncio.wait_for(running, 15)
-        raise
 
 
 def replay(notebook: str | os.PathLike[str], **kwargs: Any) -> ReplayReport:

@@ -738,3 +738,32 @@ def test_replay_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "first cell" in json.dumps(replayed.cells[0].outputs)
     assert "KeyboardInterrupt" in json.dumps(replayed.cells[1].outputs)  # the stopped cell too
     _no_spare(tmp_path)
+
+
+def test_mcp_stdio_records_the_cell_running_at_sigterm(tmp_path: Path) -> None:
+    process = _start("mcp", "--work-dir", str(tmp_path), stdin=subprocess.PIPE)
+    try:
+        _rpc(process, _hello(1))
+        _rpc(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        code = (
+            "import pathlib, time\nprint('before the stop', flush=True)\n"
+            "pathlib.Path('started').touch()\ntime.sleep(300)"
+        )
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(_call(2, code, "r")) + "\n")
+        process.stdin.flush()
+        wait_for(lambda: (tmp_path / "r" / "started").exists(), "the cell to start")
+        kernels = _kernels(process)
+        status, err = _stop(process, signal.SIGTERM)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert status == 128 + signal.SIGTERM, err
+    _assert_gone(kernels)
+    nb = read_valid_notebook(tmp_path / "r" / "r.ipynb")
+    assert [c.source for c in nb.cells] == [code]
+    recorded = json.dumps(nb.cells[0].outputs)
+    assert "before the stop" in recorded
+    assert "KeyboardInterrupt" in recorded
+    _no_spare(tmp_path)
