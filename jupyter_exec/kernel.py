@@ -212,6 +212,13 @@ class KernelHandle:
     def kernel_id(self) -> str:
         return str(self.km.kernel_id)
 
+    def process_alive(self) -> bool:
+        """Whether the kernel process runs: a cheap local check (no round trip) where possible."""
+        process = getattr(self.km.provisioner, "process", None)
+        if process is not None:
+            return bool(process.poll() is None)
+        return bool(self.km.has_kernel)
+
     async def is_alive(self) -> bool:
         try:
             return bool(await self.km.is_alive())

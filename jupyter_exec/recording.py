@@ -20,21 +20,40 @@ cannot be saved keeps the cell in memory and raises
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_exec import guard
-from jupyter_exec.exceptions import NotebookError, StorageError
+from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.kernel import KernelHandle
-from jupyter_exec.models import CellError, Execution, Result
+from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.naming import notebook_name
+from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
 from jupyter_exec.runner import CellRun, is_interrupt
+from jupyter_exec.scripts import run_script, script_path
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
-__all__ = ["Recording", "SafeSpill"]
+__all__ = [
+    "Cell",
+    "Recording",
+    "SafeSpill",
+    "notebook_metadata",
+    "prepare_notebook_path",
+    "prepare_work_dir",
+    "remove_made",
+]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -77,6 +96,24 @@ class SafeSpill:
         return [] if self.error is not None else list(self._spill.paths.values())
 
 
+@dataclass
+class Cell:
+    """A cell being run: where it will be recorded and what collects its outputs."""
+
+    index: int
+    builder: CellOutputs
+    spill: SafeSpill | None
+    metadata: dict[str, Any] | None = None
+    """For the execute_request: the stream guard's budget and files (None: no guard)."""
+    kept_back: dict[str, str] = field(default_factory=dict)
+    """Per stream, the file where the kernel's guard keeps what is past the budget."""
+
+    def abandon(self) -> None:
+        """The run failed before it could be recorded: close the spill file."""
+        if self.spill is not None:
+            self.spill.close()
+
+
 class Recording:
     """Everything a session writes for its cells, and the bookkeeping across cells."""
 
@@ -90,54 +127,39 @@ class Recording:
             skip_dirs=[self.store.work_dir / folder],
         )
         self.cells_run = 0
+        self.scripts_run = 0
         self.restart_note: str | None = None
         """Why the kernel was restarted; noted on the next recorded cell."""
         # display_id -> (cell index, output number in the cell, the output dict in the record)
         self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
 
-    def next_index(self) -> int:
-        """The notebook index the next executed cell will have."""
+    async def begin(self, kernel: KernelHandle, *, write: bool, max_chars: int) -> Cell:
+        """A new cell to run: its index, its output builder and, when writing, its spill file
+        and the request that the kernel's stream guard keep a flood back."""
         index = len(self.recorder) if self.recorder is not None else self.cells_run
         self.cells_run += 1
-        return index
+        spill = SafeSpill(FileSpill(self.store, index)) if write else None
+        cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
+        if spill is not None and await guard.install(kernel, self.store.work_dir):
+            cell.metadata, cell.kept_back = guard.request(
+                self.store.folder, index, cell.builder.head_limit
+            )
+        return cell
 
-    def spill(self, cell_index: int) -> SafeSpill:
-        return SafeSpill(FileSpill(self.store, cell_index))
-
-    async def guard(
-        self, kernel: KernelHandle, cell_index: int, builder: CellOutputs
-    ) -> tuple[dict[str, Any] | None, dict[str, str]]:
-        """The execute_request metadata asking the kernel's stream guard to keep a flood back,
-        and where it will put each stream's rest (nothing when the kernel has no guard)."""
-        if not await guard.install(kernel, self.store.work_dir):
-            return None, {}
-        return guard.request(self.store.folder, cell_index, builder.head_limit)
-
-    def absorb(self, kept_back: dict[str, str], builder: CellOutputs, spill: SafeSpill) -> None:
-        """Join what the kernel kept back to the cell's outputs and spill file."""
-        if not kept_back:
-            return
-        try:
-            guard.absorb(self.store.work_dir, kept_back, builder, spill)
-        except OSError as exc:
-            spill.error = spill.error or _storage_error(exc, "the full text of a stream")
-
-    def record(
-        self,
-        code: str,
-        cell_index: int,
-        builder: CellOutputs,
-        run: CellRun,
-        duration: float,
-        spill: SafeSpill | None,
-    ) -> Execution:
+    def record(self, code: str, cell: Cell, run: CellRun, duration: float) -> Execution:
         """Save the cell's files and notebook cell; the caller's Execution.
 
-        ``spill=None`` (a resume re-running recorded cells) writes nothing.
-        Raises :class:`StorageError` or :class:`NotebookError` carrying the
-        Execution when a write failed; the cell is kept either way.
+        A cell begun with ``write=False`` (a resume re-running recorded cells)
+        writes nothing. Raises :class:`StorageError` or :class:`NotebookError`
+        carrying the Execution when a write failed; the cell is kept either way.
         """
+        cell_index, builder, spill = cell.index, cell.builder, cell.spill
         write = spill is not None
+        if spill is not None and cell.kept_back:  # what the kernel's guard kept of a flood
+            try:
+                guard.absorb(self.store.work_dir, cell.kept_back, builder, spill)
+            except OSError as exc:
+                spill.error = spill.error or _storage_error(exc, "the full text of a stream")
         spilled = spill.close() if spill is not None else []
         failure: StorageError | NotebookError | None = spill.error if spill is not None else None
         outputs, error = _final_outputs(builder, run)
@@ -175,12 +197,13 @@ class Recording:
                 touched = set()
                 failure = failure or _storage_error(exc, "an updated output's file")
             self._remember_displays(builder, cell_index, numbered)
-            cell = self._cell(code, builder, run, duration, outputs)
             if self.recorder is not None:
                 for index in touched:
                     self.recorder.refresh(index, save=False)
                 try:
-                    recorded_index = self.recorder.append(cell)
+                    recorded_index = self.recorder.append(
+                        self._cell(code, builder, run, duration, outputs)
+                    )
                 except NotebookError as exc:
                     recorded_index = len(self.recorder) - 1
                     failure = failure or exc
@@ -255,6 +278,48 @@ class Recording:
                 (cell_index, numbers[id(o)], o) for o in shown if id(o) in numbers
             )
 
+    async def run_script(
+        self,
+        kernel: KernelHandle,
+        code: str,
+        language: str,
+        filename: str | None,
+        timeout: float | None,
+    ) -> ScriptResult:
+        """Run a script as a new process; its result names the files it wrote."""
+        work_dir = self.store.work_dir
+        self.scripts_run += 1
+        path = script_path(work_dir, self.store.folder, self.scripts_run, language, filename)
+        self.tracker.changes()  # what changed before this run is not the script's doing
+        spec = kernel.spec
+        result = await run_script(
+            path,
+            code,
+            language,
+            work_dir=work_dir,
+            kernel_argv=list(spec.argv) if spec else [],
+            kernel_env=dict(spec.env or {}) if spec else {},
+            provisioner=kernel.km.provisioner,
+            timeout=timeout,
+        )
+        produced = tuple(p for p in self.tracker.changes() if p != path.resolve())
+        return dataclasses.replace(result, files=produced)
+
+    def adopt(self, recorder: NotebookRecorder) -> None:
+        """Record into ``recorder`` from now on (saved at once, so the notebook exists)."""
+        recorder.save()
+        self.recorder = recorder
+
+    def metadata(self) -> dict[str, Any]:
+        """A copy of the notebook's metadata (empty when not recording)."""
+        return copy.deepcopy(self.recorder.metadata) if self.recorder is not None else {}
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        """Set a top-level notebook metadata entry and save (no-op when not recording)."""
+        if self.recorder is not None:
+            self.recorder.set_metadata(key, value)
+            self.recorder.save()
+
     def record_cell(self, cell: Mapping[str, Any]) -> int | None:
         """Append a cell that was not executed; its index, or ``None`` when not recording."""
         if self.recorder is None:
@@ -318,3 +383,88 @@ def _copy_output(output: dict[str, Any]) -> dict[str, Any]:
     if isinstance(copied.get("traceback"), list):
         copied["traceback"] = list(copied["traceback"])
     return copied
+
+
+# -- where a session records ---------------------------------------------------------------
+
+
+def prepare_work_dir(given: Path | None, made: list[Path]) -> Path:
+    """The work dir, created if missing (a fresh temporary one for ``None``).
+
+    Every folder this call created is appended to ``made``, so a start that
+    fails can remove them again (:func:`remove_made`).
+    """
+    if given is None:
+        path = Path(tempfile.mkdtemp(prefix="jupyter-exec-"))
+        made.append(path)
+        log.warning("jupyter-exec: work dir %s (temporary, kept after the session)", path)
+        return path
+    path = given.expanduser().absolute()
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkDirError(f"cannot create the work dir {path}: {exc.strerror}") from exc
+    made.extend(reversed(missing))
+    if not path.is_dir():
+        raise WorkDirError(f"the work dir {path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise WorkDirError(f"the work dir {path} is not writable by this user")
+    return path
+
+
+def remove_made(made: list[Path], *, temporary: bool) -> None:
+    """Undo :func:`prepare_work_dir`: a temporary dir goes whole, other folders only if empty."""
+    for path in reversed(made):
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def prepare_notebook_path(
+    given: Path | Literal[False] | None,
+    work_dir: Path,
+    name: str,
+    *,
+    resume: bool,
+    overwrite: bool,
+) -> Path | None:
+    """Where the notebook goes (``None``: not recording), refusing to clobber one by accident."""
+    if given is False:
+        return None
+    path = (work_dir / notebook_name(name) if given is None else given).expanduser().absolute()
+    if path.suffix != ".ipynb":
+        raise NotebookError(f"the notebook path {path} must end in .ipynb")
+    if resume:
+        if not path.is_file():
+            raise NotebookError(f"cannot resume: no notebook at {path}")
+        return path
+    if path.exists() and not overwrite:
+        raise NotebookError(
+            f"{path} already exists; pass overwrite=True to replace it, "
+            "or choose another notebook path or session name"
+        )
+    if not path.parent.is_dir():
+        raise NotebookError(f"the folder of the notebook {path} does not exist")
+    return path
+
+
+def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) -> dict[str, Any]:
+    """A session notebook's metadata: the kernel's spec and language, and ours."""
+    spec = kernel.spec
+    language_info = dict(kernel.kernel_info.get("language_info", {})) or {"name": "python"}
+    return {
+        "kernelspec": {
+            "name": options.kernel_name if options.python is None else "python3",
+            "display_name": spec.display_name if spec else options.kernel_name,
+            "language": (spec.language if spec else None) or language_info.get("name", ""),
+        },
+        "language_info": language_info,
+        "jupyter_exec": {
+            "session": name,
+            "backend": options.backend,
+            "created": datetime.now(timezone.utc).isoformat(),
+        },
+    }
