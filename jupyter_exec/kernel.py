@@ -30,6 +30,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec.exceptions import (
     BackendError,
+    InvalidArgument,
     JupyterExecError,
     KernelDiedError,
     KernelStartError,
@@ -42,23 +43,37 @@ QUIET_POLL = 0.25
 
 
 def resolve_python(python: str | os.PathLike[str]) -> Path:
-    """An interpreter path from a path, a venv folder or a command name."""
+    """An interpreter path from a path, a venv folder or a command name.
+
+    Raises :class:`~jupyter_exec.InvalidArgument` naming the path when it is
+    no interpreter this user can run.
+    """
     candidate = Path(python).expanduser()
     if candidate.is_dir():
         for sub in ("bin/python", "bin/python3", "Scripts/python.exe"):
             if (candidate / sub).exists():
-                return (candidate / sub).absolute()
-        raise KernelStartError(
-            f"{candidate} is a folder but not a virtual environment (no bin/python)"
+                return _runnable((candidate / sub).absolute())
+        raise InvalidArgument(
+            f"{candidate} is a folder but not a virtual environment (no bin/python); "
+            "give an interpreter or a venv"
         )
     if candidate.exists():
-        return candidate.absolute()
+        return _runnable(candidate.absolute())
     found = shutil.which(str(python))
     if found:
         return Path(found)
-    raise KernelStartError(
+    raise InvalidArgument(
         f"no Python interpreter at {python!r} (not a file, a venv or a command on PATH)"
     )
+
+
+def _runnable(exe: Path) -> Path:
+    if not exe.is_file() or not os.access(exe, os.X_OK):
+        raise InvalidArgument(
+            f"the interpreter {exe} is not an executable file; "
+            f"make it executable (chmod +x {exe}) or give another interpreter"
+        )
+    return exe
 
 
 def kernel_interpreter(argv: Sequence[str]) -> Path:
@@ -85,13 +100,16 @@ def activate(exe: Path, env: dict[str, str]) -> dict[str, str]:
 def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
     """A kernelspec that runs ipykernel with ``python``, checking ipykernel is there."""
     exe = resolve_python(python)
-    probe = subprocess.run(
-        [str(exe), "-c", "import ipykernel, sys; print(sys.version.split()[0])"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    try:
+        probe = subprocess.run(
+            [str(exe), "-c", "import ipykernel, sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InvalidArgument(f"cannot run the interpreter {exe}: {exc}") from None
     if probe.returncode != 0:
         raise KernelStartError(
             f"{exe} cannot run an IPython kernel: ipykernel is not installed there.\n"

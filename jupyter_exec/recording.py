@@ -58,9 +58,11 @@ __all__ = [
 log = logging.getLogger("jupyter_exec")
 
 
-def _storage_error(exc: OSError, what: str) -> StorageError:
+def _storage_error(exc: OSError | WorkDirError, what: str) -> StorageError:
     if isinstance(exc, StorageError):
         return exc
+    if isinstance(exc, WorkDirError):  # e.g. a link where the file was to go
+        return StorageError(f"could not write {what}: {exc}")
     reason = exc.strerror or str(exc)
     return StorageError(f"could not write {what}: {reason}", exc.errno)
 
@@ -81,7 +83,7 @@ class SafeSpill:
             return
         try:
             self._spill.write(name, text)
-        except OSError as exc:
+        except (OSError, WorkDirError) as exc:
             self.error = _storage_error(exc, f"the full text of {name}")
 
     def location(self, name: str) -> str | None:
@@ -91,7 +93,7 @@ class SafeSpill:
         """Close the files; the paths written (none if a write failed)."""
         try:
             self._spill.close()
-        except OSError as exc:
+        except (OSError, WorkDirError) as exc:
             self.error = self.error or _storage_error(exc, "the full text of a stream")
         return [] if self.error is not None else list(self._spill.paths.values())
 
@@ -158,7 +160,7 @@ class Recording:
         if spill is not None and cell.kept_back:  # what the kernel's guard kept of a flood
             try:
                 guard.absorb(self.store.work_dir, cell.kept_back, builder, spill)
-            except OSError as exc:
+            except (OSError, WorkDirError) as exc:
                 spill.error = spill.error or _storage_error(exc, "the full text of a stream")
         spilled = spill.close() if spill is not None else []
         failure: StorageError | NotebookError | None = spill.error if spill is not None else None
@@ -177,7 +179,7 @@ class Recording:
             if write:
                 try:
                     files = self.store.save_bundle(cell_index, number, output.get("data", {}))
-                except OSError as exc:
+                except (OSError, WorkDirError) as exc:
                     failure = failure or _storage_error(exc, f"an output of cell {cell_index + 1}")
                 saved.extend(files.values())
             results.append(
@@ -193,7 +195,7 @@ class Recording:
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
-            except OSError as exc:
+            except (OSError, WorkDirError) as exc:
                 touched = set()
                 failure = failure or _storage_error(exc, "an updated output's file")
             self._remember_displays(builder, cell_index, numbered)
