@@ -13,6 +13,7 @@ from pathlib import Path
 
 import benchmarks.cases
 import benchmarks.docker_cases
+import benchmarks.nbclient_cases
 import benchmarks.replay_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
 from benchmarks.scale_cases import SCALE_CASES
@@ -21,7 +22,12 @@ for _name, _func in SCALE_CASES:
     case(_name)(_func)
 
 # Imported for their @case registrations, in table order.
-_ = (benchmarks.cases, benchmarks.docker_cases, benchmarks.replay_cases)
+_ = (
+    benchmarks.cases,
+    benchmarks.nbclient_cases,
+    benchmarks.docker_cases,
+    benchmarks.replay_cases,
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
