@@ -15,6 +15,7 @@ import benchmarks.cases
 import benchmarks.docker_cases
 import benchmarks.nbclient_cases
 import benchmarks.replay_cases
+import benchmarks.rss_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
 from benchmarks.scale_cases import SCALE_CASES
 
@@ -27,6 +28,7 @@ _ = (
     benchmarks.nbclient_cases,
     benchmarks.docker_cases,
     benchmarks.replay_cases,
+    benchmarks.rss_cases,
 )
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.safefs import write_bytes
+from jupyter_exec.sources import read_notebook, read_source
 from jupyter_exec.store import confined_path, writable_path
 
 __all__ = [
@@ -40,10 +42,12 @@ RUNNABLE_LANGUAGES = frozenset({"python", "sh"})
 
 _PYTHON = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
 _SHELL = frozenset({"sh", "bash", "shell", "console", "zsh", "shell-session"})
+# Any indentation: a block inside a list item or a quote-less nested paragraph is
+# indented, and models write them so; the body loses the opening fence's indent.
 _FENCE_RE = re.compile(
-    r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n"
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n"
     r"(?P<body>.*?)"
-    r"^(?P=indent)(?P=fence)[ \t]*$",
+    r"^[ \t]*(?P=fence)[ \t]*$",
     re.DOTALL | re.MULTILINE,
 )
 _SHELL_HINT_RE = re.compile(
@@ -51,8 +55,17 @@ _SHELL_HINT_RE = re.compile(
 )
 _CELL_MARK_RE = re.compile(r"^# ?%%.*$", re.MULTILINE)
 # AG2's convention, which models are prompted to follow: the block's first line
-# is a comment naming the file the block should be saved as.
-_FILENAME_RE = re.compile(r"^[ \t]*#[ \t]*filename:[ \t]*(?P<name>\S(?:.*\S)?)[ \t]*$")
+# is a comment naming the file the block should be saved as, in the comment
+# syntax of its language, either "filename: <name>" or just a file name.
+_SHORT_EXT = (  # the short form (a bare name) must end like a source or data file
+    "py|pyw|sh|bash|js|mjs|ts|html?|css|json|md|txt|csv|tsv|sql|ya?ml|toml|ini|cfg|r|R|jl|"
+    "xml|svg|c|h|cc|cpp|hpp|java|go|rs|rb|php|lua|pl|ipynb"
+)
+_FILENAME_RE = re.compile(
+    r"^[ \t]*(?:#|//|/\*|<!--|--)[ \t]*"
+    r"(?:filename:[ \t]*(?P<name>\S(?:.*?\S)?)|(?P<short>[\w.\-/]*\w\.(?:" + _SHORT_EXT + r")))"
+    r"[ \t]*(?:\*/|-->)?[ \t]*$"
+)
 
 
 @dataclass(frozen=True)
@@ -93,10 +106,17 @@ def normalise_language(tag: str, code: str = "") -> str:
 
 
 def filename_directive(code: str) -> str | None:
-    """The name in a ``# filename: <name>`` first line (blank lines before it allowed)."""
+    """The file a block's first line names (blank lines before it allowed).
+
+    ``# filename: app.py``, the short ``# app.py``, and the same in other
+    languages' comments: ``// filename: main.js``, ``/* style.css */``,
+    ``<!-- filename: index.html -->``, ``-- query.sql``.
+    """
     first = next((line for line in code.splitlines() if line.strip()), "")
     match = _FILENAME_RE.match(first)
-    return match.group("name").strip("`'\"") if match else None
+    if match is None:
+        return None
+    return (match.group("name") or match.group("short")).strip("`'\"")
 
 
 def message_text(message: str | Iterable[Any] | None) -> str:
@@ -128,7 +148,7 @@ def extract_code_blocks(message: str | Iterable[Any] | None) -> list[CodeBlock]:
     """
     blocks = []
     for match in _FENCE_RE.finditer(message_text(message)):
-        code = match.group("body")
+        code = _dedent(match.group("body"), len(match.group("indent")))
         language = normalise_language(match.group("info"), code)
         if language == "sh":
             code = "\n".join(
@@ -139,31 +159,43 @@ def extract_code_blocks(message: str | Iterable[Any] | None) -> list[CodeBlock]:
     return blocks
 
 
+def _dedent(body: str, width: int) -> str:
+    """``body`` without the opening fence's indentation (at most ``width`` blanks a line)."""
+    if not width:
+        return body
+    lines = body.split("\n")
+    return "\n".join(line[min(width, len(line) - len(line.lstrip(" \t"))) :] for line in lines)
+
+
 def _python_cells(source: str) -> list[CodeBlock]:
     if not _CELL_MARK_RE.search(source):
-        return [CodeBlock(source)]
+        return [CodeBlock(source)] if source.strip() else []
     parts = _CELL_MARK_RE.split(source)
     return [CodeBlock(p.strip("\n") + "\n") for p in parts if p.strip()]
 
 
-def cells_from_file(path: Path) -> list[CodeBlock]:
-    """The code to run from a ``.py``, ``.md`` or ``.ipynb`` file, in order."""
-    suffix = path.suffix.lower()
-    text = path.read_text(encoding="utf-8")
-    if suffix == ".ipynb":
-        from jupyter_exec.recorder import read_notebook  # nbformat is slow to import
+def cells_from_file(path: str | os.PathLike[str]) -> list[CodeBlock]:
+    """The code to run from a ``.py``, ``.md`` or ``.ipynb`` file, in order.
 
+    Unreadable, mis-encoded or malformed files raise
+    :class:`~jupyter_exec.InvalidArgument` or :class:`~jupyter_exec.NotebookError`
+    saying what to fix (see :mod:`jupyter_exec.sources`).
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix == ".ipynb":
         nb = read_notebook(path)
-        language = normalise_language(nb.metadata.get("kernelspec", {}).get("language", "python"))
+        kernelspec = nb.metadata.get("kernelspec") or {}
+        language = normalise_language(str(kernelspec.get("language") or "python"))
         return [
             CodeBlock(c.source, language)
             for c in nb.cells
             if c.cell_type == "code" and c.source.strip()
         ]
+    text = read_source(path)
     if suffix in (".md", ".markdown"):
         return extract_code_blocks(text)
     if suffix in (".sh", ".bash"):
-        return [CodeBlock(text, "sh")]
+        return [CodeBlock(text, "sh")] if text.strip() else []
     return _python_cells(text)
 
 
@@ -199,7 +231,7 @@ def save_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> Path | Non
         raise WorkDirError(f"# filename: {block.filename} names a folder, not a file")
     path = writable_path(root, block.filename)
     text = block.code if block.code.endswith("\n") or not block.code else block.code + "\n"
-    path.write_text(text, encoding="utf-8")
+    write_bytes(root.resolve(), path.relative_to(root.resolve()), text.encode("utf-8"))
     return path
 
 

@@ -12,8 +12,8 @@ Each turns into the keyword arguments of :class:`~jupyter_exec.Session` /
 :class:`~jupyter_exec.AsyncSession` with :meth:`Environment.session_options`,
 which does the slow part (creating a venv and installing ipykernel and the
 requested packages into it) once, showing progress. The same is reachable from
-a string (``parse_environment("venv:.venv")``) and from command-line flags
-(:func:`add_environment_arguments`).
+a string (``parse_environment("venv:.venv")``), which the command line's
+``--env`` flags build on.
 
 Virtual environments are made with ``uv`` when it is on PATH (fast, and it can
 fetch a Python version that is not installed), otherwise with ``python -m
@@ -25,7 +25,6 @@ reuses the same venv and a changed one gets a new venv.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
@@ -49,8 +48,6 @@ __all__ = [
     "ProgressCallback",
     "SystemPython",
     "VirtualEnv",
-    "add_environment_arguments",
-    "environment_from_args",
     "parse_environment",
 ]
 
@@ -288,55 +285,6 @@ def parse_environment(
         f"unknown environment {text!r}: use local, python:<interpreter>, venv, venv:<path>, "
         "docker or docker:<image>"
     )
-
-
-def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that choose an environment, the same for every subcommand that takes them."""
-    group = parser.add_argument_group("environment (where code runs)")
-    group.add_argument(
-        "--env",
-        metavar="SPEC",
-        default=None,
-        help="local (this Python, default), python:<interpreter>, venv (cached, made on demand), "
-        "venv:<path>, docker or docker:<image>",
-    )
-    group.add_argument(
-        "--package",
-        dest="packages",
-        action="append",
-        default=[],
-        metavar="PKG",
-        help="a pip package to install into the venv or image (repeatable)",
-    )
-    group.add_argument(
-        "--requirements", metavar="FILE", help="a requirements file for the venv or image"
-    )
-    group.add_argument(
-        "--python-version", metavar="X.Y", help="Python version of a venv made on demand"
-    )
-    group.add_argument(
-        "--dockerfile", metavar="FILE", help="your Dockerfile, as the base of the Docker image"
-    )
-    group.add_argument(
-        "--network",
-        action="store_true",
-        help="give Docker kernels network access (default: none)",
-    )
-
-
-def environment_from_args(args: argparse.Namespace) -> Environment:
-    """The environment the flags of :func:`add_environment_arguments` describe."""
-    try:
-        return parse_environment(
-            args.env,
-            packages=args.packages,
-            python_version=args.python_version,
-            requirements_file=args.requirements,
-            dockerfile=args.dockerfile,
-            network=args.network,
-        )
-    except ValueError as exc:  # InvalidArgument, and malformed values of other flags
-        raise InvalidArgument(str(exc)) from None
 
 
 # -- making virtual environments ---------------------------------------------------------

@@ -6,11 +6,13 @@ floods by letting the kernel keep what is past the budget
 
     start / restart  ─► install(): a probe file in the work dir, the guard's source run silently;
                         the kernel hooks its streams only if it sees the probe (shares the dir)
-    each cell        ─► request(): execute_request metadata with the budget and, per stream,
-                        the hidden file in the files folder where the rest goes
-    cell ended       ─► absorb(): each such file is streamed (bounded memory) into the cell's
-                        spill file after the head the host received, its tail kept for the
-                        notebook's marker, and removed
+    each cell        ─► prepare(): a CellGuard whose execute_request metadata holds the
+                        budget, per stream the hidden file where the rest goes, and the
+                        name prefix for rich outputs too large to send
+    cell ended       ─► absorb(): each stream file is streamed (bounded memory) into the
+                        cell's spill file after the head the host received, its tail kept
+                        for the notebook's marker, and removed; saved_files(): the large
+                        outputs the kernel saved, checked before they are believed
 
 Files the kernel wrote are opened without following links from the work dir
 down, so a kernel cannot make the host read (and copy into a file the kernel
@@ -31,11 +33,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec import mime
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.inkernel import KEY, install_code
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
 from jupyter_exec.outputs import CellOutputs, Spill
+from jupyter_exec.safefs import Folder
 
-__all__ = ["absorb", "install", "request"]
+__all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "prepare"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -43,7 +48,6 @@ STREAMS = ("stdout", "stderr")
 CHUNK = 1 << 20
 """Bytes read at a time from a kernel's file: what the host holds of a flood at once."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _INSTALL_TIMEOUT = 30.0
 
 
@@ -58,12 +62,12 @@ async def install(kernel: KernelHandle, work_dir: Path) -> bool:
         return kernel.stream_guard
     probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
     try:
-        fd = os.open(work_dir / probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
+        with Folder.open(work_dir) as folder:
+            os.close(folder.create(probe))
+    except (WorkDirError, StorageError) as exc:
         log.debug("stream guard not installed: %s", exc)
         kernel.stream_guard = False
         return False
-    os.close(fd)
     try:
         reply = await _run_silently(kernel, install_code(probe))
     finally:
@@ -92,72 +96,117 @@ async def _run_silently(kernel: KernelHandle, code: str) -> dict[str, Any]:
     return {"status": "error", "evalue": "no reply"}
 
 
-def request(
-    files_folder: str, cell_index: int, budget: int
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The execute_request metadata for one cell, and the kernel's file per stream.
+LARGE_OUTPUT_CHARS = 8 << 20
+"""A rich output value longer than this is saved by the kernel; the notebook gets a note and,
+for an image, an ``<img>`` pointing at the file (what a viewer needs to show it)."""
 
-    Paths are relative to the work dir, hidden, and unique per cell and call
-    (a kernel's stale file from an earlier run cannot be mistaken for this one).
+
+class CellGuard:
+    """What one cell asks of the guard, and how the host takes back what it kept.
+
+    Paths are relative to the work dir, in the session's files folder, and
+    unique per cell and call (a stale file from an earlier run cannot be
+    mistaken for this one's).
     """
-    tag = secrets.token_hex(4)
-    files = {
-        name: f"{files_folder}/.cell-{cell_index + 1:03d}-{name}-{tag}.rest" for name in STREAMS
-    }
-    return {KEY: {"budget": max(0, budget), "files": files}}, files
+
+    def __init__(self, work_dir: Path, files_folder: str, cell_index: int, budget: int) -> None:
+        self.work_dir = work_dir
+        tag = secrets.token_hex(4)
+        stem = f"{files_folder}/cell-{cell_index + 1:03d}"
+        self.files = {
+            name: f"{files_folder}/.cell-{cell_index + 1:03d}-{name}-{tag}.rest" for name in STREAMS
+        }
+        self.prefix = f"{stem}-large-{tag}"
+        self.metadata: dict[str, Any] = {
+            KEY: {
+                "budget": max(0, budget),
+                "files": self.files,
+                "large": {
+                    "limit": LARGE_OUTPUT_CHARS,
+                    "prefix": self.prefix,
+                    "extensions": mime.EXTENSIONS,
+                    "binary": sorted(mime.BINARY),
+                },
+            }
+        }
+
+    def absorb(self, builder: CellOutputs, spill: Spill) -> None:
+        """Join what the kernel kept back to the cell's outputs and spill file, then remove it."""
+        for name, relative in self.files.items():
+            chunks = _read_and_remove(self.work_dir, relative)
+            if chunks is not None:
+                builder.add_spilled(name, chunks, spill)
+
+    def saved_files(self, output: dict[str, Any]) -> dict[str, Path]:
+        """The files the kernel saved for ``output`` instead of sending them, by MIME type.
+
+        Only names this cell asked for, and only regular files reached without
+        a link, are believed: the metadata comes from the kernel.
+        """
+        saved = ((output.get("metadata") or {}).get(KEY) or {}).get("saved")
+        if not isinstance(saved, dict):
+            return {}
+        found = {}
+        for mime_type, relative in saved.items():
+            if (
+                isinstance(relative, str)
+                and relative.startswith(self.prefix + "-")
+                and "/" not in relative[len(self.prefix) :]
+                and _is_plain_file(self.work_dir, relative)
+            ):
+                found[str(mime_type)] = self.work_dir / relative
+        return found
 
 
-def absorb(work_dir: Path, files: dict[str, str], builder: CellOutputs, spill: Spill) -> None:
-    """Join what the kernel kept back to the cell's outputs and spill file, then remove it."""
-    for name, relative in files.items():
-        chunks = _read_and_remove(work_dir, relative)
-        if chunks is not None:
-            builder.add_spilled(name, chunks, spill)
+async def prepare(
+    kernel: KernelHandle, work_dir: Path, files_folder: str, cell_index: int, budget: int
+) -> CellGuard | None:
+    """A :class:`CellGuard` for the next cell, or None when the kernel runs without the guard."""
+    if not await install(kernel, work_dir):
+        return None
+    return CellGuard(work_dir, files_folder, cell_index, budget)
+
+
+def _is_plain_file(work_dir: Path, relative: str) -> bool:
+    folder, name = os.path.split(relative)
+    try:
+        with Folder.open(work_dir, folder) as parent:
+            found = parent.lstat(name)
+    except (WorkDirError, StorageError, FileNotFoundError):
+        return False
+    return found is not None and stat.S_ISREG(found.st_mode)
 
 
 def _read_and_remove(work_dir: Path, relative: str) -> Iterator[str] | None:
     """The file's text in chunks (decoded as it is read), or None when there is none.
 
-    Opened link-free from the work dir down; a link, a folder or a FIFO where
-    the file should be is ignored (and logged), never followed.
+    Opened link-free from the work dir down (:mod:`jupyter_exec.safefs`); a
+    link, a folder or a FIFO where the file should be is removed and logged,
+    never followed.
     """
-    parts = Path(relative).parts
+    folder, name = os.path.split(relative)
     try:
-        dir_fd = os.open(work_dir, _DIR_FLAGS)
-    except OSError:
-        return None
-    try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
-            os.close(dir_fd)
-            dir_fd = next_fd
-        fd = os.open(
-            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        parent = Folder.open(work_dir, folder)
     except FileNotFoundError:
-        os.close(dir_fd)
         return None
-    except OSError as exc:  # a link (ELOOP), or a folder of the path replaced by one
-        _remove_quietly(parts[-1], dir_fd)
-        os.close(dir_fd)
+    except (WorkDirError, StorageError) as exc:
         log.warning("ignored the kernel's overflow file %s: %s", relative, exc)
         return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        _remove_quietly(parts[-1], dir_fd)
-        os.close(dir_fd)
-        log.warning("ignored the kernel's overflow file %s: not a regular file", relative)
+    try:
+        fd = parent.open_file(name, os.O_RDONLY)
+    except FileNotFoundError:
+        parent.close()
         return None
-    return _chunks(fd, dir_fd, parts[-1])
+    except (WorkDirError, StorageError) as exc:
+        with contextlib.suppress(WorkDirError, StorageError):
+            parent.unlink(name)
+        parent.close()
+        log.warning("ignored the kernel's overflow file %s: %s", relative, exc)
+        return None
+    return _chunks(fd, parent, name)
 
 
-def _remove_quietly(name: str, dir_fd: int) -> None:
-    """Remove ``name`` (a link itself, never its target; a folder is left)."""
-    with contextlib.suppress(OSError):
-        os.unlink(name, dir_fd=dir_fd)
-
-
-def _chunks(fd: int, dir_fd: int, name: str) -> Iterator[str]:
+def _chunks(fd: int, parent: Folder, name: str) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
         while block := os.read(fd, CHUNK):
@@ -169,6 +218,6 @@ def _chunks(fd: int, dir_fd: int, name: str) -> Iterator[str]:
             yield tail
     finally:
         os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        os.close(dir_fd)
+        with contextlib.suppress(WorkDirError, StorageError):
+            parent.unlink(name)
+        parent.close()

@@ -21,13 +21,23 @@ descriptors.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import sys
 from typing import Any
 
 KEY = "jupyter_exec"
-"""The ``execute_request`` metadata key: ``{"budget": chars, "files": {stream: relative path}}``."""
+"""The ``execute_request`` metadata key. Its value::
+
+    {"budget": stream characters sent per cell,
+     "files": {stream name: relative path for the rest},
+     "large": {"limit": characters, "prefix": relative path, "extensions": {mime: ext},
+               "binary": [base64 mime types]}}
+
+and, on an output whose data the guard saved, ``{"saved": {mime: relative path}}``.
+"""
 
 _STREAMS = ("stdout", "stderr")
 
@@ -48,6 +58,9 @@ class StreamGuard:
         self.files: dict[str, str] = {}
         self.handles: dict[str, Any] = {}
         self.wrapped: dict[str, tuple[Any, Any]] = {}  # stream -> (its write, ours)
+        self.large: dict[str, Any] = {}
+        self.saved = 0
+        self.unwrap: list[Any] = []  # how to undo the display hooks of this cell
 
     def hook(self) -> None:
         self.shell.events.register("pre_run_cell", self.pre_run_cell)
@@ -72,6 +85,62 @@ class StreamGuard:
 
             stream.write = write
             self.wrapped[name] = (original, write)
+        large = spec.get("large")
+        if isinstance(large, dict) and isinstance(large.get("limit"), int):
+            self.large, self.saved = large, 0
+            self._wrap_displays()
+
+    def _wrap_displays(self) -> None:
+        """Rich outputs past the limit are saved here; the message carries a note instead."""
+        publisher, hook = self.shell.display_pub, self.shell.displayhook
+        publish, write_format = publisher.publish, getattr(hook, "write_format_data", None)
+
+        def publish_small(data: Any, metadata: Any = None, *args: Any, **kwargs: Any) -> Any:
+            data, metadata = self.shrink(data, metadata)
+            return publish(data, metadata, *args, **kwargs)
+
+        publisher.publish = publish_small
+        self.unwrap.append(lambda: setattr(publisher, "publish", publish))
+        if write_format is not None:
+
+            def write_small(format_dict: Any, md_dict: Any = None) -> Any:
+                return write_format(*self.shrink(format_dict, md_dict))
+
+            hook.write_format_data = write_small
+            self.unwrap.append(lambda: setattr(hook, "write_format_data", write_format))
+
+    def shrink(self, data: Any, metadata: Any) -> tuple[Any, Any]:
+        limit = self.large.get("limit")
+        if not isinstance(data, dict) or not isinstance(limit, int):
+            return data, metadata
+        big = [m for m, v in data.items() if isinstance(v, (str, bytes)) and len(v) > limit]
+        if not big:
+            return data, metadata
+        data, saved, notes = dict(data), {}, []
+        for mime in big:
+            self.saved += 1
+            ext = self.large.get("extensions", {}).get(mime, ".bin")
+            relative = f"{self.large.get('prefix', 'large')}-{self.saved}{ext}"
+            value = data.pop(mime)
+            if isinstance(value, str):
+                value = (
+                    base64.b64decode(value)
+                    if mime in self.large.get("binary", ())
+                    else value.encode("utf-8", "surrogatepass")
+                )
+            path = os.path.join(self.root, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(value)
+            saved[mime] = relative
+            notes.append(f"{mime} ({len(value):,} bytes) saved as {relative}")
+        data.setdefault("text/plain", "[" + "; ".join(notes) + "]")
+        image = next((r for m, r in saved.items() if m.startswith("image/")), None)
+        if image is not None and "text/html" not in data:
+            data["text/html"] = f'<img src="{image}" alt="{json.dumps(notes)[1:-1]}">'
+        metadata = dict(metadata or {})
+        metadata[KEY] = {"saved": saved}
+        return data, metadata
 
     def post_run_cell(self, *_: Any) -> None:
         for name, (original, ours) in self.wrapped.items():
@@ -81,6 +150,9 @@ class StreamGuard:
             if stream.write is ours:
                 stream.write = original
         self.wrapped = {}
+        for undo in self.unwrap:
+            undo()
+        self.unwrap, self.large = [], {}
         self.close()
 
     def write(self, name: str, original: Any, text: Any) -> Any:

@@ -5,8 +5,10 @@ needs to carry on has to be in it, and nothing that wastes its context:
 
 * outputs in the order the kernel produced them (stdout and stderr
   interleaved as they happened), ANSI colour codes removed;
-* images and other rich outputs named by the file they were saved to,
-  relative to the work dir, so the model can refer to its plot;
+* images and other rich outputs (HTML, a DataFrame's HTML table, JSON)
+  named by the file they were saved to, relative to the work dir, so the
+  model can refer to its plot or open its table; a plain-text form is shown
+  too unless it is only an ``<... object>`` repr;
 * files the code wrote, listed the same way;
 * a text budget: beyond ``max_chars`` the middle is cut, and the text says
   how much was cut and which file holds all of it;
@@ -30,6 +32,8 @@ from typing import Any
 from jupyter_exec.mime import MODEL_IMAGES
 from jupyter_exec.models import Execution
 from jupyter_exec.outputs import strip_ansi
+from jupyter_exec.safefs import write_bytes
+from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
 from jupyter_exec.store import confined_path
 
 __all__ = [
@@ -50,7 +54,7 @@ MAX_ERROR_CHARS = 3_000
 
 MAX_LISTED_FILES = 30
 
-EXIT_TIMEOUT = 124
+EXIT_TIMEOUT = TIMEOUT_EXIT_CODE
 """Exit code reported for code stopped at its timeout (as coreutils ``timeout`` reports it)."""
 
 _FRAMES_KEPT_HEAD = 2
@@ -61,6 +65,7 @@ _PREFIX_RES = (  # installed packages first: they live inside lib/pythonX.Y too
     re.compile(r"^File .*[/\\](?:site|dist)-packages[/\\]"),
     re.compile(r"^File .*[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]"),
 )
+_DEFAULT_REPR_RE = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-f]+)?>$")
 _ARGS_RE = re.compile(r"(, in [\w.<>]+)\(.*\)$")
 
 
@@ -222,7 +227,15 @@ def _body_parts(execution: Execution, work_dir: Path | None) -> list[str]:
                 where = f" saved to {_relative(saved, work_dir)}" if saved else ""
                 parts.append(f"[{images[0]}{where}]\n")
             elif "text/plain" in data:
-                parts.append(strip_ansi(_data_text(data["text/plain"])).rstrip("\n") + "\n")
+                plain = strip_ansi(_data_text(data["text/plain"])).rstrip("\n")
+                saved_files = result.files if result is not None else {}
+                notes = [
+                    f"[{mime} saved to {_relative(path, work_dir)}]"
+                    for mime, path in saved_files.items()
+                ]
+                if not (notes and _DEFAULT_REPR_RE.match(plain)):  # "<...HTML object>" says nothing
+                    notes.insert(0, plain)
+                parts.append("\n".join(notes) + "\n")
             elif data:
                 mime = next(iter(data))
                 saved = result.files.get(mime) if result is not None else None
@@ -244,8 +257,8 @@ def _save_full(execution: Execution, text: str, save_dir: Path, work_dir: Path |
     root = work_dir if work_dir is not None else save_dir
     relative = os.path.relpath(save_dir / f"cell-{number:03d}-output.txt", root)
     path = confined_path(root, relative)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    base = root.resolve()
+    write_bytes(base, path.relative_to(base), text.encode("utf-8"))  # never through a link
     return path
 
 

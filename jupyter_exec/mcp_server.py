@@ -26,53 +26,48 @@ of kernels of the server's environment.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
 import functools
+import hmac
 import importlib
 import ipaddress
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec._version import __version__
-from jupyter_exec.codeblocks import CodeBlock, normalise_language, prepare_block
-from jupyter_exec.environments import (
-    DockerEnv,
-    Environment,
-    add_environment_arguments,
-    environment_from_args,
-)
+from jupyter_exec.agent import MAX_IMAGE_BYTES, run_block
+from jupyter_exec.codeblocks import CodeBlock, normalise_language
+from jupyter_exec.environments import DockerEnv, Environment
 from jupyter_exec.exceptions import (
+    InvalidArgument,
     JupyterExecError,
     SessionLimitError,
     SessionNotFound,
     WorkDirError,
 )
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS, render
+from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
-from jupyter_exec.models import Execution
 from jupyter_exec.naming import validate_name
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.recorder import read_notebook
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.store import confined_path
 
-__all__ = ["SessionRegistry", "add_mcp_parser", "build_server", "main"]
+__all__ = ["TOKEN_ENV", "SessionRegistry", "build_server", "http_app", "main", "serve"]
 
 log = logging.getLogger("jupyter_exec.mcp")
 
 DEFAULT_PORT = 8765
-MAX_IMAGES = 4
-"""Images returned per call: the model's context is the limit, and the files stay on disk."""
-MAX_IMAGE_BYTES = 4 * 1024 * 1024
+TOKEN_ENV = "JUPYTER_EXEC_MCP_TOKEN"
+"""Environment variable holding the HTTP transport's token (else one is made and printed)."""
 MAX_READ_CHARS = 50_000
 MAX_LISTED = 500
 _IMAGE_SUFFIXES = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".gif": "gif", ".webp": "webp"}
@@ -266,23 +261,6 @@ class SessionRegistry:
 # -- content ----------------------------------------------------------------------------------
 
 
-def _images(execution: Execution) -> list[tuple[bytes, str]]:
-    """Images to show the model: displayed ones, then image files the code wrote."""
-    found: list[tuple[bytes, str]] = []
-    shown: set[Path] = set()
-    for result in execution.results:
-        for mime in ("image/png", "image/jpeg", "image/gif"):
-            if mime in result.data:
-                found.append((result.data_bytes(mime), mime.split("/")[1]))
-                shown.update(result.files.values())
-                break
-    for path in execution.files:
-        fmt = _IMAGE_SUFFIXES.get(path.suffix.lower())
-        if fmt and path not in shown and path.is_file() and path.stat().st_size <= MAX_IMAGE_BYTES:
-            found.append((path.read_bytes(), fmt))
-    return [(data, fmt) for data, fmt in found if len(data) <= MAX_IMAGE_BYTES][:MAX_IMAGES]
-
-
 def _notebook_text(path: Path, max_chars: int) -> str:
     nb = read_notebook(path)
     parts = [f"# notebook {path}"]
@@ -372,7 +350,7 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
         language: str = "python",
         timeout: float | None = None,
         backend: str | None = None,
-    ) -> list[Any]:
+    ) -> Any:
         """Run code in a named, stateful session (created on first use) and return its output.
 
         language: "python" (default) or "bash" (runs in the session's own environment).
@@ -384,22 +362,16 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
         if language.lower() not in _LANGUAGES:
             raise ValueError(f"unsupported language {language!r}: use python or bash")
         live = await registry.get(session, backend=backend)
-        kind = normalise_language(language)
-        block = CodeBlock.from_code(code, kind)
-        try:
-            source = prepare_block(block, live.work_dir)
-        except WorkDirError as exc:
-            return [text(f"[not run: {exc}]")]
-        execution = await live.execute(source, timeout=timeout)
-        rendered = render(
-            execution,
-            work_dir=live.work_dir,
-            max_chars=max_output_chars,
-            save_dir=live.files_dir,
+        block = CodeBlock.from_code(code, normalise_language(language))
+        result = await run_block(live, block, timeout=timeout, max_output_chars=max_output_chars)
+        content = [text(result.text)]
+        content += [
+            image_class(data=data, format=fmt).to_image_content() for data, fmt in result.images
+        ]
+        # A failing cell is a failed call: clients and models tell success by isError.
+        return types.CallToolResult.model_validate(
+            {"content": content, "isError": result.exit_code != 0}
         )
-        content = [text(rendered.text)]
-        content += [image_class(data=data, format=fmt) for data, fmt in _images(execution)]
-        return content
 
     @tool
     async def list_sessions() -> str:
@@ -488,10 +460,82 @@ def _check_loopback(host: str) -> None:
     except ValueError:
         loopback = False
     if not loopback:
-        raise JupyterExecError(
+        raise InvalidArgument(
             f"refusing to listen on {host}: the MCP server runs code for whoever connects, "
             "so it only binds to loopback (127.0.0.1, ::1, localhost)"
         )
+
+
+def _loopback_names(host: str) -> list[str]:
+    """The Host header values a request to ``host`` may carry (any port)."""
+    names = {host, "127.0.0.1", "localhost", "[::1]"}
+    return sorted(f"[{n}]" if ":" in n and not n.startswith("[") else n for n in names)
+
+
+def transport_security(host: str) -> Any:
+    """The SDK's DNS-rebinding guard, on for every loopback address we may bind.
+
+    A web page the user visits can make their browser send requests to
+    localhost; its Host header then names the attacker's domain and its Origin
+    the attacker's site, so both are checked against loopback names.
+    """
+    security = importlib.import_module("mcp.server.transport_security")
+    names = _loopback_names(host)
+    return security.TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{n}:*" for n in names],
+        allowed_origins=[f"http://{n}:*" for n in names],
+    )
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``.
+
+    Binding to loopback keeps other machines out, not other users and
+    processes of this one; the token does. Compared in constant time.
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = (
+                    b'{"error": "unauthorized: send the header Authorization: Bearer <token> '
+                    b"(the token jupyter-exec mcp printed, or $" + TOKEN_ENV.encode() + b')"}'
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="jupyter-exec"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: Any, *, host: str, token: str | None) -> Any:
+    """The streamable-HTTP ASGI app: Host/Origin checked, and the token required unless None."""
+    security = transport_security(host)
+    if _sdk().v2:
+        app = server.streamable_http_app(host=host, transport_security=security)
+    else:
+        server.settings.transport_security = security
+        app = server.streamable_http_app()
+    return BearerAuth(app, token) if token is not None else app
+
+
+def new_token() -> str:
+    """A token for the HTTP transport: from ``$JUPYTER_EXEC_MCP_TOKEN``, else a fresh one."""
+    return os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
 
 
 async def serve(
@@ -501,162 +545,41 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     max_output_chars: int = DEFAULT_LLM_CHARS,
+    token: str | None = None,
 ) -> None:
-    """Serve until the client goes away (stdio) or the process is stopped (HTTP)."""
+    """Serve until the client goes away (stdio) or the task is cancelled (HTTP).
+
+    Closing the sessions is the caller's: the command line runs
+    ``registry.close_all()`` on every exit path, signals included.
+    """
     server = build_server(registry, max_output_chars=max_output_chars)
-    v2 = _sdk().v2
     await registry.start()
-    try:
-        if transport == "stdio":
-            await server.run_stdio_async()
-        else:
-            _check_loopback(host)
-            print(
-                f"[jupyter-exec] MCP server on http://{host}:{port}/mcp (streamable HTTP)",
-                file=sys.stderr,
-                flush=True,
-            )
-            if v2:
-                await server.run_streamable_http_async(host=host, port=port)
-            else:
-                server.settings.host = host
-                server.settings.port = port
-                await server.run_streamable_http_async()
-    finally:
-        await registry.close_all()
+    if transport == "stdio":
+        await server.run_stdio_async()
+        return
+    _check_loopback(host)
+    import uvicorn
 
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # the command line owns the process's signals
+            yield
 
-EPILOG = """\
-examples:
-  jupyter-exec mcp                                  stdio, sessions in ./jupyter-exec-mcp
-  jupyter-exec mcp --work-dir ~/agent-work          keep the sessions' files there
-  jupyter-exec mcp --env docker --package polars    every session in a container
-  jupyter-exec mcp --env venv --python-version 3.12 --package pandas
-  jupyter-exec mcp --transport http --port 8765     streamable HTTP on 127.0.0.1:8765/mcp
-  jupyter-exec mcp --pool-size 2 --cull-idle 3600   2 warm kernels; idle sessions closed after 1 h
-
-A client configuration (Claude Desktop, Cursor, ...):
-  {"mcpServers": {"jupyter": {"command": "jupyter-exec",
-                               "args": ["mcp", "--work-dir", "/home/me/agent-work"]}}}
-
-Local sessions run with your rights; use --env docker for code you do not trust.
-"""
-
-
-def cmd_mcp(args: argparse.Namespace) -> int:
-    """Run the MCP server with the options of ``jupyter-exec mcp``."""
-    environment = environment_from_args(args)
-    root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
-    registry = SessionRegistry(
-        root,
-        environment,
-        timeout=args.timeout or None,
-        max_sessions=args.max_sessions,
-        pool_size=args.pool_size,
-        cull_idle_timeout=args.cull_idle,
+    app = http_app(server, host=host, token=token)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    print(
+        f"[jupyter-exec] MCP server on http://{host}:{port}/mcp (streamable HTTP)",
+        file=sys.stderr,
+        flush=True,
     )
-    if args.transport == "http":
-        _check_loopback(args.host)
-    import anyio
-
-    anyio.run(
-        lambda: serve(
-            registry,
-            transport=args.transport,
-            host=args.host,
-            port=args.port,
-            max_output_chars=args.max_output_chars,
-        )
-    )
-    return 0
-
-
-def add_mcp_parser(subparsers: Any) -> None:
-    """``jupyter-exec mcp``: registered by the CLI like every other subcommand."""
-    parser = subparsers.add_parser(
-        "mcp",
-        help="serve stateful Jupyter sessions to AI agents over MCP (stdio or HTTP)",
-        description="Run an MCP server whose tools execute code in named, stateful Jupyter "
-        "sessions (created on first use), list/restart/interrupt/close them, read a session's "
-        "notebook, and list and fetch the files in its work dir. Images come back as image "
-        "content.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--transport",
-        choices=("stdio", "http"),
-        default="stdio",
-        help="stdio (default; what desktop clients launch) or streamable HTTP",
-    )
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="HTTP address; loopback only (default 127.0.0.1)"
-    )
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})"
-    )
-    parser.add_argument(
-        "--work-dir",
-        metavar="DIR",
-        help="root of the sessions' work dirs, one folder per session (default ./jupyter-exec-mcp)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="seconds a call may run before it is interrupted (0: none; default 600)",
-    )
-    parser.add_argument(
-        "--max-output-chars",
-        type=int,
-        default=DEFAULT_LLM_CHARS,
-        metavar="N",
-        help=f"text budget per call (default {DEFAULT_LLM_CHARS:,})",
-    )
-    parser.add_argument(
-        "--max-sessions",
-        type=int,
-        default=16,
-        metavar="N",
-        help="open sessions at once; one more is refused (0: no limit; default 16)",
-    )
-    parser.add_argument(
-        "--pool-size",
-        type=int,
-        default=0,
-        metavar="N",
-        help="kernels of the session environment kept started and ready, so a new session's "
-        "first call does not wait for a kernel to start (each idle kernel holds ~50 MB; "
-        "default 0)",
-    )
-    parser.add_argument(
-        "--cull-idle",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="close sessions idle for S seconds; their files and notebook stay (0: never; "
-        "default 0)",
-    )
-    add_environment_arguments(parser)
-    parser.set_defaults(func=cmd_mcp)
+    await _Server(config).serve()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jupyter_exec.mcp_server``: the ``mcp`` subcommand on its own."""
-    parser = argparse.ArgumentParser(prog="jupyter-exec")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    subparsers = parser.add_subparsers()
-    add_mcp_parser(subparsers)
-    args = parser.parse_args(["mcp", *(argv if argv is not None else sys.argv[1:])])
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    try:
-        return int(args.func(args))
-    except JupyterExecError as exc:
-        print(f"jupyter-exec: error: {exc}", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt:
-        return 130
+    """``python -m jupyter_exec.mcp_server``: ``jupyter-exec mcp`` on its own."""
+    from jupyter_exec.cli import main as cli_main
+
+    return cli_main(["mcp", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":

@@ -18,26 +18,30 @@ an earlier cell changed (a display update), the whole notebook is written to
 the spare and renamed over the old one: still atomic, only no longer O(cell).
 The layout matches what ``nbformat.write`` produces (sorted keys, one-space
 indent, multi-line strings split into lines), so recordings diff well in git.
+
+The notebook usually sits in the work dir, which a Docker kernel can write: all
+file operations go through :mod:`jupyter_exec.safefs` relative to the
+notebook's folder, so a link the kernel plants at the notebook or its spare is
+refused (never written through), and a spare the kernel swapped for another
+file is rewritten whole instead of patched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import errno
-import functools
 import json
 import os
-import sys
+import stat
 import uuid
-from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.exceptions import NotebookError
+from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.mime import is_split
+from jupyter_exec.safefs import Folder, write_all
 
 if TYPE_CHECKING:
     import nbformat
@@ -81,60 +85,23 @@ def split_lines(cell: Mapping[str, Any]) -> dict[str, Any]:
 _CELL_SEPARATOR = b",\n  "
 _HEADER = b'{\n "cells": [\n  '
 _CELLS_END = b"\n ],\n"
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-
-
-@functools.cache
-def _renameat2() -> Any:
-    """glibc's ``renameat2`` (looked up once; None off Linux or with an older libc)."""
-    if sys.platform != "linux":
-        return None
-    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (Linux ``renameat2``); False where that is not supported."""
-    renameat2 = _renameat2()
-    if renameat2 is None:
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOENT):
-        return False  # unsupported here, or no old file yet to swap with
-    raise OSError(err, os.strerror(err), str(b))
-
-
-_IOV_MAX = 1024  # the POSIX minimum for writev's vector length
-
-
 FileStamp = tuple[int, int, int]
 
 
 def file_stamp(path: Path) -> FileStamp | None:
-    """(inode, size, mtime) of ``path``, or None: tells whether someone else wrote it since."""
+    """(inode, size, mtime) of ``path`` itself (a link is not followed), or None.
+
+    Tells whether someone else wrote the file since we did.
+    """
     try:
-        st = path.stat()
+        st = path.lstat()
     except OSError:
         return None
+    return _stamp_of(st)
+
+
+def _stamp_of(st: os.stat_result) -> FileStamp:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _write_all(fd: int, chunks: list[bytes]) -> None:
-    """Write every chunk with ``os.writev``, a vector at a time, resuming after short writes."""
-    pending = deque(memoryview(c) for c in chunks if c)
-    while pending:
-        batch = [pending[i] for i in range(min(_IOV_MAX, len(pending)))]
-        written = os.writev(fd, batch)
-        while written:
-            head = pending[0]
-            if written >= len(head):
-                written -= len(head)
-                pending.popleft()
-            else:
-                pending[0] = head[written:]
-                written = 0
 
 
 def _dumps(obj: Any, indent: str) -> str:
@@ -152,9 +119,14 @@ class NotebookRecorder:
         cells: list[dict[str, Any]] | None = None,
         *,
         fsync: bool = False,
+        root: Path | None = None,
     ) -> None:
         self.path = path
         self.fsync = fsync
+        # The trusted folder the notebook's folder is reached from without following
+        # links (the work dir when the notebook is inside it); default: its own folder.
+        self.root = root if root is not None else path.parent
+        self._spare_stamp: FileStamp | None = None  # the spare as our last save left it
         self._metadata: dict[str, Any] = dict(metadata)
         self._metadata_bytes: bytes | None = None  # cached; set_metadata() clears it
         self._cells: list[dict[str, Any]] = []
@@ -261,54 +233,90 @@ class NotebookRecorder:
         """The whole file as text (what ``save`` writes)."""
         return b"".join(self._chunks()).decode("utf-8")
 
+    def _folder(self) -> Folder:
+        """The notebook's folder, reached from :attr:`root` without following links."""
+        try:
+            relative = self.path.parent.relative_to(self.root)
+        except ValueError:
+            return Folder.open(self.path.parent)
+        return Folder.open(self.root, relative)
+
+    def _open_spare(self, folder: Folder, patch: bool) -> tuple[int, bool]:
+        """The spare open for writing, and whether it may be patched in place.
+
+        Patching needs the very file our last save left there (same inode, size
+        and mtime): anything else (removed, replaced by the kernel) is written whole.
+        """
+        name = self.spare_path.name
+        if patch:
+            try:
+                fd = folder.open_file(name, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0:
+                if _stamp_of(os.fstat(fd)) == self._spare_stamp:
+                    return fd, True
+                os.close(fd)
+        return folder.create(name), False
+
     def save(self) -> None:
         """Write the notebook atomically (temp file + rename in the same folder).
 
-        On failure (a full disk, a vanished folder) the previous file is left
-        intact and :class:`~jupyter_exec.NotebookError` says why; the cells stay
-        in memory, so the next successful save records them too.
+        On failure (a full disk, a vanished folder, a link planted where the
+        notebook or its spare goes) the previous file is left intact and
+        :class:`~jupyter_exec.NotebookError` says why; the cells stay in memory,
+        so the next successful save records them too.
         """
-        spare = self.spare_path
+        spare = self.spare_path.name
+        name = self.path.name
         shared = self._in_spare or 0  # leading cells the spare already holds
         patch = self._incremental() and self._can_exchange and 0 < shared <= len(self._encoded)
         try:
-            fd: int | None = None
-            if patch:
+            with self._folder() as folder:
+                current = folder.lstat(name)
+                if current is not None and not stat.S_ISREG(current.st_mode):
+                    link = stat.S_ISLNK(current.st_mode)
+                    raise StorageError(
+                        f"refusing to write the notebook {self.path}: it is "
+                        f"{'a symbolic link (planted by the kernel?)' if link else 'not a file'}"
+                        "; remove it and the next save writes the notebook",
+                        errno.ELOOP if link else errno.EINVAL,
+                    )
+                fd, patch = self._open_spare(folder, patch)
                 try:
-                    fd = os.open(spare, os.O_WRONLY)
-                except FileNotFoundError:  # someone removed the spare: write it whole
-                    patch = False
-            if fd is None:
-                fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                if patch:
-                    os.lseek(fd, self._ends[shared - 1], os.SEEK_SET)
-                    _write_all(fd, self._chunks_from(shared))
-                    os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))
+                    if patch:
+                        os.lseek(fd, self._ends[shared - 1], os.SEEK_SET)
+                        write_all(fd, self._chunks_from(shared))
+                        os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_CUR))
+                    else:
+                        write_all(fd, self._chunks())
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                # The file we swap out is our previous version only if nobody replaced or
+                # edited it since our last save (a person saving it in JupyterLab, say).
+                ours = current is not None and _stamp_of(current) == self._stamp
+                if self._can_exchange and folder.exchange(spare, name):
+                    self._in_spare = self._in_file if ours else None
+                    self._spare_stamp = self._stamp if ours else None
                 else:
-                    _write_all(fd, self._chunks())
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            # The file we swap out is our previous version only if nobody replaced or
-            # edited it since our last save (a person saving it in JupyterLab, say).
-            ours = file_stamp(self.path) == self._stamp
-            if self._can_exchange and _exchange(spare, self.path):
-                self._in_spare = self._in_file if ours else None
-            else:
-                if patch:  # the exchange stopped working: the spare is complete anyway
-                    self._can_exchange = False
-                os.replace(spare, self.path)
-                self._in_spare = None
-            self._in_file = len(self._encoded)
-            self._stamp = file_stamp(self.path)
-        except OSError as exc:
+                    if patch:  # the exchange stopped working: the spare is complete anyway
+                        self._can_exchange = False
+                    folder.rename(spare, name)
+                    self._in_spare = None
+                    self._spare_stamp = None
+                self._in_file = len(self._encoded)
+                written = folder.lstat(name)
+                self._stamp = _stamp_of(written) if written is not None else None
+        except (OSError, WorkDirError) as exc:
             self._in_spare = None
-            with contextlib.suppress(OSError):
-                spare.unlink(missing_ok=True)
+            self._spare_stamp = None
+            with contextlib.suppress(OSError, WorkDirError), self._folder() as folder:
+                folder.unlink(spare)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise NotebookError(
-                f"could not save the session notebook {self.path}: {exc.strerror or exc}; "
+                f"could not save the session notebook {self.path}: {reason}; "
                 f"the file on disk still holds its previous {self._saved_cells} cell(s), "
                 "and the unsaved cells are kept in memory for the next save"
             ) from exc
@@ -324,8 +332,9 @@ class NotebookRecorder:
     def close(self) -> None:
         """Remove the spare file (the notebook itself stays)."""
         self._in_spare = None
-        with contextlib.suppress(OSError):
-            self.spare_path.unlink(missing_ok=True)
+        self._spare_stamp = None
+        with contextlib.suppress(OSError, WorkDirError), self._folder() as folder:
+            folder.unlink(self.spare_path.name)
 
     def notebook(self) -> nbformat.NotebookNode:
         """The notebook as an ``nbformat`` node (a copy)."""
@@ -345,32 +354,10 @@ class NotebookRecorder:
 def read_notebook(path: Path) -> nbformat.NotebookNode:
     """Read any notebook as v4, with errors that say what is wrong.
 
-    Older notebooks (v3) are upgraded as nbformat can; a file that is not
-    JSON, not a notebook, or fails validation raises
-    :class:`~jupyter_exec.NotebookError`.
+    Older notebooks (v3) are upgraded as nbformat can; a file that is missing,
+    not UTF-8, not JSON, nested too deep, not a notebook, or invalid raises
+    :class:`~jupyter_exec.NotebookError` (see :func:`jupyter_exec.sources.read_notebook`).
     """
-    import nbformat  # imported when needed: it is slow to import
+    from jupyter_exec.sources import read_notebook as read_checked
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NotebookError(f"no notebook at {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotebookError(f"cannot read {path}: {exc}") from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NotebookError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    if not isinstance(raw, dict) or "nbformat" not in raw:
-        raise NotebookError(f"{path} is JSON but not a notebook (no 'nbformat' field)")
-    major = raw.get("nbformat")
-    if not isinstance(major, int) or major < 3 or major > 4:
-        raise NotebookError(f"{path} is nbformat {major!r}; only versions 3 and 4 can be read")
-    try:
-        nb: nbformat.NotebookNode = nbformat.reads(text, as_version=4)
-        nbformat.validate(nb)
-    except nbformat.ValidationError as exc:
-        raise NotebookError(f"{path} is not a valid notebook: {exc.message}") from None
-    except Exception as exc:  # nbformat's converters raise assorted types
-        raise NotebookError(f"{path} could not be read as a v4 notebook: {exc}") from exc
-    return nb
+    return read_checked(path)

@@ -28,13 +28,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from jupyter_exec import guard
 from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
+from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
 from jupyter_exec.naming import notebook_name
@@ -105,10 +106,13 @@ class Cell:
     index: int
     builder: CellOutputs
     spill: SafeSpill | None
-    metadata: dict[str, Any] | None = None
-    """For the execute_request: the stream guard's budget and files (None: no guard)."""
-    kept_back: dict[str, str] = field(default_factory=dict)
-    """Per stream, the file where the kernel's guard keeps what is past the budget."""
+    guard: CellGuard | None = None
+    """What the kernel's output guard is asked for this cell (None: no guard, or no writes)."""
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """For the execute_request: the guard's budget and files."""
+        return self.guard.metadata if self.guard is not None else None
 
     def abandon(self) -> None:
         """The run failed before it could be recorded: close the spill file."""
@@ -142,9 +146,9 @@ class Recording:
         self.cells_run += 1
         spill = SafeSpill(FileSpill(self.store, index)) if write else None
         cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
-        if spill is not None and await guard.install(kernel, self.store.work_dir):
-            cell.metadata, cell.kept_back = guard.request(
-                self.store.folder, index, cell.builder.head_limit
+        if spill is not None:
+            cell.guard = await guard.prepare(
+                kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
             )
         return cell
 
@@ -157,9 +161,9 @@ class Recording:
         """
         cell_index, builder, spill = cell.index, cell.builder, cell.spill
         write = spill is not None
-        if spill is not None and cell.kept_back:  # what the kernel's guard kept of a flood
+        if spill is not None and cell.guard is not None:  # what the kernel's guard kept back
             try:
-                guard.absorb(self.store.work_dir, cell.kept_back, builder, spill)
+                cell.guard.absorb(builder, spill)
             except (OSError, WorkDirError) as exc:
                 spill.error = spill.error or _storage_error(exc, "the full text of a stream")
         spilled = spill.close() if spill is not None else []
@@ -181,6 +185,8 @@ class Recording:
                     files = self.store.save_bundle(cell_index, number, output.get("data", {}))
                 except (OSError, WorkDirError) as exc:
                     failure = failure or _storage_error(exc, f"an output of cell {cell_index + 1}")
+                if cell.guard is not None:  # too large to send: the kernel saved these itself
+                    files.update(cell.guard.saved_files(output))
                 saved.extend(files.values())
             results.append(
                 Result(

@@ -17,13 +17,10 @@ and a failing cell does not stop the replay: every cell gets a verdict.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import inspect
 import itertools
-import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -43,7 +40,6 @@ __all__ = [
     "CellResult",
     "CellStatus",
     "ReplayReport",
-    "add_replay_parser",
     "replay",
     "replay_async",
 ]
@@ -548,165 +544,3 @@ def replay(notebook: str | os.PathLike[str], **kwargs: Any) -> ReplayReport:
         future.cancel()
         finished.wait(15)
         raise
-
-
-# -- command line ----------------------------------------------------------------------
-
-EPILOG = """\
-examples:
-  jupyter-exec replay analysis.ipynb                  re-run, report per cell, exit 0 if same
-  jupyter-exec replay analysis.ipynb --report r.md    also write a Markdown report (or .json)
-  jupyter-exec replay run.ipynb --until 5             replay the first 5 code cells only
-  jupyter-exec replay plots.ipynb --image-tolerance 0.01 --pixel-threshold 8
-  jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
-  jupyter-exec replay out.ipynb --work-dir /tmp/scratch --output /tmp/scratch/again.ipynb
-
-The replay is recorded to <work dir>/<stem>.replayed.ipynb (the original is never
-written); the work dir defaults to the notebook's folder. Before comparing,
-volatile text is normalised: memory addresses, uuids, temp names, dates and
-times, durations, tqdm rates, timeit loop counts, ipykernel file names
-(--list-rules shows them; --no-default-rules turns them off).
-
-exit status: 0 reproduced, 1 some cell differs or fails on one side only,
-2 usage or notebook error (unreadable, not a notebook, nbformat < 3).
-"""
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
-    return value
-
-
-def add_replay_parser(subparsers: Any) -> None:
-    """Register ``jupyter-exec replay`` on the CLI's subparsers."""
-    parser = subparsers.add_parser(
-        "replay",
-        help="re-run a notebook and report, cell by cell, whether it reproduced",
-        description="Re-execute a notebook's code cells in a fresh session and compare every "
-        "cell's outputs with the recorded ones: same / different (with a diff) / error now / "
-        "error before / skipped. Works on notebooks from jupyter-exec, JupyterLab, nbclient "
-        "and papermill (nbformat 4; v3 is upgraded).",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("notebook", nargs="?", help="the .ipynb to replay")
-    parser.add_argument(
-        "--backend", choices=["local", "docker"], default="local", help="where the kernel runs"
-    )
-    parser.add_argument(
-        "--work-dir", metavar="DIR", help="kernel cwd (default: the notebook's folder)"
-    )
-    parser.add_argument("--output", metavar="PATH", help="record the replay to this .ipynb")
-    parser.add_argument(
-        "--until", type=_non_negative_int, metavar="N", help="replay the first N code cells only"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help="seconds per cell (0: no limit; default %(default)g)",
-    )
-    parser.add_argument("--report", metavar="FILE", help="write the report to FILE (.json or .md)")
-    parser.add_argument(
-        "--image-tolerance",
-        type=float,
-        default=0.0,
-        metavar="F",
-        help="images are the same if at most this fraction (0-1) of pixels differ",
-    )
-    parser.add_argument(
-        "--pixel-threshold",
-        type=int,
-        default=0,
-        metavar="N",
-        help="a pixel differs only if a channel differs by more than N (0-255)",
-    )
-    parser.add_argument(
-        "--normalize",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="extra rule: REGEX (matches become <normalized>) or REGEX=>REPLACEMENT; repeatable",
-    )
-    parser.add_argument(
-        "--no-default-rules", action="store_true", help="do not apply the built-in rules"
-    )
-    parser.add_argument("--list-rules", action="store_true", help="print the built-in rules")
-    parser.add_argument("--kernel", metavar="NAME", help="kernelspec (default: the notebook's)")
-    parser.add_argument("--python", metavar="PY", help="interpreter or venv for the kernel")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress, only the summary")
-    parser.set_defaults(func=cmd_replay)
-
-
-def _print_rules(out: TextIO) -> None:
-    for rule in DEFAULT_RULES:
-        out.write(f"{rule.name:15} {rule.pattern.pattern}\n{'':15} e.g. {rule.example}\n")
-
-
-def _write_report(report: ReplayReport, path: Path) -> None:
-    text = (
-        json.dumps(report.to_dict(), indent=1) + "\n"
-        if path.suffix == ".json"
-        else report.to_markdown()
-    )
-    path.write_text(text, encoding="utf-8")
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    """Run ``jupyter-exec replay``; returns the exit status (0 / 1 / 2)."""
-    if args.list_rules:
-        _print_rules(sys.stdout)
-        return 0
-
-    def usage(message: str) -> int:
-        print(f"jupyter-exec replay: error: {message}", file=sys.stderr)
-        return 2
-
-    if not args.notebook:
-        return usage("a notebook is required")
-    report_path = Path(args.report) if args.report else None
-    if report_path is not None and report_path.suffix not in (".json", ".md"):
-        return usage(f"--report must end in .json or .md, not {report_path.name!r}")
-    try:
-        rules = [parse_rule(r) for r in args.normalize]
-        tolerance = ImageTolerance(args.image_tolerance, args.pixel_threshold)
-    except ValueError as exc:
-        return usage(str(exc))
-    kwargs: dict[str, Any] = {"python": args.python} if args.python else {}
-    try:
-        report = replay(
-            args.notebook,
-            work_dir=args.work_dir,
-            output=args.output,
-            until=args.until,
-            timeout=args.timeout or None,
-            backend=args.backend,
-            kernel_name=args.kernel,
-            rules=rules,
-            default_rules=not args.no_default_rules,
-            image_tolerance=tolerance,
-            progress=None if args.quiet else sys.stderr,
-            **kwargs,
-        )
-    except NotebookError as exc:
-        return usage(str(exc))
-    for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    for cell in report.problems:
-        print(f"\n--- cell {cell.number}: {_SHOWN[cell.status].lower()} ---")
-        for line in (
-            cell.error_before and f"error in the record: {cell.error_before}",
-            cell.error_now and f"error now: {cell.error_now}",
-            *cell.notes,
-        ):
-            if line:
-                print(line)
-        if cell.diff:
-            print(cell.diff)
-    if report_path is not None:
-        _write_report(report, report_path)
-    print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)
-    return 0 if report.reproduced else 1

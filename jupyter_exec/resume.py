@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,6 +18,7 @@ from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.naming import backup_notebook_name, safe_name
 from jupyter_exec.recorder import new_cell_id
 from jupyter_exec.recording import notebook_metadata
+from jupyter_exec.safefs import Folder
 
 if TYPE_CHECKING:
     from jupyter_exec.session import AsyncSession
@@ -77,7 +77,8 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
         if until < len(positions):
             keep = positions[until - 1] + 1 if until else 0
             backup = path.with_name(backup_notebook_name(path.stem))
-            shutil.copy2(path, backup)
+            with Folder.open(path.parent) as folder:  # never through a link the kernel made
+                folder.write_atomic(backup.name, [folder.read_bytes(path.name)])
             entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
             cells = cells[:keep]
         positions = positions[:until]

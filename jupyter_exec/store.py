@@ -4,8 +4,10 @@
 ``<work_dir>/<session>_files/cell-<NNN>-<k>.<ext>``, where NNN is the cell's
 1-based number in the notebook and k the output's number in the cell (the ``<notebook>_files``
 folder is nbconvert's convention for extracted outputs), and a stream that
-overflowed its budget to ``cell-<NNN>-<stream>.txt``. Every path is checked to
-stay inside the work dir, symlinks included.
+overflowed its budget to ``cell-<NNN>-<stream>.txt``. The work dir is writable
+by the kernel, so every write goes through :mod:`jupyter_exec.safefs`: no link
+planted there is ever followed, and a write that fails (a full disk) raises
+:class:`~jupyter_exec.StorageError` with the operating system's ``errno``.
 
 :class:`WorkDirTracker` finds the files the *code* wrote (``plt.savefig``,
 ``df.to_csv``) by comparing (mtime, size) snapshots of the work dir taken
@@ -23,6 +25,7 @@ from typing import Any
 
 from jupyter_exec import mime
 from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.safefs import Folder, storage_error
 
 __all__ = ["OutputStore", "WorkDirTracker", "confined_path", "writable_path"]
 
@@ -41,13 +44,15 @@ def confined_path(root: Path, relative: str | os.PathLike[str]) -> Path:
 
 
 def writable_path(root: Path, relative: str | os.PathLike[str]) -> Path:
-    """``root / relative`` ready to write: confined, its folders made, and confined again.
+    """``root / relative`` ready to write: confined, and its folders made without following links.
 
-    The second check matters: a folder on the way could have been swapped for a
-    symlink pointing out of the work dir while the folders were being made.
+    The folders are created through :mod:`jupyter_exec.safefs` (a link on the
+    way is refused), then the whole path is confined again.
     """
     path = confined_path(root, relative)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    base = root.resolve()
+    parent = path.parent.relative_to(base) if path.parent != base else Path()
+    Folder.open(base, parent, create=True).close()
     return confined_path(root, relative)
 
 
@@ -61,7 +66,7 @@ def _payload(mime_type: str, value: Any) -> bytes:
 
 
 class OutputStore:
-    """Writes a session's rich outputs into its work dir."""
+    """Writes a session's rich outputs into its work dir, never through a link the kernel made."""
 
     def __init__(self, work_dir: Path, folder: str) -> None:
         self.work_dir = work_dir.resolve()
@@ -69,31 +74,41 @@ class OutputStore:
 
     def path_for(self, cell_index: int, stem: str, ext: str) -> Path:
         """Path for cell ``cell_index`` (0-based, as in ``nb.cells``), named by its number."""
-        name = f"cell-{cell_index + 1:03d}-{stem}{ext}"
-        return confined_path(self.work_dir, Path(self.folder) / name)
+        return self.work_dir / self.folder / self.name_for(cell_index, stem, ext)
 
-    def _write(self, path: Path, data: bytes) -> None:
-        path = writable_path(self.work_dir, path.relative_to(self.work_dir))
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+    @staticmethod
+    def name_for(cell_index: int, stem: str, ext: str) -> str:
+        return f"cell-{cell_index + 1:03d}-{stem}{ext}"
+
+    def open_folder(self) -> Folder:
+        """The ``<session>_files`` folder, made if missing, reached without following links."""
+        return Folder.open(self.work_dir, self.folder, create=True)
 
     def save_bundle(self, cell_index: int, number: int, data: Mapping[str, Any]) -> dict[str, Path]:
         """Save every savable format of one output; returns ``{mime: path}``.
 
         ``number`` is the output's 1-based position among the cell's rich
         outputs, so ``cell-003-2.png`` and ``cell-003-2.html`` are the same output.
+        Raises :class:`~jupyter_exec.StorageError` (``ENOSPC`` for a full disk,
+        ``ELOOP`` for a link where a file or folder goes).
         """
         saved: dict[str, Path] = {}
         used: set[str] = set()
-        for mime_type, value in data.items():
-            ext = mime.extension(mime_type)
-            if ext is None or ext in used:
-                continue
-            used.add(ext)
-            path = self.path_for(cell_index, str(number), ext)
-            self._write(path, _payload(mime_type, value))
-            saved[mime_type] = path
+        folder: Folder | None = None
+        try:
+            for mime_type, value in data.items():
+                ext = mime.extension(mime_type)
+                if ext is None or ext in used:
+                    continue
+                used.add(ext)
+                if folder is None:
+                    folder = self.open_folder()
+                name = self.name_for(cell_index, str(number), ext)
+                folder.write_atomic(name, [_payload(mime_type, value)])
+                saved[mime_type] = folder.path / name
+        finally:
+            if folder is not None:
+                folder.close()
         return saved
 
     def stream_path(self, cell_index: int, name: str) -> Path:
@@ -101,7 +116,11 @@ class OutputStore:
 
 
 class FileSpill:
-    """A :class:`~jupyter_exec.outputs.Spill` writing overflowing streams to files."""
+    """A :class:`~jupyter_exec.outputs.Spill` writing overflowing streams to files.
+
+    Each file is created afresh (``O_EXCL``, never through a link). A failed
+    write raises :class:`~jupyter_exec.StorageError` naming the file.
+    """
 
     def __init__(self, store: OutputStore, cell_index: int) -> None:
         self._store = store
@@ -112,21 +131,33 @@ class FileSpill:
     def write(self, name: str, text: str) -> None:
         handle = self._files.get(name)
         if handle is None:
-            path = self._store.stream_path(self._cell_index, name)
-            path = writable_path(self._store.work_dir, path.relative_to(self._store.work_dir))
-            handle = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
+            file_name = self._store.name_for(self._cell_index, name, ".txt")
+            with self._store.open_folder() as folder:
+                fd = folder.create(file_name)
+                path = folder.path / file_name
+            handle = open(fd, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
             self._files[name] = handle
             self.paths[name] = path
-        handle.write(text)
+        try:
+            handle.write(text)
+        except OSError as exc:
+            raise storage_error(exc, self.paths[name], "write") from exc
 
     def location(self, name: str) -> str | None:
         path = self.paths.get(name)
         return os.path.relpath(path, self._store.work_dir) if path else None
 
     def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
+        """Close every file; the first failure to flush raises :class:`StorageError`."""
+        failure: OSError | None = None
+        for name, handle in self._files.items():
+            try:
+                handle.close()
+            except OSError as exc:
+                failure = failure or storage_error(exc, self.paths[name], "write")
         self._files.clear()
+        if failure is not None:
+            raise failure
 
 
 _SKIP_DIRS = frozenset(

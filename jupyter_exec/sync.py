@@ -57,8 +57,15 @@ class _LoopThread:
     def run(
         cls,
         coro: Coroutine[Any, Any, T],
-        on_interrupt: Callable[[], Coroutine[Any, Any, Any]] | None = None,
+        on_interrupt: Callable[[], Coroutine[Any, Any, Any]]
+        | Coroutine[Any, Any, Any]
+        | None = None,
     ) -> T:
+        """Run ``coro`` on the loop thread and return its result in the caller's thread.
+
+        ``on_interrupt`` (a coroutine function, or a coroutine) runs if the
+        caller is interrupted (Ctrl-C) while waiting.
+        """
         loop = cls.loop()
         call = _Call(coro)
         loop.call_soon_threadsafe(call.start)
@@ -67,8 +74,13 @@ class _LoopThread:
         except KeyboardInterrupt:
             # Ctrl-C in the caller's thread: stop the cell in the kernel too.
             if on_interrupt is not None:
-                asyncio.run_coroutine_threadsafe(on_interrupt(), loop).result(timeout=10)
+                stop = on_interrupt if isinstance(on_interrupt, Coroutine) else on_interrupt()
+                on_interrupt = None
+                asyncio.run_coroutine_threadsafe(stop, loop).result(timeout=10)
             raise
+        finally:
+            if isinstance(on_interrupt, Coroutine):
+                on_interrupt.close()  # not needed: never awaited
 
 
 class _Call(Generic[T]):

@@ -198,3 +198,128 @@ def kernels_on(server: Server) -> list[str]:
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
+
+
+EG_REASON = (
+    "User 'root' is not authorized to start kernel 'python3'. Ensure KERNEL_USERNAME is set "
+    "to an appropriate value and retry the request."
+)
+"""What Enterprise Gateway answers (403, in the status line and the JSON ``reason``)."""
+
+REFUSALS: dict[str, tuple[int, str, bytes, str]] = {
+    # name: (status, status-line reason, body, content type)
+    "eg-username": (
+        403,
+        EG_REASON,
+        json.dumps({"message": "Forbidden", "reason": EG_REASON}).encode(),
+        "application/json",
+    ),
+    "quota-message": (
+        403,
+        "Forbidden",
+        json.dumps(
+            {"message": "Kernel quota reached: 5 of 5 kernels in use", "reason": None}
+        ).encode(),
+        "application/json",
+    ),
+    "bare-403": (
+        403,
+        "Forbidden",
+        json.dumps({"message": "Forbidden", "reason": None}).encode(),
+        "application/json",
+    ),
+    "proxy-403-html": (403, "Forbidden", b"<html><body>403 Forbidden</body></html>", "text/html"),
+    "bad-token-401": (
+        401,
+        "Unauthorized",
+        json.dumps({"reason": "Unauthorized", "message": "Invalid auth token"}).encode(),
+        "application/json",
+    ),
+    "rate-limited-429": (
+        429,
+        "Too Many Requests",
+        json.dumps({"message": "Too many kernels started; retry in 30 s"}).encode(),
+        "application/json",
+    ),
+    "launch-failed-500": (
+        500,
+        "Internal Server Error",
+        json.dumps({"message": "Kernel died before replying to kernel_info"}).encode(),
+        "application/json",
+    ),
+}
+
+
+class RefusingServer:
+    """A small real tornado server that lists a kernelspec and refuses as told.
+
+    ``refuse_start`` picks how ``POST /api/kernels`` is refused (a key of
+    :data:`REFUSALS`), or ``None`` to start a fake kernel whose websocket is then
+    refused with ``refuse_websocket``. Runs on the calling event loop.
+    """
+
+    def __init__(self, refuse_start: str | None, refuse_websocket: str = "bare-403") -> None:
+        self.refuse_start = refuse_start
+        self.refuse_websocket = refuse_websocket
+        self.url = ""
+        self.deleted: list[str] = []
+        self._server: object = None
+
+    async def __aenter__(self) -> RefusingServer:
+        from tornado.httpserver import HTTPServer
+        from tornado.netutil import bind_sockets
+        from tornado.web import Application, RequestHandler
+
+        owner = self
+
+        class Base(RequestHandler):
+            def refuse(self, name: str) -> None:
+                status, reason, body, kind = REFUSALS[name]
+                self.set_status(status, reason)
+                self.set_header("Content-Type", kind)
+                self.finish(body)
+
+        class Specs(Base):
+            def get(self) -> None:
+                spec = {"display_name": "Python 3", "language": "python", "argv": []}
+                self.finish({"default": "python3", "kernelspecs": {"python3": {"spec": spec}}})
+
+        class Kernels(Base):
+            def post(self) -> None:
+                if owner.refuse_start is not None:
+                    self.refuse(owner.refuse_start)
+                    return
+                self.set_status(201)
+                self.finish({"id": "k1", "name": "python3"})
+
+        class Kernel(Base):
+            def delete(self, kernel_id: str) -> None:
+                owner.deleted.append(kernel_id)
+                self.set_status(204)
+                self.finish()
+
+        class Channels(Base):
+            def get(self, kernel_id: str) -> None:
+                self.refuse(owner.refuse_websocket)
+
+        app = Application(
+            [
+                (r"/api/kernelspecs", Specs),
+                (r"/api/kernels", Kernels),
+                (r"/api/kernels/([^/]+)", Kernel),
+                (r"/api/kernels/([^/]+)/channels", Channels),
+            ]
+        )
+        sockets = bind_sockets(0, "127.0.0.1")
+        server = HTTPServer(app)
+        server.add_sockets(sockets)
+        self._server = server
+        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        from tornado.httpserver import HTTPServer
+
+        assert isinstance(self._server, HTTPServer)
+        self._server.stop()
+        await self._server.close_all_connections()

@@ -35,6 +35,7 @@ print(f"plotted {len(xs)} points")
 
 @pytest.fixture
 def executor(tmp_path: Path) -> Iterator[SessionCodeExecutor]:
+    (tmp_path / "work").mkdir()
     with SessionCodeExecutor(tmp_path / "work", timeout=5, name="agent") as ex:
         yield ex
 

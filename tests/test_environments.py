@@ -7,7 +7,6 @@ block installs into the kernel's own environment.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -22,8 +21,6 @@ from jupyter_exec.environments import (
     DockerEnv,
     SystemPython,
     VirtualEnv,
-    add_environment_arguments,
-    environment_from_args,
     parse_environment,
 )
 
@@ -45,17 +42,6 @@ def test_parse_strings() -> None:
     assert parse_environment(sys.executable) == SystemPython(sys.executable)
     with pytest.raises(ValueError, match="unknown environment"):
         parse_environment("nowhere")
-
-
-def test_cli_flags_say_the_same() -> None:
-    parser = argparse.ArgumentParser()
-    add_environment_arguments(parser)
-    args = parser.parse_args(
-        ["--env", "docker", "--package", "polars", "--package", "duckdb", "--network"]
-    )
-    assert environment_from_args(args) == DockerEnv(pip_packages=("polars", "duckdb"), network=True)
-    with pytest.raises(InvalidArgument, match="unknown environment 'nowhere'"):
-        environment_from_args(parser.parse_args(["--env", "nowhere"]))
 
 
 def test_docker_maps_to_backend_options(tmp_path: Path) -> None:

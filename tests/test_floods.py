@@ -37,7 +37,8 @@ _CHILD = textwrap.dedent(
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         e = s.execute(code)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        print(json.dumps({"status": e.status, "growth": peak - base,
+        files = {m: str(p) for r in e.results for m, p in r.files.items()}
+        print(json.dumps({"status": e.status, "growth": peak - base, "files": files,
                           "spilled": [str(p) for p in e.spilled], "stdout": e.stdout[-200:]}))
     """
 )
@@ -181,3 +182,56 @@ def test_a_link_swapped_in_for_the_kernels_file_is_not_followed(
         assert "TOP SECRET" not in path.read_text()
     assert secret.read_text() == "TOP SECRET " * 1000
     assert not [p for p in s.files_dir.iterdir() if p.name.endswith(".rest") and p.is_symlink()]
+
+
+def test_a_100_mib_image_is_saved_by_the_kernel_and_shown_from_its_file(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import hashlib, os
+        from IPython.display import Image, display
+        png = b"\\x89PNG\\r\\n\\x1a\\n" + os.urandom(100 << 20)
+        display(Image(data=png, format="png"))
+        print(hashlib.sha256(png).hexdigest())
+        """
+    )
+    result = _flood_in_child(tmp_path, code)
+    assert result["status"] == "ok"
+    assert isinstance(result["growth"], int)
+    assert result["growth"] < HOST_BOUND, result
+    files = result["files"]
+    assert isinstance(files, dict)
+    image = Path(files["image/png"])
+    assert image.stat().st_size == (100 << 20) + 8
+    assert _sha256(image) in str(result["stdout"])
+    notebook = tmp_path / "flood.ipynb"
+    assert notebook.stat().st_size < 1 << 20
+    (display,) = [
+        o
+        for o in json.loads(notebook.read_text())["cells"][-1]["outputs"]
+        if o["output_type"] == "display_data"
+    ]
+    html = "".join(display["data"]["text/html"])
+    assert f'src="{image.relative_to(tmp_path).as_posix()}"' in html  # relative to the notebook
+    assert "image/png" not in display["data"]
+
+
+def test_saved_file_claims_from_the_kernel_are_checked(session: Session, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET")
+    code = textwrap.dedent(
+        f"""
+        import os
+        from IPython.display import publish_display_data
+        prefix = get_ipython()._jupyter_exec_guard.large["prefix"]
+        os.symlink({str(secret)!r}, prefix + "-1.png")
+        for claim in (prefix + "-1.png", "../" + {secret.name!r}, {str(secret)!r}):
+            publish_display_data({{"text/plain": "x"}},
+                                 {{"jupyter_exec": {{"saved": {{"image/png": claim}}}}}})
+        """
+    )
+    e = session.execute(code)
+    assert e.status == "ok", e.error
+    assert len(e.results) == 3
+    for result in e.results:
+        assert "image/png" not in result.files
+    assert secret.read_text() == "TOP SECRET"

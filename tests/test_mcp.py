@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
+TOKEN = "test-token-of-this-module"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -99,7 +101,9 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         )
         assert "scatter.png" in _texts(result)
         assert "exited with status 2" in _texts(result)
+        assert _is_error(result)  # a failing cell is a failed call
         result = await client.call_tool("execute_code", {"code": "1/0", "session": "a"})
+        assert _is_error(result)
         assert "ZeroDivisionError: division by zero" in _texts(result)
         assert "\x1b[" not in _texts(result)
 
@@ -237,6 +241,7 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, "JUPYTER_EXEC_MCP_TOKEN": TOKEN},
     )
     try:
         deadline = time.monotonic() + 30
@@ -247,16 +252,25 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
             await asyncio.sleep(0.2)
         url = f"http://127.0.0.1:{port}/mcp"
+        await _refusals(url, port)
         try:
             from mcp.client.streamable_http import streamable_http_client as connect
         except ImportError:  # mcp 1.x
             from mcp.client.streamable_http import (  # type: ignore[attr-defined,no-redef]
                 streamablehttp_client as connect,
             )
-        async with connect(url) as streams, ClientSession(streams[0], streams[1]) as client:
+        import httpx2
+
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"})
+        async with (
+            http,
+            connect(url, http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as client,
+        ):
             await client.initialize()
             result = await client.call_tool("execute_code", {"code": "print(2 + 3)"})
             assert _texts(result).strip() == "5"
+            assert not _is_error(result)
             assert "default: local, alive" in _texts(await client.call_tool("list_sessions", {}))
     finally:
         process.terminate()
@@ -265,12 +279,42 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+async def _refusals(url: str, port: int) -> None:
+    """No token, a wrong token, a foreign Host or Origin: each refused before any tool runs."""
+    import httpx2
+
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "0"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    good = {**accept, "Authorization": f"Bearer {TOKEN}"}
+    async with httpx2.AsyncClient(timeout=10) as http:
+        assert (await http.post(url, json=hello, headers=accept)).status_code == 401
+        wrong = {**accept, "Authorization": "Bearer not-the-token"}
+        assert (await http.post(url, json=hello, headers=wrong)).status_code == 401
+        rebinding = {**good, "Host": f"attacker.example:{port}"}
+        assert (await http.post(url, json=hello, headers=rebinding)).status_code in (400, 403, 421)
+        cross_site = {**good, "Origin": "http://attacker.example"}
+        assert (await http.post(url, json=hello, headers=cross_site)).status_code in (400, 403)
+        # The probe is not a test that cannot fail: the same request with the token is served.
+        assert (await http.post(url, json=hello, headers=good)).status_code == 200
 
 
 def test_http_refuses_non_loopback(tmp_path: Path) -> None:
     from jupyter_exec.mcp_server import main
 
-    assert main(["--transport", "http", "--host", "0.0.0.0", "--work-dir", str(tmp_path)]) == 3
+    assert main(["--transport", "http", "--host", "0.0.0.0", "--work-dir", str(tmp_path)]) == 2
 
 
 def test_help_has_examples() -> None:

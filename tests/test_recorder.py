@@ -16,6 +16,7 @@ import pytest
 import jupyter_exec.recorder as recorder_module
 from jupyter_exec import NotebookError
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
+from jupyter_exec.safefs import Folder
 
 ReadNotebook = Callable[[Path], nbformat.NotebookNode]
 
@@ -346,7 +347,7 @@ def test_a_notebook_replaced_by_someone_else_is_never_patched(
 def test_without_an_atomic_exchange_saves_fall_back_to_replace(
     read_notebook: ReadNotebook, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(recorder_module, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(Folder, "exchange", lambda self, a, b: False)
     path = tmp_path / "s.ipynb"
     rec = NotebookRecorder(path, METADATA)
     for n in range(5):

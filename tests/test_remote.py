@@ -8,9 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from remote_servers import Proxy, Server, kernels_on, run_server
+from remote_servers import EG_REASON, Proxy, RefusingServer, Server, kernels_on, run_server
 
-from jupyter_exec import AsyncSession, BackendError, Execution, KernelStartError
+from jupyter_exec import (
+    AsyncSession,
+    BackendError,
+    Execution,
+    KernelStartError,
+    ServerRefused,
+)
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.remote import RemoteKernelManager, start_remote_kernel
 from jupyter_exec.remote.wire import decode, encode, new_message
@@ -213,3 +219,55 @@ async def test_files_the_code_writes_stay_remote_and_can_be_fetched(
     else:  # Kernel Gateway has no contents API
         with pytest.raises(BackendError, match="no contents API"):
             await km.fetch("remote-out.txt", local)
+
+
+# -- refusals: the server's reason is kept; the token hint only for real auth failures --------
+
+# refusal -> (error class, status, reason expected verbatim, whether the token hint is right)
+REFUSED = {
+    "eg-username": (ServerRefused, 403, EG_REASON, False),
+    "quota-message": (ServerRefused, 403, "Kernel quota reached: 5 of 5 kernels in use", False),
+    "bare-403": (ServerRefused, 403, "", True),
+    "proxy-403-html": (ServerRefused, 403, "", True),
+    "bad-token-401": (ServerRefused, 401, "Invalid auth token", True),
+    "rate-limited-429": (ServerRefused, 429, "Too many kernels started; retry in 30 s", False),
+    "launch-failed-500": (KernelStartError, None, "", False),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSED))
+async def test_a_refused_kernel_start_keeps_the_servers_reason(
+    refusal: str, tmp_path: Path
+) -> None:
+    kind, status, reason, token_hint = REFUSED[refusal]
+    async with RefusingServer(refuse_start=refusal) as server:
+        with pytest.raises(kind) as caught:
+            await start_remote_kernel(server.url, "tok")
+        # The same error reaches a session's caller, unchanged.
+        with pytest.raises(kind) as through_session:
+            async with AsyncSession(
+                work_dir=tmp_path, backend="remote", url=server.url, token="tok", notebook=False
+            ):
+                pass
+    for error in (caught.value, through_session.value):
+        message = str(error)
+        assert ("token=" in message) is token_hint, message
+        if isinstance(error, ServerRefused):
+            assert (error.status, error.reason) == (status, reason)
+        if reason:
+            assert reason in message
+    if refusal == "launch-failed-500":
+        assert "Kernel died before replying to kernel_info" in str(caught.value)
+
+
+@pytest.mark.parametrize("refusal", ["eg-username", "bare-403"])
+async def test_a_refused_kernel_websocket_keeps_the_servers_reason(refusal: str) -> None:
+    kind, status, reason, token_hint = REFUSED[refusal]
+    async with RefusingServer(refuse_start=None, refuse_websocket=refusal) as server:
+        with pytest.raises(kind) as caught:
+            await start_remote_kernel(server.url, "tok")
+        assert server.deleted == ["k1"]  # the kernel it started is not left behind
+    assert isinstance(caught.value, ServerRefused)
+    assert (caught.value.status, caught.value.reason) == (status, reason)
+    assert ("token=" in str(caught.value)) is token_hint
+    assert "k1" in str(caught.value)

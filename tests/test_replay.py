@@ -9,7 +9,6 @@ exact JSON layout JupyterLab / papermill save, replayed through the CLI.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import io
@@ -25,6 +24,7 @@ import pytest
 from PIL import Image
 
 from jupyter_exec import Execution, NotebookError, Session
+from jupyter_exec.cli import main
 from jupyter_exec.compare import (
     DEFAULT_RULES,
     ImageTolerance,
@@ -38,7 +38,6 @@ from jupyter_exec.replay import (
     CellResult,
     ReplayReport,
     _judge,
-    add_replay_parser,
     replay,
     replay_async,
 )
@@ -47,10 +46,7 @@ DATA = Path(__file__).parent / "data"
 
 
 def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="jupyter-exec")
-    add_replay_parser(parser.add_subparsers())
-    args = parser.parse_args(["replay", *argv])
-    return int(args.func(args))
+    return main(["replay", *argv])
 
 
 def png(color: str, size: tuple[int, int] = (8, 6), **save: Any) -> str:

@@ -1,5 +1,5 @@
 """``python -m jupyter_exec.docker``: ``image build``, ``kernels install``, ``reap``."""
 
-from jupyter_exec.docker.cli import main
+from jupyter_exec.cli import docker_main
 
-raise SystemExit(main())
+raise SystemExit(docker_main())

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CONTAINER_CONF_DIR",
     "CONTAINER_RUN_DIR",
     "Limits",
     "Mount",
@@ -27,6 +28,9 @@ __all__ = [
 #: Where the per-kernel run dir (connection file and ipc sockets) is mounted inside the container.
 #: Short on purpose: ipc socket paths are limited to 107 characters.
 CONTAINER_RUN_DIR = "/run/jx"
+#: Where the folder holding the kernel's connection file is mounted, read-only: the kernel must
+#: not be able to plant a link where the host writes that file.
+CONTAINER_CONF_DIR = "/run/jxc"
 
 
 @dataclass(frozen=True)

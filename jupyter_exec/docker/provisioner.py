@@ -5,10 +5,13 @@ kernelspec whose ``metadata.kernel_provisioner.provisioner_name`` is ``jupyter-e
 How it works:
 
 * **Transport**: ZMQ over ``ipc``. Each kernel gets a short private run dir on the host
-  (``<run_root>/jx-XXXXXXXX``, mode 0700) bind-mounted at ``/run/jx``; the kernel creates its
-  sockets there and the client connects to them, so the container needs no network at all.
-  The kernel manager's connection file keeps the host path; the container gets a copy whose
-  ``ip`` is ``/run/jx/k``.
+  (``<run_root>/jx-XXXXXXXX``, mode 0700) holding two folders: ``s``, the only one the kernel
+  can write, bind-mounted at ``/run/jx``, where it creates its sockets and the client connects
+  to them (so the container needs no network at all); and ``c``, mounted read-only at
+  ``/run/jxc``, holding the container's copy of the connection file (its ``ip`` is
+  ``/run/jx/k``). The host writes that copy with :mod:`jupyter_exec.safefs` into a folder the
+  kernel cannot change, and gives it to the kernel's uid with ``fchown`` on the new file, so no
+  link the kernel plants can make the host write or chown anything else.
 * **Work dir**: the ``cwd`` jupyter_client passes to ``start_kernel`` (JupyterLab passes the
   notebook's directory) is mounted at ``work_mount`` (``/work``) and is the kernel's cwd.
 * **User**: never root by default; see :mod:`jupyter_exec.docker.ownership` for the rule.
@@ -18,8 +21,10 @@ How it works:
   (``c.DockerProvisioner.network = True``) or ``Session(docker={...})``.
 * **Death**: a watcher thread notices the container stopping at once (``poll()`` just reads
   it) and :meth:`DockerProvisioner.exit_description` says why (OOM killer, ``docker kill``...).
-* **Orphans**: containers are labelled with their owner process; containers whose owner died
-  are reaped on the first start in each process and by ``jupyter-exec reap``.
+* **Orphans**: containers are labelled with their owner process. A watchdog process
+  (:mod:`jupyter_exec.docker.watchdog`) removes them within a second when the owner dies in any
+  way, SIGKILL included; containers whose owner died anyway (the watchdog was killed too) are
+  reaped on the first start in each process and by ``jupyter-exec reap``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -50,6 +56,7 @@ from jupyter_exec.docker.engine import connect, docker_errors
 from jupyter_exec.docker.execcmd import exec_command
 from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, ensure_image
 from jupyter_exec.docker.options import (
+    CONTAINER_CONF_DIR,
     CONTAINER_RUN_DIR,
     Limits,
     Mount,
@@ -61,14 +68,18 @@ from jupyter_exec.docker.options import (
     run_kwargs,
 )
 from jupyter_exec.docker.ownership import KernelUser, choose_user, lend
+from jupyter_exec.docker.watchdog import ensure_watchdog
 from jupyter_exec.docker.watcher import ExitWatcher
 from jupyter_exec.exceptions import KernelNotAliveError, KernelStartError
+from jupyter_exec.safefs import Folder
 
 __all__ = ["DockerProvisioner"]
 
 #: sizeof(sockaddr_un.sun_path) - 1: the longest ipc socket path ZMQ can bind or connect.
 MAX_SOCKET_PATH = 107
-CONTAINER_CONNECTION_FILE = f"{CONTAINER_RUN_DIR}/kernel.json"
+CONTAINER_CONNECTION_FILE = f"{CONTAINER_CONF_DIR}/kernel.json"
+SOCKET_DIR = "s"  # in the run dir: the kernel's sockets (the only part the kernel can write)
+CONF_DIR = "c"  # in the run dir: the container's connection file (read-only in the container)
 
 
 class DockerProvisioner(KernelProvisionerBase):
@@ -107,8 +118,8 @@ class DockerProvisioner(KernelProvisionerBase):
     ).tag(config=True)
     fallback_user = Unicode(
         "65532:65532",
-        help="Unprivileged UID:GID used when the work dir is owned by root; the dir is lent to "
-        "it while the kernel runs and handed back to root afterwards.",
+        help="Unprivileged UID:GID used when the work dir is owned by root; that one folder is "
+        "lent to it (an ACL entry, owner untouched) while the kernel runs, and taken back after.",
     ).tag(config=True)
     work_mount = Unicode("/work", help="Where the work dir is mounted in the container.").tag(
         config=True
@@ -241,23 +252,29 @@ class DockerProvisioner(KernelProvisionerBase):
     def _make_run_dir(self, user: KernelUser) -> Path:
         root = self.run_root or tempfile.gettempdir()
         run_dir = Path(tempfile.mkdtemp(prefix="jx-", dir=root))  # mode 0700
-        longest = len(f"{run_dir}/k-99")
-        if longest > MAX_SOCKET_PATH:
+        try:
+            longest = len(f"{run_dir}/{SOCKET_DIR}/k-99")
+            if longest > MAX_SOCKET_PATH:
+                raise KernelStartError(
+                    f"the kernel's socket path under {root} would be {longest} characters, over "
+                    f"the {MAX_SOCKET_PATH}-character limit of unix sockets; set "
+                    "DockerProvisioner.run_root to a short directory such as /tmp"
+                )
+            if os.geteuid() != 0 and user.uid != os.geteuid():
+                raise KernelStartError(
+                    f"user={self.user!r}: without root, the kernel can only run as your own uid "
+                    f"({os.geteuid()}), since it must read the private connection file and you "
+                    "must reach its sockets"
+                )
+            with Folder.open(run_dir) as folder:
+                with folder.sub(SOCKET_DIR, create=True, mode=0o700) as sockets:
+                    if os.geteuid() == 0:
+                        sockets.chown(user.uid, user.gid)
+                # Searchable, not listable or writable, by the kernel; mounted read-only too.
+                folder.sub(CONF_DIR, create=True, mode=0o711).close()
+        except BaseException:
             shutil.rmtree(run_dir, ignore_errors=True)
-            raise KernelStartError(
-                f"the kernel's socket path under {root} would be {longest} characters, over the "
-                f"{MAX_SOCKET_PATH}-character limit of unix sockets; set "
-                "DockerProvisioner.run_root to a short directory such as /tmp"
-            )
-        if os.geteuid() == 0:
-            os.chown(run_dir, user.uid, user.gid)
-        elif user.uid != os.geteuid():
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise KernelStartError(
-                f"user={self.user!r}: without root, the kernel can only run as your own uid "
-                f"({os.geteuid()}), since it must read the private connection file and you must "
-                "reach its sockets"
-            )
+            raise
         return run_dir
 
     def _engine_path(self, local: Path, bind: str, local_root: str = "") -> str:
@@ -272,7 +289,7 @@ class DockerProvisioner(KernelProvisionerBase):
         """Point the manager at the ipc sockets and write the container's connection file."""
         assert self._run_dir is not None
         km.transport = "ipc"
-        km.ip = str(self._run_dir / "k")
+        km.ip = str(self._run_dir / SOCKET_DIR / "k")
         km.write_connection_file()
         self.connection_info = km.get_connection_info()
         info = dict(self.connection_info)
@@ -280,12 +297,9 @@ class DockerProvisioner(KernelProvisionerBase):
         info["key"] = key.decode() if isinstance(key, bytes) else key
         info["ip"] = f"{CONTAINER_RUN_DIR}/k"
         info["kernel_name"] = getattr(km, "kernel_name", "")
-        target = self._run_dir / "kernel.json"
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
-        if os.geteuid() == 0:
-            os.chown(target, user.uid, user.gid)
+        owner = (user.uid, user.gid) if os.geteuid() == 0 else None
+        with Folder.open(self._run_dir, CONF_DIR) as folder:
+            folder.write_atomic("kernel.json", [json.dumps(info).encode()], mode=0o400, owner=owner)
 
     def _kernel_cmd(self, extra_arguments: list[str]) -> list[str]:
         """The kernelspec argv with ``{connection_file}`` pointing into the container.
@@ -305,17 +319,18 @@ class DockerProvisioner(KernelProvisionerBase):
         assert self._run_dir is not None
         assert self._work_dir is not None
         kernel_id = str(self.kernel_id or "")
-        lent = ""
-        if user.lent_from is not None:
-            lent = f"{user.uid}:{user.lent_from[0]}:{user.lent_from[1]}"
         labels = reaping.container_labels(
             kernel_id=kernel_id,
             run_dir=str(self._run_dir),
             work_dir=str(self._work_dir),
             keep=not self.auto_remove,
-            lent=lent,
         )
         run_root = str(self._run_dir.parent)
+        conf = Mount(
+            self._engine_path(self._run_dir / CONF_DIR, self.run_root_bind, run_root),
+            CONTAINER_CONF_DIR,
+            read_only=True,
+        )
         return RunSpec(
             image=self._image_tag,
             command=tuple(cmd),
@@ -325,13 +340,13 @@ class DockerProvisioner(KernelProvisionerBase):
                 self._engine_path(self._work_dir, self.bind_dir), self.work_mount, read_only=False
             ),
             run_mount=Mount(
-                self._engine_path(self._run_dir, self.run_root_bind, run_root),
+                self._engine_path(self._run_dir / SOCKET_DIR, self.run_root_bind, run_root),
                 CONTAINER_RUN_DIR,
                 read_only=False,
             ),
             env=env,
             labels=labels,
-            volumes=tuple(parse_volume(v) for v in self.volumes),
+            volumes=(conf, *(parse_volume(v) for v in self.volumes)),
             security=Security(
                 init=self.init,
                 read_only=self.read_only,
@@ -362,13 +377,18 @@ class DockerProvisioner(KernelProvisionerBase):
 
     def _launch_blocking(self, spec: RunSpec) -> str:
         client = self._client()
+        ensure_watchdog(self.docker_host)  # before any container exists that it must clean up
+        loan = None
         if self._kernel_user is not None and self._work_dir is not None:
-            lend(self._work_dir, self._kernel_user)
+            loan = lend(self._work_dir, self._kernel_user)
+        if loan is not None:
+            spec = dataclasses.replace(spec, labels={**spec.labels, reaping.L_LENT: loan.label})
         try:
             with docker_errors(f"starting kernel container from {spec.image}"):
                 container = client.containers.run(**run_kwargs(spec))
         except BaseException:
-            reaping.release_loan(client, dict(spec.labels))
+            if loan is not None and self._work_dir is not None:
+                reaping.release_loan(client, dict(spec.labels))
             raise
         container_id = str(container.id)
         _live_containers[container_id] = (self.docker_host, dict(spec.labels))

@@ -3,8 +3,9 @@
 Every kernel container carries labels naming the process that started it (pid, that process's
 start time, host name). A container whose owner is no longer alive on this host is an orphan:
 its kernel can no longer be reached by anyone, so :func:`reap` removes it, deletes its run dir
-and hands back a lent work dir. Containers kept for inspection (``auto_remove=False``) are only
-removed with ``include_kept=True``.
+and takes back a lent work dir; the parent-death watchdog (:mod:`jupyter_exec.docker.watchdog`)
+does the same for one owner the moment it dies. Containers kept for inspection
+(``auto_remove=False``) are only removed with ``include_kept=True``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import docker
 import docker.errors
 
 from jupyter_exec.docker.engine import docker_errors
-from jupyter_exec.docker.ownership import hand_back
+from jupyter_exec.docker.ownership import Loan, take_back
 
 __all__ = ["LABEL", "ReapResult", "container_labels", "owner_alive", "reap"]
 
@@ -33,7 +34,7 @@ L_KERNEL_ID = "io.jupyter-exec.kernel-id"
 L_RUN_DIR = "io.jupyter-exec.run-dir"
 L_WORK_DIR = "io.jupyter-exec.work-dir"
 L_KEEP = "io.jupyter-exec.keep"
-L_LENT = "io.jupyter-exec.lent"  # "<uid lent to>:<owner uid>:<owner gid>" when a root dir was lent
+L_LENT = "io.jupyter-exec.lent"  # a Loan's label when a root-owned work dir was lent
 
 
 def process_start_time(pid: int) -> str:
@@ -148,9 +149,14 @@ def force_remove(client: docker.DockerClient, container_id: str) -> None:
 
 
 def release_loan(client: docker.DockerClient, labels: dict[str, str]) -> None:
-    """Hand a lent work dir back unless another live kernel container still borrows it."""
+    """Take a lent work dir back unless another live kernel container still borrows it.
+
+    Only that one folder's loan is undone; folders inside it that other (nested) sessions
+    use are never touched.
+    """
     lent, work_dir = labels.get(L_LENT, ""), labels.get(L_WORK_DIR, "")
-    if not lent or not work_dir:
+    loan = Loan.from_label(lent) if lent else None
+    if loan is None or not work_dir:
         return
     with docker_errors("checking for kernels sharing a work dir"):
         others = client.containers.list(
@@ -158,5 +164,4 @@ def release_loan(client: docker.DockerClient, labels: dict[str, str]) -> None:
         )
     if any(c.labels.get(L_LENT) for c in others):
         return
-    to_uid, owner_uid, owner_gid = (int(x) for x in lent.split(":"))
-    hand_back(Path(work_dir), to_uid, (owner_uid, owner_gid))
+    take_back(Path(work_dir), loan)

@@ -9,14 +9,14 @@ Drop-in for ``autogen.coding``'s executors::
     agent = ConversableAgent("runner", llm_config=False,
                              code_execution_config={"executor": executor})
 
-What it does that AG2's own Jupyter executors do not: it needs no kernel
-gateway; a block past its timeout is interrupted (the kernel is restarted only
-if the interrupt does not take), so nothing keeps running behind the model's
-back; and since an agent forwards only ``CodeResult.output`` to the model, that
-text names every file the code produced (relative to the work dir), says when
-output was cut and which file holds all of it, and shows errors as a short
-clean traceback (see :mod:`jupyter_exec.llm`). Every block is also a cell of
-the session's notebook.
+A thin adapter: the blocks are run by :mod:`jupyter_exec.agent` (what runs,
+what the model reads, the exit code, the files), shared with every other
+front end; this module only speaks AG2's types. As AG2's own executors do, a
+``work_dir`` that does not exist and a ``kernel_name`` that is not installed
+are refused when the executor is made. What it does beyond them: no kernel
+gateway is needed; a block past its timeout is interrupted (the kernel is
+restarted only if the interrupt does not take); the output names every file
+the code produced; and every block is a cell of the session's notebook.
 
 AG2 is imported when an executor is made, not when this module is imported;
 without it, :class:`~jupyter_exec.integrations.MissingDependency` names the
@@ -31,19 +31,13 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from jupyter_exec.codeblocks import (
-    CodeBlock,
-    extract_code_blocks,
-    normalise_language,
-    prepare_block,
-    save_block,
-)
+from jupyter_exec.agent import run_blocks
+from jupyter_exec.codeblocks import CodeBlock, extract_code_blocks, normalise_language
 from jupyter_exec.environments import Environment, parse_environment
-from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS, exit_code, render
-from jupyter_exec.models import Execution
-from jupyter_exec.sync import Session
+from jupyter_exec.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["MarkdownBlockExtractor", "SessionCodeExecutor"]
 
@@ -61,11 +55,38 @@ def to_code_block(block: Any) -> CodeBlock:
     return CodeBlock.from_code(code, language)
 
 
+def check_kernel_name(kernel_name: str) -> None:
+    """Refuse a kernelspec that is not installed, as AG2's executors do (a ``ValueError``)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    installed = KernelSpecManager().find_kernel_specs()
+    if kernel_name not in installed:
+        raise InvalidArgument(
+            f"Kernel {kernel_name!r} is not installed (installed: "
+            f"{', '.join(sorted(installed)) or 'none'}); see jupyter kernelspec list"
+        )
+
+
+def check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
+    """An existing folder, or ``None``; a missing one is refused (a ``ValueError``), not made."""
+    if work_dir is None:
+        return None
+    path = Path(work_dir).expanduser()
+    if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise InvalidArgument(
+            f"Output directory {path} {what}; create it first, or pass work_dir=None "
+            "for a new temporary one"
+        )
+    return path
+
+
 class MarkdownBlockExtractor:
     """AG2 ``CodeExtractor``: fenced blocks of a message (text or content parts), in order.
 
-    Unlike AG2's extractor it accepts ``~~~`` fences and longer fences, infers
-    untagged shell blocks, and strips ``$ `` prompts from console blocks.
+    Unlike AG2's extractor it accepts ``~~~`` fences, longer fences and fences
+    indented inside list items, infers untagged shell blocks, and strips ``$ ``
+    prompts from console blocks.
     """
 
     def extract_code_blocks(self, message: str | Iterable[Any] | None) -> list[Any]:
@@ -81,11 +102,16 @@ class SessionCodeExecutor:
     Parameters
     ----------
     work_dir:
-        The kernel's working directory (default: a new temporary directory);
-        files the code writes, saved plots and the session notebook go there.
+        The kernel's working directory, which must exist (default: a new
+        temporary directory); files the code writes, saved plots and HTML,
+        and the session notebook go there. ``output_dir`` is accepted as
+        AG2's name for it.
     environment:
         Where the kernel runs: an :class:`~jupyter_exec.environments.Environment`
         or its string form (``"local"``, ``"venv:.venv"``, ``"docker"``, ...).
+    kernel_name:
+        A kernelspec to run instead (``"python3"``, ``"ir"``, ...); it must be
+        installed. Not together with ``environment``.
     timeout:
         Seconds per code block before it is interrupted (``None``: no limit).
     max_output_chars:
@@ -104,16 +130,27 @@ class SessionCodeExecutor:
         work_dir: str | os.PathLike[str] | None = None,
         *,
         environment: Environment | str | None = None,
+        kernel_name: str | None = None,
         timeout: float | None = 60.0,
         max_output_chars: int = DEFAULT_LLM_CHARS,
+        output_dir: str | os.PathLike[str] | None = None,
         **session_options: Any,
     ) -> None:
         coding = _coding()  # fail now, with the install hint, rather than mid-conversation
         self._result_class: Any = coding.IPythonCodeResult
-        self.environment = parse_environment(environment)
+        if output_dir is not None and work_dir is not None:
+            raise InvalidArgument("give work_dir or output_dir (its AG2 name), not both")
+        if kernel_name is not None and environment is not None:
+            raise InvalidArgument(
+                "give environment or kernel_name, not both: a kernelspec says where it runs"
+            )
+        self._work_dir = check_work_dir(work_dir if work_dir is not None else output_dir)
+        if kernel_name is not None:
+            check_kernel_name(kernel_name)
+        self.kernel_name = kernel_name
+        self.environment = None if kernel_name is not None else parse_environment(environment)
         self.timeout = timeout
         self.max_output_chars = max_output_chars
-        self._work_dir = work_dir
         self._session_options = session_options
         self._session: Session | None = None
         self._extractor = MarkdownBlockExtractor()
@@ -131,29 +168,19 @@ class SessionCodeExecutor:
         Returns an AG2 ``IPythonCodeResult``: ``exit_code`` 0 when all ran,
         1 for an error (a shell block's own status for a failed shell
         command), 124 for a timeout; ``output`` is the model-facing text of
-        every block run; ``output_files`` the absolute paths of images shown
-        and files written.
+        every block run; ``output_files`` the absolute paths of rich outputs
+        saved (plots, HTML, ...) and files written.
         """
-        session = self.session
-        texts: list[str] = []
-        files: list[str] = []
-        status = 0
+        live = self.session.async_session
         blocks = [to_code_block(b) for b in code_blocks]
-        for number, block in enumerate(blocks, start=1):
-            text, code, produced = self._run_one(session, block)
-            texts.append(text)
-            files.extend(str(p) for p in produced if str(p) not in files)
-            if code != 0:
-                status = code
-                left = len(blocks) - number
-                if left:
-                    texts.append(
-                        f"[{left} later code block{'s were' if left > 1 else ' was'} not run "
-                        "because this one failed]"
-                    )
-                break
+        result = _LoopThread.run(
+            run_blocks(live, blocks, timeout=self.timeout, max_output_chars=self.max_output_chars),
+            on_interrupt=live.interrupt(),
+        )
         return self._result_class(
-            exit_code=status, output="\n".join(t for t in texts if t), output_files=files
+            exit_code=result.exit_code,
+            output=result.text,
+            output_files=[str(p) for p in result.files],
         )
 
     def restart(self) -> None:
@@ -167,7 +194,12 @@ class SessionCodeExecutor:
     def session(self) -> Session:
         """The executor's session, started on first use."""
         if self._session is None:
-            options = {**self.environment.session_options(), **self._session_options}
+            options: dict[str, Any] = (
+                {"kernel_name": self.kernel_name}
+                if self.environment is None
+                else self.environment.session_options()
+            )
+            options.update(self._session_options)
             options.setdefault("timeout", self.timeout)
             self._session = Session(self._work_dir, **options)
         return self._session
@@ -192,56 +224,3 @@ class SessionCodeExecutor:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    # -- one block --------------------------------------------------------------------------
-
-    def _run_one(self, session: Session, block: CodeBlock) -> tuple[str, int, list[Path]]:
-        """Run (or only save) one block: its model-facing text, exit code and files."""
-        work_dir = session.work_dir
-        if not block.runnable:
-            if block.filename is None:
-                return (
-                    f"[a {block.language or 'untagged'} block cannot be run: this executor "
-                    "runs python and sh blocks; start a block with '# filename: <name>' "
-                    "to save it as a file instead]",
-                    1,
-                    [],
-                )
-            try:
-                path = save_block(block, work_dir)
-            except WorkDirError as exc:
-                return f"[not saved: {exc}]", 1, []
-            assert path is not None
-            return f"[saved {_relative(path, work_dir)}]", 0, [path]
-        try:
-            source = prepare_block(block, work_dir)
-        except WorkDirError as exc:
-            return f"[not run: {exc}]", 1, []
-        execution = session.execute(source, timeout=self.timeout)
-        text = render(
-            execution,
-            work_dir=work_dir,
-            max_chars=self.max_output_chars,
-            save_dir=session.files_dir,
-        )
-        return text.text, exit_code(execution), _produced(execution)
-
-
-def _relative(path: Path, work_dir: Path) -> str:
-    try:
-        return path.relative_to(work_dir.resolve()).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _produced(execution: Execution) -> list[Path]:
-    """Images the code showed (as saved) and files it wrote: what AG2 calls output files."""
-    images = [
-        path
-        for result in execution.results
-        for mime, path in result.files.items()
-        if mime.startswith("image/")
-    ]
-    saved = {p for r in execution.results for p in r.files.values()}
-    written = [p for p in execution.files if p not in saved]
-    return images + written

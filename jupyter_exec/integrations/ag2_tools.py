@@ -16,10 +16,10 @@ notebook::
     env = JupyterCodeEnvironment(work_dir="analysis", environment="docker")
     agent = Agent("analyst", config=..., tools=[SandboxCodeTool(env)])
 
-The output the model sees is :func:`jupyter_exec.llm.render`'s: files named
-relative to the work dir, truncation said with where the full text is, errors
-as a short traceback. AG2 is imported only when a result is made (this module
-imports without it); ``CodeRunResult`` comes from ``ag2.tools.code``.
+A thin adapter: the code is run by :mod:`jupyter_exec.agent`, shared with
+every other front end (what runs, what the model reads, the exit code). AG2
+is imported only when a result is made (this module imports without it);
+``CodeRunResult`` comes from ``ag2.tools.code``.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from jupyter_exec.codeblocks import CodeBlock, prepare_block
+from jupyter_exec.agent import run_block
+from jupyter_exec.codeblocks import CodeBlock
 from jupyter_exec.environments import Environment, parse_environment
-from jupyter_exec.exceptions import WorkDirError
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS, exit_code, render
+from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.session import AsyncSession
 
 __all__ = ["JupyterCodeEnvironment"]
@@ -120,19 +120,13 @@ class JupyterCodeEnvironment:
                 1,
             )
         session = await self.session()
-        block = CodeBlock.from_code(code, kind)
-        try:
-            source = prepare_block(block, session.work_dir)
-        except WorkDirError as exc:
-            return _run_result(f"[not run: {exc}]", 1)
-        execution = await session.execute(source, timeout=self.timeout)
-        text = render(
-            execution,
-            work_dir=session.work_dir,
-            max_chars=self.max_output_chars,
-            save_dir=session.files_dir,
+        result = await run_block(
+            session,
+            CodeBlock.from_code(code, kind),
+            timeout=self.timeout,
+            max_output_chars=self.max_output_chars,
         )
-        return _run_result(text.text, exit_code(execution))
+        return _run_result(result.text, result.exit_code)
 
     @property
     def work_dir(self) -> Path | None:

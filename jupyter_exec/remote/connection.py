@@ -136,10 +136,7 @@ class KernelConnection:
                 raise NotFound(
                     f"kernel {self.kernel_id} does not exist on {self.rest.describe()}"
                 ) from None
-            raise BackendError(
-                f"the kernel websocket at {self.rest.describe()} was refused: HTTP {exc.code}"
-                + (" (check the token)" if exc.code in (401, 403) else "")
-            ) from None
+            raise self.rest.refusal(f"the kernel websocket of {self.kernel_id}", exc) from None
         except OSError as exc:
             raise BackendError(
                 f"cannot open the kernel websocket at {self.rest.describe()}: {exc}"

@@ -305,8 +305,11 @@ async def start_remote_kernel(
     root dir; Jupyter Server and Kernel Gateway honour it). ``env`` is passed
     with the start request: Enterprise Gateway reads ``KERNEL_*`` variables
     from it (``KERNEL_USERNAME``, ``KERNEL_NAMESPACE``, ``KERNEL_WORKING_DIR``...).
-    Raises :class:`BackendError` if the server cannot be used (unreachable,
-    token refused) and :class:`KernelStartError` if it would not start the kernel.
+    Raises :class:`BackendError` if the server cannot be used (unreachable),
+    :class:`ServerRefused` (with the server's ``status`` and ``reason``) if it
+    refuses (a wrong token, a gateway's policy such as Enterprise Gateway's
+    ``KERNEL_USERNAME`` check), and :class:`KernelStartError` if the kernel
+    failed to start.
     """
     rest = RestClient(url, token, headers=headers, validate_cert=validate_cert)
     spec = await _kernel_spec(rest, kernel_name)
@@ -320,6 +323,14 @@ async def start_remote_kernel(
     except NotFound as exc:
         raise KernelStartError(f"{rest.describe()} has no kernels API: {exc}") from None
     except ServerRefused as exc:
+        if exc.status is not None and exc.status < 500:  # a refusal: its reason says what to do
+            auth = exc.status == 401 or not exc.reason  # the message then says what to do
+            why = f": {exc}" if auth else f"(HTTP {exc.status}): {exc.reason}"
+            raise ServerRefused(
+                f"{rest.describe()} refused to start kernel {kernel_name!r} {why}",
+                exc.status,
+                exc.reason,
+            ) from None
         raise KernelStartError(f"the server could not start kernel {kernel_name!r}: {exc}") from exc
     kernel_id = str(model["id"])
     connection = KernelConnection(

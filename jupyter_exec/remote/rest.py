@@ -1,9 +1,12 @@
 """The Jupyter REST API of a server or gateway, with its failures translated once, here.
 
 Every call a remote kernel needs (``/api/kernelspecs``, ``/api/kernels``,
-``/api/contents``) goes through :meth:`RestClient.request`; tornado's errors
+``/api/contents``) goes through :meth:`RestClient.request`, and the kernel
+websocket's handshake through :meth:`RestClient.refusal`; tornado's errors
 become :class:`~jupyter_exec.BackendError` with a message that says what to
-check (the URL, the token), so no caller handles a tornado exception.
+check (the URL, the token), so no caller handles a tornado exception. A
+server that refuses with a reason (a gateway's policy, a quota) is a
+:class:`ServerRefused` carrying that reason and the status, verbatim.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+from http.client import responses
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -19,7 +23,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from jupyter_exec.exceptions import BackendError, ServerRefused
 from jupyter_exec.exceptions import RemoteNotFound as NotFound
 
-__all__ = ["NotFound", "RestClient", "ServerRefused", "url_join"]
+__all__ = ["NotFound", "RestClient", "ServerRefused", "server_reason", "url_join"]
 
 
 def url_join(base: str, *parts: str) -> str:
@@ -108,29 +112,62 @@ class RestClient:
             ) from exc
 
     def _http_error(self, method: str, path: str, exc: HTTPClientError) -> BackendError:
+        return self.refusal(f"{method} {self.describe()}/{path.lstrip('/')}", exc)
+
+    def refusal(self, where: str, exc: HTTPClientError) -> BackendError:
+        """Our error for the server's HTTP error ``exc`` to the request ``where``.
+
+        The server's own reason (:func:`server_reason`) is kept verbatim on
+        :class:`ServerRefused`; the hint about the token is given only when the
+        refusal is about authentication: a 401, or a 403 that gives no reason
+        (a 403 with a reason, such as Enterprise Gateway's "User 'root' is not
+        authorized to start kernel ... set KERNEL_USERNAME", is about something else).
+        """
         code = exc.code
-        detail = _server_message(exc)
-        where = f"{method} {self.describe()}/{path.lstrip('/')}"
         if code == 599:
             return BackendError(
                 f"cannot reach the Jupyter server at {self.describe()}: {exc.message}"
             )
-        if code in (401, 403):
-            return BackendError(
-                f"the Jupyter server at {self.describe()} refused the request ({code}): "
-                "pass its token with token=... (or check the one given)"
-            )
+        reason = server_reason(exc)
         if code == 404:
-            return NotFound(f"{where}: not found{detail}")
-        return ServerRefused(f"{where} failed with HTTP {code}{detail}")
+            return NotFound(f"{where}: not found" + (f": {reason}" if reason else ""))
+        if code == 401 or (code == 403 and not reason):
+            return ServerRefused(
+                f"{where}: the server refused (HTTP {code}"
+                + (f": {reason}" if reason else "")
+                + "): pass its token with token=... (or check the one given)",
+                code,
+                reason,
+            )
+        return ServerRefused(
+            f"{where}: the server refused (HTTP {code})" + (f": {reason}" if reason else ""),
+            code,
+            reason,
+        )
 
 
-def _server_message(exc: HTTPClientError) -> str:
-    """The server's own explanation from an error body (``{"message": ...}``), if any."""
-    body = exc.response.body if exc.response is not None else b""
-    try:
-        data = json.loads(body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return ""
-    message = data.get("message") or data.get("reason") if isinstance(data, dict) else None
-    return f": {message}" if message else ""
+def server_reason(exc: HTTPClientError) -> str:
+    """The server's own explanation of an HTTP error, or ``""`` when it gives none.
+
+    Jupyter servers answer ``{"message": ..., "reason": ...}``; Enterprise
+    Gateway puts its explanation in ``reason`` (also sent as the status line's
+    reason phrase) and leaves ``message`` at the generic "Forbidden". Generic
+    phrases ("Forbidden", "Internal Server Error") are no explanation, so they
+    are skipped in favour of the next candidate.
+    """
+    generic = {responses.get(exc.code, "").lower(), "", "unknown http error", "unhandled error"}
+    response = exc.response
+    candidates: list[object] = []
+    if response is not None and response.body:
+        try:
+            data = json.loads(response.body)
+        except (ValueError, UnicodeDecodeError):
+            data = None
+        if isinstance(data, dict):
+            candidates += [data.get("reason"), data.get("message")]
+    if response is not None:
+        candidates.append(response.reason)
+    for candidate in candidates:
+        if isinstance(candidate, str) and candidate.strip().lower() not in generic:
+            return candidate.strip()
+    return ""

@@ -2,20 +2,21 @@
 
 Every method is behind Jupyter's authentication (``@web.authenticated``) and
 its authorizer (``@authorized`` on the ``exec`` resource; running code is the
-``execute`` action, as for kernels). jupyter-exec's exceptions become HTTP
-errors in one place, :func:`http_errors`; the body of every error is
-``{"message", "reason", "error"}``, ``error`` naming the exception class so a
-client can branch without parsing text.
+``execute`` action, as for kernels), and jupyter_server's own ``Host`` and
+``Origin`` checks (:class:`~jupyter_server.base.handlers.APIHandler`).
+Handlers raise jupyter-exec's exceptions and never pick a status:
+:class:`ExecAPIHandler` turns every exception into a status and a JSON body
+through the one table in :mod:`~jupyter_exec.server.errors`. Request bodies
+are checked by :mod:`~jupyter_exec.server.bodies` before anything runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -24,22 +25,12 @@ from jupyter_server.utils import url_escape, url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from jupyter_exec.exceptions import (
-    BackendError,
-    JupyterExecError,
-    KernelNotAliveError,
-    SessionClosedError,
-    SessionLimitError,
-    SessionNotFound,
-    WorkDirError,
-)
-from jupyter_exec.server.sessions import (
-    InvalidRequest,
-    ServerSessions,
-    SessionConflict,
-)
+from jupyter_exec.exceptions import JupyterExecError
+from jupyter_exec.server import bodies
+from jupyter_exec.server.errors import clip, error_body, status_of
+from jupyter_exec.server.sessions import ServerSessions
 
-__all__ = ["AUTH_RESOURCE", "SETTINGS_KEY", "default_handlers"]
+__all__ = ["AUTH_RESOURCE", "SETTINGS_KEY", "ExecAPIHandler", "default_handlers"]
 
 AUTH_RESOURCE = "exec"
 """The resource name an authorizer sees for every jupyter-exec endpoint."""
@@ -49,18 +40,6 @@ SETTINGS_KEY = "jupyter_exec_sessions"
 
 KEEPALIVE = 15.0
 """Seconds of silence after which a stream sends an SSE comment, so proxies keep it open."""
-
-_STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
-    (SessionNotFound, 404),
-    (InvalidRequest, 400),
-    (WorkDirError, 400),
-    (SessionConflict, 409),
-    (KernelNotAliveError, 409),
-    (SessionClosedError, 409),
-    (SessionLimitError, 429),  # the manager's limits (SessionLimitReached is one of them)
-    (BackendError, 503),
-)
-
 
 _Method = TypeVar("_Method", bound=Callable[..., Awaitable[None]])
 
@@ -74,100 +53,61 @@ def exec_authorized(action: str | None = None) -> Callable[[_Method], _Method]:
     return cast("Callable[[_Method], _Method]", authorized(action, resource=AUTH_RESOURCE))
 
 
-class ExecHTTPError(web.HTTPError):
-    """An HTTPError that keeps the message verbatim (tornado would %-format it)."""
-
-    def __init__(self, status_code: int, message: str, error: str | None = None) -> None:
-        super().__init__(status_code, log_message=message.replace("%", "%%"))
-        self.message = message
-        self.error = error
-
-
-@contextmanager
-def http_errors() -> Iterator[None]:
-    """Translate jupyter-exec's exceptions into HTTP errors: the handlers' one seam."""
-    try:
-        yield
-    except JupyterExecError as exc:
-        status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
-        raise ExecHTTPError(status, str(exc), type(exc).__name__) from exc
-
-
-# Request bodies: field -> (accepted types, required). Unknown fields are refused,
-# so a typo ("timout") is an error rather than silently ignored.
-_Fields = Mapping[str, tuple[tuple[type, ...], bool]]
-
-_CREATE: _Fields = {
-    "name": ((str,), False),
-    "work_dir": ((str,), False),
-    "backend": ((str,), False),
-    "kernel_name": ((str,), False),
-    "timeout": ((int, float), False),
-}
-_EXECUTE: _Fields = {"code": ((str,), True), "timeout": ((int, float), False)}
-_REPLAY: _Fields = {
-    "notebook": ((str,), True),
-    "until": ((int,), False),
-    "timeout": ((int, float), False),
-    "kernel_name": ((str,), False),
-}
-
-
-def parse_body(raw: bytes, fields: _Fields) -> dict[str, Any]:
-    """The request's JSON object, checked against ``fields``; raises :class:`InvalidRequest`."""
-    if not raw.strip():
-        body: Any = {}
-    else:
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest(f"the request body must be a JSON object, not {type(body).__name__}")
-    unknown = sorted(set(body) - set(fields))
-    if unknown:
-        raise InvalidRequest(
-            f"unknown field(s) {', '.join(unknown)}; accepted: {', '.join(sorted(fields))}"
-        )
-    for key, (types, required) in fields.items():
-        if key not in body:
-            if required:
-                raise InvalidRequest(f"the field {key!r} is required")
-            continue
-        value = body[key]
-        if isinstance(value, bool) or not isinstance(value, types):
-            wanted = "number" if float in types else "integer" if int in types else "string"
-            raise InvalidRequest(f"{key!r} must be a {wanted}, not {json.dumps(value)}")
-    timeout = body.get("timeout")
-    if isinstance(timeout, (int, float)) and not (math.isfinite(timeout) and timeout > 0):
-        raise InvalidRequest(f"'timeout' must be a positive number of seconds, not {timeout!r}")
-    return body
-
-
 class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
-    """Base of the jupyter-exec handlers: the sessions, JSON in and out, JSON errors."""
+    """Base of the jupyter-exec handlers: the sessions, JSON in and out, errors translated.
+
+    ``body_fields`` is what the route's POST body may hold (see :mod:`bodies`).
+    """
 
     auth_resource = AUTH_RESOURCE
+    body_fields: ClassVar[bodies.Fields] = bodies.NO_FIELDS
 
     @property
     def sessions(self) -> ServerSessions:
         sessions: ServerSessions = self.settings[SETTINGS_KEY]
         return sessions
 
+    def body(self) -> dict[str, Any]:
+        """The request body, checked against :attr:`body_fields`."""
+        return bodies.parse_body(self.request.body, self.body_fields)
+
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, default=str))
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
+    # -- errors: the one seam --------------------------------------------------------
+
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        """Send an error; jupyter-exec's exceptions get their status from the errors table."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, ExecHTTPError):
-            self.set_header("Content-Type", "application/json")
-            self.finish(
-                json.dumps({"message": exc.message, "reason": exc.reason, "error": exc.error})
+        super().send_error(status_of(exc) or status_code, **kwargs)
+
+    def log_exception(
+        self,
+        typ: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """A client's mistake is one warning line; only failures of the server get a traceback."""
+        status = status_of(value)
+        if status is not None and status < 500:
+            self.log.warning(
+                "jupyter-exec: %s %s: %s", status, type(value).__name__, clip(str(value), 300)
             )
             return
-        super().write_error(status_code, **kwargs)
+        super().log_exception(typ, value, tb)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        body = error_body(status_code, exc, self.request.method or "", self.allowed_methods())
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    @classmethod
+    def allowed_methods(cls) -> tuple[str, ...]:
+        """The HTTP methods this route serves."""
+        return tuple(m for m in ("GET", "POST", "PUT", "PATCH", "DELETE") if m.lower() in vars(cls))
 
     def session_url(self, session_id: str) -> str:
         return str(url_path_join(self.base_url, "api", "exec", "sessions", url_escape(session_id)))
@@ -175,6 +115,8 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
 
 class SessionsHandler(ExecAPIHandler):
     """``/api/exec/sessions``: list and create."""
+
+    body_fields = bodies.CREATE
 
     @web.authenticated
     @exec_authorized()
@@ -184,9 +126,7 @@ class SessionsHandler(ExecAPIHandler):
     @web.authenticated
     @exec_authorized()
     async def post(self) -> None:
-        with http_errors():
-            body = parse_body(self.request.body, _CREATE)
-            entry = await self.sessions.create(**body)
+        entry = await self.sessions.create(**self.body())
         self.set_header("Location", self.session_url(entry.id))
         self.write_json(self.sessions.model(entry), status=201)
 
@@ -197,14 +137,12 @@ class SessionHandler(ExecAPIHandler):
     @web.authenticated
     @exec_authorized()
     async def get(self, session_id: str) -> None:
-        with http_errors():
-            self.write_json(self.sessions.model(self.sessions.get(session_id)))
+        self.write_json(self.sessions.model(self.sessions.get(session_id)))
 
     @web.authenticated
     @exec_authorized()
     async def delete(self, session_id: str) -> None:
-        with http_errors():
-            await self.sessions.delete(session_id)
+        await self.sessions.delete(session_id)
         self.set_status(204)
         self.finish()
 
@@ -212,15 +150,14 @@ class SessionHandler(ExecAPIHandler):
 class ExecuteHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/execute``: run code, answer when it is done."""
 
+    body_fields = bodies.EXECUTE
+
     @web.authenticated
     @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
-        with http_errors():
-            body = parse_body(self.request.body, _EXECUTE)
-            _, execution = await self.sessions.execute(
-                session_id, body["code"], body.get("timeout")
-            )
-            self.write_json(self.sessions.execution_model(execution))
+        body = self.body()
+        _, execution = await self.sessions.execute(session_id, body["code"], body.get("timeout"))
+        self.write_json(self.sessions.execution_model(execution))
 
 
 class ExecuteStreamHandler(ExecAPIHandler):
@@ -233,18 +170,19 @@ class ExecuteStreamHandler(ExecAPIHandler):
     to the end and is recorded in the notebook.
     """
 
+    body_fields = bodies.EXECUTE
+
     @web.authenticated
     @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
         queue: asyncio.Queue[str | None] = asyncio.Queue()
-        with http_errors():
-            body = parse_body(self.request.body, _EXECUTE)
-            task = self.sessions.execute_in_background(
-                session_id,
-                body["code"],
-                body.get("timeout"),
-                lambda event: queue.put_nowait(json.dumps(event, default=str)),
-            )
+        body = self.body()
+        task = self.sessions.execute_in_background(
+            session_id,
+            body["code"],
+            body.get("timeout"),
+            lambda event: queue.put_nowait(json.dumps(event, default=str)),
+        )
         task.add_done_callback(lambda _: queue.put_nowait(None))
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
@@ -286,9 +224,8 @@ class InterruptHandler(ExecAPIHandler):
     @web.authenticated
     @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
-        with http_errors():
-            parse_body(self.request.body, {})
-            await self.sessions.interrupt(session_id)
+        self.body()
+        await self.sessions.interrupt(session_id)
         self.set_status(204)
         self.finish()
 
@@ -299,22 +236,22 @@ class RestartHandler(ExecAPIHandler):
     @web.authenticated
     @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
-        with http_errors():
-            parse_body(self.request.body, {})
-            entry = await self.sessions.restart(session_id)
-            self.write_json(self.sessions.model(entry))
+        self.body()
+        entry = await self.sessions.restart(session_id)
+        self.write_json(self.sessions.model(entry))
 
 
 class ReplayHandler(ExecAPIHandler):
     """``/api/exec/replay``: re-run a notebook on a fresh kernel, report cell by cell."""
 
+    body_fields = bodies.REPLAY
+
     @web.authenticated
     @exec_authorized("execute")
     async def post(self) -> None:
-        with http_errors():
-            body = parse_body(self.request.body, _REPLAY)
-            notebook = body.pop("notebook")
-            self.write_json(await self.sessions.replay(notebook, **body))
+        body = self.body()
+        notebook = body.pop("notebook")
+        self.write_json(await self.sessions.replay(notebook, **body))
 
 
 _ID = r"(?P<session_id>[^/]+)"  # any id: an unknown one gets a JSON 404 from the sessions

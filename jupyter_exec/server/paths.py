@@ -19,7 +19,13 @@ from urllib.parse import quote
 from jupyter_exec.exceptions import WorkDirError
 from jupyter_exec.naming import unsafe_character
 
-__all__ = ["ServerRoot"]
+__all__ = ["NAME_MAX", "PATH_MAX", "ServerRoot"]
+
+NAME_MAX = 255
+"""Longest file or folder name, in bytes (Linux, macOS and Windows agree)."""
+
+PATH_MAX = 4096
+"""Longest path, in bytes, the operating system takes (Linux's limit)."""
 
 
 class ServerRoot:
@@ -51,7 +57,19 @@ class ServerRoot:
             raise WorkDirError(
                 f"{api_path!r}: give a path relative to the server root, not an absolute one"
             )
+        if len(str(self.root).encode()) + len(api_path.encode("utf-8", "replace")) >= PATH_MAX:
+            raise WorkDirError(
+                f"the path {api_path[:60]!r}… is too long ({len(api_path):,} characters); "
+                f"a path under the server root must stay under {PATH_MAX} bytes"
+            )
         for part in pure.parts:
+            if len(part.encode("utf-8", "replace")) > NAME_MAX:
+                raise WorkDirError(
+                    f"the folder or file name {part[:60]!r}… in the path is longer than "
+                    f"{NAME_MAX} bytes; use a shorter name"
+                )
+            if not part.strip():
+                raise WorkDirError(f"{api_path!r} has a blank folder name; name every folder")
             if part == "..":
                 raise WorkDirError(f"{api_path!r} would leave the server root")
             if part.startswith(".") and not self.allow_hidden:

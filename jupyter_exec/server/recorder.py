@@ -16,7 +16,8 @@ The rule, applied on every save by the agent:
 
 So the agent's record is never lost (a person can't delete an agent cell for
 good, but can edit it), and a person's work is never overwritten. The file
-is still written atomically (temp + rename). JupyterLab notices the newer file
+is still written atomically (temp + rename), and read and written without
+following links (see :mod:`jupyter_exec.recorder`). JupyterLab notices the newer file
 when the person next saves and asks whether to overwrite it or revert to the
 version on disk; either answer loses nothing on our side, since the agent's
 next save (or :meth:`MergingRecorder.resync`, called when the server saves
@@ -30,6 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_exec.exceptions import WorkDirError
 from jupyter_exec.recorder import (
     NBFORMAT_MINOR,
     NotebookRecorder,
@@ -76,11 +78,13 @@ class MergingRecorder(NotebookRecorder):
         return file_stamp(self.path) != self._stamp
 
     def _read_disk(self) -> dict[str, Any] | None:
+        """The file as JSON, read without following a link (None: nothing usable there)."""
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            with self._folder() as folder:
+                raw = json.loads(folder.read_bytes(self.path.name).decode("utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, WorkDirError) as exc:
             # A half-written file (JupyterLab writes in place) or a broken one:
             # keep the last layout we knew, try again on the next save.
             log.warning("cannot merge with %s (%s); keeping the previous layout", self.path, exc)

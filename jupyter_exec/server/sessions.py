@@ -26,7 +26,6 @@ down through the server's managers; stopping the extension only disconnects.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -40,7 +39,6 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 
 from jupyter_exec.exceptions import (
-    InvalidArgument,
     JupyterExecError,
     KernelNotAliveError,
     KernelStartError,
@@ -48,10 +46,13 @@ from jupyter_exec.exceptions import (
     SessionConflict,
     SessionLimitError,
     SessionNotFound,
+    WorkDirError,
 )
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import default_session_name, validate_name
+from jupyter_exec.recorder import read_notebook
+from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.recorder import MergingRecorder
 from jupyter_exec.session import AsyncSession, Backend, OutputCallback
@@ -65,10 +66,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("jupyter_exec.server")
-
-
-class InvalidRequest(InvalidArgument):
-    """A request the extension cannot act on as given (a bad field, an unknown kernelspec)."""
 
 
 class SessionLimitReached(SessionLimitError):
@@ -268,9 +265,7 @@ class ServerSessions:
         kernel_name = kernel_name or self.kernel_names[backend]
         await self._check_kernelspec(kernel_name)
         folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
-        if folder.exists() and not folder.is_dir():
-            raise InvalidRequest(f"work_dir {self.root.api_path(folder)!r} is not a folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
         session_id = uuid.uuid4().hex
@@ -294,6 +289,18 @@ class ServerSessions:
         entry = started[0]
         self._sessions[entry.id] = entry
         return entry
+
+    def _make_folder(self, folder: Path) -> None:
+        """Create the work dir (an existing one is fine); a path that cannot be one is refused."""
+        shown = self.root.api_path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise InvalidRequest(f"work_dir {shown!r} is a file, not a folder; name a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkDirError(
+                f"cannot create work_dir {shown!r}: {exc.strerror}; choose another folder"
+            ) from exc
 
     async def _start(
         self,
@@ -478,7 +485,11 @@ class ServerSessions:
             raise InvalidRequest(f"no notebook at {notebook!r} (an .ipynb file under the root)")
         if until is not None and until < 0:
             raise InvalidRequest(f"'until' must be 0 or more, not {until}")
-        kernel_name = kernel_name or self._recorded_kernel(path) or self.kernel_names["local"]
+        try:  # read here too, so a notebook that cannot be replayed starts no kernel
+            recorded = read_notebook(path)
+        except NotebookError as exc:
+            raise InvalidRequest(f"{notebook!r} cannot be replayed: {exc}") from None
+        kernel_name = kernel_name or _kernelspec_of(recorded) or self.kernel_names["local"]
         await self._check_kernelspec(kernel_name)
         kernel_manager = self.serverapp.kernel_manager
         kernel_id = await self._start_server_kernel(kernel_name, path.parent)
@@ -491,8 +502,6 @@ class ServerSessions:
                 kernel_manager=kernel_manager.get_kernel(kernel_id),
                 startup_timeout=self.startup_timeout,
             )
-        except NotebookError as exc:
-            raise InvalidRequest(str(exc)) from exc
         finally:
             await self._shutdown_kernel(kernel_id)
         data = report.to_dict()
@@ -500,14 +509,6 @@ class ServerSessions:
         data["output"] = None if report.output is None else self._file(report.output)
         data["work_dir"] = None if report.work_dir is None else self.root.api_path(report.work_dir)
         return data
-
-    def _recorded_kernel(self, path: Path) -> str | None:
-        """The kernelspec named in the notebook's metadata, if any."""
-        try:
-            name = json.loads(path.read_text(encoding="utf-8"))["metadata"]["kernelspec"]["name"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return name if isinstance(name, str) and name else None
 
     def notebook_saved(self, api_path: str) -> None:
         """The server saved ``api_path`` (someone edited it): put back agent cells it lacks."""
@@ -560,3 +561,10 @@ class ServerSessions:
     def _file(self, path: Path) -> dict[str, str]:
         api = self.root.api_path(path)
         return {"path": api, "url": self.root.url_of(api)}
+
+
+def _kernelspec_of(notebook: Any) -> str | None:
+    """The kernelspec named in a notebook's metadata, if any."""
+    spec = notebook.metadata.get("kernelspec")
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) and name else None

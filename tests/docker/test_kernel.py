@@ -58,7 +58,8 @@ async def test_no_network_by_default(shared_kernel: Kernel) -> None:
 async def test_only_the_work_dir_and_tmp_are_writable(shared_kernel: Kernel) -> None:
     run = await shared_kernel.run(
         "import errno\n"
-        "paths = ['/etc/x', '/opt/kernel/x', '/x', '/run/jx/x', '/work/ok.txt', '/tmp/ok.txt']\n"
+        "paths = ['/etc/x', '/opt/kernel/x', '/x', '/run/jx/x', '/run/jxc/x',\n"
+        "         '/run/jxc/kernel.json', '/work/ok.txt', '/tmp/ok.txt']\n"
         "for path in paths:\n"
         "    try:\n"
         "        open(path, 'w').write('x'); print(path, 'ok')\n"
@@ -70,7 +71,9 @@ async def test_only_the_work_dir_and_tmp_are_writable(shared_kernel: Kernel) -> 
         "/etc/x": "EROFS",
         "/opt/kernel/x": "EROFS",
         "/x": "EROFS",
-        "/run/jx/x": "ok",  # the private run dir; nothing else of the host is writable
+        "/run/jx/x": "ok",  # the private socket dir; nothing else of the host is writable
+        "/run/jxc/x": "EROFS",  # the connection file's folder: the host writes there
+        "/run/jxc/kernel.json": "EROFS",
         "/work/ok.txt": "ok",
         "/tmp/ok.txt": "ok",
     }

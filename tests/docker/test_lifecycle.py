@@ -187,7 +187,7 @@ async def test_reap_removes_orphans_of_a_dead_process(
     assert not Path(run_dir).exists()
 
 
-async def test_root_owned_work_dir_is_lent_then_handed_back(
+async def test_root_owned_work_dir_is_lent_then_taken_back(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     if os.geteuid() != 0:
@@ -195,20 +195,26 @@ async def test_root_owned_work_dir_is_lent_then_handed_back(
     work = tmp_path / "rootwork"
     work.mkdir()
     (work / "input.txt").write_text("from root\n")
+    before = {p.name: (p.stat().st_uid, p.stat().st_mode) for p in [work, *work.iterdir()]}
     kernel = await start_kernel(work_dir=work, owner=None)
     run = await kernel.run(
         "import os\n"
-        "print(os.getuid())\n"
-        "open('input.txt', 'a').write('and the kernel\\n')\n"
+        "print(os.getuid(), open('input.txt').read().strip())\n"
         "open('made.txt', 'w').write('x')\n"
+        "open('made.txt', 'a').write('y')\n"
+        "try:\n"
+        "    open('input.txt', 'a')\n"
+        "except PermissionError:\n"
+        "    print('read-only')\n"
     )
-    assert run.stdout.split() == ["65532"]  # not root
-    assert (work / "made.txt").stat().st_uid == 65532
+    assert run.stdout.splitlines() == ["65532 from root", "read-only"]  # not root
+    assert (work / "made.txt").stat().st_uid == 65532  # the kernel's own file
     kernel.kc.stop_channels()
     await kernel.km.shutdown_kernel()
-    owners = {p.name: p.stat().st_uid for p in [work, *work.iterdir()]}
-    assert owners == {"rootwork": 0, "input.txt": 0, "made.txt": 0}
-    assert (work / "input.txt").read_text() == "from root\nand the kernel\n"
+    after = {p.name: (p.stat().st_uid, p.stat().st_mode) for p in [work, *work.iterdir()]}
+    assert after.pop("made.txt")[0] == 65532
+    assert after == before  # owner and mode of the user's entries never changed
+    assert (work / "input.txt").read_text() == "from root\n"
 
 
 async def test_network_when_enabled(start_kernel: StartKernel) -> None:

@@ -5,6 +5,7 @@ No engine needed; these run everywhere.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from importlib.metadata import entry_points
@@ -14,8 +15,8 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
+from jupyter_exec.cli import docker_main as cli_main
 from jupyter_exec.docker import PROVISIONER_NAME
-from jupyter_exec.docker.cli import main as cli_main
 from jupyter_exec.docker.image import DEFAULT_IMAGE, BuildOptions
 from jupyter_exec.docker.options import (
     Limits,
@@ -28,7 +29,7 @@ from jupyter_exec.docker.options import (
     run_kwargs,
     split_user,
 )
-from jupyter_exec.docker.ownership import choose_user, hand_back, lend
+from jupyter_exec.docker.ownership import Loan, choose_user, lend, take_back
 from jupyter_exec.docker.provisioner import DockerProvisioner
 from jupyter_exec.docker.resources import kernels_dir, kernelspec_dirs
 from jupyter_exec.docker.watcher import describe_exit
@@ -179,25 +180,66 @@ def test_user_is_the_work_dir_owner(tmp_path: Path) -> None:
         pytest.skip("needs root to chown")
     os.chown(tmp_path, 1234, 4321)
     user = choose_user(tmp_path, euid=0)
-    assert (user.uid, user.gid, user.lent_from) == (1234, 4321, None)
+    assert (user.uid, user.gid, user.lends) == (1234, 4321, False)
     assert choose_user(tmp_path, explicit="2000:2000", euid=0).docker_user == "2000:2000"
 
 
-def test_root_owned_work_dir_is_lent_and_handed_back(tmp_path: Path) -> None:
+def test_root_owned_work_dir_is_lent_by_an_acl_on_that_folder_only(tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root to chown")
+        pytest.skip("needs root to lend")
     work = tmp_path / "w"
     (work / "sub").mkdir(parents=True)
     (work / "sub" / "old.txt").write_text("x")
+    work.chmod(0o750)
+    before = {p: (p.stat().st_uid, p.stat().st_mode) for p in [work, *work.rglob("*")]}
     user = choose_user(work, euid=0, fallback="65532:65532")
-    assert (user.uid, user.gid, user.lent_from) == (65532, 65532, (0, 0))
-    assert lend(work, user) == 3
-    assert {p.stat().st_uid for p in [work, *work.rglob("*")]} == {65532}
-    new = work / "new.txt"
-    new.write_text("y")
-    os.chown(new, 65532, 65532)
-    assert hand_back(work, 65532, (0, 0)) == 4
-    assert {p.stat().st_uid for p in [work, *work.rglob("*")]} == {0}
+    assert (user.uid, user.gid, user.lends) == (65532, 65532, True)
+    loan = lend(work, user)
+    assert loan is not None
+    assert loan.how == "acl"
+    assert Loan.from_label(loan.label) == loan
+    assert os.getxattr(work, "system.posix_acl_access")  # the one change
+    assert {p: p.stat().st_uid for p in before} == {p: uid for p, (uid, _) in before.items()}
+    assert take_back(work, loan)
+    assert {p: (p.stat().st_uid, p.stat().st_mode) for p in before} == before
+    with pytest.raises(OSError, match="No data"):
+        os.getxattr(work, "system.posix_acl_access")
+    assert not take_back(tmp_path, loan)  # another folder: never changed
+
+
+def test_a_loan_is_never_taken_back_through_a_link(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to lend")
+    work, elsewhere = tmp_path / "w", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    loan = lend(work, choose_user(work, euid=0))
+    assert loan is not None
+    work.rename(tmp_path / "moved")
+    work.symlink_to(elsewhere)
+    assert not take_back(work, loan)
+    with pytest.raises(OSError, match="No data"):
+        os.getxattr(elsewhere, "system.posix_acl_access")
+
+
+def test_without_acls_only_the_folder_itself_is_lent_by_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to lend")
+    work = tmp_path / "w"
+    (work / "sub").mkdir(parents=True)
+
+    def no_acls(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "setxattr", no_acls)
+    loan = lend(work, choose_user(work, euid=0))
+    assert loan is not None
+    assert loan.how == "owner"
+    assert (work.stat().st_uid, (work / "sub").stat().st_uid) == (65532, 0)  # one entry
+    assert take_back(work, loan)
+    assert work.stat().st_uid == 0
 
 
 def test_work_dir_errors(tmp_path: Path) -> None:

@@ -1,21 +1,23 @@
 """The Docker subcommands of ``jupyter-exec``: ``image build``, ``kernels install``, ``reap``.
 
-Each ``add_*_parser(subparsers)`` registers one subcommand whose ``func`` default takes the
-parsed arguments and returns an exit code, so the main CLI only wires them in. ``python -m
-jupyter_exec.docker`` runs them on their own.
+Each ``add_*_parser(subparsers)`` registers one subcommand whose ``func`` takes the parsed
+arguments and returns an exit status; our errors (Docker not running, a failed build) reach
+the command line's one error table. ``python -m jupyter_exec.docker`` runs the same parser
+limited to these three.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from jupyter_exec.exceptions import JupyterExecError
+from jupyter_exec.cli.options import Subparsers as _Subparsers
+from jupyter_exec.cli.options import formatter as _formatter
+from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["add_image_parser", "add_kernels_parser", "add_reap_parser", "main"]
+__all__ = ["DOCKER_COMMANDS", "add_image_parser", "add_kernels_parser", "add_reap_parser"]
 
-_Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth importing
+DOCKER_COMMANDS = ("image", "kernels", "reap")
 
 IMAGE_EPILOG = """\
 examples:
@@ -48,10 +50,6 @@ examples:
   jupyter-exec reap --dry-run    only list them
   jupyter-exec reap --all        also containers kept for inspection (auto_remove=False)
 """
-
-
-def _formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
 
 def add_image_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
@@ -151,10 +149,6 @@ def add_reap_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
     return reap
 
 
-def _err(message: str) -> None:
-    print(f"jupyter-exec: error: {message}", file=sys.stderr)
-
-
 def _image_build(args: argparse.Namespace) -> int:
     from jupyter_exec.docker.engine import connect
     from jupyter_exec.docker.image import BuildOptions, build_image
@@ -167,11 +161,7 @@ def _image_build(args: argparse.Namespace) -> int:
         dockerfile=args.dockerfile or "",
         data_stack=not args.no_data_stack,
     )
-    try:
-        tag = build_image(connect(), options, on_line=lambda line: print(line, flush=True))
-    except JupyterExecError as exc:
-        _err(str(exc))
-        return 1
+    tag = build_image(connect(), options, on_line=lambda line: print(line, flush=True))
     print(tag)
     return 0
 
@@ -189,9 +179,10 @@ def _kernels_install(args: argparse.Namespace) -> int:
                 str(source), kernel_name=source.name, user=args.user, prefix=prefix
             )
             print(f"installed kernelspec {source.name} in {dest}")
-    except (OSError, FileNotFoundError) as exc:
-        _err(f"{exc} (try --user)")
-        return 1
+    except OSError as exc:
+        raise InvalidArgument(
+            f"cannot install the kernelspecs there: {exc.strerror or exc} (try --user)"
+        ) from None
     return 0
 
 
@@ -210,13 +201,9 @@ def _reap(args: argparse.Namespace) -> int:
     from jupyter_exec.docker.engine import connect
     from jupyter_exec.docker.reap import reap
 
-    try:
-        result = reap(
-            connect(), include_kept=args.all, other_hosts=args.other_hosts, dry_run=args.dry_run
-        )
-    except JupyterExecError as exc:
-        _err(str(exc))
-        return 1
+    result = reap(
+        connect(), include_kept=args.all, other_hosts=args.other_hosts, dry_run=args.dry_run
+    )
     verb = "would remove" if args.dry_run else "removed"
     for name in result.removed:
         print(f"{verb} {name}")
@@ -225,21 +212,3 @@ def _reap(args: argparse.Namespace) -> int:
     if not result.removed:
         print("no orphaned kernel containers")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jupyter_exec.docker``: the Docker subcommands on their own."""
-    parser = argparse.ArgumentParser(
-        prog="python -m jupyter_exec.docker",
-        description="Docker kernels for jupyter-exec: build the image, install kernelspecs, "
-        "reap orphaned containers.",
-        formatter_class=_formatter,
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
-    add_image_parser(subparsers)
-    add_kernels_parser(subparsers)
-    add_reap_parser(subparsers)
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code

@@ -1,0 +1,130 @@
+"""The ``jupyter-exec`` command (also ``jupyter exec`` and ``python -m jupyter_exec``).
+
+One parser, built by :func:`build_parser` (the documentation generates the
+command-line reference from it), one :func:`main`. Each subcommand lives in
+its own module and takes the option groups of :mod:`~jupyter_exec.cli.options`;
+every error ends in :mod:`~jupyter_exec.cli.exits` (one table from our error
+types to exit statuses), and SIGTERM and SIGHUP stop a command as Ctrl-C does
+(:mod:`~jupyter_exec.cli.signals`)::
+
+    run, demo        cli/run.py       a file's code (or the demo) in one session
+    replay           cli/replay.py    re-run a notebook, report what differs
+    mcp              cli/mcp.py       the MCP server (stdio or HTTP)
+    image, kernels,  cli/docker.py    the Docker kernel image, kernelspecs, orphans
+    reap
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from jupyter_exec._version import __version__
+from jupyter_exec.cli.docker import (
+    DOCKER_COMMANDS,
+    add_image_parser,
+    add_kernels_parser,
+    add_reap_parser,
+)
+from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
+from jupyter_exec.cli.mcp import add_mcp_parser
+from jupyter_exec.cli.options import formatter
+from jupyter_exec.cli.replay import add_replay_parser
+from jupyter_exec.cli.run import add_demo_parser, add_run_parser
+from jupyter_exec.cli.signals import Stopped, stop_signals
+
+__all__ = ["build_parser", "main"]
+
+EPILOG = f"""\
+examples:
+  jupyter-exec demo                         a short analysis: state, a plot, a notebook
+  jupyter-exec run analysis.py              run a script (cells split on '# %%' lines)
+  jupyter-exec run steps.md --work-dir out  run a markdown file's code blocks in one session
+  jupyter-exec run old.ipynb --timeout 60   re-run a notebook's code cells, recorded anew
+  jupyter-exec run job.py --python .venv    use another interpreter or virtual environment
+  jupyter-exec run job.py --backend docker  run in a hardened, network-less container
+  jupyter-exec run job.py --env venv --package polars   in a venv made on demand
+  jupyter-exec replay nb.ipynb              re-run a notebook and check it reproduces
+  jupyter-exec mcp                          an MCP server (stdio) for LLM clients
+  jupyter-exec image build --pip scikit-learn   build the Docker kernel image
+  jupyter-exec kernels install              add "Python 3 (Docker)" to JupyterLab
+  jupyter-exec COMMAND --help               each command's options and examples
+
+Every run records a notebook (<work dir>/<name>.ipynb) and saves rich outputs
+(plots, HTML, JSON, ...) as files in the work dir. Local kernels run with your
+rights: use them for code you trust.
+
+{EXIT_STATUS_HELP}"""
+
+
+def build_parser(
+    prog: str = "jupyter-exec", commands: Sequence[str] | None = None
+) -> argparse.ArgumentParser:
+    """The whole command line (or only ``commands``), as argparse describes it."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Stateful code execution on Jupyter kernels; every session recorded as a notebook."
+        ),
+        epilog=EPILOG if commands is None else None,
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more (-vv for debug)"
+    )
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    registry = {
+        "run": add_run_parser,
+        "demo": add_demo_parser,
+        "replay": add_replay_parser,
+        "mcp": add_mcp_parser,
+        "image": add_image_parser,
+        "kernels": add_kernels_parser,
+        "reap": add_reap_parser,
+    }
+    for name, register in registry.items():
+        if commands is None or name in commands:
+            register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "jupyter-exec") -> int:
+    """Run the command line; returns the exit status (see ``jupyter-exec --help``)."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        with stop_signals():
+            return int(args.func(args))
+    except Stopped as stop:
+        print(f"\njupyter-exec: stopped by signal {stop.signum}", file=sys.stderr)
+        return signal_status(stop.signum)
+    except KeyboardInterrupt:
+        print("\njupyter-exec: interrupted", file=sys.stderr)
+        return signal_status(2)
+    except Exception as exc:  # our errors have a status; anything else is reported as a bug
+        return report(exc, verbose=args.verbose > 0)
+
+
+def docker_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m jupyter_exec.docker``: the Docker subcommands on their own."""
+    parser = build_parser("python -m jupyter_exec.docker", DOCKER_COMMANDS)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except Exception as exc:
+        return report(exc, verbose=args.verbose > 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

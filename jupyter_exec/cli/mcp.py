@@ -1,0 +1,177 @@
+"""``jupyter-exec mcp``: the MCP server's command line, and its stop on any signal.
+
+The server is :mod:`jupyter_exec.mcp_server`; this module reads the options,
+and runs it so that Ctrl-C, SIGTERM (systemd, ``docker stop``, Kubernetes) and
+SIGHUP all end it the same way: every session closed, Docker kernels
+stopped, notebooks saved, then exit status 128 + the signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
+from jupyter_exec.cli.options import (
+    Subparsers,
+    add_environment,
+    add_session_options,
+    environment_from_args,
+    formatter,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    session_kwargs,
+)
+from jupyter_exec.cli.signals import serve_until_stopped
+from jupyter_exec.llm import DEFAULT_LLM_CHARS
+
+__all__ = ["add_mcp_parser"]
+
+DEFAULT_PORT = 8765
+
+EPILOG = f"""\
+examples:
+  jupyter-exec mcp                                  stdio, sessions in ./jupyter-exec-mcp
+  jupyter-exec mcp --work-dir ~/agent-work          keep the sessions' files there
+  jupyter-exec mcp --env docker --package polars    every session in a container
+  jupyter-exec mcp --env venv --python-version 3.12 --package pandas
+  jupyter-exec mcp --transport http --port 8765     streamable HTTP on 127.0.0.1:8765/mcp
+  jupyter-exec mcp --pool-size 2 --cull-idle 3600   2 warm kernels; idle sessions closed after 1 h
+
+A client configuration (Claude Desktop, Cursor, ...):
+  {{"mcpServers": {{"jupyter": {{"command": "jupyter-exec",
+                               "args": ["mcp", "--work-dir", "/home/me/agent-work"]}}}}}}
+
+Over HTTP every request needs the header "Authorization: Bearer <token>": the
+token is $JUPYTER_EXEC_MCP_TOKEN, or a new one printed at start. Requests whose
+Host or Origin is not this machine are refused (DNS rebinding).
+Local sessions run with your rights; use --env docker for code you do not trust.
+
+{EXIT_STATUS_HELP}"""
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Run the MCP server until its client leaves (stdio) or a signal stops it."""
+    from jupyter_exec.mcp_server import SessionRegistry, _check_loopback, new_token, serve
+
+    environment = environment_from_args(args)
+    root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
+    token: str | None = None
+    if args.transport == "http":
+        _check_loopback(args.host)
+        if not args.no_token:
+            token = new_token()
+            print(
+                f"[jupyter-exec] token: {token}  (send the header 'Authorization: Bearer {token}')",
+                file=sys.stderr,
+                flush=True,
+            )
+    registry = SessionRegistry(
+        root,
+        environment,
+        timeout=session_kwargs(args, ("timeout",))["timeout"],
+        max_sessions=args.max_sessions,
+        pool_size=args.pool_size,
+        cull_idle_timeout=args.cull_idle,
+    )
+    asyncio.run(
+        serve_until_stopped(
+            serve(
+                registry,
+                transport=args.transport,
+                host=args.host,
+                port=args.port,
+                max_output_chars=args.max_output_chars,
+                token=token,
+            ),
+            registry.close_all,
+        )
+    )
+    return EXIT_OK
+
+
+def add_mcp_parser(subparsers: Subparsers) -> None:
+    """Register ``jupyter-exec mcp``."""
+    parser = subparsers.add_parser(
+        "mcp",
+        help="serve stateful Jupyter sessions to AI agents over MCP (stdio or HTTP)",
+        description="Run an MCP server whose tools execute code in named, stateful Jupyter "
+        "sessions (created on first use), list/restart/interrupt/close them, read a session's "
+        "notebook, and list and fetch the files in its work dir. Images come back as image "
+        "content; a call whose code fails is marked as an error (isError).",
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    http = parser.add_argument_group("transport")
+    http.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default; what desktop clients launch) or streamable HTTP",
+    )
+    http.add_argument(
+        "--host", default="127.0.0.1", help="HTTP address; loopback only (default 127.0.0.1)"
+    )
+    http.add_argument(
+        "--port",
+        type=positive_int,
+        default=DEFAULT_PORT,
+        help=f"HTTP port (default {DEFAULT_PORT})",
+    )
+    http.add_argument(
+        "--no-token",
+        action="store_true",
+        help="HTTP without a token: any process of any user on this machine can run code "
+        "as you (only for a single-user machine)",
+    )
+    sessions = parser.add_argument_group("sessions")
+    sessions.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="root of the sessions' work dirs, one folder per session (default ./jupyter-exec-mcp)",
+    )
+    sessions.add_argument(
+        "--max-output-chars",
+        type=positive_int,
+        default=DEFAULT_LLM_CHARS,
+        metavar="N",
+        help=f"text budget per call (default {DEFAULT_LLM_CHARS:,})",
+    )
+    sessions.add_argument(
+        "--max-sessions",
+        type=non_negative_int,
+        default=16,
+        metavar="N",
+        help="open sessions at once; one more is refused (0: no limit; default 16)",
+    )
+    sessions.add_argument(
+        "--pool-size",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="kernels of the session environment kept started and ready, so a new session's "
+        "first call does not wait for a kernel to start (each idle kernel holds ~50 MB; "
+        "default 0)",
+    )
+    sessions.add_argument(
+        "--cull-idle",
+        type=non_negative_float,
+        default=0.0,
+        metavar="S",
+        help="close sessions idle for S seconds; their files and notebook stay (0: never; "
+        "default 0)",
+    )
+    add_session_options(
+        parser,
+        ("timeout", "python", "backend"),
+        title="session",
+        helps={
+            "timeout": "Seconds a call may run before it is interrupted; the session keeps "
+            "its state."
+        },
+    )
+    add_environment(parser)
+    parser.set_defaults(func=cmd_mcp)

@@ -1,0 +1,263 @@
+"""The option groups of ``jupyter-exec``, each declared once and shared by every subcommand.
+
+The session group is derived from :class:`~jupyter_exec.options.SessionOptions`:
+a flag per field a command asks for (``--timeout``, ``--work-dir``,
+``--kernel-name``, ...), its help and default taken from the field, so the
+command line, the Python API and the server say the same thing in the same
+words. :func:`session_kwargs` reads them back and validates them through
+``SessionOptions`` (a bad value exits 2 with what to fix). Beside it:
+:func:`add_environment` (where code runs, as ``--env`` and its package
+flags, for which ``--python`` and ``--backend`` are short forms) and
+:func:`add_quiet`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
+
+from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.options import Backend, SessionOptions, option_fields
+
+__all__ = [
+    "add_environment",
+    "add_quiet",
+    "add_session_options",
+    "environment_from_args",
+    "formatter",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_int",
+    "said_environment",
+    "session_kwargs",
+    "with_environment",
+]
+
+Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth importing
+
+
+def formatter(prog: str) -> argparse.HelpFormatter:
+    """Help laid out as written: the epilogs' examples keep their columns."""
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def add_session_options(
+    parser: argparse.ArgumentParser,
+    names: Sequence[str],
+    *,
+    title: str = "session",
+    defaults: Mapping[str, Any] | None = None,
+    helps: Mapping[str, str] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """Flags for the :class:`SessionOptions` fields ``names``, in that order.
+
+    ``defaults`` and ``helps`` override a field's own for this command (the MCP
+    server's timeout is per call, replay's work dir is the notebook's folder);
+    ``aliases`` adds other spellings of a flag.
+    """
+    fields = {f.name: f for f in option_fields()}
+    group = parser.add_argument_group(title)
+    for name in names:
+        spec = fields[name]
+        flags = [f"--{name.replace('_', '-')}", *((aliases or {}).get(name, ()))]
+        default = (defaults or {}).get(name, spec.default)
+        text = (helps or {}).get(name, spec.help).replace("%", "%%")
+        text = text.replace(" (None: no limit)", "").rstrip(".")  # Python's words, not a flag's
+        if name == "notebook":
+            group.add_argument(
+                *flags,
+                metavar="PATH",
+                help="record to this .ipynb (default: <work dir>/<name>.ipynb)",
+            )
+            group.add_argument(
+                "--no-notebook", action="store_true", help="record no notebook (notebook=False)"
+            )
+        elif spec.type == "bool":
+            group.add_argument(*flags, action="store_true", help=text)
+        elif name == "backend":
+            group.add_argument(*flags, choices=get_args(Backend), default=None, help=text)
+        elif spec.type.startswith("float"):
+            shown = "0: no limit; " if "| None" in spec.type else ""
+            value = 0.0 if default is None else float(default)
+            group.add_argument(
+                *flags,
+                type=non_negative_float,
+                default=value,
+                metavar="S",
+                help=f"{text} ({shown}default {value:g})",
+            )
+        elif spec.type.startswith("int"):
+            group.add_argument(
+                *flags,
+                type=non_negative_int,
+                default=default,
+                metavar="N",
+                help=f"{text} (default {default:,})",
+            )
+        else:
+            metavar = {"work_dir": "DIR", "python": "PY"}.get(name, name.split("_")[-1].upper())
+            group.add_argument(*flags, metavar=metavar, default=default, help=text)
+
+
+def session_kwargs(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The session options the flags of ``names`` say, validated by ``SessionOptions``.
+
+    A float option's 0 means ``None`` (no limit); options left unsaid are left out.
+    """
+    fields = {f.name: f for f in option_fields()}
+    values: dict[str, Any] = {}
+    for name in names:
+        value = getattr(args, name, None)
+        if name == "notebook" and getattr(args, "no_notebook", False):
+            value = False
+        elif fields[name].type.startswith("float") and "| None" in fields[name].type:
+            value = value or None
+        if value is not None or name == "timeout":
+            values[name] = value
+    SessionOptions.from_mapping(values)  # refuses a bad value now, with what to fix
+    return values
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="print only errors and the summary"
+    )
+
+
+def add_environment(parser: argparse.ArgumentParser) -> None:
+    """Where code runs, the same flags for every subcommand that starts kernels.
+
+    ``--python`` and ``--backend`` (session options) are its short forms.
+    """
+    group = parser.add_argument_group("environment (where code runs)")
+    group.add_argument(
+        "--env",
+        metavar="SPEC",
+        default=None,
+        help="local (this Python, default), python:<interpreter>, venv (cached, made on demand), "
+        "venv:<path>, docker or docker:<image>",
+    )
+    group.add_argument(
+        "--package",
+        dest="packages",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="a pip package to install into the venv or image (repeatable)",
+    )
+    group.add_argument(
+        "--requirements", metavar="FILE", help="a requirements file for the venv or image"
+    )
+    group.add_argument(
+        "--python-version", metavar="X.Y", help="Python version of a venv made on demand"
+    )
+    group.add_argument(
+        "--dockerfile", metavar="FILE", help="your Dockerfile, as the base of the Docker image"
+    )
+    group.add_argument(
+        "--network",
+        action="store_true",
+        help="give Docker kernels network access (default: none)",
+    )
+
+
+def _check_interpreter(python: str) -> None:
+    """A file given as the interpreter must be one this user can run."""
+    path = os.path.expanduser(python)
+    if os.path.isfile(path) and not os.access(path, os.X_OK):
+        raise InvalidArgument(
+            f"--python {python}: the file is not executable; give a Python interpreter "
+            f"(chmod +x it if it is one) or a virtual environment's folder"
+        )
+
+
+def environment_spec(args: argparse.Namespace) -> str | None:
+    """The ``--env`` spec the flags say, with ``--backend`` and ``--python`` as its short forms."""
+    spec: str | None = args.env
+    python = getattr(args, "python", None)
+    backend = getattr(args, "backend", None)
+    if python:
+        _check_interpreter(python)
+    if spec is not None and (python or backend):
+        given = "--python" if python else "--backend"
+        raise InvalidArgument(f"give --env or {given}, not both ({given} is short for --env)")
+    if python and backend == "docker":
+        raise InvalidArgument("--python is a local interpreter; it cannot go with --backend docker")
+    if spec is None and backend == "docker":
+        spec = "docker"
+    elif spec is None and python:
+        spec = f"python:{python}"
+    return spec
+
+
+def said_environment(args: argparse.Namespace) -> bool:
+    """Whether the flags ask for anything but the stock kernel (which needs no probe)."""
+    flags = (args.packages, args.requirements, args.python_version, args.dockerfile, args.network)
+    return environment_spec(args) not in (None, "local") or any(flags)
+
+
+_ENVIRONMENT_FLAGS = ("packages", "requirements", "python_version", "dockerfile", "network")
+
+
+def with_environment(args: argparse.Namespace, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Session ``kwargs`` with ``--env`` and its package flags resolved into ``environment``.
+
+    Without them, ``--python`` and ``--backend`` stay plain session options.
+    """
+    environment_spec(args)  # refuses contradictory or unusable --env/--python/--backend
+    if args.env is not None or any(getattr(args, f) for f in _ENVIRONMENT_FLAGS):
+        kwargs.pop("python", None)
+        kwargs.pop("backend", None)
+        kwargs["environment"] = environment_from_args(args)
+    return kwargs
+
+
+def environment_from_args(args: argparse.Namespace) -> Environment:
+    """The environment the flags of :func:`add_environment` describe."""
+    for option, value in (("--requirements", args.requirements), ("--dockerfile", args.dockerfile)):
+        if value and not os.path.isfile(os.path.expanduser(value)):
+            raise InvalidArgument(f"{option} {value}: no such file")
+    try:
+        return parse_environment(
+            environment_spec(args),
+            packages=args.packages,
+            python_version=args.python_version,
+            requirements_file=args.requirements,
+            dockerfile=args.dockerfile,
+            network=args.network,
+        )
+    except InvalidArgument:
+        raise
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None

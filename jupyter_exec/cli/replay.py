@@ -1,0 +1,181 @@
+"""``jupyter-exec replay``: re-run a notebook and report, cell by cell, whether it reproduced.
+
+The work itself is :func:`jupyter_exec.replay.replay`; this module turns the
+command line into its arguments and its report into text and an exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from jupyter_exec import safefs
+from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP
+from jupyter_exec.cli.options import (
+    Subparsers,
+    add_environment,
+    add_quiet,
+    add_session_options,
+    formatter,
+    non_negative_int,
+    session_kwargs,
+    with_environment,
+)
+from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, parse_rule
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.replay import ReplayReport, replay
+
+__all__ = ["add_replay_parser"]
+
+SESSION_OPTIONS = (
+    "work_dir",
+    "timeout",
+    "python",
+    "backend",
+    "kernel_name",
+    "startup_timeout",
+    "interrupt_grace",
+)
+"""The session options ``replay`` takes as flags (see ``SessionOptions``)."""
+
+
+EPILOG = f"""\
+examples:
+  jupyter-exec replay analysis.ipynb                  re-run, report per cell, exit 0 if same
+  jupyter-exec replay analysis.ipynb --report r.md    also write a Markdown report (or .json)
+  jupyter-exec replay run.ipynb --until 5             replay the first 5 code cells only
+  jupyter-exec replay plots.ipynb --image-tolerance 0.01 --pixel-threshold 8
+  jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
+  jupyter-exec replay out.ipynb --work-dir /tmp/scratch --output /tmp/scratch/again.ipynb
+  jupyter-exec replay nb.ipynb --env venv --package pandas==2.2   in another environment
+
+The replay is recorded to <work dir>/<stem>.replayed.ipynb (the original is never
+written); the work dir defaults to the notebook's folder. Before comparing,
+volatile text is normalised: memory addresses, uuids, temp names, dates and
+times, durations, tqdm rates, timeit loop counts, ipykernel file names
+(--list-rules shows them; --no-default-rules turns them off).
+
+{EXIT_STATUS_HELP}"""
+
+
+def add_replay_parser(subparsers: Subparsers) -> None:
+    """Register ``jupyter-exec replay``."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="re-run a notebook and report, cell by cell, whether it reproduced",
+        description="Re-execute a notebook's code cells in a fresh session and compare every "
+        "cell's outputs with the recorded ones: same / different (with a diff) / error now / "
+        "error before / skipped. Works on notebooks from jupyter-exec, JupyterLab, nbclient "
+        "and papermill (nbformat 4; v3 is upgraded).",
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    parser.add_argument("notebook", nargs="?", help="the .ipynb to replay")
+    parser.add_argument("--output", metavar="PATH", help="record the replay to this .ipynb")
+    parser.add_argument(
+        "--until", type=non_negative_int, metavar="N", help="replay the first N code cells only"
+    )
+    parser.add_argument("--report", metavar="FILE", help="write the report to FILE (.json or .md)")
+    compare = parser.add_argument_group("comparison")
+    compare.add_argument(
+        "--image-tolerance",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="images are the same if at most this fraction (0-1) of pixels differ",
+    )
+    compare.add_argument(
+        "--pixel-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a pixel differs only if a channel differs by more than N (0-255)",
+    )
+    compare.add_argument(
+        "--normalize",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="extra rule: REGEX (matches become <normalized>) or REGEX=>REPLACEMENT; repeatable",
+    )
+    compare.add_argument(
+        "--no-default-rules", action="store_true", help="do not apply the built-in rules"
+    )
+    compare.add_argument("--list-rules", action="store_true", help="print the built-in rules")
+    add_session_options(
+        parser,
+        SESSION_OPTIONS,
+        defaults={"kernel_name": None},
+        helps={
+            "work_dir": "the kernel's working directory (default: the notebook's folder, so "
+            "relative paths resolve as when it was recorded)",
+            "kernel_name": "the kernelspec to run (default: the notebook's own)",
+        },
+        aliases={"kernel_name": ["--kernel"]},
+    )
+    add_quiet(parser)
+    add_environment(parser)
+    parser.set_defaults(func=cmd_replay)
+
+
+def _print_rules(out: TextIO) -> None:
+    for rule in DEFAULT_RULES:
+        out.write(f"{rule.name:15} {rule.pattern.pattern}\n{'':15} e.g. {rule.example}\n")
+
+
+def _write_report(report: ReplayReport, path: Path) -> None:
+    text = (
+        json.dumps(report.to_dict(), indent=1) + "\n"
+        if path.suffix == ".json"
+        else report.to_markdown()
+    )
+    safefs.write_bytes(path.parent, path.name, text.encode("utf-8"))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Run ``jupyter-exec replay``: 0 reproduced, 1 differs; bad input raises (exit 2)."""
+    if args.list_rules:
+        _print_rules(sys.stdout)
+        return EXIT_OK
+    if not args.notebook:
+        raise InvalidArgument("a notebook is required: jupyter-exec replay NOTEBOOK.ipynb")
+    report_path = Path(args.report) if args.report else None
+    if report_path is not None and report_path.suffix not in (".json", ".md"):
+        raise InvalidArgument(f"--report must end in .json or .md, not {report_path.name!r}")
+    try:
+        rules = [parse_rule(r) for r in args.normalize]
+        tolerance = ImageTolerance(args.image_tolerance, args.pixel_threshold)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    kwargs: dict[str, Any] = session_kwargs(args, SESSION_OPTIONS)
+    with_environment(args, kwargs)
+    report = replay(
+        args.notebook,
+        output=args.output,
+        until=args.until,
+        rules=rules,
+        default_rules=not args.no_default_rules,
+        image_tolerance=tolerance,
+        progress=None if args.quiet else sys.stderr,
+        **kwargs,
+    )
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for cell in report.problems:
+        print(f"\n--- cell {cell.number}: {cell.status.replace('_', ' ')} ---")
+        for line in (
+            cell.error_before and f"error in the record: {cell.error_before}",
+            cell.error_now and f"error now: {cell.error_now}",
+            *cell.notes,
+        ):
+            if line:
+                print(line)
+        if cell.diff:
+            print(cell.diff)
+    if report_path is not None:
+        _write_report(report, report_path)
+    print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)
+    return EXIT_OK if report.reproduced else EXIT_FAILED

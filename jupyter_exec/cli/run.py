@@ -1,0 +1,267 @@
+"""``jupyter-exec run`` and ``jupyter-exec demo``: a file's code (or the demo's) in one session.
+
+Outputs are printed as they stream, then the files each cell produced; the
+session records its notebook as it goes, so a run stopped by Ctrl-C, SIGTERM
+or SIGHUP leaves a valid notebook holding every cell that ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP, EXIT_TIMEOUT, EXIT_USAGE
+from jupyter_exec.cli.options import (
+    Subparsers,
+    add_environment,
+    add_quiet,
+    add_session_options,
+    formatter,
+    said_environment,
+    session_kwargs,
+    with_environment,
+)
+from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
+from jupyter_exec.models import Execution
+from jupyter_exec.naming import safe_name
+from jupyter_exec.sync import Session, _LoopThread
+
+__all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
+
+RUN_EPILOG = f"""\
+examples:
+  jupyter-exec run analysis.py              run a script (cells split on '# %%' lines)
+  jupyter-exec run steps.md --work-dir out  a markdown file's code blocks in one session
+  jupyter-exec run old.ipynb --timeout 60   re-run a notebook's code cells, recorded anew
+  jupyter-exec run job.py --python .venv    another interpreter or virtual environment
+  jupyter-exec run job.py --backend docker  a hardened, network-less container
+  jupyter-exec run job.py --env venv --package polars   a venv made on demand
+  jupyter-exec run job.py -k                run every cell, even after one failed
+
+A .py file honours its coding declaration (PEP 263); other files are UTF-8.
+
+{EXIT_STATUS_HELP}"""
+
+DEMO_EPILOG = """\
+examples:
+  jupyter-exec demo                         in ./jupyter-exec-demo
+  jupyter-exec demo --backend docker        the same in a container
+"""
+
+
+class _Printer:
+    """Prints a cell's outputs as they stream, then the files it produced."""
+
+    def __init__(self, out: TextIO, err: TextIO, quiet: bool) -> None:
+        self.out, self.err, self.quiet = out, err, quiet
+
+    def on_output(self, event: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        kind = event.get("output_type")
+        if kind == "stream":
+            target = self.err if event.get("name") == "stderr" else self.out
+            target.write(event["text"])
+            target.flush()
+        elif kind in ("execute_result", "display_data"):
+            data = event.get("data", {})
+            text = data.get("text/plain")
+            rich = [m for m in data if m != "text/plain"]
+            if text is not None:
+                self.out.write(("".join(text) if isinstance(text, list) else text) + "\n")
+            if rich:
+                self.out.write(f"[{', '.join(rich)}]\n")
+            self.out.flush()
+
+    def after(self, execution: Execution) -> None:
+        if execution.error is not None:
+            self.err.write((execution.error.traceback or str(execution.error)).rstrip() + "\n")
+            if execution.status != "error":
+                self.err.write(f"{execution.error}\n")
+        for path in execution.files:
+            self.out.write(f"  -> {_shown(path)}\n")
+        self.out.flush()
+
+
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+SESSION_OPTIONS = (
+    "work_dir",
+    "notebook",
+    "name",
+    "timeout",
+    "python",
+    "backend",
+    "kernel_name",
+    "startup_timeout",
+    "interrupt_grace",
+    "max_output_chars",
+    "url",
+    "token",
+)
+"""The session options ``run`` and ``demo`` take as flags (see ``SessionOptions``)."""
+
+
+def _session_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The session's options: flags as given, or ``--env`` and its package flags resolved."""
+    kwargs = session_kwargs(args, SESSION_OPTIONS)
+    with_environment(args, kwargs)
+    kwargs["overwrite"] = True
+    return kwargs
+
+
+INTERRUPT_WAIT = 15.0
+"""Seconds a stopped command waits for the interrupted cell to end and be recorded."""
+
+
+def _execute(session: Session, source: str, printer: _Printer) -> Execution:
+    """Run one cell; when the command is stopped, the cell is interrupted *and recorded*.
+
+    Ctrl-C, SIGTERM and SIGHUP arrive as ``KeyboardInterrupt``: the kernel is
+    interrupted, and the cell, which then ends with its own KeyboardInterrupt,
+    is given :data:`INTERRUPT_WAIT` seconds to reach the notebook before the
+    session is closed, so the notebook holds every cell that ran.
+    """
+    live = session.async_session
+    loop = _LoopThread.loop()
+    future = asyncio.run_coroutine_threadsafe(
+        live.execute(source, on_output=printer.on_output), loop
+    )
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(live.interrupt(), loop).result(INTERRUPT_WAIT)
+            future.result(INTERRUPT_WAIT)
+        raise
+
+
+def _run_cells(
+    blocks: Sequence[CodeBlock], session: Session, printer: _Printer, keep_going: bool
+) -> int:
+    """Run ``blocks``; the exit status: 0, 1 after an error, 124 when the last failure timed out."""
+    status = EXIT_OK
+    for number, block in enumerate(blocks, start=1):
+        if not printer.quiet and len(blocks) > 1:
+            printer.out.write(f"--- [{number}/{len(blocks)}] ---\n")
+        execution = _execute(session, cell_source(block), printer)
+        printer.after(execution)
+        if not execution.ok:
+            status = EXIT_TIMEOUT if execution.status == "timeout" else EXIT_FAILED
+            if not keep_going:
+                break
+    return status
+
+
+def _summary(session: Session, status: int, total: int) -> None:
+    state = f"{total} cell(s) ran" if status == EXIT_OK else f"stopped with status {status}"
+    print(f"\n{state}; work dir: {session.work_dir}", file=sys.stderr)
+    if session.notebook_path:
+        print(f"notebook: {session.notebook_path}", file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    blocks = cells_from_file(path)  # our errors for a missing, mis-encoded or malformed file
+    if not blocks:
+        print(f"jupyter-exec: {path} holds no code to run", file=sys.stderr)
+        return EXIT_USAGE
+    kwargs = _session_kwargs(args)
+    if kwargs.get("name") is None:
+        kwargs["name"] = safe_name(path.stem)
+    printer = _Printer(sys.stdout, sys.stderr, args.quiet)
+    with Session(**kwargs) as session:
+        status = _run_cells(blocks, session, printer, args.keep_going)
+        _summary(session, status, len(blocks))
+    return status
+
+
+DEMO_CELLS = [
+    "import numpy as np\n"
+    "rng = np.random.default_rng(7)\n"
+    "x = rng.normal(size=200)\n"
+    "y = 2.5 * x + rng.normal(scale=0.6, size=200)\n"
+    "print(f'{len(x)} points generated')",
+    "slope, intercept = np.polyfit(x, y, 1)   # x and y are still here: state is kept\n"
+    "print(f'fit: y = {slope:.2f} x {intercept:+.2f}')",
+    "import matplotlib.pyplot as plt\n"
+    "fig, ax = plt.subplots(figsize=(5, 4))\n"
+    "ax.scatter(x, y, s=8, alpha=0.6)\n"
+    "xs = np.sort(x)\n"
+    "ax.plot(xs, slope * xs + intercept, color='crimson')\n"
+    "ax.set_title(f'least squares: slope {slope:.2f}')\n"
+    "plt.show()",
+    "fig.savefig('fit.png', dpi=120)   # a file the code writes itself\n'saved fit.png'",
+    "import pandas as pd\npd.DataFrame({'x': x, 'y': y}).describe().round(3)",
+]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    missing = [m for m in ("numpy", "matplotlib", "pandas") if importlib.util.find_spec(m) is None]
+    if missing and not said_environment(args):
+        print(
+            f"jupyter-exec demo needs {', '.join(missing)} in the kernel's Python.\n"
+            f"Fix: {sys.executable} -m pip install 'jupyter-exec[plot]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    kwargs = _session_kwargs(args)
+    kwargs["work_dir"] = args.work_dir or "jupyter-exec-demo"
+    kwargs["name"] = args.name or "demo"
+    printer = _Printer(sys.stdout, sys.stderr, args.quiet)
+    with Session(**kwargs) as session:
+        print(f"kernel {session.kernel_id} started; work dir {session.work_dir}\n")
+        blocks = [CodeBlock(c) for c in DEMO_CELLS]
+        status = _run_cells(blocks, session, printer, False)
+        _summary(session, status, len(DEMO_CELLS))
+    return status
+
+
+def _session_groups(parser: argparse.ArgumentParser, work_dir_help: str) -> None:
+    add_session_options(parser, SESSION_OPTIONS, helps={"work_dir": work_dir_help})
+    add_quiet(parser)
+    add_environment(parser)
+
+
+def add_run_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a .py, .md or .ipynb file in one session",
+        description="Run a file's code in one stateful session, printing outputs as they stream "
+        "and the files each cell produced. A .py file is split into cells on '# %%' lines; "
+        "a .md file runs its fenced code blocks in order (shell blocks as %%bash cells); "
+        "a .ipynb file runs its code cells. Everything is recorded in a notebook.",
+        epilog=RUN_EPILOG,
+        formatter_class=formatter,
+    )
+    parser.add_argument("file", help="the .py, .md, .sh or .ipynb file to run")
+    parser.add_argument(
+        "-k", "--keep-going", action="store_true", help="run the remaining cells after a failure"
+    )
+    _session_groups(parser, "kernel cwd and output folder (default: a new temporary dir)")
+    parser.set_defaults(func=cmd_run)
+
+
+def add_demo_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run a short demo analysis (state across cells, a plot, a notebook)",
+        description="Fit a line to random data across several cells, plot it, save the plot, "
+        "and record everything as a notebook in ./jupyter-exec-demo (or --work-dir).",
+        epilog=DEMO_EPILOG,
+        formatter_class=formatter,
+    )
+    _session_groups(parser, "kernel cwd and output folder (default: ./jupyter-exec-demo)")
+    parser.set_defaults(func=cmd_demo)

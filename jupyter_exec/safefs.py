@@ -1,0 +1,405 @@
+"""Every host-side write, rename, chown and read inside a folder a kernel can write.
+
+A Docker kernel writes the work dir (and its socket folder) as another user,
+while jupyter-exec on the host often runs as root. Any name the host opens
+there may have just been replaced by the kernel with a symbolic link to
+``/etc/shadow`` or to another user's home; a plain ``open(path, "w")`` would
+then write, truncate or chown the link's target. So nothing here resolves a
+path through the kernel's folders:
+
+* :meth:`Folder.open` starts from a *trusted root* (a directory the host
+  chose) and opens each further component with ``O_DIRECTORY | O_NOFOLLOW``,
+  relative to the previous one's descriptor: a link on the way is refused, and
+  swapping a component afterwards changes nothing, since the descriptor still
+  names the directory that was checked.
+* Files are created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a fresh
+  name, filled, then renamed over the final name (``renameat``: renames move
+  directory entries and never follow links). A final name that holds a link
+  is refused rather than replaced, so the person learns what the kernel did.
+* Existing files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked to be
+  regular files on the descriptor (a FIFO would block, a device would lie).
+* Ownership is changed with ``fchown`` on a descriptor, or ``fchownat`` with
+  ``AT_SYMLINK_NOFOLLOW``: never through a link.
+
+Errors are :class:`~jupyter_exec.StorageError` (an ``OSError``) naming the path, so a
+caller that keeps a cell despite a full disk keeps it despite a planted link too: ``errno``
+is ``ELOOP`` for a link where we would write or read (what ``O_NOFOLLOW`` itself answers),
+``ENOTDIR``/``EISDIR``/``EINVAL`` for an entry of the wrong kind, and the operating system's
+own for anything else (``ENOSPC`` for a full disk). A missing folder or file, when not asked
+to create it, is the plain ``FileNotFoundError``. A path that leaves the root (``..``, an
+absolute path) is a :class:`~jupyter_exec.WorkDirError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import functools
+import os
+import secrets
+import stat
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path, PurePath
+from types import TracebackType
+from typing import Any
+
+from jupyter_exec.exceptions import StorageError, WorkDirError
+
+__all__ = ["Folder", "storage_error", "write_bytes"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_IOV_MAX = 1024  # the POSIX minimum for writev's vector length
+_RENAME_EXCHANGE = 2
+
+
+def storage_error(exc: OSError, path: str | os.PathLike[str], doing: str) -> StorageError:
+    """Our :class:`StorageError` for ``exc``, raised while ``doing`` ("writing") ``path``."""
+    if isinstance(exc, StorageError):
+        return exc
+    reason = exc.strerror or str(exc)
+    hint = ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "; free some space (or raise the quota) and the session carries on"
+    elif exc.errno == errno.EFBIG:
+        hint = "; the file is larger than this process may write (ulimit -f)"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "; make the folder writable by this user"
+    error = StorageError(f"could not {doing} {os.fspath(path)}: {reason}{hint}", exc.errno)
+    error.__cause__ = exc
+    return error
+
+
+def _link_error(path: str, what: str) -> StorageError:
+    return StorageError(
+        f"refusing to {what} {path}: it is a symbolic link (planted by the kernel?), and "
+        "following it could reach files outside the work dir; remove it and try again",
+        errno.ELOOP,
+    )
+
+
+def _kind_error(path: str | os.PathLike[str], what: str, code: int) -> StorageError:
+    return StorageError(f"refusing to use {os.fspath(path)}: it is {what}", code)
+
+
+def _check_name(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise WorkDirError(f"{name!r} is not a plain file name inside the work dir")
+    return name
+
+
+def _relative_parts(relative: str | os.PathLike[str]) -> list[str]:
+    pure = PurePath(relative)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise WorkDirError(f"path {os.fspath(relative)!r} is outside the work dir")
+    return [p for p in pure.parts if p not in ("", ".")]
+
+
+def write_all(fd: int, chunks: Iterable[bytes]) -> None:
+    """Write every chunk with ``os.writev``, a vector at a time, resuming after short writes."""
+    pending = deque(memoryview(c) for c in chunks if c)
+    while pending:
+        batch = [pending[i] for i in range(min(_IOV_MAX, len(pending)))]
+        written = os.writev(fd, batch)
+        while written:
+            head = pending[0]
+            if written >= len(head):
+                written -= len(head)
+                pending.popleft()
+            else:
+                pending[0] = head[written:]
+                written = 0
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """glibc's ``renameat2`` (looked up once; None off Linux or with an older libc)."""
+    if sys.platform != "linux":
+        return None
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+class Folder:
+    """An open directory reached from a trusted root without following links.
+
+    Use it as a context manager (``with Folder.open(root, "a/b") as folder:``);
+    every method takes a plain name inside it.
+    """
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        relative: str | os.PathLike[str] = "",
+        *,
+        create: bool = False,
+        mode: int = 0o755,
+    ) -> Folder:
+        """The folder ``root/relative``; ``root`` itself is trusted, nothing below it is.
+
+        With ``create``, missing folders on the way are made (``mode``).
+        """
+        parts = _relative_parts(relative)
+        path = Path(root)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if not create:
+                raise
+            raise storage_error(
+                OSError(errno.ENOENT, "the folder does not exist"), path, "open the folder"
+            ) from None
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR:
+                raise _kind_error(path, "not a folder", errno.ENOTDIR) from None
+            raise storage_error(exc, path, "open the folder") from exc
+        for part in parts:
+            path = path / part
+            fd = cls._step(fd, part, path, create, mode)  # closes the parent, also on failure
+        return cls(fd, path)
+
+    @staticmethod
+    def _step(parent: int, name: str, path: Path, create: bool, mode: int) -> int:
+        """Open ``name`` in ``parent`` as a directory (closing ``parent``); never a link."""
+        try:
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    raise FileNotFoundError(errno.ENOENT, "no such folder", str(path)) from None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, mode, dir_fd=parent)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise
+            raise storage_error(
+                OSError(errno.ENOENT, "it vanished while being made"), path, "open the folder"
+            ) from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                st = _lstat_or_none(name, parent)
+                if st is not None and stat.S_ISLNK(st.st_mode):
+                    raise _link_error(str(path), "enter") from None
+                raise _kind_error(path, "not a folder", errno.ENOTDIR) from None
+            raise storage_error(exc, path, "open the folder") from exc
+        finally:
+            os.close(parent)
+        return fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def sub(self, name: str, *, create: bool = False, mode: int = 0o755) -> Folder:
+        """The folder ``name`` inside this one (a new descriptor; this one stays open)."""
+        _check_name(name)
+        return Folder(
+            self._step(os.dup(self.fd), name, self.path / name, create, mode), self.path / name
+        )
+
+    # -- looking -----------------------------------------------------------------------
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """The entry ``name`` itself (a link is not followed), or None if there is none."""
+        try:
+            return os.stat(_check_name(name), dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise storage_error(exc, self.path / name, "look at") from exc
+
+    def _refuse_unless_file(self, name: str, what: str) -> None:
+        """Raise unless ``name`` is missing or a regular file (the thing we may replace)."""
+        st = self.lstat(name)
+        if st is None or stat.S_ISREG(st.st_mode):
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise _link_error(str(self.path / name), what)
+        if stat.S_ISDIR(st.st_mode):
+            raise _kind_error(self.path / name, "a folder", errno.EISDIR)
+        raise _kind_error(self.path / name, "not a regular file", errno.EINVAL)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _open_new(self, name: str, mode: int) -> int:
+        return os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode,
+            dir_fd=self.fd,
+        )
+
+    def create(self, name: str, mode: int = 0o644) -> int:
+        """A new, empty file ``name`` open for writing (a descriptor the caller closes).
+
+        A regular file already there is replaced (unlinked first: we never write
+        into an inode someone else may hold); a link there is refused.
+        """
+        _check_name(name)
+        self._refuse_unless_file(name, "write")
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=self.fd)
+            return self._open_new(name, mode)
+        except FileExistsError:  # something appeared between the unlink and the open
+            raise StorageError(
+                f"refusing to write {self.path / name}: something else created it meanwhile",
+                errno.EEXIST,
+            ) from None
+        except OSError as exc:
+            raise storage_error(exc, self.path / name, "create") from exc
+
+    def write_atomic(
+        self,
+        name: str,
+        chunks: Iterable[bytes],
+        *,
+        mode: int = 0o644,
+        fsync: bool = False,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
+        """Replace ``name`` atomically with ``chunks``: a fresh temp file, then a rename.
+
+        ``owner`` (uid, gid) is set with ``fchown`` on the temp file before it
+        takes the final name. A link at ``name`` is refused.
+        """
+        _check_name(name)
+        self._refuse_unless_file(name, "write")
+        temp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = self._open_new(temp, mode)
+            try:
+                write_all(fd, chunks)
+                if owner is not None:
+                    os.fchown(fd, *owner)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=self.fd)
+            if exc.errno == errno.EISDIR:
+                raise _kind_error(self.path / name, "a folder", errno.EISDIR) from None
+            raise storage_error(exc, self.path / name, "write") from exc
+
+    def open_file(self, name: str, flags: int) -> int:
+        """Open the existing regular file ``name`` (``os.O_RDONLY`` / ``os.O_WRONLY`` ...).
+
+        Refuses a link or anything but a regular file; the descriptor is blocking.
+        """
+        _check_name(name)
+        try:
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _link_error(str(self.path / name), "open") from None
+            if exc.errno == errno.ENXIO:  # a FIFO with no reader
+                raise _kind_error(self.path / name, "not a regular file", errno.EINVAL) from None
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise storage_error(exc, self.path / name, "open") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _kind_error(self.path / name, "not a regular file", errno.EINVAL)
+        os.set_blocking(fd, True)
+        return fd
+
+    def read_bytes(self, name: str) -> bytes:
+        """The content of the regular file ``name`` (FileNotFoundError if there is none)."""
+        fd = self.open_file(name, os.O_RDONLY)
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return f.read()
+        except OSError as exc:
+            raise storage_error(exc, self.path / name, "read") from exc
+        finally:
+            os.close(fd)
+
+    # -- moving, removing, owning ------------------------------------------------------
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` in this folder (entries move; no link is followed)."""
+        try:
+            os.rename(_check_name(src), _check_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except OSError as exc:
+            raise storage_error(exc, self.path / dst, "rename into") from exc
+
+    def exchange(self, a: str, b: str) -> bool:
+        """Swap entries ``a`` and ``b`` atomically (``renameat2``); False where unsupported."""
+        renameat2 = _renameat2()
+        if renameat2 is None:
+            return False
+        result = renameat2(
+            self.fd, os.fsencode(_check_name(a)), self.fd, os.fsencode(_check_name(b)),
+            _RENAME_EXCHANGE,
+        )  # fmt: skip
+        if result == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOENT):
+            return False  # unsupported here, or no old file yet to swap with
+        raise storage_error(OSError(err, os.strerror(err)), self.path / b, "replace")
+
+    def unlink(self, name: str) -> None:
+        """Remove the entry ``name`` (a link itself, never its target); missing is fine."""
+        try:
+            os.unlink(_check_name(name), dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise storage_error(exc, self.path / name, "remove") from exc
+
+    def chown(self, uid: int, gid: int) -> None:
+        """Give this folder itself to ``uid:gid`` (``fchown`` on its descriptor)."""
+        try:
+            os.fchown(self.fd, uid, gid)
+        except OSError as exc:
+            raise storage_error(exc, self.path, "change the owner of") from exc
+
+    def entries(self) -> Iterator[os.DirEntry[str]]:
+        """The folder's entries (names only are trustworthy; stat them through this folder)."""
+        with os.scandir(self.fd) as it:
+            yield from it
+
+
+def _lstat_or_none(name: str, dir_fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def write_bytes(
+    root: str | os.PathLike[str], relative: str | os.PathLike[str], data: bytes
+) -> Path:
+    """Atomically write ``data`` to ``root/relative``, making its folders; returns the path."""
+    parts = _relative_parts(relative)
+    if not parts:
+        raise WorkDirError(f"{os.fspath(relative)!r} names no file")
+    *folders, name = parts
+    with Folder.open(root, os.path.join(*folders) if folders else "", create=True) as folder:
+        folder.write_atomic(name, [data])
+    return Path(root).joinpath(*parts)

@@ -1,0 +1,113 @@
+"""The REST API's errors: one table from jupyter-exec's exceptions to HTTP statuses and bodies.
+
+Handlers raise jupyter-exec's own exceptions (``SessionNotFound``,
+``InvalidArgument``...) and never choose a status themselves: the handlers'
+base class hands every exception to :func:`status_of` and :func:`error_body`,
+once, where tornado turns an exception into a response. The body is always::
+
+    {"error": "<what went wrong, a class name>", "message": "<what to fix>", "reason": "<HTTP>"}
+
+``error`` is the exception's class name for jupyter-exec's errors, so a
+client branches on it without parsing text; for refusals by Jupyter itself
+(no token, a foreign ``Host``, a method the route does not serve) it is the
+HTTP reason in one word (``Forbidden``, ``MethodNotAllowed``). A client's
+mistake is always a 4xx; a 5xx means the server could not do what was
+rightly asked (a kernel would not start, the disk is full) or a bug.
+"""
+
+from __future__ import annotations
+
+from http.client import responses
+from typing import Any
+
+from tornado.web import HTTPError
+
+from jupyter_exec.exceptions import (
+    BackendError,
+    InvalidArgument,
+    JupyterExecError,
+    KernelError,
+    KernelNotAliveError,
+    SessionClosedError,
+    SessionConflict,
+    SessionLimitError,
+    SessionNotFound,
+    StorageError,
+    WorkDirError,
+)
+
+__all__ = ["STATUS", "clip", "error_body", "status_of"]
+
+STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
+    (SessionNotFound, 404),
+    (InvalidArgument, 400),  # a bad field, name, path or value (InvalidRequest is one)
+    (WorkDirError, 400),  # a path that escapes the root, or a folder that cannot be made
+    (SessionConflict, 409),
+    (KernelNotAliveError, 409),  # the kernel was shut down outside the API
+    (SessionClosedError, 409),
+    (SessionLimitError, 429),
+    (StorageError, 507),  # the server's disk, not the client
+    (KernelError, 503),  # a kernel that would not start or died
+    (BackendError, 503),  # Docker, a gateway
+    (JupyterExecError, 500),
+)
+"""jupyter-exec's exceptions to HTTP statuses, most specific first; the first match wins."""
+
+MAX_MESSAGE = 2000
+"""Longest message sent back: a message quotes what the client sent, which may be huge."""
+
+
+def status_of(exc: BaseException | None) -> int | None:
+    """The HTTP status for one of jupyter-exec's exceptions; ``None`` for any other."""
+    if not isinstance(exc, JupyterExecError):
+        return None
+    return next(code for kind, code in STATUS if isinstance(exc, kind))
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters in all)"
+
+
+def _one_word(status: int) -> str:
+    return "".join(responses.get(status, "Error").replace("-", " ").title().split())
+
+
+def error_body(
+    status: int, exc: BaseException | None, method: str = "", allowed: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The JSON body for an error response (see the module docstring).
+
+    ``method`` and ``allowed`` (the route's methods) make a 405 say what would work.
+    """
+    reason = responses.get(status, "Error")
+    if isinstance(exc, JupyterExecError):
+        return {"error": type(exc).__name__, "message": clip(str(exc)), "reason": reason}
+    if isinstance(exc, HTTPError):
+        message = exc.log_message % exc.args if exc.log_message and exc.args else exc.log_message
+        if status == 405:
+            message = f"{method or 'this method'} is not served here; use {', '.join(allowed)}"
+        elif status == 403 and not message:
+            message = (
+                "not authenticated or not allowed: send the server's token "
+                "(Authorization: token ...), from a local Host unless remote access is on"
+            )
+        elif status == 404 and not message:
+            message = (
+                "no such endpoint here (or a cross-origin request, which Jupyter refuses: "
+                "see c.ServerApp.allow_origin)"
+            )
+        return {
+            "error": _one_word(status),
+            "message": clip(message or reason),
+            "reason": exc.reason or reason,
+        }
+    if status >= 500:
+        return {
+            "error": "InternalError",
+            "message": "the server failed unexpectedly (a bug in jupyter-exec); see the server log",
+            "reason": reason,
+        }
+    return {"error": _one_word(status), "message": reason, "reason": reason}
