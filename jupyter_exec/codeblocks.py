@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.safefs import write_bytes
 from jupyter_exec.sources import read_notebook, read_source
 from jupyter_exec.store import confined_path, writable_path
 
@@ -168,7 +169,7 @@ def _dedent(body: str, width: int) -> str:
 
 def _python_cells(source: str) -> list[CodeBlock]:
     if not _CELL_MARK_RE.search(source):
-        return [CodeBlock(source)]
+        return [CodeBlock(source)] if source.strip() else []
     parts = _CELL_MARK_RE.split(source)
     return [CodeBlock(p.strip("\n") + "\n") for p in parts if p.strip()]
 
@@ -194,7 +195,7 @@ def cells_from_file(path: str | os.PathLike[str]) -> list[CodeBlock]:
     if suffix in (".md", ".markdown"):
         return extract_code_blocks(text)
     if suffix in (".sh", ".bash"):
-        return [CodeBlock(text, "sh")]
+        return [CodeBlock(text, "sh")] if text.strip() else []
     return _python_cells(text)
 
 
@@ -230,7 +231,7 @@ def save_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> Path | Non
         raise WorkDirError(f"# filename: {block.filename} names a folder, not a file")
     path = writable_path(root, block.filename)
     text = block.code if block.code.endswith("\n") or not block.code else block.code + "\n"
-    path.write_text(text, encoding="utf-8")
+    write_bytes(root.resolve(), path.relative_to(root.resolve()), text.encode("utf-8"))
     return path
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from jupyter_exec.mime import MODEL_IMAGES
 from jupyter_exec.models import Execution
 from jupyter_exec.outputs import strip_ansi
+from jupyter_exec.safefs import write_bytes
 from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
 from jupyter_exec.store import confined_path
 
@@ -256,8 +257,8 @@ def _save_full(execution: Execution, text: str, save_dir: Path, work_dir: Path |
     root = work_dir if work_dir is not None else save_dir
     relative = os.path.relpath(save_dir / f"cell-{number:03d}-output.txt", root)
     path = confined_path(root, relative)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    base = root.resolve()
+    write_bytes(base, path.relative_to(base), text.encode("utf-8"))  # never through a link
     return path
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import os
 import stat
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.exceptions import NotebookError, WorkDirError
+from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.mime import is_split
 from jupyter_exec.safefs import Folder, write_all
 
@@ -274,10 +275,12 @@ class NotebookRecorder:
             with self._folder() as folder:
                 current = folder.lstat(name)
                 if current is not None and not stat.S_ISREG(current.st_mode):
-                    what = "a symbolic link" if stat.S_ISLNK(current.st_mode) else "not a file"
-                    raise WorkDirError(
-                        f"refusing to write the notebook {self.path}: it is {what} (planted by "
-                        "the kernel?); remove it and the next save writes the notebook"
+                    link = stat.S_ISLNK(current.st_mode)
+                    raise StorageError(
+                        f"refusing to write the notebook {self.path}: it is "
+                        f"{'a symbolic link (planted by the kernel?)' if link else 'not a file'}"
+                        "; remove it and the next save writes the notebook",
+                        errno.ELOOP if link else errno.EINVAL,
                     )
                 fd, patch = self._open_spare(folder, patch)
                 try:

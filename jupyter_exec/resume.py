@@ -9,12 +9,12 @@ the session's live record, so new cells are appended to it, numbering on.
 from __future__ import annotations
 
 import logging
-import shutil
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.naming import backup_notebook_name
 from jupyter_exec.recorder import new_cell_id
+from jupyter_exec.safefs import Folder
 
 if TYPE_CHECKING:
     from jupyter_exec.session import AsyncSession
@@ -47,7 +47,8 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
         if until < len(positions):
             keep = positions[until - 1] + 1 if until else 0
             backup = path.with_name(backup_notebook_name(path.stem))
-            shutil.copy2(path, backup)
+            with Folder.open(path.parent) as folder:  # never through a link the kernel made
+                folder.write_atomic(backup.name, [folder.read_bytes(path.name)])
             entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
             cells = cells[:keep]
         positions = positions[:until]

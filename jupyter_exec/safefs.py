@@ -21,11 +21,13 @@ path through the kernel's folders:
 * Ownership is changed with ``fchown`` on a descriptor, or ``fchownat`` with
   ``AT_SYMLINK_NOFOLLOW``: never through a link.
 
-Errors: a link or a non-directory where the walk expects a folder, or a link
-or non-regular file where a file is written or read, raise
-:class:`~jupyter_exec.WorkDirError` naming the path; any other failure of the
-operating system (a full disk, a read-only folder) raises
-:class:`~jupyter_exec.StorageError` with its ``errno``.
+Errors are :class:`~jupyter_exec.StorageError` (an ``OSError``) naming the path, so a
+caller that keeps a cell despite a full disk keeps it despite a planted link too: ``errno``
+is ``ELOOP`` for a link where we would write or read (what ``O_NOFOLLOW`` itself answers),
+``ENOTDIR``/``EISDIR``/``EINVAL`` for an entry of the wrong kind, and the operating system's
+own for anything else (``ENOSPC`` for a full disk). A missing folder or file, when not asked
+to create it, is the plain ``FileNotFoundError``. A path that leaves the root (``..``, an
+absolute path) is a :class:`~jupyter_exec.WorkDirError`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import secrets
 import stat
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import Any
@@ -70,11 +72,16 @@ def storage_error(exc: OSError, path: str | os.PathLike[str], doing: str) -> Sto
     return error
 
 
-def _link_error(path: str, what: str) -> WorkDirError:
-    return WorkDirError(
+def _link_error(path: str, what: str) -> StorageError:
+    return StorageError(
         f"refusing to {what} {path}: it is a symbolic link (planted by the kernel?), and "
-        "following it could reach files outside the work dir; remove it and try again"
+        "following it could reach files outside the work dir; remove it and try again",
+        errno.ELOOP,
     )
+
+
+def _kind_error(path: str | os.PathLike[str], what: str, code: int) -> StorageError:
+    return StorageError(f"refusing to use {os.fspath(path)}: it is {what}", code)
 
 
 def _check_name(name: str) -> str:
@@ -144,9 +151,15 @@ class Folder:
         path = Path(root)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if not create:
+                raise
+            raise storage_error(
+                OSError(errno.ENOENT, "the folder does not exist"), path, "open the folder"
+            ) from None
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
-                raise WorkDirError(f"{path} is not a directory") from None
+                raise _kind_error(path, "not a folder", errno.ENOTDIR) from None
             raise storage_error(exc, path, "open the folder") from exc
         for part in parts:
             path = path / part
@@ -161,16 +174,22 @@ class Folder:
                 fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
             except FileNotFoundError:
                 if not create:
-                    raise
+                    raise FileNotFoundError(errno.ENOENT, "no such folder", str(path)) from None
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, mode, dir_fd=parent)
                 fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise
+            raise storage_error(
+                OSError(errno.ENOENT, "it vanished while being made"), path, "open the folder"
+            ) from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 st = _lstat_or_none(name, parent)
                 if st is not None and stat.S_ISLNK(st.st_mode):
                     raise _link_error(str(path), "enter") from None
-                raise WorkDirError(f"{path} is not a directory") from None
+                raise _kind_error(path, "not a folder", errno.ENOTDIR) from None
             raise storage_error(exc, path, "open the folder") from exc
         finally:
             os.close(parent)
@@ -217,7 +236,9 @@ class Folder:
             return
         if stat.S_ISLNK(st.st_mode):
             raise _link_error(str(self.path / name), what)
-        raise WorkDirError(f"refusing to {what} {self.path / name}: it is not a regular file")
+        if stat.S_ISDIR(st.st_mode):
+            raise _kind_error(self.path / name, "a folder", errno.EISDIR)
+        raise _kind_error(self.path / name, "not a regular file", errno.EINVAL)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -242,8 +263,9 @@ class Folder:
                 os.unlink(name, dir_fd=self.fd)
             return self._open_new(name, mode)
         except FileExistsError:  # something appeared between the unlink and the open
-            raise WorkDirError(
-                f"refusing to write {self.path / name}: something else created it meanwhile"
+            raise StorageError(
+                f"refusing to write {self.path / name}: something else created it meanwhile",
+                errno.EEXIST,
             ) from None
         except OSError as exc:
             raise storage_error(exc, self.path / name, "create") from exc
@@ -280,7 +302,7 @@ class Folder:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=self.fd)
             if exc.errno == errno.EISDIR:
-                raise WorkDirError(f"cannot write {self.path / name}: it is a folder") from None
+                raise _kind_error(self.path / name, "a folder", errno.EISDIR) from None
             raise storage_error(exc, self.path / name, "write") from exc
 
     def open_file(self, name: str, flags: int) -> int:
@@ -295,13 +317,13 @@ class Folder:
             if exc.errno == errno.ELOOP:
                 raise _link_error(str(self.path / name), "open") from None
             if exc.errno == errno.ENXIO:  # a FIFO with no reader
-                raise WorkDirError(f"{self.path / name} is not a regular file") from None
+                raise _kind_error(self.path / name, "not a regular file", errno.EINVAL) from None
             if isinstance(exc, FileNotFoundError):
                 raise
             raise storage_error(exc, self.path / name, "open") from exc
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise WorkDirError(f"{self.path / name} is not a regular file")
+            raise _kind_error(self.path / name, "not a regular file", errno.EINVAL)
         os.set_blocking(fd, True)
         return fd
 
@@ -356,11 +378,6 @@ class Folder:
             os.fchown(self.fd, uid, gid)
         except OSError as exc:
             raise storage_error(exc, self.path, "change the owner of") from exc
-
-    def entries(self) -> Iterator[os.DirEntry[str]]:
-        """The folder's entries (names only are trustworthy; stat them through this folder)."""
-        with os.scandir(self.fd) as it:
-            yield from it
 
 
 def _lstat_or_none(name: str, dir_fd: int) -> os.stat_result | None:

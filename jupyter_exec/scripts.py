@@ -21,6 +21,7 @@ from typing import Any
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.kernel import kernel_interpreter
 from jupyter_exec.models import ScriptResult
+from jupyter_exec.safefs import write_bytes
 from jupyter_exec.store import confined_path, writable_path
 
 __all__ = ["SCRIPT_LANGUAGES", "TIMEOUT_EXIT_CODE", "run_script", "script_path"]
@@ -83,7 +84,7 @@ async def run_script(
 ) -> ScriptResult:
     """Write ``code`` to ``path`` and run it in the session's environment."""
     path = writable_path(work_dir, path.relative_to(work_dir.resolve()))
-    path.write_text(code, encoding="utf-8")
+    write_bytes(work_dir.resolve(), path.relative_to(work_dir.resolve()), code.encode("utf-8"))
     interpreter = _interpreter(language, kernel_argv)
     started = time.monotonic()
     run_in_container = getattr(provisioner, "run_command", None)

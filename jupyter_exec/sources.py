@@ -109,7 +109,9 @@ def _python_encoding(data: bytes, name: str) -> str:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
-        raise InvalidArgument(f"{name}: {exc.msg}; fix the coding declaration") from None
+        if "unknown encoding" in str(exc.msg) or "encoding problem" in str(exc.msg):
+            raise InvalidArgument(f"{name}: {exc.msg}; fix the coding declaration") from None
+        return "utf-8"  # no declaration and not UTF-8: decode() names the bad byte
     return encoding
 
 
@@ -117,6 +119,12 @@ def read_source(path: str | os.PathLike[str]) -> str:
     """The text of a script or markdown file to run; ``.py`` files honour PEP 263."""
     target = Path(path)
     data = read_bytes(target)
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise InvalidArgument(
+            f"{target.name} holds a NUL byte at offset {nul} ({_position(data, nul)}): it is "
+            "not a text file, or it is UTF-16; save it as UTF-8"
+        )
     if target.suffix.lower() in (".py", ".pyw"):
         encoding = _python_encoding(data, target.name)
         if encoding == "utf-8-sig":
@@ -216,6 +224,16 @@ def read_notebook(path: str | os.PathLike[str]) -> nbformat.NotebookNode:
     major = raw.get("nbformat")
     if not isinstance(major, int) or isinstance(major, bool) or major < 3 or major > 4:
         raise NotebookError(f"{target} is nbformat {major!r}; only versions 3 and 4 can be read")
+    if major == 4:  # validated as written first: a converter's crash would say less
+        try:
+            nbformat.validate(raw, version=4)
+        except nbformat.ValidationError as exc:
+            raise NotebookError(f"{target} is not a valid notebook: {exc.message}") from None
+        except Exception as exc:  # nbformat's validator trips over some shapes itself
+            raise NotebookError(
+                f"{target} is not a valid notebook ({type(exc).__name__}: {exc}); "
+                "its 'cells' must be a list of cell objects"
+            ) from None
     for string in _strings(raw):
         try:
             check_text(string, target.name)

@@ -89,8 +89,8 @@ class OutputStore:
 
         ``number`` is the output's 1-based position among the cell's rich
         outputs, so ``cell-003-2.png`` and ``cell-003-2.html`` are the same output.
-        Raises :class:`~jupyter_exec.StorageError` (disk full ...) or
-        :class:`~jupyter_exec.WorkDirError` (a link where a file goes).
+        Raises :class:`~jupyter_exec.StorageError` (``ENOSPC`` for a full disk,
+        ``ELOOP`` for a link where a file or folder goes).
         """
         saved: dict[str, Path] = {}
         used: set[str] = set()

@@ -73,8 +73,9 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int, int, int]]:
 def test_a_link_on_the_way_is_refused_and_names_the_path(work: Path, outside: Path) -> None:
     (work / "a").mkdir()
     (work / "a" / "b").symlink_to(outside)
-    with pytest.raises(WorkDirError, match=r"a/b: it is a symbolic link"):
+    with pytest.raises(StorageError, match=r"a/b: it is a symbolic link") as caught:
         Folder.open(work, "a/b/c", create=True)
+    assert caught.value.errno == errno.ELOOP
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
 
 
@@ -82,7 +83,7 @@ def test_a_link_inside_the_work_dir_is_refused_too(work: Path) -> None:
     """No exception for links that stay inside: the kernel can re-aim them at any moment."""
     (work / "real").mkdir()
     (work / "alias").symlink_to(work / "real")
-    with pytest.raises(WorkDirError, match="symbolic link"):
+    with pytest.raises(StorageError, match="symbolic link"):
         Folder.open(work, "alias")
 
 
@@ -103,7 +104,7 @@ def test_paths_leaving_the_root_are_refused(work: Path, relative: str) -> None:
 def test_write_atomic_refuses_a_link_at_the_final_name(work: Path, outside: Path) -> None:
     before = snapshot(outside)
     (work / "out.txt").symlink_to(outside / "secret")
-    with Folder.open(work) as folder, pytest.raises(WorkDirError, match=re.escape("out.txt")):
+    with Folder.open(work) as folder, pytest.raises(StorageError, match=re.escape("out.txt")):
         folder.write_atomic("out.txt", [b"evil"])
     assert snapshot(outside) == before
     assert sorted(p.name for p in work.iterdir()) == ["out.txt"]  # no temp file left
@@ -126,7 +127,7 @@ def test_create_replaces_a_file_but_refuses_a_link(work: Path, outside: Path) ->
         os.write(fd, b"new")
         os.close(fd)
         (work / "link.txt").symlink_to(outside / "secret")
-        with pytest.raises(WorkDirError, match=re.escape("link.txt")):
+        with pytest.raises(StorageError, match=re.escape("link.txt")):
             folder.create("link.txt")
     assert (work / "old.txt").read_text() == "new"
     assert (outside / "secret").read_text() == "untouched"
@@ -137,9 +138,9 @@ def test_read_refuses_links_and_fifos(work: Path, outside: Path) -> None:
     os.mkfifo(work / "fifo")
     (work / "plain").write_bytes(b"data")
     with Folder.open(work) as folder:
-        with pytest.raises(WorkDirError, match="symbolic link"):
+        with pytest.raises(StorageError, match="symbolic link"):
             folder.read_bytes("link")
-        with pytest.raises(WorkDirError, match="not a regular file"):
+        with pytest.raises(StorageError, match="not a regular file"):
             folder.read_bytes("fifo")  # would block forever if opened blocking
         assert folder.read_bytes("plain") == b"data"
         with pytest.raises(FileNotFoundError):
@@ -166,10 +167,10 @@ def test_store_refuses_links_at_the_final_name_and_the_old_temp_name(
     saved = store.save_bundle(0, 1, {"text/html": "<p>1</p>"})
     assert saved["text/html"].read_text() == "<p>1</p>"
     (folder / "cell-002-1.html").symlink_to(outside / "secret")
-    with pytest.raises(WorkDirError, match=re.escape("cell-002-1.html")):
+    with pytest.raises(StorageError, match=re.escape("cell-002-1.html")):
         store.save_bundle(1, 1, {"text/html": "<p>2</p>"})
     (folder / "cell-003-stdout.txt").symlink_to(outside / "secret")
-    with pytest.raises(WorkDirError, match=re.escape("cell-003-stdout.txt")):
+    with pytest.raises(StorageError, match=re.escape("cell-003-stdout.txt")):
         FileSpill(store, 2).write("stdout", "x" * 100)
     assert snapshot(outside) == before
 
@@ -267,7 +268,8 @@ def test_links_at_the_notebook_and_its_spare_are_refused(work: Path, outside: Pa
     rec.spare_path.symlink_to(outside / "secret")
     with pytest.raises(NotebookError, match="symbolic link") as caught:
         rec.append(code_cell(2))
-    assert isinstance(caught.value.__cause__, WorkDirError)
+    assert isinstance(caught.value.__cause__, StorageError)
+    assert caught.value.__cause__.errno == errno.ELOOP
     assert not os.path.lexists(rec.spare_path)  # the failed save removed the link itself
     rec.save()  # so saving works again, with both cells
     assert [c["id"] for c in json.loads(path.read_text())["cells"]] == ["c1", "c2"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from jupyter_exec import WorkDirError, mime
+from jupyter_exec import StorageError, WorkDirError, mime
 from jupyter_exec.store import (
     FileSpill,
     OutputStore,
@@ -124,9 +125,10 @@ def test_store_never_writes_through_a_symlinked_folder(tmp_path: Path) -> None:
     outside.mkdir()
     (root / "s_files").symlink_to(outside)
     store = OutputStore(root, "s_files")
-    with pytest.raises(WorkDirError):
+    with pytest.raises(StorageError, match="symbolic link") as saved:
         store.save_bundle(0, 1, {"text/html": "<p>x</p>"})
-    with pytest.raises(WorkDirError):
+    assert saved.value.errno == errno.ELOOP
+    with pytest.raises(StorageError, match="symbolic link"):
         FileSpill(store, 0).write("stdout", "x")
     assert list(outside.iterdir()) == []
 

@@ -17,13 +17,13 @@ from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
-    add_timeout,
+    add_session_options,
     environment_from_args,
     formatter,
     non_negative_float,
     non_negative_int,
     positive_int,
-    timeout_from_args,
+    session_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
@@ -72,7 +72,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     registry = SessionRegistry(
         root,
         environment,
-        timeout=timeout_from_args(args),
+        timeout=session_kwargs(args, ("timeout",))["timeout"],
         max_sessions=args.max_sessions,
         pool_size=args.pool_size,
         cull_idle_timeout=args.cull_idle,
@@ -133,7 +133,6 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         metavar="DIR",
         help="root of the sessions' work dirs, one folder per session (default ./jupyter-exec-mcp)",
     )
-    add_timeout(sessions, 600.0, per="call")
     sessions.add_argument(
         "--max-output-chars",
         type=positive_int,
@@ -164,6 +163,15 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         metavar="S",
         help="close sessions idle for S seconds; their files and notebook stay (0: never; "
         "default 0)",
+    )
+    add_session_options(
+        parser,
+        ("timeout", "python", "backend"),
+        title="session",
+        helps={
+            "timeout": "Seconds a call may run before it is interrupted; the session keeps "
+            "its state."
+        },
     )
     add_environment(parser)
     parser.set_defaults(func=cmd_mcp)

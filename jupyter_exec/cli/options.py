@@ -1,32 +1,39 @@
 """The option groups of ``jupyter-exec``, each declared once and shared by every subcommand.
 
-A subcommand takes the groups it needs: :func:`add_environment` (where code
-runs: ``--env``, ``--python``, ``--backend``, packages), :func:`add_timeout`,
-:func:`add_recording` (work dir, notebook, name) and :func:`add_quiet`; the
-values are read back with :func:`environment_from_args`. The help text of an
-option is written here once, so ``--timeout`` means the same everywhere.
+The session group is derived from :class:`~jupyter_exec.options.SessionOptions`:
+a flag per field a command asks for (``--timeout``, ``--work-dir``,
+``--kernel-name``, ...), its help and default taken from the field, so the
+command line, the Python API and the server say the same thing in the same
+words. :func:`session_kwargs` reads them back and validates them through
+``SessionOptions`` (a bad value exits 2 with what to fix). Beside it:
+:func:`add_environment` (where code runs, as ``--env`` and its package
+flags, for which ``--python`` and ``--backend`` are short forms) and
+:func:`add_quiet`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
 
 from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.options import Backend, SessionOptions, option_fields
 
 __all__ = [
     "add_environment",
     "add_quiet",
-    "add_recording",
-    "add_timeout",
+    "add_session_options",
     "environment_from_args",
     "formatter",
     "non_negative_float",
     "non_negative_int",
     "positive_int",
-    "timeout_from_args",
+    "said_environment",
+    "session_kwargs",
+    "with_environment",
 ]
 
 Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth importing
@@ -64,36 +71,82 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_timeout(parser: argparse._ActionsContainer, default: float, per: str = "cell") -> None:
-    """``--timeout S``: seconds per ``per`` before the code is interrupted (0: no limit)."""
-    parser.add_argument(
-        "--timeout",
-        type=non_negative_float,
-        default=default,
-        metavar="S",
-        help=f"seconds per {per} before it is interrupted (0: no limit; default {default:g})",
-    )
+def add_session_options(
+    parser: argparse.ArgumentParser,
+    names: Sequence[str],
+    *,
+    title: str = "session",
+    defaults: Mapping[str, Any] | None = None,
+    helps: Mapping[str, str] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """Flags for the :class:`SessionOptions` fields ``names``, in that order.
+
+    ``defaults`` and ``helps`` override a field's own for this command (the MCP
+    server's timeout is per call, replay's work dir is the notebook's folder);
+    ``aliases`` adds other spellings of a flag.
+    """
+    fields = {f.name: f for f in option_fields()}
+    group = parser.add_argument_group(title)
+    for name in names:
+        spec = fields[name]
+        flags = [f"--{name.replace('_', '-')}", *((aliases or {}).get(name, ()))]
+        default = (defaults or {}).get(name, spec.default)
+        text = (helps or {}).get(name, spec.help).replace("%", "%%")
+        text = text.replace(" (None: no limit)", "").rstrip(".")  # Python's words, not a flag's
+        if name == "notebook":
+            group.add_argument(
+                *flags,
+                metavar="PATH",
+                help="record to this .ipynb (default: <work dir>/<name>.ipynb)",
+            )
+            group.add_argument(
+                "--no-notebook", action="store_true", help="record no notebook (notebook=False)"
+            )
+        elif spec.type == "bool":
+            group.add_argument(*flags, action="store_true", help=text)
+        elif name == "backend":
+            group.add_argument(*flags, choices=get_args(Backend), default=None, help=text)
+        elif spec.type.startswith("float"):
+            shown = "0: no limit; " if "| None" in spec.type else ""
+            value = 0.0 if default is None else float(default)
+            group.add_argument(
+                *flags,
+                type=non_negative_float,
+                default=value,
+                metavar="S",
+                help=f"{text} ({shown}default {value:g})",
+            )
+        elif spec.type.startswith("int"):
+            group.add_argument(
+                *flags,
+                type=non_negative_int,
+                default=default,
+                metavar="N",
+                help=f"{text} (default {default:,})",
+            )
+        else:
+            metavar = {"work_dir": "DIR", "python": "PY"}.get(name, name.split("_")[-1].upper())
+            group.add_argument(*flags, metavar=metavar, default=default, help=text)
 
 
-def timeout_from_args(args: argparse.Namespace) -> float | None:
-    """The session's timeout: ``None`` for 0 (no limit)."""
-    value: float = args.timeout
-    return value or None
+def session_kwargs(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The session options the flags of ``names`` say, validated by ``SessionOptions``.
 
-
-def add_recording(parser: argparse.ArgumentParser, *, work_dir_help: str) -> None:
-    """Where a session works and what it records: ``--work-dir``, ``--notebook``, ``--name``."""
-    group = parser.add_argument_group("recording")
-    group.add_argument("--work-dir", metavar="DIR", help=work_dir_help)
-    group.add_argument(
-        "--notebook",
-        metavar="PATH",
-        help="record to this .ipynb (default: <work dir>/<name>.ipynb)",
-    )
-    group.add_argument("--no-notebook", action="store_true", help="do not record a notebook")
-    group.add_argument(
-        "--name", help="session name: names the notebook and the <name>_files folder"
-    )
+    A float option's 0 means ``None`` (no limit); options left unsaid are left out.
+    """
+    fields = {f.name: f for f in option_fields()}
+    values: dict[str, Any] = {}
+    for name in names:
+        value = getattr(args, name, None)
+        if name == "notebook" and getattr(args, "no_notebook", False):
+            value = False
+        elif fields[name].type.startswith("float") and "| None" in fields[name].type:
+            value = value or None
+        if value is not None or name == "timeout":
+            values[name] = value
+    SessionOptions.from_mapping(values)  # refuses a bad value now, with what to fix
+    return values
 
 
 def add_quiet(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +156,10 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
 
 
 def add_environment(parser: argparse.ArgumentParser) -> None:
-    """Where code runs, the same flags for every subcommand that starts kernels."""
+    """Where code runs, the same flags for every subcommand that starts kernels.
+
+    ``--python`` and ``--backend`` (session options) are its short forms.
+    """
     group = parser.add_argument_group("environment (where code runs)")
     group.add_argument(
         "--env",
@@ -111,19 +167,6 @@ def add_environment(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="local (this Python, default), python:<interpreter>, venv (cached, made on demand), "
         "venv:<path>, docker or docker:<image>",
-    )
-    group.add_argument(
-        "--python",
-        metavar="PY",
-        help="interpreter or venv to run the kernel with (needs ipykernel); "
-        "short for --env python:PY",
-    )
-    group.add_argument(
-        "--backend",
-        choices=["local", "docker"],
-        default=None,
-        help="local: a kernel process with your rights (trusted code); docker: a hardened, "
-        "network-less container; short for --env docker",
     )
     group.add_argument(
         "--package",
@@ -162,17 +205,19 @@ def _check_interpreter(python: str) -> None:
 def environment_spec(args: argparse.Namespace) -> str | None:
     """The ``--env`` spec the flags say, with ``--backend`` and ``--python`` as its short forms."""
     spec: str | None = args.env
-    if args.python:
-        _check_interpreter(args.python)
-    if spec is not None and (args.python or args.backend):
-        given = "--python" if args.python else "--backend"
+    python = getattr(args, "python", None)
+    backend = getattr(args, "backend", None)
+    if python:
+        _check_interpreter(python)
+    if spec is not None and (python or backend):
+        given = "--python" if python else "--backend"
         raise InvalidArgument(f"give --env or {given}, not both ({given} is short for --env)")
-    if args.python and args.backend == "docker":
+    if python and backend == "docker":
         raise InvalidArgument("--python is a local interpreter; it cannot go with --backend docker")
-    if spec is None and args.backend == "docker":
+    if spec is None and backend == "docker":
         spec = "docker"
-    elif spec is None and args.python:
-        spec = f"python:{args.python}"
+    elif spec is None and python:
+        spec = f"python:{python}"
     return spec
 
 
@@ -180,6 +225,22 @@ def said_environment(args: argparse.Namespace) -> bool:
     """Whether the flags ask for anything but the stock kernel (which needs no probe)."""
     flags = (args.packages, args.requirements, args.python_version, args.dockerfile, args.network)
     return environment_spec(args) not in (None, "local") or any(flags)
+
+
+_ENVIRONMENT_FLAGS = ("packages", "requirements", "python_version", "dockerfile", "network")
+
+
+def with_environment(args: argparse.Namespace, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Session ``kwargs`` with ``--env`` and its package flags resolved into ``environment``.
+
+    Without them, ``--python`` and ``--backend`` stay plain session options.
+    """
+    environment_spec(args)  # refuses contradictory or unusable --env/--python/--backend
+    if args.env is not None or any(getattr(args, f) for f in _ENVIRONMENT_FLAGS):
+        kwargs.pop("python", None)
+        kwargs.pop("backend", None)
+        kwargs["environment"] = environment_from_args(args)
+    return kwargs
 
 
 def environment_from_args(args: argparse.Namespace) -> Environment:

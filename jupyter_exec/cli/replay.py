@@ -18,19 +18,29 @@ from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
     add_quiet,
-    add_timeout,
-    environment_from_args,
+    add_session_options,
     formatter,
     non_negative_int,
-    said_environment,
-    timeout_from_args,
+    session_kwargs,
+    with_environment,
 )
 from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, parse_rule
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.replay import ReplayReport, replay
-from jupyter_exec.session import DEFAULT_TIMEOUT
 
 __all__ = ["add_replay_parser"]
+
+SESSION_OPTIONS = (
+    "work_dir",
+    "timeout",
+    "python",
+    "backend",
+    "kernel_name",
+    "startup_timeout",
+    "interrupt_grace",
+)
+"""The session options ``replay`` takes as flags (see ``SessionOptions``)."""
+
 
 EPILOG = f"""\
 examples:
@@ -64,14 +74,10 @@ def add_replay_parser(subparsers: Subparsers) -> None:
         formatter_class=formatter,
     )
     parser.add_argument("notebook", nargs="?", help="the .ipynb to replay")
-    parser.add_argument(
-        "--work-dir", metavar="DIR", help="kernel cwd (default: the notebook's folder)"
-    )
     parser.add_argument("--output", metavar="PATH", help="record the replay to this .ipynb")
     parser.add_argument(
         "--until", type=non_negative_int, metavar="N", help="replay the first N code cells only"
     )
-    add_timeout(parser, DEFAULT_TIMEOUT)
     parser.add_argument("--report", metavar="FILE", help="write the report to FILE (.json or .md)")
     compare = parser.add_argument_group("comparison")
     compare.add_argument(
@@ -99,7 +105,17 @@ def add_replay_parser(subparsers: Subparsers) -> None:
         "--no-default-rules", action="store_true", help="do not apply the built-in rules"
     )
     compare.add_argument("--list-rules", action="store_true", help="print the built-in rules")
-    parser.add_argument("--kernel", metavar="NAME", help="kernelspec (default: the notebook's)")
+    add_session_options(
+        parser,
+        SESSION_OPTIONS,
+        defaults={"kernel_name": None},
+        helps={
+            "work_dir": "the kernel's working directory (default: the notebook's folder, so "
+            "relative paths resolve as when it was recorded)",
+            "kernel_name": "the kernelspec to run (default: the notebook's own)",
+        },
+        aliases={"kernel_name": ["--kernel"]},
+    )
     add_quiet(parser)
     add_environment(parser)
     parser.set_defaults(func=cmd_replay)
@@ -134,16 +150,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         tolerance = ImageTolerance(args.image_tolerance, args.pixel_threshold)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
-    kwargs: dict[str, Any] = {}
-    if said_environment(args):
-        kwargs["environment"] = environment_from_args(args)
+    kwargs: dict[str, Any] = session_kwargs(args, SESSION_OPTIONS)
+    with_environment(args, kwargs)
     report = replay(
         args.notebook,
-        work_dir=args.work_dir,
         output=args.output,
         until=args.until,
-        timeout=timeout_from_args(args),
-        kernel_name=args.kernel,
         rules=rules,
         default_rules=not args.no_default_rules,
         image_tolerance=tolerance,

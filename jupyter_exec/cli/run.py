@@ -8,6 +8,8 @@ or SIGHUP leaves a valid notebook holding every cell that ran.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib.util
 import os
 import sys
@@ -20,18 +22,16 @@ from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
     add_quiet,
-    add_recording,
-    add_timeout,
-    environment_from_args,
+    add_session_options,
     formatter,
     said_environment,
-    timeout_from_args,
+    session_kwargs,
+    with_environment,
 )
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import safe_name
-from jupyter_exec.session import DEFAULT_TIMEOUT
-from jupyter_exec.sync import Session
+from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
 
@@ -97,22 +97,55 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+SESSION_OPTIONS = (
+    "work_dir",
+    "notebook",
+    "name",
+    "timeout",
+    "python",
+    "backend",
+    "kernel_name",
+    "startup_timeout",
+    "interrupt_grace",
+    "max_output_chars",
+    "url",
+    "token",
+)
+"""The session options ``run`` and ``demo`` take as flags (see ``SessionOptions``)."""
+
+
 def _session_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    # Nothing said: the stock kernelspec, with no interpreter probe on the way.
-    environment = environment_from_args(args) if said_environment(args) else None
-    notebook: Any = None
-    if args.no_notebook:
-        notebook = False
-    elif args.notebook:
-        notebook = args.notebook
-    return {
-        "work_dir": args.work_dir,
-        "environment": environment,
-        "notebook": notebook,
-        "name": args.name,
-        "timeout": timeout_from_args(args),
-        "overwrite": True,
-    }
+    """The session's options: flags as given, or ``--env`` and its package flags resolved."""
+    kwargs = session_kwargs(args, SESSION_OPTIONS)
+    with_environment(args, kwargs)
+    kwargs["overwrite"] = True
+    return kwargs
+
+
+INTERRUPT_WAIT = 15.0
+"""Seconds a stopped command waits for the interrupted cell to end and be recorded."""
+
+
+def _execute(session: Session, source: str, printer: _Printer) -> Execution:
+    """Run one cell; when the command is stopped, the cell is interrupted *and recorded*.
+
+    Ctrl-C, SIGTERM and SIGHUP arrive as ``KeyboardInterrupt``: the kernel is
+    interrupted, and the cell, which then ends with its own KeyboardInterrupt,
+    is given :data:`INTERRUPT_WAIT` seconds to reach the notebook before the
+    session is closed, so the notebook holds every cell that ran.
+    """
+    live = session.async_session
+    loop = _LoopThread.loop()
+    future = asyncio.run_coroutine_threadsafe(
+        live.execute(source, on_output=printer.on_output), loop
+    )
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(live.interrupt(), loop).result(INTERRUPT_WAIT)
+            future.result(INTERRUPT_WAIT)
+        raise
 
 
 def _run_cells(
@@ -123,7 +156,7 @@ def _run_cells(
     for number, block in enumerate(blocks, start=1):
         if not printer.quiet and len(blocks) > 1:
             printer.out.write(f"--- [{number}/{len(blocks)}] ---\n")
-        execution = session.execute(cell_source(block), on_output=printer.on_output)
+        execution = _execute(session, cell_source(block), printer)
         printer.after(execution)
         if not execution.ok:
             status = EXIT_TIMEOUT if execution.status == "timeout" else EXIT_FAILED
@@ -146,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"jupyter-exec: {path} holds no code to run", file=sys.stderr)
         return EXIT_USAGE
     kwargs = _session_kwargs(args)
-    if kwargs["name"] is None:
+    if kwargs.get("name") is None:
         kwargs["name"] = safe_name(path.stem)
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
     with Session(**kwargs) as session:
@@ -197,8 +230,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _session_groups(parser: argparse.ArgumentParser, work_dir_help: str) -> None:
-    add_recording(parser, work_dir_help=work_dir_help)
-    add_timeout(parser, DEFAULT_TIMEOUT)
+    add_session_options(parser, SESSION_OPTIONS, helps={"work_dir": work_dir_help})
     add_quiet(parser)
     add_environment(parser)
 
