@@ -70,7 +70,7 @@ class KernelActivity:
             stream = ZMQStream(stream)
         self._session = Session(config=session.config, key=session.key)
         self._stream = stream
-        stream.on_recv(self._on_message)
+        stream.on_recv(self._on_message, copy=False)  # frames, not copies of large outputs
         return True
 
     def close(self) -> None:
@@ -82,8 +82,8 @@ class KernelActivity:
     def _on_message(self, frames: list[Any]) -> None:
         assert self._session is not None
         try:
-            _, frames = self._session.feed_identities(frames)
-            msg = self._session.deserialize(frames, content=False)
+            _, frames = self._session.feed_identities(frames, copy=False)
+            msg = self._session.deserialize(frames, content=False, copy=False)
         except Exception:  # a message we cannot read tells us nothing
             return
         self.observe(msg)
