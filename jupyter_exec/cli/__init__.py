@@ -105,13 +105,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "jupyter-exec") -> in
         with stop_signals():
             return int(args.func(args))
     except Stopped as stop:
-        # Everything is cleaned up by now. Exit at once: a thread blocked reading stdin (the
-        # MCP stdio transport) would otherwise hold the interpreter until its client hangs up.
         print(f"\njupyter-exec: stopped by signal {stop.signum}", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-        os._exit(signal_status(stop.signum))
+        if getattr(args, "exit_at_once", False):
+            # A server has closed its sessions by now. A thread of its transport blocked
+            # reading stdin (MCP over stdio) would hold the interpreter until the client
+            # hangs up, so the process ends here, skipping only that wait.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(signal_status(stop.signum))
+        return signal_status(stop.signum)
     except KeyboardInterrupt:
         print("\njupyter-exec: interrupted", file=sys.stderr)
         return signal_status(2)
