@@ -47,15 +47,16 @@ QUIET_POLL = 0.25
 def resolve_python(python: str | os.PathLike[str]) -> Path:
     """An interpreter path from a path, a venv folder or a command name.
 
-    Raises :class:`~jupyter_exec.InvalidArgument` naming the path when it is
-    no interpreter this user can run.
+    Raises :class:`~jupyter_exec.KernelStartError` when there is none, and
+    :class:`~jupyter_exec.InvalidArgument` naming the path when it is a file
+    this user cannot run.
     """
     candidate = Path(python).expanduser()
     if candidate.is_dir():
         for sub in ("bin/python", "bin/python3", "Scripts/python.exe"):
             if (candidate / sub).exists():
                 return _runnable((candidate / sub).absolute())
-        raise InvalidArgument(
+        raise KernelStartError(
             f"{candidate} is a folder but not a virtual environment (no bin/python); "
             "give an interpreter or a venv"
         )
@@ -64,7 +65,7 @@ def resolve_python(python: str | os.PathLike[str]) -> Path:
     found = shutil.which(str(python))
     if found:
         return Path(found)
-    raise InvalidArgument(
+    raise KernelStartError(
         f"no Python interpreter at {python!r} (not a file, a venv or a command on PATH)"
     )
 
@@ -72,7 +73,7 @@ def resolve_python(python: str | os.PathLike[str]) -> Path:
 def _runnable(exe: Path) -> Path:
     if not exe.is_file() or not os.access(exe, os.X_OK):
         raise InvalidArgument(
-            f"the interpreter {exe} is not an executable file; "
+            f"the interpreter {exe} is not executable (or not a file); "
             f"make it executable (chmod +x {exe}) or give another interpreter"
         )
     return exe
