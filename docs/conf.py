@@ -117,16 +117,15 @@ jx_layers = [
     {
         "title": "Translation and input",
         "about": "Functions from one representation to another, tested without a kernel: "
-        "kernel messages to nbformat outputs, output comparison, code blocks from text and "
-        "the files people give us to run, the text a model is shown, Docker options to "
-        "engine arguments.",
-        "modules": ["outputs", "compare", "codeblocks", "sources", "llm", "docker.options"],
+        "kernel messages to nbformat outputs, output comparison, the files people give us to "
+        "run, Docker options to engine arguments.",
+        "modules": ["outputs", "compare", "sources", "docker.options"],
     },
     {
         "title": "Files in the work dir",
         "about": "Everything written on the host: output files, spills, the notebook and its "
         "atomic saves, link-safe writes in folders a kernel can write.",
-        "modules": ["store", "recorder", "recording", "safefs", "server.recorder"],
+        "modules": ["store", "recorder", "safefs", "server.recorder"],
     },
     {
         "title": "Kernels: launch and backends",
@@ -148,20 +147,21 @@ jx_layers = [
         "about": "Running one piece of code on a kernel: the cell runner (deadline, "
         "interrupt, death), the stream guard that keeps output floods in the kernel's work "
         "dir instead of host memory (its host side and the code it runs in the kernel), and "
-        "stateless script mode.",
-        "modules": ["runner", "guard", "inkernel", "scripts"],
+        "stateless script mode, and the code blocks taken from messages and Markdown files.",
+        "modules": ["runner", "guard", "inkernel", "scripts", "codeblocks"],
     },
     {
         "title": "Sessions and managers",
-        "about": "The engine (``AsyncSession``), its blocking face (``Session``), and many "
-        "named sessions with warm pools, limits and culling.",
-        "modules": ["session", "sync", "manager", "manager.*"],
+        "about": "The engine (``AsyncSession``) and its collaborators (the recording of each "
+        "cell, resuming from a notebook), its blocking face (``Session``), and many named "
+        "sessions with warm pools, limits and culling.",
+        "modules": ["session", "recording", "resume", "sync", "manager", "manager.*"],
     },
     {
         "title": "Features on sessions",
-        "about": "What is built from sessions but is not a front end itself: replay, "
-        "resume, and the agent runner shared by every agent adapter.",
-        "modules": ["replay", "resume", "agent"],
+        "about": "What is built from sessions but is not a front end itself: replay, the "
+        "agent runner shared by every agent adapter, and the text a model is shown.",
+        "modules": ["replay", "agent", "llm"],
     },
     {
         "title": "Front ends",
@@ -169,6 +169,7 @@ jx_layers = [
         "command line, the Jupyter server extension, the MCP server, the agent adapters.",
         "modules": [
             "__main__",
+            "*.__main__",
             "cli",
             "cli.*",
             "server",

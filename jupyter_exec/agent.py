@@ -22,25 +22,36 @@ framework's type. The rules therefore hold the same everywhere:
   failed shell block's own status, 1 for anything else.
 * **Files and images.** Every file a block produced (saved rich outputs and
   files the code wrote), and the images worth showing a multimodal model.
+
+:func:`run_script_blocks` is the stateless twin, for users of command-line
+executors: each block is saved (under its ``# filename:`` or a name derived
+from its content) and run as a new process in the session's environment
+(:meth:`AsyncSession.run_script`), each run recorded in the notebook as a
+``!python <file>`` cell with its output; languages a policy does not allow
+are only saved.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_exec.codeblocks import CodeBlock, cell_source, save_block
 from jupyter_exec.exceptions import InvalidArgument, WorkDirError
 from jupyter_exec.llm import DEFAULT_LLM_CHARS, exit_code, render
-from jupyter_exec.models import Execution
+from jupyter_exec.models import Execution, ScriptResult
+from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.sources import check_text
 
 __all__ = [
     "MAX_IMAGES",
     "MAX_IMAGE_BYTES",
+    "SCRIPT_POLICY",
     "AgentResult",
     "BlockResult",
     "images_for_model",
@@ -48,6 +59,7 @@ __all__ = [
     "not_run_notice",
     "run_block",
     "run_blocks",
+    "run_script_blocks",
 ]
 
 MAX_IMAGES = 4
@@ -70,6 +82,8 @@ class BlockResult:
     images: tuple[tuple[bytes, str], ...] = ()
     execution: Execution | None = None
     """The cell, when the block ran in the kernel (not for a block only saved or refused)."""
+    code_file: Path | None = None
+    """Where the block was saved, if it was."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,8 @@ class AgentResult:
     exit_code: int = 0
     files: tuple[Path, ...] = field(default=())
     images: tuple[tuple[bytes, str], ...] = field(default=())
+    code_file: Path | None = None
+    """The file the last block was saved to (stateless mode, and blocks only saved)."""
 
     @property
     def ok(self) -> bool:
@@ -166,7 +182,7 @@ def _save_only(block: CodeBlock, work_dir: Path) -> BlockResult:
     except WorkDirError as exc:
         return BlockResult(f"[not saved: {exc}]", 1)
     assert path is not None
-    return BlockResult(f"[saved {_relative(path, work_dir)}]", 0, (path,))
+    return BlockResult(f"[saved {_relative(path, work_dir)}]", 0, (path,), code_file=path)
 
 
 async def run_block(
@@ -216,12 +232,17 @@ async def run_blocks(
         done.append(result)
         if result.exit_code != 0:
             break
-    left = len(todo) - len(done)
+    return _combine(done, len(todo))
+
+
+def _combine(done: Sequence[BlockResult], total: int) -> AgentResult:
+    left = total - len(done)
     texts = [r.text for r in done if r.text]
     if left and done:
         texts.append(not_run_notice(left))
     files = list(dict.fromkeys(p for r in done for p in r.files))
     images = [image for r in done for image in r.images][:MAX_IMAGES]
+    saved = [r.code_file for r in done if r.code_file is not None]
     return AgentResult(
         blocks=tuple(done),
         not_run=left,
@@ -229,4 +250,115 @@ async def run_blocks(
         exit_code=done[-1].exit_code if done else 0,
         files=tuple(files),
         images=tuple(images),
+        code_file=saved[-1] if saved else None,
     )
+
+
+# -- stateless: each block its own process ----------------------------------------------------
+
+SCRIPT_POLICY: Mapping[str, bool] = {"python": True, "sh": True}
+"""Languages run as processes by default; every other block is saved only."""
+
+_SUFFIXES = {"python": ".py", "sh": ".sh", "javascript": ".js", "js": ".js", "typescript": ".ts"}
+
+
+def _script_name(block: CodeBlock) -> str:
+    """The file a block goes to: its own ``# filename:``, else a name from its content."""
+    if block.filename is not None:
+        return block.filename
+    digest = hashlib.sha256(block.code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    suffix = _SUFFIXES.get(block.language, f".{block.language or 'txt'}")
+    return f"tmp_code_{digest}{suffix}"
+
+
+def _script_text(result: ScriptResult, timeout: float | None, work_dir: Path, limit: int) -> str:
+    text = strip_ansi(result.output)
+    if len(text) > limit:
+        head = limit * 3 // 5
+        cut = len(text) - limit
+        text = (
+            f"{text[:head]}\n[... {cut:,} characters of output cut ...]\n{text[-(limit - head) :]}"
+        )
+    notes = []
+    if result.timed_out:
+        notes.append(f"[Timeout: the script ran past {timeout or 0:g} s and was killed]")
+    elif result.exit_code:
+        notes.append(f"[exit code {result.exit_code}]")
+    if result.files:
+        listed = ", ".join(_relative(p, work_dir) for p in result.files[:30])
+        notes.append(f"Files written (relative to the work dir): {listed}")
+    return "\n".join(part.rstrip("\n") for part in (text, *notes) if part.strip())
+
+
+def _record_script(session: AsyncSession, block: CodeBlock, result: ScriptResult) -> None:
+    """The run as a notebook cell that runs the same file again: ``!python <file>``."""
+    program = "python" if block.language == "python" else "bash"
+    relative = _relative(result.path, session.work_dir)
+    outputs = [{"output_type": "stream", "name": "stdout", "text": result.output}]
+    session.record_cell(
+        {
+            "cell_type": "code",
+            "source": f"!{program} {relative}",
+            "metadata": {"jupyter_exec": {"script": True, "exit_code": result.exit_code}},
+            "outputs": outputs if result.output else [],
+            "execution_count": None,
+        }
+    )
+
+
+async def run_script_block(
+    session: AsyncSession,
+    block: CodeBlock,
+    *,
+    timeout: float | None = None,
+    policy: Mapping[str, bool] = SCRIPT_POLICY,
+    max_output_chars: int = DEFAULT_LLM_CHARS,
+) -> BlockResult:
+    """Save ``block``; run it as its own process if ``policy`` allows its language."""
+    work_dir = session.work_dir
+    try:
+        check_text(block.code, "the code")
+    except InvalidArgument as exc:
+        return BlockResult(f"[not run: {exc}]", 1)
+    named = dataclasses.replace(block, filename=_script_name(block))
+    if not (block.runnable and policy.get(block.language, False)):
+        saved = _save_only(named, work_dir)
+        if saved.exit_code == 0 and block.runnable:
+            text = f"{saved.text} (not run: {block.language} is not allowed to run here)"
+            return dataclasses.replace(saved, text=text)
+        return saved
+    try:
+        result = await session.run_script(
+            block.code, block.language, named.filename, timeout=timeout
+        )
+    except WorkDirError as exc:
+        return BlockResult(f"[not run: {exc}]", 1)
+    _record_script(session, block, result)
+    limit = timeout if timeout is not None else session.timeout
+    return BlockResult(
+        _script_text(result, limit, work_dir, max_output_chars),
+        result.exit_code,
+        result.files,
+        code_file=result.path,
+    )
+
+
+async def run_script_blocks(
+    session: AsyncSession,
+    blocks: Iterable[CodeBlock],
+    *,
+    timeout: float | None = None,
+    policy: Mapping[str, bool] = SCRIPT_POLICY,
+    max_output_chars: int = DEFAULT_LLM_CHARS,
+) -> AgentResult:
+    """Each block a new process (or saved only), in order, stopping at the first failure."""
+    todo = list(blocks)
+    done: list[BlockResult] = []
+    for block in todo:
+        result = await run_script_block(
+            session, block, timeout=timeout, policy=policy, max_output_chars=max_output_chars
+        )
+        done.append(result)
+        if result.exit_code != 0:
+            break
+    return _combine(done, len(todo))

@@ -7,24 +7,34 @@
              ─► each code cell: execute ─► compare with the record [compare.py]
                                         ─► CellResult: same / different / error_now /
                                            error_before / skipped
+             ─► at the end, every cell a later cell changed (a display update) compared
+                again, on what it shows then
              ─► ReplayReport (.reproduced, .to_dict() for the server, .to_markdown())
 
 The work dir defaults to the notebook's folder, so relative paths the cells use
 resolve as they did when the notebook was recorded. Cells run top to bottom
 (not in the record's execution-count order, which is reported when it differs),
 and a failing cell does not stop the replay: every cell gets a verdict.
+
+A notebook's record is what a person sees at the end: a display a later cell
+updated (``update_display``, a ``DisplayHandle``) shows its last value in
+every cell showing that id, and ``clear_output(wait=True)`` has been applied.
+The replay is judged the same way: each cell is compared as soon as it ran
+(for the progress line and ``on_cell``), and again after the last cell if a
+later cell changed what it shows; the report holds the final verdict.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import itertools
 import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -221,9 +231,12 @@ def _judge(
     execution: Execution,
     rules: Sequence[Rule],
     tolerance: ImageTolerance,
+    shown: Sequence[Mapping[str, Any]] | None = None,
 ) -> CellResult:
+    """The verdict on one replayed cell; ``shown`` is what it shows now if not its own outputs."""
     recorded = list(cell.get("outputs", ()))
-    comparison = compare_outputs(recorded, execution.outputs, rules, tolerance)
+    outputs = execution.outputs if shown is None else shown
+    comparison = compare_outputs(recorded, outputs, rules, tolerance)
     before = _recorded_error(recorded)
     now = None if execution.ok or execution.error is None else str(execution.error)
     status: CellStatus
@@ -300,8 +313,30 @@ class _Progress:
         self.stream.flush()
         self.done += 1
 
+    def revise(self, result: CellResult) -> None:
+        """A verdict changed after a later cell changed what the cell shows."""
+        self.stream.write(
+            f"cell {result.number}: {_SHOWN[result.status]} on what it shows at the end "
+            "(a later cell updated its display)\n"
+        )
+        self.stream.flush()
+
 
 # -- the replay ------------------------------------------------------------------------
+
+
+class _ReplaySession(AsyncSession):
+    """The replay's session, which can also say what a recorded cell shows now."""
+
+    def shown_now(self, cell_index: int | None) -> list[dict[str, Any]] | None:
+        """A copy of cell ``cell_index``'s outputs in the notebook as it stands (None: none)."""
+        recorder = self._recorder
+        if recorder is None or cell_index is None or not 0 <= cell_index < len(recorder):
+            return None
+        return copy.deepcopy(list(recorder.cells[cell_index].get("outputs", ())))
+
+
+_REVISED = "judged on what it shows at the end: a later cell updated its display"
 
 
 def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]) -> str:
@@ -418,7 +453,8 @@ async def replay_async(
     progress:
         A stream for a one-line-per-cell progress display (e.g. ``sys.stderr``).
     on_cell:
-        Called (or awaited) with each :class:`CellResult` as soon as it is known.
+        Called (or awaited) with each :class:`CellResult` as soon as it is known,
+        and once more for a cell whose verdict a later cell's display update changed.
     session_kwargs:
         Passed to :class:`AsyncSession` (``python=``, ``docker=``, ``env=``,
         ``kernel_manager=`` ...), with ``backend`` and ``timeout``.
@@ -456,12 +492,15 @@ async def replay_async(
 
     async def emit(result: CellResult) -> None:
         results.append(result)
+        await emit_again(result)
+
+    async def emit_again(result: CellResult) -> None:
         if on_cell is not None:
             outcome = on_cell(result)
             if inspect.isawaitable(outcome):
                 await outcome
 
-    session = AsyncSession(
+    session = _ReplaySession(
         root,
         kernel_name,
         notebook=target,
@@ -471,6 +510,7 @@ async def replay_async(
         overwrite=True,
         **session_kwargs,
     )
+    ran: list[tuple[int, Mapping[str, Any], Execution]] = []
     async with session:
         for index, cell in enumerate(nb.cells):
             keep = until is None or index < last_run
@@ -478,6 +518,7 @@ async def replay_async(
                 if bar is not None:
                     bar.start(index + 1)
                 execution = await session.execute(str(cell.source))
+                ran.append((index, cell, execution))
                 result = _judge(index, cell, execution, chosen_rules, tolerance)
                 if bar is not None:
                     bar.finish(result)
@@ -493,6 +534,19 @@ async def replay_async(
             if keep and "papermill-error-cell-tag" not in tags:
                 _record_plain_cell(session, cell)
             await emit(_skipped(index, cell, why))
+        for index, cell, execution in ran:  # what later cells changed: judged on the end state
+            shown = session.shown_now(execution.cell_index)
+            if shown is None or shown == list(execution.outputs):
+                continue
+            position = next(i for i, r in enumerate(results) if r.index == index)
+            final = _judge(index, cell, execution, chosen_rules, tolerance, shown)
+            if final.status == results[position].status and final.diff == results[position].diff:
+                continue
+            final = replace(final, notes=(*final.notes, _REVISED))
+            results[position] = final
+            if bar is not None:
+                bar.revise(final)
+            await emit_again(final)
         report = ReplayReport(
             notebook=source,
             cells=tuple(results),

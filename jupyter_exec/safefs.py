@@ -41,7 +41,7 @@ import secrets
 import stat
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import Any
@@ -378,11 +378,6 @@ class Folder:
             os.fchown(self.fd, uid, gid)
         except OSError as exc:
             raise storage_error(exc, self.path, "change the owner of") from exc
-
-    def entries(self) -> Iterator[os.DirEntry[str]]:
-        """The folder's entries (names only are trustworthy; stat them through this folder)."""
-        with os.scandir(self.fd) as it:
-            yield from it
 
 
 def _lstat_or_none(name: str, dir_fd: int) -> os.stat_result | None:

@@ -702,3 +702,84 @@ def _no_stray_files() -> Iterator[None]:
     before = set(DATA.iterdir())
     yield
     assert set(DATA.iterdir()) == before
+
+
+# -- what a person sees: display updates from later cells, clear_output(wait=True) ----------
+#
+# tests/data/display-updates.ipynb and clear-output.ipynb are our own notebooks, recorded by
+# nbclient (NotebookClient(nb).execute()), so their outputs are what Jupyter shows at the end:
+# a display a later cell updated shows its last value in every cell showing that id.
+
+
+def _without_outputs(name: str) -> Any:
+    nb = nbformat.read(DATA / name, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+@pytest.mark.parametrize("name", ["display-updates.ipynb", "clear-output.ipynb"])
+async def test_what_nbclient_records_replays_with_no_difference(
+    name: str, tmp_path: Path, read_notebook: Any
+) -> None:
+    # The record made now, by nbclient itself, from the notebook's code.
+    nbclient = pytest.importorskip("nbclient")
+    recorded = _without_outputs(name)
+    await nbclient.NotebookClient(recorded, timeout=60, kernel_name="python3").async_execute()
+    notebook = tmp_path / name
+    nbformat.write(recorded, notebook)
+    seen: list[CellResult] = []
+    report = await replay_async(notebook, timeout=60, on_cell=seen.append)
+    assert report.reproduced, report.to_markdown()
+    assert {c.status for c in report.cells} == {"same", "skipped"}
+    # The replayed notebook shows what nbclient's does, cell by cell.
+    assert report.output is not None
+    ours = [c for c in read_notebook(report.output).cells if c.cell_type == "code"]
+    theirs = [c for c in recorded.cells if c.cell_type == "code"]
+    assert len(ours) == len(theirs)
+    for mine, its in zip(ours, theirs, strict=True):
+        assert compare_outputs(its.outputs, mine.outputs).same, its.source
+    if name == "display-updates.ipynb":
+        # Three cells show ids later cells update: first judged different, then the same.
+        revised = [c for c in report.cells if any("later cell updated" in n for n in c.notes)]
+        assert [c.number for c in revised] == [3, 4, 6]
+        assert [(c.number, c.status) for c in seen if c.number in (3, 4, 6)] == [
+            (3, "different"),
+            (4, "different"),
+            (6, "different"),
+            (3, "same"),
+            (4, "same"),
+            (6, "same"),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("name", "cell", "recorded", "changed"),
+    [
+        # A display a later cell updates: the record's final value differs from the replay's.
+        ("display-updates.ipynb", 3, "'finished'", "'done'"),
+        # The execute_result another cell updates.
+        ("display-updates.ipynb", 6, "'final answer'", "'last answer'"),
+        # After clear_output(wait=True) in a loop, only the last step shows.
+        ("clear-output.ipynb", 3, "step 4\n", "step 3\n"),
+    ],
+)
+def test_a_real_difference_in_a_final_state_is_still_reported(
+    name: str, cell: int, recorded: str, changed: str, tmp_path: Path
+) -> None:
+    text = (DATA / name).read_text()
+    nb = json.loads(text)
+    target = nb["cells"][cell - 1]
+    outputs = json.dumps(target["outputs"])
+    assert json.dumps(recorded)[1:-1] in outputs  # the data file holds what the test expects
+    target["outputs"] = json.loads(
+        outputs.replace(json.dumps(recorded)[1:-1], json.dumps(changed)[1:-1], 1)
+    )
+    (tmp_path / name).write_text(json.dumps(nb))
+    report = replay(tmp_path / name, timeout=60)
+    assert not report.reproduced
+    assert [c.number for c in report.problems] == [cell]
+    diff = report.problems[0].diff
+    assert f"-{changed.strip()}" in diff
+    assert f"+{recorded.strip()}" in diff

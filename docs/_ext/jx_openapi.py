@@ -20,13 +20,39 @@ from sphinx.application import Sphinx
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
+TABLE_RULE = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def table_cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def md_table_to_rst(rows: list[str]) -> list[str]:
+    """A Markdown pipe table (header, rule, rows) as an rst list-table."""
+    body = [table_cells(row) for row in rows if not TABLE_RULE.match(row)]
+    out = ["", ".. list-table::", "   :header-rows: 1", ""]
+    for cells in body:
+        out += [f"   * - {cells[0] or ' '}"] + [f"     - {cell or ' '}" for cell in cells[1:]]
+    return [*out, ""]
+
+
 def md_to_rst(text: str) -> list[str]:
-    """The Markdown subset OpenAPI descriptions use here (code spans, bullet lists) as rst."""
+    """The Markdown subset OpenAPI descriptions use here (code spans, lists, tables) as rst."""
     text = re.sub(r"(?<!`)`([^`\n]+)`(?!`)", r"``\1``", text.strip())
     text = re.sub(r"\*\*([^*]+)\*\*", r"**\1**", text)
+    lines: list[str] = []
+    table: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.lstrip().startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            lines += md_table_to_rst(table)
+            table = []
+        lines.append(line)
     out: list[str] = []
     in_list = False
-    for line in text.splitlines():
+    for line in lines[:-1]:
         is_item = line.startswith("- ")
         continues = in_list and line.startswith("  ")
         starts_or_ends = (is_item and not in_list) or (in_list and not is_item and not continues)
@@ -131,7 +157,7 @@ class OpenApi(GeneratedDirective):
                 for status, response in op.get("responses", {}).items():
                     if "$ref" in response:
                         response = responses[response["$ref"].rsplit("/", 1)[-1]]
-                        what = f"an :ref:`Error <{schema_label('Error')}>`"
+                        what = "an error (see :ref:`rest-errors`)"
                     else:
                         parts = [one_line(response.get("description", "")).rstrip(".")]
                         for mime, content in response.get("content", {}).items():
@@ -141,6 +167,7 @@ class OpenApi(GeneratedDirective):
                         what = "; ".join(p for p in parts if p)
                     fields.append(f"   * ``{status}``: {what}")
                 out += [*fields, ""]
+        out += [".. _rest-errors:", ""]
         out += underline("Errors", "-")
         for name, response in responses.items():
             out += [f"**{name}**: " + one_line(response.get("description", "")), ""]

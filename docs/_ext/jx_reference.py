@@ -349,13 +349,95 @@ def first_docstring_line(path: Path) -> str | None:
     return doc.strip().splitlines()[0].strip()
 
 
+def count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as handle:
+        return sum(1 for _ in handle)
+
+
 def layer_of(module: str, layers: list[dict[str, Any]]) -> int | None:
-    """Index of the first layer whose patterns match ``module`` (relative to the package)."""
+    """Index of the layer whose pattern matches ``module`` (relative to the package) best.
+
+    An exact name beats a wildcard, and a longer wildcard beats a shorter one, so
+    ``docker.options`` can sit in another layer than the rest of ``docker.*``.
+    """
     short = module[len(PACKAGE) + 1 :] if module != PACKAGE else "__init__"
+    best: tuple[tuple[bool, int], int] | None = None
     for index, layer in enumerate(layers):
-        if any(fnmatch.fnmatchcase(short, pattern) for pattern in layer["modules"]):
-            return index
-    return None
+        for pattern in layer["modules"]:
+            if fnmatch.fnmatchcase(short, pattern):
+                score = (not any(c in pattern for c in "*?["), len(pattern))
+                if best is None or score > best[0]:
+                    best = (score, index)
+    return None if best is None else best[1]
+
+
+def package_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``module`` imports (read with :mod:`ast`, nothing run)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return set()
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], node.module or ""])
+            else:
+                base = node.module or ""
+            names = [f"{base.rstrip('.')}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            while name not in known and "." in name:
+                name = name.rsplit(".", 1)[0]
+            if name in known and name != module:
+                found.add(name)
+    return found
+
+
+class LayerCheck(GeneratedDirective):
+    """Imports that point from an inner layer to an outer one: the map's honest footnote.
+
+    Not a warning: the layers are a description, and a module that needs another place shows
+    up here for a person to decide (move the module, or the import).
+    """
+
+    def lines(self) -> list[str]:
+        root = package_root(self.env.app)
+        layers: list[dict[str, Any]] = self.config.jx_layers
+        modules = dict(walk_modules(root))
+        outward = []
+        for name, path in modules.items():
+            here = layer_of(name, layers)
+            if here is None or name == PACKAGE:  # the package face re-exports every layer
+                continue
+            for target in sorted(package_imports(name, path, set(modules))):
+                there = layer_of(target, layers)
+                if there is not None and there > here:
+                    outward.append((name, here, target, there))
+        if not outward:
+            return [
+                "Every import points inwards (or stays within its layer): no module of an "
+                "inner layer imports one of an outer layer.",
+                "",
+            ]
+        out = [
+            f"{len(outward)} import(s) point outwards, from an inner layer to an outer one "
+            "(found by reading every module's imports; ``jupyter_exec/__init__.py``, the "
+            "public face, is left out):",
+            "",
+            ".. list-table::",
+            "   :header-rows: 1",
+            "",
+            "   * - module (layer)",
+            "     - imports (layer)",
+        ]
+        for name, here, target, there in outward:
+            out += [f"   * - ``{name}`` ({here + 1})", f"     - ``{target}`` ({there + 1})"]
+        return [*out, ""]
 
 
 class ModuleMap(GeneratedDirective):
@@ -396,12 +478,18 @@ class ModuleMap(GeneratedDirective):
             if not modules:
                 out += ["(No module in this layer today.)", ""]
                 continue
-            out += [".. list-table::", "   :header-rows: 1", "   :widths: 30 70", ""]
-            out += ["   * - module", "     - what it owns (its docstring's first line)"]
+            out += [".. list-table::", "   :header-rows: 1", "   :widths: 30 8 62", ""]
+            out += [
+                "   * - module",
+                "     - lines",
+                "     - what it owns (its docstring's first line)",
+            ]
             for name, path in modules:
                 line = first_docstring_line(path) or "(no docstring)"
                 rel = path.relative_to(root.parent).as_posix()
-                out += [f"   * - ``{name}``", "", f"       ``{rel}``", f"     - {line}"]
+                count = count_lines(path)
+                out += [f"   * - ``{name}``", "", f"       ``{rel}``", f"     - {count}"]
+                out += [f"     - {line}"]
             out.append("")
         return out
 
@@ -482,6 +570,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("jx-config-reference", ConfigReference)
     app.add_directive("jx-module-map", ModuleMap)
     app.add_directive("jx-layer-diagram", LayerDiagram)
+    app.add_directive("jx-layer-check", LayerCheck)
     app.add_directive("jx-benchmark-cases", BenchmarkCases)
     app.add_object_type(
         "configtrait",
@@ -490,3 +579,26 @@ def setup(app: Sphinx) -> dict[str, Any]:
         indextemplate="pair: %s; configuration option",
     )
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def print_module_map() -> None:
+    """The module map as plain text, one line per module (for notes and reviews)."""
+    import runpy
+
+    here = Path(__file__).resolve().parent
+    conf = runpy.run_path(str(here.parent / "conf.py"))
+    layers: list[dict[str, Any]] = conf["jx_layers"]
+    root = (here.parent / conf["jx_package_path"]).resolve()
+    rows = [(layer_of(name, layers), name, path) for name, path in walk_modules(root)]
+    titles = [layer["title"] for layer in layers] + ["Not yet placed"]
+    for index, title in enumerate(titles):
+        placed = [(n, p) for i, n, p in rows if (len(layers) if i is None else i) == index]
+        if placed:
+            print(f"{index + 1}. {title}")
+        for name, path in placed:
+            doc = first_docstring_line(path) or "(no docstring)"
+            print(f"   {name:<36} {count_lines(path):4d}  {doc}")
+
+
+if __name__ == "__main__":
+    print_module_map()

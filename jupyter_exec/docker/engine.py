@@ -23,7 +23,7 @@ from jupyter_exec.exceptions import (
     WorkDirError,
 )
 
-__all__ = ["connect", "docker_errors", "engine_url"]
+__all__ = ["connect", "docker_errors", "engine_url", "is_rootless"]
 
 HOW_TO_START = (
     "Start a Docker engine and try again: `sudo systemctl start docker` on Linux with systemd, "
@@ -104,3 +104,16 @@ def connect(docker_host: str = "", *, fresh: bool = False) -> docker.DockerClien
         with _clients_lock:
             client = _clients.setdefault(key, client)
     return client
+
+
+_rootless: dict[str, bool] = {}
+
+
+def is_rootless(client: docker.DockerClient, docker_host: str = "") -> bool:
+    """Whether the engine runs rootless (its ``SecurityOptions`` say ``name=rootless``); cached."""
+    key = engine_url(docker_host)
+    if key not in _rootless:
+        with docker_errors("asking the Docker engine how it runs"):
+            options = client.info().get("SecurityOptions") or []
+        _rootless[key] = any(str(o).split(",")[0] == "name=rootless" for o in options)
+    return _rootless[key]

@@ -3,12 +3,16 @@
 The rule, in order:
 
 1. An explicit ``user`` option ("UID[:GID]") wins.
-2. If this process is not root, the kernel runs as this process's uid:gid. It must be able to
+2. With a rootless engine (``dockerd-rootless``, where the container's root *is* the user who
+   runs the engine, and any other container uid is a subordinate id that owns nothing of
+   theirs), the kernel runs as the container's uid 0: the owner's own uid, without privileges
+   on the host, and nothing is lent.
+3. If this process is not root, the kernel runs as this process's uid:gid. It must be able to
    read our private connection file, and we must be able to connect to the ipc sockets it
    creates, so no other uid would work without root. The work dir must be writable by us.
-3. If this process is root, the kernel runs as the uid:gid that owns the work dir, so files it
+4. If this process is root, the kernel runs as the uid:gid that owns the work dir, so files it
    writes belong to that user on the host and nothing needs lending.
-4. If the work dir is owned by root, the kernel does **not** run as root. It runs as the
+5. If the work dir is owned by root, the kernel does **not** run as root. It runs as the
    unprivileged ``fallback_user`` (default 65532:65532, the "nonroot" id of distroless images),
    and only the work dir *itself* is lent to it, with the least change to the user's files: a
    POSIX ACL entry ``user:65532:rwx`` on that one folder (owner and contents untouched), so the
@@ -19,6 +23,9 @@ The rule, in order:
    ``jupyter-exec reap``. Only the exact folder that was lent (same device and inode, reached
    without following links) is ever changed back, so a kernel that swapped a path component for
    a link cannot redirect the change elsewhere, and a nested session's folder is never touched.
+   A folder that already had an ACL keeps its other entries; its mask is recomputed as
+   ``setfacl -m``/``-x`` do (the union of the group class), and a ``user:65532`` entry of
+   its own is replaced during the loan and removed after it.
 """
 
 from __future__ import annotations
@@ -47,12 +54,17 @@ _HEADER = struct.Struct("<I")
 
 @dataclass(frozen=True)
 class KernelUser:
-    """The ids the kernel runs as; ``lends`` when the work dir must be lent to them."""
+    """The ids the kernel runs as; ``lends`` when the work dir must be lent to them.
+
+    ``mapped``: the ids are inside a rootless engine's user namespace, where they stand for
+    this process's own user on the host.
+    """
 
     uid: int
     gid: int
     name: str
     lends: bool = False
+    mapped: bool = False
 
     @property
     def docker_user(self) -> str:
@@ -80,14 +92,21 @@ def check_work_dir(work_dir: Path) -> os.stat_result:
 
 
 def choose_user(
-    work_dir: Path, *, explicit: str = "", fallback: str = "65532:65532", euid: int | None = None
+    work_dir: Path,
+    *,
+    explicit: str = "",
+    fallback: str = "65532:65532",
+    euid: int | None = None,
+    rootless: bool = False,
 ) -> KernelUser:
     """Decide the kernel's uid:gid for ``work_dir`` (see the module docstring for the rule)."""
     st = check_work_dir(work_dir)
     euid = os.geteuid() if euid is None else euid
     if explicit:
         uid, gid = split_user(explicit)
-        return KernelUser(uid, gid, _name_for(uid))
+        return KernelUser(uid, gid, _name_for(uid), mapped=rootless)
+    if rootless:
+        return KernelUser(0, 0, _name_for(euid), mapped=True)
     if euid != 0:
         if not os.access(work_dir, os.W_OK | os.X_OK):
             raise WorkDirError(

@@ -14,7 +14,8 @@ How it works:
   link the kernel plants can make the host write or chown anything else.
 * **Work dir**: the ``cwd`` jupyter_client passes to ``start_kernel`` (JupyterLab passes the
   notebook's directory) is mounted at ``work_mount`` (``/work``) and is the kernel's cwd.
-* **User**: never root by default; see :mod:`jupyter_exec.docker.ownership` for the rule.
+* **User**: never root on the host by default (with a rootless engine the container's root is
+  your own uid); see :mod:`jupyter_exec.docker.ownership` for the rule.
 * **Hardening**: ``--init``, no network, read-only root with a tmpfs ``/tmp`` (``HOME=/tmp``),
   all capabilities dropped, no-new-privileges, memory (swap equal), cpu and pids limits. Every
   one is a trait below, so it can be relaxed from the kernelspec, a Jupyter config file
@@ -52,7 +53,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, Union, validate
 
 from jupyter_exec.docker import reap as reaping
-from jupyter_exec.docker.engine import connect, docker_errors
+from jupyter_exec.docker.engine import connect, docker_errors, is_rootless
 from jupyter_exec.docker.execcmd import exec_command
 from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, ensure_image
 from jupyter_exec.docker.options import (
@@ -260,7 +261,7 @@ class DockerProvisioner(KernelProvisionerBase):
                     f"the {MAX_SOCKET_PATH}-character limit of unix sockets; set "
                     "DockerProvisioner.run_root to a short directory such as /tmp"
                 )
-            if os.geteuid() != 0 and user.uid != os.geteuid():
+            if os.geteuid() != 0 and user.uid != os.geteuid() and not user.mapped:
                 raise KernelStartError(
                     f"user={self.user!r}: without root, the kernel can only run as your own uid "
                     f"({os.geteuid()}), since it must read the private connection file and you "
@@ -268,7 +269,7 @@ class DockerProvisioner(KernelProvisionerBase):
                 )
             with Folder.open(run_dir) as folder:
                 with folder.sub(SOCKET_DIR, create=True, mode=0o700) as sockets:
-                    if os.geteuid() == 0:
+                    if os.geteuid() == 0 and not user.mapped:
                         sockets.chown(user.uid, user.gid)
                 # Searchable, not listable or writable, by the kernel; mounted read-only too.
                 folder.sub(CONF_DIR, create=True, mode=0o711).close()
@@ -297,7 +298,7 @@ class DockerProvisioner(KernelProvisionerBase):
         info["key"] = key.decode() if isinstance(key, bytes) else key
         info["ip"] = f"{CONTAINER_RUN_DIR}/k"
         info["kernel_name"] = getattr(km, "kernel_name", "")
-        owner = (user.uid, user.gid) if os.geteuid() == 0 else None
+        owner = (user.uid, user.gid) if os.geteuid() == 0 and not user.mapped else None
         with Folder.open(self._run_dir, CONF_DIR) as folder:
             folder.write_atomic("kernel.json", [json.dumps(info).encode()], mode=0o400, owner=owner)
 
@@ -419,8 +420,9 @@ class DockerProvisioner(KernelProvisionerBase):
             on_line=self._progress,
         )
         if self._kernel_user is None or work_dir != self._work_dir:
+            rootless = await asyncio.to_thread(is_rootless, client, self.docker_host)
             self._kernel_user = choose_user(
-                work_dir, explicit=self.user, fallback=self.fallback_user
+                work_dir, explicit=self.user, fallback=self.fallback_user, rootless=rootless
             )
         self._work_dir = work_dir
         if self._run_dir is None or not self._run_dir.is_dir():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import select
 import shutil
@@ -37,6 +38,8 @@ import time
 from pathlib import Path
 
 __all__ = ["ensure_watchdog", "main"]
+
+log = logging.getLogger("jupyter_exec.docker")
 
 _lock = threading.Lock()
 _watched: dict[tuple[int, str], int] = {}  # (owner pid, docker host) -> write end of the pipe
@@ -70,6 +73,15 @@ def ensure_watchdog(docker_host: str = "") -> None:
                 check=True,
                 timeout=30,
             )
+        except (OSError, subprocess.SubprocessError) as exc:
+            # The kernel still starts: `reap` (and every later start) covers a crash instead.
+            os.close(write_end)
+            log.warning(
+                "could not start the Docker kernels' watchdog (%s); after a crash "
+                "of this process, `jupyter-exec reap` removes its containers",
+                exc,
+            )
+            return
         except BaseException:
             os.close(write_end)
             raise

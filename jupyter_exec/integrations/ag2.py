@@ -26,12 +26,13 @@ extra to install (``jupyter-exec[ag2]``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from jupyter_exec.agent import run_blocks
+from jupyter_exec.agent import SCRIPT_POLICY, run_blocks, run_script_blocks
 from jupyter_exec.codeblocks import CodeBlock, extract_code_blocks, normalise_language
 from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
@@ -39,7 +40,7 @@ from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.sync import Session, _LoopThread
 
-__all__ = ["MarkdownBlockExtractor", "SessionCodeExecutor"]
+__all__ = ["MarkdownBlockExtractor", "SessionCodeExecutor", "SessionCommandLineExecutor"]
 
 
 def _coding() -> ModuleType:
@@ -224,3 +225,61 @@ class SessionCodeExecutor:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class SessionCommandLineExecutor(SessionCodeExecutor):
+    """Stateless, as AG2's ``LocalCommandLineCodeExecutor`` / ``DockerCommandLineCodeExecutor``.
+
+    Each block is saved in the work dir, under its ``# filename:`` or a name
+    derived from its content, and run as a new process in the session's
+    environment (this machine, a venv, or the hardened container of
+    ``environment="docker"``); nothing stays in memory between blocks. Blocks
+    in languages that ``execution_policies`` does not allow (by default all
+    but Python and shell) are saved only. Every run is still recorded in the
+    session's notebook. Returns AG2's ``CommandLineCodeResult`` (with
+    ``code_file``). Switching from AG2's executor is one line::
+
+        executor = SessionCommandLineExecutor(work_dir="out", environment="docker")
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        *,
+        execution_policies: Mapping[str, bool] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(work_dir, **options)
+        self._cli_result_class: Any = _coding().CommandLineCodeResult
+        policy = dict(SCRIPT_POLICY)
+        for language, allowed in (execution_policies or {}).items():
+            policy[normalise_language(language)] = bool(allowed)
+        self.execution_policies = policy
+
+    def execute_code_blocks(self, code_blocks: Sequence[Any]) -> Any:
+        """Save and run each block as its own process; stop at the first that fails."""
+        live = self.session.async_session
+        blocks = [to_code_block(b) for b in code_blocks]
+        result = _LoopThread.run(
+            run_script_blocks(
+                live,
+                blocks,
+                timeout=self.timeout,
+                policy=self.execution_policies,
+                max_output_chars=self.max_output_chars,
+            )
+        )
+        return self._cli_result_class(
+            exit_code=result.exit_code,
+            output=result.text,
+            code_file=str(result.code_file) if result.code_file is not None else None,
+        )
+
+    def restart(self) -> None:
+        """Nothing to restart: every block already runs in a new process (warns, as AG2 does)."""
+        warnings.warn(
+            "SessionCommandLineExecutor.restart(): each block runs as a new process, so "
+            "there is no state to clear. No action is taken.",
+            UserWarning,
+            stacklevel=2,
+        )

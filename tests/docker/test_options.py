@@ -17,6 +17,7 @@ from traitlets.config import Config
 
 from jupyter_exec.cli import docker_main as cli_main
 from jupyter_exec.docker import PROVISIONER_NAME
+from jupyter_exec.docker.engine import is_rootless
 from jupyter_exec.docker.image import DEFAULT_IMAGE, BuildOptions
 from jupyter_exec.docker.options import (
     Limits,
@@ -240,6 +241,24 @@ def test_without_acls_only_the_folder_itself_is_lent_by_owner(
     assert (work.stat().st_uid, (work / "sub").stat().st_uid) == (65532, 0)  # one entry
     assert take_back(work, loan)
     assert work.stat().st_uid == 0
+
+
+def test_a_rootless_engine_runs_the_kernel_as_the_owner_itself(tmp_path: Path) -> None:
+    """Rootless Docker maps the container's uid 0 to the user running the engine."""
+    user = choose_user(tmp_path, euid=1000, rootless=True)
+    assert (user.docker_user, user.lends, user.mapped) == ("0:0", False, True)
+    assert lend(tmp_path, user) is None
+
+    class Engine:
+        def __init__(self, options: list[str]) -> None:
+            self.options = options
+
+        def info(self) -> dict[str, list[str]]:
+            return {"SecurityOptions": self.options}
+
+    rootless = ["name=seccomp,profile=default", "name=rootless", "name=cgroupns"]
+    assert is_rootless(Engine(rootless), "unix:///run/user/1000/docker.sock")  # type: ignore[arg-type]
+    assert not is_rootless(Engine(["name=seccomp,profile=default"]), "tcp://x:1")  # type: ignore[arg-type]
 
 
 def test_work_dir_errors(tmp_path: Path) -> None:
