@@ -47,16 +47,15 @@ QUIET_POLL = 0.25
 def resolve_python(python: str | os.PathLike[str]) -> Path:
     """An interpreter path from a path, a venv folder or a command name.
 
-    Raises :class:`~jupyter_exec.KernelStartError` when there is none, and
-    :class:`~jupyter_exec.InvalidArgument` naming the path when it is a file
-    this user cannot run.
+    Raises :class:`~jupyter_exec.InvalidArgument` naming the path when there
+    is none there, or it is a file this user cannot run.
     """
     candidate = Path(python).expanduser()
     if candidate.is_dir():
         for sub in ("bin/python", "bin/python3", "Scripts/python.exe"):
             if (candidate / sub).exists():
                 return _runnable((candidate / sub).absolute())
-        raise KernelStartError(
+        raise InvalidArgument(
             f"{candidate} is a folder but not a virtual environment (no bin/python); "
             "give an interpreter or a venv"
         )
@@ -65,7 +64,7 @@ def resolve_python(python: str | os.PathLike[str]) -> Path:
     found = shutil.which(str(python))
     if found:
         return Path(found)
-    raise KernelStartError(
+    raise InvalidArgument(
         f"no Python interpreter at {python!r} (not a file, a venv or a command on PATH)"
     )
 

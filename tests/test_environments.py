@@ -66,7 +66,7 @@ def test_docker_maps_to_backend_options(tmp_path: Path) -> None:
 
 def test_system_python() -> None:
     assert SystemPython().session_options() == {"python": sys.executable}
-    with pytest.raises(KernelStartError, match="no-such-python-here"):
+    with pytest.raises(InvalidArgument, match="no-such-python-here"):
         SystemPython("no-such-python-here").session_options()
 
 

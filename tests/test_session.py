@@ -32,6 +32,7 @@ from jupyter_exec import (
     Execution,
     ExecutionError,
     ExecutionTimeout,
+    InvalidArgument,
     KernelDiedError,
     KernelStartError,
     NotebookError,
@@ -772,7 +773,7 @@ def test_python_without_ipykernel_fails_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_python_that_is_not_there(tmp_path: Path) -> None:
-    with pytest.raises(KernelStartError, match="no-such-python"):
+    with pytest.raises(InvalidArgument, match="no-such-python"):
         Session(work_dir=tmp_path / "w", python=tmp_path / "no-such-python")
 
 

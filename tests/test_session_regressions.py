@@ -148,7 +148,7 @@ def test_a_failed_start_leaves_no_temporary_work_dir(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(KernelStartError):
         Session(kernel_name="no-such-kernel-anywhere")
-    with pytest.raises(KernelStartError):
+    with pytest.raises(InvalidArgument):
         Session(python=tmp_path / "no-such-python")
     assert list(tmp_path.iterdir()) == []
 
