@@ -192,3 +192,9 @@ def test_session_manager_takes_a_pathlike_root(tmp_path: Path) -> None:
     with SessionManager(root_dir=tmp_path / "root") as manager:
         assert manager.root == tmp_path / "root"
         assert manager.root.is_dir()
+
+
+def test_ipython_history_stays_in_memory(fresh_session: MakeSession) -> None:
+    """No SQLite write per cell (the largest cost of a warm round trip), as with nbclient."""
+    r = fresh_session().execute("get_ipython().history_manager.hist_file")
+    assert r.text == "':memory:'"
