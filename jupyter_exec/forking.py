@@ -1,0 +1,287 @@
+"""Forking a live local kernel: the host's side, from the request to a driven ``KernelHandle``.
+
+A fork is a copy-on-write ``os.fork()`` of the kernel process, so a child
+with a 500 MB namespace costs a few page tables, not a copy or a pickle::
+
+    fork_kernel(handle)
+      ├─ a new kernel manager: fresh ipc socket paths and key, its connection file written
+      ├─ a silent execute_request runs inkernel_fork.fork(connection file) in the kernel:
+      │    parent: os.fork(), reaps the child later, replies with the child's pid
+      │    child:  drops the parent's sockets, serves the new connection file with the
+      │            parent's shell (namespace, modules, history, hooks)
+      ├─ AdoptedProvisioner: the child is driven like any kernel (poll through a pidfd,
+      │    interrupt with SIGINT, kill with SIGKILL to its process group, files cleaned up)
+      └─ connect, wait until it answers: a ready KernelHandle
+
+A busy kernel is not refused: the request queues behind the running cell, as
+any execute_request does, and the fork happens when the cell ends; past
+``timeout`` the host gives up and the request, if it is still queued, expires
+in the kernel without forking. A dead kernel raises ``KernelNotAliveError``;
+a kernel that cannot fork (not ipykernel, not on this machine) ``ForkError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+
+from jupyter_exec.exceptions import ForkError, KernelNotAliveError
+from jupyter_exec.inkernel_fork import PID_EXPRESSION, fork_code
+from jupyter_exec.kernel import QUIET_POLL, KernelHandle, _ipc_base, _OneSpec
+
+__all__ = ["AdoptedProvisioner", "fork_kernel"]
+
+DEFAULT_FORK_TIMEOUT = 60.0
+"""Seconds to wait for the fork: the running cell, if any, then the child's first answer."""
+
+
+class _Process:
+    """A process this one did not start: liveness through a pidfd, signals to its group.
+
+    ``poll()`` has the shape of ``subprocess.Popen.poll`` (what sessions and
+    :func:`~jupyter_exec.kernel.describe_exit` read): ``None`` while it runs.
+    The real exit status belongs to its parent (the forked kernel), which
+    reaps it; here a process we killed reads as ``-SIGKILL``, any other end as 1.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.killed_by: int | None = None
+        self._ended = False
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._pidfd = None  # an old kernel: fall back on /proc
+
+    def alive(self) -> bool:
+        if self._ended:
+            return False
+        if self._pidfd is not None:
+            readable, _, _ = select.select([self._pidfd], [], [], 0)
+            self._ended = bool(readable)
+        else:
+            self._ended = not _running_in_proc(self.pid)
+        return not self._ended
+
+    def poll(self) -> int | None:
+        if self.alive():
+            return None
+        return -self.killed_by if self.killed_by else 1
+
+    def signal(self, signum: int) -> None:
+        """``signum`` to the process group the child leads (its subprocesses too)."""
+        if not self.alive():
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signum)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def _running_in_proc(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+class AdoptedProvisioner(KernelProvisionerBase):
+    """A kernel provisioner for a kernel process someone else started (a fork's child).
+
+    It cannot launch: ``adopt(pid)`` hands it the process. A restart of an
+    adopted kernel goes through the kernel manager's usual path, which makes
+    a fresh provisioner from the kernelspec: an empty kernel, as after any restart.
+    """
+
+    process: _Process | None = None
+
+    def adopt(self, pid: int, connection_info: KernelConnectionInfo) -> None:
+        self.process = _Process(pid)
+        self.connection_info = connection_info
+
+    @property
+    def has_process(self) -> bool:
+        return self.process is not None
+
+    async def poll(self) -> int | None:
+        return 0 if self.process is None else self.process.poll()
+
+    async def wait(self) -> int | None:
+        while self.process is not None and self.process.alive():
+            await _sleep(0.02)
+        return await self.poll()
+
+    async def send_signal(self, signum: int) -> None:
+        if self.process is not None and signum:
+            self.process.signal(signum)
+
+    async def kill(self, restart: bool = False) -> None:
+        if self.process is not None:
+            self.process.killed_by = signal.SIGKILL
+            self.process.signal(signal.SIGKILL)
+
+    async def terminate(self, restart: bool = False) -> None:
+        if self.process is not None:
+            self.process.signal(signal.SIGTERM)
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        raise ForkError("an adopted kernel cannot be launched; fork it again instead")
+
+    async def cleanup(self, restart: bool = False) -> None:
+        if self.process is not None:
+            self.process.close()
+
+    async def exit_description(self) -> str | None:
+        process = self.process
+        if process is None or process.alive():
+            return None
+        if process.killed_by:
+            return f"the forked kernel (pid {process.pid}) was killed by jupyter-exec"
+        return f"the forked kernel process (pid {process.pid}) ended"
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["pid"] = self.process.pid if self.process is not None else None
+        return info
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+def _child_manager(handle: KernelHandle, cwd: Path | None) -> AsyncKernelManager:
+    """A manager for the child with its own ipc socket paths and key, connection file written."""
+    spec = handle.spec if handle.spec is not None else KernelSpec(argv=[], language="python")
+    km = AsyncKernelManager(kernel_name="forked", kernel_spec_manager=_OneSpec(spec))
+    km.kernel_id = str(uuid.uuid4())
+    ipc_base = _ipc_base()
+    if ipc_base is None:
+        raise ForkError("no short enough path for the forked kernel's sockets (runtime dir)")
+    km.transport = "ipc"
+    km.ip = ipc_base
+    km.shutdown_wait_time = 3.0
+    km.write_connection_file()
+    env = dict(os.environ)
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    # What a restart relaunches from the kernelspec (a fresh, empty kernel).
+    launch_args: Any = {"cwd": str(cwd) if cwd is not None else None, "env": env}
+    km._launch_args = launch_args
+    return km
+
+
+def _forkable(handle: KernelHandle) -> None:
+    spec = handle.spec
+    metadata = (spec.metadata or {}) if spec is not None else {}
+    if "kernel_provisioner" in metadata:
+        name = metadata["kernel_provisioner"].get("provisioner_name", "?")
+        raise ForkError(f"forking a kernel run by the {name!r} provisioner is not supported yet")
+    if getattr(handle.km, "transport", None) not in ("ipc", "tcp") or not hasattr(
+        handle.km.provisioner, "process"
+    ):
+        raise ForkError("only a kernel running on this machine can be forked")
+    language = handle.kernel_info.get("language_info", {}).get("name")
+    implementation = handle.kernel_info.get("implementation")
+    if language != "python" or implementation not in ("ipython", None):
+        raise ForkError(
+            f"only IPython kernels can be forked (this one is {implementation or language!r})"
+        )
+
+
+async def _run_fork(handle: KernelHandle, code: str, deadline: float) -> dict[str, Any]:
+    msg_id = handle.kc.execute(
+        code,
+        silent=True,
+        store_history=False,
+        allow_stdin=False,
+        user_expressions={"pid": PID_EXPRESSION},
+    )
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            msg = await handle.shell.get(min(QUIET_POLL, remaining))
+        except queue.Empty:
+            if not await handle.is_alive():
+                raise KernelNotAliveError("the kernel died while forking") from None
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return dict(msg["content"])
+    raise ForkError(
+        "the kernel did not fork within the timeout (a cell still running?); "
+        "the queued request expires unforked"
+    )
+
+
+async def fork_kernel(
+    handle: KernelHandle,
+    *,
+    cwd: Path | None = None,
+    timeout: float = DEFAULT_FORK_TIMEOUT,
+) -> KernelHandle:
+    """A new kernel, connected and ready, that starts as a copy of ``handle``'s live state.
+
+    ``cwd`` is only what a later restart of the child starts in (a fork keeps
+    the parent's working directory). Waits for a running cell to end, up to
+    ``timeout`` seconds in all. Raises ``KernelNotAliveError`` for a dead
+    kernel and ``ForkError`` for one that cannot be forked or did not.
+    """
+    if not await handle.is_alive():
+        raise KernelNotAliveError("cannot fork a kernel that is not running; restart it first")
+    _forkable(handle)
+    started = time.monotonic()
+    deadline = started + timeout
+    km = _child_manager(handle, cwd)
+    try:
+        code = fork_code(str(km.connection_file), os.getpid(), time.time() + timeout)
+        reply = await _run_fork(handle, code, deadline)
+        if reply.get("status") != "ok":
+            raise ForkError(
+                f"the kernel could not fork: {reply.get('ename', 'error')}: {reply.get('evalue')}"
+            )
+        pid = _pid_from(reply)
+    except BaseException:
+        km.cleanup_connection_file()
+        raise
+    provisioner = AdoptedProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km)
+    provisioner.adopt(pid, km.get_connection_info())
+    km.provisioner = provisioner
+    kc = km.client()
+    kc.start_channels()
+    child = KernelHandle(km=km, kc=kc, spec=handle.spec)
+    try:
+        await child.wait_ready(max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        await child.shutdown(now=True)
+        raise
+    return child
+
+
+def _pid_from(reply: dict[str, Any]) -> int:
+    found = (reply.get("user_expressions") or {}).get("pid") or {}
+    text = (found.get("data") or {}).get("text/plain", "")
+    try:
+        pid = int(text)
+    except ValueError:
+        raise ForkError(f"the kernel forked but did not say the child's pid ({found})") from None
+    if pid <= 0:
+        raise ForkError(f"the kernel reported an impossible child pid {pid}")
+    return pid

@@ -1,0 +1,246 @@
+"""Forking live local kernels (jupyter_exec.forking): real ipykernel processes, real os.fork()."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_exec.exceptions import ForkError, KernelNotAliveError
+from jupyter_exec.forking import fork_kernel
+from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+DEADLINE = 60.0
+
+
+async def run(handle: KernelHandle, code: str) -> dict[str, Any]:
+    """Execute ``code``; its stream text, results (text/plain), mime types and error name."""
+    msg_id = handle.kc.execute(code)
+    found: dict[str, Any] = {"text": "", "results": [], "mimes": [], "error": None, "count": None}
+    end = time.monotonic() + DEADLINE
+    while True:
+        msg = await handle.iopub.get(max(0.1, end - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            found["text"] += content["text"]
+        elif kind in ("execute_result", "display_data"):
+            found["results"].append(content["data"].get("text/plain"))
+            found["mimes"].extend(content["data"])
+            if kind == "execute_result":
+                found["count"] = content["execution_count"]
+        elif kind == "error":
+            found["error"] = content["ename"]
+        elif kind == "status" and content["execution_state"] == "idle":
+            return found
+
+
+async def value(handle: KernelHandle, expression: str) -> Any:
+    found = await run(handle, f"import json as _j; print(_j.dumps({expression}))")
+    assert found["error"] is None, found
+    return json.loads(found["text"])
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited and been reaped (no /proc entry, or not our process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+async def wait_for(condition: Any, what: str) -> None:
+    end = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)
+
+
+def children_of(pid: int) -> set[int]:
+    found: set[int] = set()
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            found.update(int(p) for p in Path(path).read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+async def parent(tmp_path: Path) -> AsyncIterator[KernelHandle]:
+    handle = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=tmp_path)
+    try:
+        yield handle
+    finally:
+        await handle.shutdown(now=True)
+
+
+@pytest.fixture
+async def forks() -> AsyncIterator[list[KernelHandle]]:
+    """Children made by a test; killed at the end whatever happened."""
+    made: list[KernelHandle] = []
+    yield made
+    for child in made:
+        if child.km.has_kernel:
+            await child.shutdown(now=True)
+
+
+def child_pid(child: KernelHandle) -> int:
+    return int(child.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+
+def kernel_pid(handle: KernelHandle) -> int:
+    return int(handle.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+
+async def test_child_starts_from_parent_state_and_diverges(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    await run(
+        parent,
+        "import collections\nn = 41\ndata = {'a': [1, 2]}\nseen = collections.Counter('aab')",
+    )
+    last = await run(parent, "n")
+    child = await fork_kernel(parent, cwd=tmp_path)
+    forks.append(child)
+    assert child_pid(child) not in (os.getpid(), kernel_pid(parent))
+    # Variables, imports and history came across; numbering goes on from the parent's.
+    assert await value(child, "[n, data, seen['a'], 'collections' in dir()]") == [
+        41,
+        {"a": [1, 2]},
+        2,
+        True,
+    ]
+    shown = await run(child, "n + 1")
+    assert shown["results"] == ["42"]
+    assert shown["count"] is not None
+    assert shown["count"] > last["count"]
+    assert await value(child, "In[-1]") == "import json as _j; print(_j.dumps(In[-1]))"
+    # Each side changes only itself.
+    await run(child, "n = 1\ndata['a'].append(3)\nonly_child = True")
+    await run(parent, "only_parent = True")
+    assert await value(parent, "[n, data, 'only_child' in dir()]") == [41, {"a": [1, 2]}, False]
+    assert await value(child, "[n, data, 'only_parent' in dir()]") == [1, {"a": [1, 2, 3]}, False]
+    # No helper name of ours is left in either namespace.
+    for side in (parent, child):
+        assert await value(side, "[k for k in dir() if 'jx' in k or 'jupyter_exec' in k]") == []
+
+
+async def test_child_output_plots_and_interrupts(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    await run(parent, "import matplotlib.pyplot as plt")
+    child = await fork_kernel(parent, cwd=tmp_path)
+    forks.append(child)
+    out = await run(
+        child, "import os\nprint('py')\nos.write(1, b'fd\\n')\nplt.plot([1, 3, 2]); plt.show()"
+    )
+    assert out["error"] is None
+    assert "py" in out["text"]
+    assert "image/png" in out["mimes"]
+    # A SIGINT reaches the child's running cell (and only the child).
+    msg_id = child.kc.execute("import time\nprint('started', flush=True)\ntime.sleep(60)")
+    seen: list[str] = []
+    running = asyncio.ensure_future(_error_of(child, msg_id, seen))
+    await wait_for(lambda: "started" in "".join(seen), "the child runs the cell")
+    await child.km.interrupt_kernel()
+    assert await asyncio.wait_for(running, DEADLINE) == "KeyboardInterrupt"
+    assert await value(parent, "1 + 1") == 2
+
+
+async def _error_of(handle: KernelHandle, msg_id: str, seen: list[str]) -> str | None:
+    error = None
+    while True:
+        msg = await handle.iopub.get(DEADLINE)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            seen.append(msg["content"]["text"])
+        if msg["msg_type"] == "error":
+            error = msg["content"]["ename"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return error
+
+
+async def test_killed_child_leaves_no_process_or_file(parent: KernelHandle, tmp_path: Path) -> None:
+    child = await fork_kernel(parent, cwd=tmp_path)
+    pid = child_pid(child)
+    connection_file = Path(child.km.connection_file)
+    sockets = f"{child.km.ip}-*"
+    assert connection_file.exists()
+    assert glob.glob(sockets)
+    assert await child.is_alive()
+    await child.shutdown(now=True)
+    await wait_for(lambda: process_gone(pid), f"process {pid} is gone")
+    assert not connection_file.exists()
+    assert glob.glob(sockets) == []
+    assert pid not in children_of(kernel_pid(parent))
+    assert await value(parent, "'still here'") == "still here"
+
+
+async def test_polite_shutdown_ends_the_child(parent: KernelHandle, tmp_path: Path) -> None:
+    child = await fork_kernel(parent, cwd=tmp_path)
+    pid = child_pid(child)
+    await child.shutdown()
+    await wait_for(lambda: process_gone(pid), f"process {pid} is gone")
+
+
+async def test_child_outlives_its_parent_kernel(parent: KernelHandle, tmp_path: Path) -> None:
+    await run(parent, "kept = 'yes'")
+    child = await fork_kernel(parent, cwd=tmp_path)
+    try:
+        await parent.shutdown(now=True)  # kills the parent's whole process group
+        assert await value(child, "kept") == "yes"
+    finally:
+        await child.shutdown(now=True)
+
+
+async def test_fork_waits_for_the_running_cell(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    parent.kc.execute("import time\ntime.sleep(1)\nafter_sleep = 3")
+    child = await fork_kernel(parent, cwd=tmp_path)
+    forks.append(child)
+    assert await value(child, "after_sleep") == 3
+
+
+async def test_fork_that_times_out_never_happens(parent: KernelHandle, tmp_path: Path) -> None:
+    parent.kc.execute("import time\ntime.sleep(2)")
+    with pytest.raises(ForkError, match="did not fork within"):
+        await fork_kernel(parent, cwd=tmp_path, timeout=0.3)
+    # The queued request reaches the kernel after its deadline and is refused there.
+    assert await value(parent, "'after'") == "after"
+    assert children_of(kernel_pid(parent)) == set()
+
+
+async def test_dead_kernel_cannot_be_forked(parent: KernelHandle, tmp_path: Path) -> None:
+    os.kill(kernel_pid(parent), signal.SIGKILL)
+    await wait_for(lambda: parent.km.provisioner.process.poll() is not None, "the kernel died")  # type: ignore[union-attr]
+    with pytest.raises(KernelNotAliveError, match="not running"):
+        await fork_kernel(parent, cwd=tmp_path)
+
+
+async def test_fork_of_a_fork(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    await run(parent, "depth = 0")
+    child = await fork_kernel(parent, cwd=tmp_path)
+    forks.append(child)
+    await run(child, "depth += 1")
+    grandchild = await fork_kernel(child, cwd=tmp_path)
+    forks.append(grandchild)
+    await run(grandchild, "depth += 1")
+    assert [await value(k, "depth") for k in (parent, child, grandchild)] == [0, 1, 2]
