@@ -1,0 +1,146 @@
+"""Forking a live kernel against starting a fresh one and re-running the same cells.
+
+What an agent does today to get a second copy of its state is replay: a new
+kernel, then every cell again. A fork (:func:`jupyter_exec.forking.fork_kernel`)
+copies the process copy-on-write instead. For namespaces of 10, 100 and 500 MB
+(a float array made by the cells, as loading data would) each row gives:
+
+* **time**: fork until the child answers, against kernel start + re-running
+  the cells until the last one is done;
+* **memory**: what the child costs on its own (its private pages, from
+  ``/proc/<pid>/smaps_rollup``, after it ran one cell that touches nothing),
+  against the resident memory of the fresh kernel that holds the same data.
+
+The two are measured alternately in one run. ``python -m benchmarks --only fork``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.core import Config, Row, case, median, progress, scratch_dir
+from jupyter_exec.forking import fork_kernel
+from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+
+__all__ = ["fork_case"]
+
+MB = 1_000_000
+
+
+def _cells(megabytes: int) -> list[str]:
+    return [
+        "import numpy as np",
+        f"data = np.random.default_rng(0).random({megabytes * MB // 8})",
+        "total = float(data.sum())",
+    ]
+
+
+async def _run(handle: KernelHandle, code: str) -> None:
+    msg_id = handle.kc.execute(code)
+    deadline = time.monotonic() + 600
+    while True:
+        msg = await handle.iopub.get(max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "error":
+            raise RuntimeError(f"benchmark cell failed: {msg['content']['evalue']}")
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return
+
+
+def _memory(pid: int) -> tuple[float, float]:
+    """(private bytes, resident bytes) of ``pid``."""
+    private = resident = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Private_Clean", "Private_Dirty"):
+            private += int(rest.split()[0]) * 1024
+        elif key == "Rss":
+            resident = int(rest.split()[0]) * 1024
+    return float(private), float(resident)
+
+
+def _pid(handle: KernelHandle) -> int:
+    return int(handle.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+
+async def _fork_once(parent: KernelHandle, cwd: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    child = await fork_kernel(parent, cwd=cwd)
+    elapsed = time.perf_counter() - start
+    try:
+        await _run(child, "total")
+        private, _ = _memory(_pid(child))
+    finally:
+        await child.shutdown(now=True)
+    return elapsed, private
+
+
+async def _replay_once(megabytes: int, cwd: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    fresh = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
+    try:
+        for code in _cells(megabytes):
+            await _run(fresh, code)
+        elapsed = time.perf_counter() - start
+        _, resident = _memory(_pid(fresh))
+    finally:
+        await fresh.shutdown(now=True)
+    return elapsed, resident
+
+
+async def _measure(megabytes: int, repeats: int, cwd: Path) -> list[Row]:
+    parent = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
+    forks: list[tuple[float, float]] = []
+    replays: list[tuple[float, float]] = []
+    try:
+        for code in _cells(megabytes):
+            await _run(parent, code)
+        for i in range(repeats):
+            progress(f"fork {megabytes} MB: repeat {i + 1}/{repeats}")
+            order = ("fork", "replay") if i % 2 == 0 else ("replay", "fork")
+            for which in order:
+                if which == "fork":
+                    forks.append(await _fork_once(parent, cwd))
+                else:
+                    replays.append(await _replay_once(megabytes, cwd))
+    finally:
+        await parent.shutdown(now=True)
+    notes = f"n={repeats}; floor = new kernel + the {len(_cells(megabytes))} cells again"
+    return [
+        Row(
+            f"fork {megabytes} MB namespace (median)",
+            median([f[0] for f in forks]),
+            median([r[0] for r in replays]),
+            "s",
+            f"{notes}; fork until the child answers kernel_info",
+        ),
+        Row(
+            f"fork {megabytes} MB: memory of the copy (median)",
+            median([f[1] for f in forks]) / MB,
+            median([r[1] for r in replays]) / MB,
+            "MB",
+            "ours: the child's private pages after one cell; floor: the fresh kernel's RSS",
+        ),
+    ]
+
+
+@case("fork")
+def fork_case(cfg: Config) -> list[Row]:
+    """Fork of a live kernel with 10/100/500 MB of data vs a fresh kernel re-running the cells."""
+    sizes, repeats = ((10, 100), 2) if cfg.quick else ((10, 100, 500), 3)
+    rows: list[Row] = []
+    with scratch_dir("fork") as root:
+        for megabytes in sizes:
+            rows.extend(asyncio.run(_measure(megabytes, repeats, root)))
+    return rows
+
+
+if __name__ == "__main__":
+    for row in fork_case(Config.make(quick="--quick" in sys.argv)):
+        print(
+            f"{row.case:44} ours {row.ours:10.3f} {row.unit}  floor {row.floor:10.3f}  {row.notes}"
+        )
