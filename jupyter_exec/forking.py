@@ -41,13 +41,21 @@ from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.inkernel_fork import PID_EXPRESSION, fork_code
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle, _ipc_base, _OneSpec
 
-__all__ = ["AdoptedProvisioner", "fork_kernel"]
+__all__ = [
+    "AdoptedProvisioner",
+    "ForeignProcess",
+    "adopt_kernel",
+    "check_forkable",
+    "child_manager",
+    "fork_kernel",
+    "run_fork_request",
+]
 
 DEFAULT_FORK_TIMEOUT = 60.0
 """Seconds to wait for the fork: the running cell, if any, then the child's first answer."""
 
 
-class _Process:
+class ForeignProcess:
     """A process this one did not start: liveness through a pidfd, signals to its group.
 
     ``poll()`` has the shape of ``subprocess.Popen.poll`` (what sessions and
@@ -112,10 +120,10 @@ class AdoptedProvisioner(KernelProvisionerBase):
     a fresh provisioner from the kernelspec: an empty kernel, as after any restart.
     """
 
-    process: _Process | None = None
+    process: ForeignProcess | None = None
 
     def adopt(self, pid: int, connection_info: KernelConnectionInfo) -> None:
-        self.process = _Process(pid)
+        self.process = ForeignProcess(pid)
         self.connection_info = connection_info
 
     @property
@@ -170,9 +178,9 @@ async def _sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def _child_manager(handle: KernelHandle, cwd: Path | None) -> AsyncKernelManager:
+def child_manager(spec: KernelSpec | None, cwd: Path | None) -> AsyncKernelManager:
     """A manager for the child with its own ipc socket paths and key, connection file written."""
-    spec = handle.spec if handle.spec is not None else KernelSpec(argv=[], language="python")
+    spec = spec if spec is not None else KernelSpec(argv=[], language="python")
     km = AsyncKernelManager(kernel_name="forked", kernel_spec_manager=_OneSpec(spec))
     km.kernel_id = str(uuid.uuid4())
     ipc_base = _ipc_base()
@@ -190,7 +198,8 @@ def _child_manager(handle: KernelHandle, cwd: Path | None) -> AsyncKernelManager
     return km
 
 
-def _forkable(handle: KernelHandle) -> None:
+def check_forkable(handle: KernelHandle) -> None:
+    """Raise ``ForkError`` unless ``handle`` is a local IPython kernel."""
     spec = handle.spec
     metadata = (spec.metadata or {}) if spec is not None else {}
     if "kernel_provisioner" in metadata:
@@ -208,7 +217,17 @@ def _forkable(handle: KernelHandle) -> None:
         )
 
 
-async def _run_fork(handle: KernelHandle, code: str, deadline: float) -> dict[str, Any]:
+async def run_fork_request(handle: KernelHandle, code: str, deadline: float) -> int:
+    """Run fork or snapshot ``code`` silently in ``handle``; the new process's pid."""
+    reply = await _reply(handle, code, deadline)
+    if reply.get("status") != "ok":
+        raise ForkError(
+            f"the kernel could not fork: {reply.get('ename', 'error')}: {reply.get('evalue')}"
+        )
+    return _pid_from(reply)
+
+
+async def _reply(handle: KernelHandle, code: str, deadline: float) -> dict[str, Any]:
     msg_id = handle.kc.execute(
         code,
         silent=True,
@@ -246,27 +265,33 @@ async def fork_kernel(
     """
     if not await handle.is_alive():
         raise KernelNotAliveError("cannot fork a kernel that is not running; restart it first")
-    _forkable(handle)
+    check_forkable(handle)
     started = time.monotonic()
     deadline = started + timeout
-    km = _child_manager(handle, cwd)
+    km = child_manager(handle.spec, cwd)
     try:
         code = fork_code(str(km.connection_file), os.getpid(), time.time() + timeout)
-        reply = await _run_fork(handle, code, deadline)
-        if reply.get("status") != "ok":
-            raise ForkError(
-                f"the kernel could not fork: {reply.get('ename', 'error')}: {reply.get('evalue')}"
-            )
-        pid = _pid_from(reply)
+        pid = await run_fork_request(handle, code, deadline)
     except BaseException:
         km.cleanup_connection_file()
         raise
+    return await adopt_kernel(km, pid, handle.spec, deadline)
+
+
+async def adopt_kernel(
+    km: AsyncKernelManager, pid: int, spec: KernelSpec | None, deadline: float
+) -> KernelHandle:
+    """Drive process ``pid``, serving ``km``'s connection file, as a ready ``KernelHandle``.
+
+    On failure the process is killed and its files removed. ``deadline`` is
+    on the ``time.monotonic()`` clock.
+    """
     provisioner = AdoptedProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km)
     provisioner.adopt(pid, km.get_connection_info())
     km.provisioner = provisioner
     kc = km.client()
     kc.start_channels()
-    child = KernelHandle(km=km, kc=kc, spec=handle.spec)
+    child = KernelHandle(km=km, kc=kc, spec=spec)
     try:
         await child.wait_ready(max(1.0, deadline - time.monotonic()))
     except BaseException:

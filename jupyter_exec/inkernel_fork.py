@@ -1,4 +1,4 @@
-"""Code that runs inside an IPython kernel: copy-on-write fork of the live kernel process.
+"""Code that runs inside an IPython kernel: copy-on-write forks and snapshots of its process.
 
 The host sends this module's source in a silent ``execute_request``
 (:func:`fork_code`), with the connection file it prepared for the child. In
@@ -23,7 +23,12 @@ the kernel's main thread, between two statements of that request:
   frames of the request that forked it, which never resume; when it shuts
   down, the process ends with ``os._exit`` (no parent-owned finaliser runs).
 
-The child starts its own session (``setsid``), so signals the host sends to the
+A **snapshot** (:func:`snapshot`) is the same fork stopped half way: the
+child drops the old kernel but serves no client; it waits on a Unix socket
+and forks again, on request, into a kernel as above, so one frozen state can
+start any number of kernels (undo).
+
+A child starts its own session (``setsid``), so signals the host sends to the
 parent's process group (interrupt, kill) do not reach it, and it exits at once
 if the host process that asked for it goes away (``host_pid``, watched through
 a pidfd). It needs only the standard library, IPython and ipykernel >= 6.
@@ -33,9 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -59,7 +66,38 @@ def fork(connection_file: str, host_pid: int, deadline: float) -> int:
     unforked: a request that waited in the queue behind a long cell, and whose
     host has given up, must not leave a child nobody connects to.
     """
-    global last_pid
+    old_app = _forkable_app(deadline)
+    if not os.path.isfile(connection_file):
+        raise FileNotFoundError(f"jupyter-exec: no connection file at {connection_file}")
+    return _fork_then(lambda: _become_kernel(old_app, connection_file, host_pid))
+
+
+def snapshot(control_path: str, host_pid: int, deadline: float) -> int:
+    """Fork a frozen copy of this kernel that serves no client; return its pid (in the parent).
+
+    The copy waits on a Unix socket at ``control_path`` (bound here, before the
+    fork, so the host can connect as soon as this returns). Each request there,
+    one JSON line ``{"connection_file": ..., "host_pid": ...}``, forks the copy
+    again into a kernel serving that connection file, and is answered with
+    ``{"pid": ...}`` or ``{"error": ...}``. The copy itself never changes: it
+    can start any number of kernels, each from the state it froze.
+    """
+    old_app = _forkable_app(deadline)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(control_path)
+        os.chmod(control_path, 0o600)
+        listener.listen(8)
+        return _fork_then(lambda: _serve_snapshot(old_app, listener, host_pid))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(control_path)
+        raise
+    finally:
+        listener.close()  # the parent's copy: the snapshot keeps its own
+
+
+def _forkable_app(deadline: float) -> Any:
     if time.time() > deadline:
         raise TimeoutError("jupyter-exec: the fork request expired before the kernel reached it")
     from ipykernel.kernelapp import IPKernelApp
@@ -68,9 +106,12 @@ def fork(connection_file: str, host_pid: int, deadline: float) -> int:
         raise RuntimeError("jupyter-exec: fork needs an IPython kernel started by IPKernelApp")
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("jupyter-exec: fork must run in the kernel's main thread")
-    old_app = IPKernelApp.instance()
-    if not os.path.isfile(connection_file):
-        raise FileNotFoundError(f"jupyter-exec: no connection file at {connection_file}")
+    return IPKernelApp.instance()
+
+
+def _fork_then(child_main: Any, *, reap_in_thread: bool = True) -> int:
+    """``os.fork()``; the child runs ``child_main`` and exits, the parent gets the pid."""
+    global last_pid
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -79,17 +120,21 @@ def fork(connection_file: str, host_pid: int, deadline: float) -> int:
         pid = os.fork()
     if pid:
         last_pid = pid
-        threading.Thread(target=_reap, args=(pid,), name="jupyter-exec reaper", daemon=True).start()
+        if reap_in_thread:
+            threading.Thread(
+                target=_reap, args=(pid,), name="jupyter-exec reaper", daemon=True
+            ).start()
         return pid
+    code = 0
     try:
-        _become_kernel(old_app, connection_file, host_pid)
+        child_main()
     except BaseException:
+        code = 70
         with contextlib.suppress(Exception):
             import traceback
 
             traceback.print_exc(file=sys.__stderr__)
-        os._exit(70)
-    os._exit(0)
+    os._exit(code)
 
 
 def _reap(pid: int) -> None:
@@ -97,13 +142,82 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _become_kernel(old_app: Any, connection_file: str, host_pid: int) -> None:
-    """In the child: drop the parent's kernel and serve ``connection_file`` with its shell."""
-    os.setsid()
+def _detach(old_app: Any) -> None:
+    """In a child: a session of its own, and nothing of the parent's kernel left in use."""
+    with contextlib.suppress(OSError):
+        os.setsid()  # the parent's group gets the host's interrupts and kills, not us
     _abandoned.append(old_app)
     _mute(old_app)
     _restore_std_fds()
     signal.set_wakeup_fd(-1)  # it may name the old loop's self-pipe, shared with the parent
+    _leave_cell(old_app.shell, old_app.kernel)
+
+
+def _serve_snapshot(old_app: Any, listener: socket.socket, host_pid: int) -> None:
+    """The snapshot's life: start kernels on request, until the host ends or it is killed."""
+    _detach(old_app)
+    try:
+        host = os.pidfd_open(host_pid) if host_pid > 0 else None
+    except (AttributeError, OSError):
+        host = None
+    while True:
+        watched: list[Any] = [listener] if host is None else [listener, host]
+        ready, _, _ = select.select(watched, [], [], 1.0)
+        _reap_finished()
+        if host is not None and host in ready:
+            return
+        if host is None and host_pid > 0 and not _exists(host_pid):
+            return
+        if listener in ready:
+            connection, _ = listener.accept()
+            with connection:
+                _answer(connection, old_app, listener, host)
+
+
+def _answer(connection: socket.socket, old_app: Any, listener: socket.socket, host: Any) -> None:
+    connection.settimeout(30.0)
+    try:
+        request = json.loads(connection.makefile("rb").readline())
+        connection_file, host_pid = str(request["connection_file"]), int(request["host_pid"])
+        if not os.path.isfile(connection_file):
+            raise FileNotFoundError(f"no connection file at {connection_file}")
+
+        def become() -> None:
+            listener.close()
+            if host is not None:
+                os.close(host)
+            _become_kernel(old_app, connection_file, host_pid)
+
+        reply: dict[str, Any] = {"pid": _fork_then(become, reap_in_thread=False)}
+    except Exception as exc:
+        reply = {"error": f"{type(exc).__name__}: {exc}"}
+    with contextlib.suppress(OSError):
+        connection.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def _reap_finished() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _become_kernel(old_app: Any, connection_file: str, host_pid: int) -> None:
+    """In the child: drop the parent's kernel and serve ``connection_file`` with its shell."""
+    _detach(old_app)
     with contextlib.suppress(Exception):
         asyncio.events._set_running_loop(None)
     with contextlib.suppress(Exception):
@@ -115,7 +229,6 @@ def _become_kernel(old_app: Any, connection_file: str, host_pid: int) -> None:
     shell = old_app.shell
     kernel = old_app.kernel
     _abandoned.extend((kernel, shell))
-    _leave_cell(shell, kernel)
     kernel_class = type(kernel)
     type(old_app).clear_instance()
     IPKernelApp.clear_instance()
@@ -267,10 +380,20 @@ def _refresh_history(shell: Any) -> None:
 
 
 def fork_code(connection_file: str, host_pid: int, deadline: float) -> str:
-    """Code that, run in a kernel, registers this module once and forks (see :func:`fork`).
+    """Code that, run in a kernel, forks it into a kernel serving ``connection_file``."""
+    return _call_code("fork", connection_file, host_pid, deadline)
+
+
+def snapshot_code(control_path: str, host_pid: int, deadline: float) -> str:
+    """Code that, run in a kernel, forks a snapshot of it listening at ``control_path``."""
+    return _call_code("snapshot", control_path, host_pid, deadline)
+
+
+def _call_code(function: str, path: str, host_pid: int, deadline: float) -> str:
+    """Code that registers this module once in the kernel and calls ``function``.
 
     It runs in a namespace of its own: no name is left in the user's, in the
-    parent or in the child.
+    parent or in a child.
     """
     with open(__file__, encoding="utf-8") as f:
         text = f.read()
@@ -279,9 +402,9 @@ def fork_code(connection_file: str, host_pid: int, deadline: float) -> str:
         f"module = sys.modules.get({MODULE!r})\n"
         "if module is None:\n"
         f"    module = types.ModuleType({MODULE!r})\n"
-        f"    exec(compile(source, '<jupyter-exec fork>', 'exec'), module.__dict__)\n"
+        "    exec(compile(source, '<jupyter-exec fork>', 'exec'), module.__dict__)\n"
         f"    sys.modules[{MODULE!r}] = module\n"
-        f"module.fork({connection_file!r}, {int(host_pid)}, {float(deadline)!r})\n"
+        f"module.{function}({path!r}, {int(host_pid)}, {float(deadline)!r})\n"
     )
     return (
         f"exec(compile({body!r}, '<jupyter-exec fork call>', 'exec'), "

@@ -1,4 +1,4 @@
-"""Forking live local kernels (jupyter_exec.forking): real ipykernel processes, real os.fork()."""
+"""Forking live local kernels and snapshots of them: real ipykernel processes, real os.fork()."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.forking import fork_kernel
 from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+from jupyter_exec.snapshots import drop, start_from, take_snapshot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -244,3 +245,48 @@ async def test_fork_of_a_fork(
     forks.append(grandchild)
     await run(grandchild, "depth += 1")
     assert [await value(k, "depth") for k in (parent, child, grandchild)] == [0, 1, 2]
+
+
+async def test_snapshot_starts_kernels_with_the_state_it_froze(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    await run(parent, "frame = {'rows': [1, 2, 3]}\nstep = 1")
+    snap = await take_snapshot(parent)
+    try:
+        assert snap.alive
+        # The cell to undo: it corrupts the data and adds a name.
+        await run(parent, "frame['rows'].clear()\nstep = 2\nmistake = True")
+        undone = await start_from(snap, cwd=tmp_path)
+        forks.append(undone)
+        assert await value(undone, "[frame, step, 'mistake' in dir()]") == [
+            {"rows": [1, 2, 3]},
+            1,
+            False,
+        ]
+        # The snapshot is unchanged by what its kernels do: a second one starts the same.
+        await run(undone, "step = 10")
+        again = await start_from(snap, cwd=tmp_path)
+        forks.append(again)
+        assert await value(again, "step") == 1
+        assert await value(parent, "[frame, step]") == [{"rows": []}, 2]
+    finally:
+        await drop(snap)
+    await wait_for(lambda: process_gone(snap.pid), "the snapshot process is gone")
+    assert not snap.control.exists()
+    # Kernels started from it outlive it.
+    assert await value(forks[0], "step") == 10
+    with pytest.raises(ForkError, match="has ended"):
+        await start_from(snap, cwd=tmp_path)
+
+
+async def test_snapshot_outlives_its_kernel(parent: KernelHandle, tmp_path: Path) -> None:
+    snap = await take_snapshot(parent)
+    try:
+        await parent.shutdown(now=True)
+        child = await start_from(snap, cwd=tmp_path)
+        try:
+            assert await value(child, "1 + 1") == 2
+        finally:
+            await child.shutdown(now=True)
+    finally:
+        await drop(snap)
