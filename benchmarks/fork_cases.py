@@ -9,9 +9,13 @@ copies the process copy-on-write instead. For namespaces of 10, 100 and 500 MB
   the cells until the last one is done;
 * **memory**: what the child costs on its own (its private pages, from
   ``/proc/<pid>/smaps_rollup``, after it ran one cell that touches nothing),
-  against the resident memory of the fresh kernel that holds the same data.
+  against the resident memory of the fresh kernel that holds the same data;
+* **undo**: a kernel started from a snapshot taken before a cell that
+  rewrote the data (:mod:`jupyter_exec.snapshots`), against the same replay;
+  and what taking the snapshot cost, in time and, once the cell rewrote every
+  page, in memory (the worst case of copy-on-write).
 
-The two are measured alternately in one run. ``python -m benchmarks --only fork``
+The three are measured alternately in one run. ``python -m benchmarks --only fork``
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from benchmarks.core import Config, Row, case, median, progress, scratch_dir
 from jupyter_exec.forking import fork_kernel
 from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+from jupyter_exec.snapshots import drop, start_from, take_snapshot
 
 __all__ = ["fork_case"]
 
@@ -79,6 +84,28 @@ async def _fork_once(parent: KernelHandle, cwd: Path) -> tuple[float, float]:
     return elapsed, private
 
 
+async def _undo_once(parent: KernelHandle, cwd: Path) -> tuple[float, float, float]:
+    """(take seconds, undo seconds, snapshot private bytes after the cell rewrote the data)."""
+    start = time.perf_counter()
+    snap = await take_snapshot(parent)
+    took = time.perf_counter() - start
+    try:
+        await _run(parent, "data[:] = 0.5")  # the cell to undo: rewrites every page
+        await _run(parent, "0")  # the snapshot's copy-on-write has happened by now
+        private, _ = _memory(snap.pid)
+        start = time.perf_counter()
+        undone = await start_from(snap, cwd=cwd)
+        undo = time.perf_counter() - start
+        try:
+            await _run(undone, "assert float(data.sum()) == total")
+        finally:
+            await undone.shutdown(now=True)
+    finally:
+        await drop(snap)
+    await _run(parent, "data[:] = np.random.default_rng(0).random(len(data))")  # as before
+    return took, undo, private
+
+
 async def _replay_once(megabytes: int, cwd: Path) -> tuple[float, float]:
     start = time.perf_counter()
     fresh = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
@@ -95,16 +122,19 @@ async def _replay_once(megabytes: int, cwd: Path) -> tuple[float, float]:
 async def _measure(megabytes: int, repeats: int, cwd: Path) -> list[Row]:
     parent = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
     forks: list[tuple[float, float]] = []
+    undos: list[tuple[float, float, float]] = []
     replays: list[tuple[float, float]] = []
     try:
         for code in _cells(megabytes):
             await _run(parent, code)
         for i in range(repeats):
             progress(f"fork {megabytes} MB: repeat {i + 1}/{repeats}")
-            order = ("fork", "replay") if i % 2 == 0 else ("replay", "fork")
+            order = ("fork", "undo", "replay") if i % 2 == 0 else ("replay", "undo", "fork")
             for which in order:
                 if which == "fork":
                     forks.append(await _fork_once(parent, cwd))
+                elif which == "undo":
+                    undos.append(await _undo_once(parent, cwd))
                 else:
                     replays.append(await _replay_once(megabytes, cwd))
     finally:
@@ -125,12 +155,33 @@ async def _measure(megabytes: int, repeats: int, cwd: Path) -> list[Row]:
             "MB",
             "ours: the child's private pages after one cell; floor: the fresh kernel's RSS",
         ),
+        Row(
+            f"undo {megabytes} MB: kernel from a snapshot (median)",
+            median([u[1] for u in undos]),
+            median([r[0] for r in replays]),
+            "s",
+            f"{notes}; ours: start_from(snapshot) until the kernel answers",
+        ),
+        Row(
+            f"snapshot {megabytes} MB: take (median)",
+            median([u[0] for u in undos]),
+            None,
+            "s",
+            f"n={repeats}; take_snapshot() until the snapshot process exists",
+        ),
+        Row(
+            f"snapshot {megabytes} MB: memory after a cell rewrote the data",
+            median([u[2] for u in undos]) / MB,
+            None,
+            "MB",
+            "the snapshot's private pages once the live kernel wrote every page (worst case)",
+        ),
     ]
 
 
 @case("fork")
 def fork_case(cfg: Config) -> list[Row]:
-    """Fork of a live kernel with 10/100/500 MB of data vs a fresh kernel re-running the cells."""
+    """Fork and undo of a kernel holding 10/100/500 MB vs a fresh kernel re-running the cells."""
     sizes, repeats = ((10, 100), 2) if cfg.quick else ((10, 100, 500), 3)
     rows: list[Row] = []
     with scratch_dir("fork") as root:
