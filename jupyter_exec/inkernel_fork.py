@@ -106,6 +106,13 @@ def _forkable_app(deadline: float) -> Any:
         raise RuntimeError("jupyter-exec: fork needs an IPython kernel started by IPKernelApp")
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("jupyter-exec: fork must run in the kernel's main thread")
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        raise RuntimeError(
+            "jupyter-exec: this kernel has initialised CUDA, which a forked process cannot use; "
+            "save the state you need (a checkpoint) and start a new session instead"
+        )
     return IPKernelApp.instance()
 
 
