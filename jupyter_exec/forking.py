@@ -1,4 +1,4 @@
-"""Forking a live local kernel: the host's side, from the request to a driven ``KernelHandle``.
+"""Forking a live kernel: the host's side, from the request to a driven ``KernelHandle``.
 
 A fork is a copy-on-write ``os.fork()`` of the kernel process, so a child
 with a 500 MB namespace costs a few page tables, not a copy or a pickle::
@@ -13,15 +13,20 @@ with a 500 MB namespace costs a few page tables, not a copy or a pickle::
       │    interrupt with SIGINT, kill with SIGKILL to its process group, files cleaned up)
       └─ connect, wait until it answers: a ready KernelHandle
 
+A kernel in a container of our Docker provisioner forks inside that container;
+:mod:`jupyter_exec.docker.forking` places the child's connection file and
+sockets in the container's run dir and finds its pid on this host.
+
 A busy kernel is not refused: the request queues behind the running cell, as
 any execute_request does, and the fork happens when the cell ends; past
 ``timeout`` the host gives up and the request, if it is still queued, expires
 in the kernel without forking. A dead kernel raises ``KernelNotAliveError``;
-a kernel that cannot fork (not ipykernel, not on this machine) ``ForkError``.
+a kernel that cannot fork (not ipykernel, remote, another provisioner) ``ForkError``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import queue
@@ -121,6 +126,8 @@ class AdoptedProvisioner(KernelProvisionerBase):
     """
 
     process: ForeignProcess | None = None
+    leftovers: list[Path] = []
+    """Files to remove at cleanup besides the manager's own (a container's connection file)."""
 
     def adopt(self, pid: int, connection_info: KernelConnectionInfo) -> None:
         self.process = ForeignProcess(pid)
@@ -157,6 +164,8 @@ class AdoptedProvisioner(KernelProvisionerBase):
     async def cleanup(self, restart: bool = False) -> None:
         if self.process is not None:
             self.process.close()
+        _remove(self.leftovers)
+        self.leftovers = []
 
     async def exit_description(self) -> str | None:
         process = self.process
@@ -173,22 +182,32 @@ class AdoptedProvisioner(KernelProvisionerBase):
 
 
 async def _sleep(seconds: float) -> None:
-    import asyncio
-
     await asyncio.sleep(seconds)
 
 
-def child_manager(spec: KernelSpec | None, cwd: Path | None) -> AsyncKernelManager:
-    """A manager for the child with its own ipc socket paths and key, connection file written."""
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def child_manager(
+    spec: KernelSpec | None, cwd: Path | None, *, local: bool = True
+) -> AsyncKernelManager:
+    """A manager for the child with its own key; for a local child also its ipc socket paths
+    and connection file (a container's child gets them from :mod:`jupyter_exec.docker.forking`).
+    """
     spec = spec if spec is not None else KernelSpec(argv=[], language="python")
     km = AsyncKernelManager(kernel_name="forked", kernel_spec_manager=_OneSpec(spec))
     km.kernel_id = str(uuid.uuid4())
+    km.shutdown_wait_time = 3.0
+    if not local:
+        return km  # no restart: it would start a container of its own, not a kernel in this one
     ipc_base = _ipc_base()
     if ipc_base is None:
         raise ForkError("no short enough path for the forked kernel's sockets (runtime dir)")
     km.transport = "ipc"
     km.ip = ipc_base
-    km.shutdown_wait_time = 3.0
     km.write_connection_file()
     env = dict(os.environ)
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
@@ -198,14 +217,16 @@ def child_manager(spec: KernelSpec | None, cwd: Path | None) -> AsyncKernelManag
     return km
 
 
-def check_forkable(handle: KernelHandle) -> None:
-    """Raise ``ForkError`` unless ``handle`` is a local IPython kernel."""
+def check_forkable(handle: KernelHandle, *, docker: bool = False) -> None:
+    """Raise ``ForkError`` unless ``handle`` is a local IPython kernel (or, with ``docker``,
+    one in a container of our provisioner)."""
     spec = handle.spec
     metadata = (spec.metadata or {}) if spec is not None else {}
     if "kernel_provisioner" in metadata:
         name = metadata["kernel_provisioner"].get("provisioner_name", "?")
-        raise ForkError(f"forking a kernel run by the {name!r} provisioner is not supported yet")
-    if getattr(handle.km, "transport", None) not in ("ipc", "tcp") or not hasattr(
+        if not (docker and _in_docker(handle)):
+            raise ForkError(f"forking a kernel run by the {name!r} provisioner is not supported")
+    elif getattr(handle.km, "transport", None) not in ("ipc", "tcp") or not hasattr(
         handle.km.provisioner, "process"
     ):
         raise ForkError("only a kernel running on this machine can be forked")
@@ -215,6 +236,15 @@ def check_forkable(handle: KernelHandle) -> None:
         raise ForkError(
             f"only IPython kernels can be forked (this one is {implementation or language!r})"
         )
+
+
+def _in_docker(handle: KernelHandle) -> bool:
+    from jupyter_exec.docker import PROVISIONER_NAME
+
+    spec = handle.spec
+    metadata = (spec.metadata or {}) if spec is not None else {}
+    named = metadata.get("kernel_provisioner", {}).get("provisioner_name")
+    return bool(named == PROVISIONER_NAME and hasattr(handle.km.provisioner, "_run_dir"))
 
 
 async def run_fork_request(handle: KernelHandle, code: str, deadline: float) -> int:
@@ -265,21 +295,38 @@ async def fork_kernel(
     """
     if not await handle.is_alive():
         raise KernelNotAliveError("cannot fork a kernel that is not running; restart it first")
-    check_forkable(handle)
-    started = time.monotonic()
-    deadline = started + timeout
-    km = child_manager(handle.spec, cwd)
+    check_forkable(handle, docker=True)
+    deadline = time.monotonic() + timeout
+    in_docker = _in_docker(handle)
+    km = child_manager(handle.spec, cwd, local=not in_docker)
+    leftovers: list[Path] = []
     try:
-        code = fork_code(str(km.connection_file), os.getpid(), time.time() + timeout)
-        pid = await run_fork_request(handle, code, deadline)
+        if in_docker:
+            from jupyter_exec.docker.forking import child_connection, host_pid
+
+            connection_file, host_copy = child_connection(handle.km.provisioner, km)
+            leftovers.append(host_copy)
+            code = fork_code(connection_file, 0, time.time() + timeout)  # no host pid in there
+            pid = await run_fork_request(handle, code, deadline)
+            pid = await asyncio.to_thread(host_pid, handle.km.provisioner, pid)
+        else:
+            code = fork_code(str(km.connection_file), os.getpid(), time.time() + timeout)
+            pid = await run_fork_request(handle, code, deadline)
     except BaseException:
         km.cleanup_connection_file()
+        km.cleanup_ipc_files()
+        _remove(leftovers)
         raise
-    return await adopt_kernel(km, pid, handle.spec, deadline)
+    return await adopt_kernel(km, pid, handle.spec, deadline, leftovers=leftovers)
 
 
 async def adopt_kernel(
-    km: AsyncKernelManager, pid: int, spec: KernelSpec | None, deadline: float
+    km: AsyncKernelManager,
+    pid: int,
+    spec: KernelSpec | None,
+    deadline: float,
+    *,
+    leftovers: list[Path] | None = None,
 ) -> KernelHandle:
     """Drive process ``pid``, serving ``km``'s connection file, as a ready ``KernelHandle``.
 
@@ -288,6 +335,7 @@ async def adopt_kernel(
     """
     provisioner = AdoptedProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km)
     provisioner.adopt(pid, km.get_connection_info())
+    provisioner.leftovers = list(leftovers or [])
     km.provisioner = provisioner
     kc = km.client()
     kc.start_channels()
