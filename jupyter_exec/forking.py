@@ -44,7 +44,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.inkernel_fork import PID_EXPRESSION, fork_code
-from jupyter_exec.kernel import QUIET_POLL, KernelHandle, _ipc_base, _OneSpec
+from jupyter_exec.kernel import QUIET_POLL, KernelHandle, _ipc_base, _OneSpec, describe_exit
 
 __all__ = [
     "AdoptedProvisioner",
@@ -341,11 +341,38 @@ async def adopt_kernel(
     kc.start_channels()
     child = KernelHandle(km=km, kc=kc, spec=spec)
     try:
+        await _subscribed(child, min(deadline, time.monotonic() + WELCOME_WAIT))
         await child.wait_ready(max(1.0, deadline - time.monotonic()))
     except BaseException:
         await child.shutdown(now=True)
         raise
     return child
+
+
+WELCOME_WAIT = 1.0
+"""Seconds to wait for IOPub's welcome before asking the child for kernel_info anyway."""
+
+
+async def _subscribed(child: KernelHandle, until: float) -> None:
+    """Wait until IOPub delivers: ipykernel 7 greets each new subscriber (``iopub_welcome``).
+
+    A child is ready within milliseconds, but the readiness check proper
+    (``wait_ready``) gives IOPub 0.3 s to show a status before asking again,
+    which is most of a fork's time when the subscription is not yet in place.
+    After the welcome the first status is never lost. A kernel that sends
+    no welcome costs ``WELCOME_WAIT`` more, no error.
+    """
+    while (remaining := until - time.monotonic()) > 0:
+        try:
+            msg = await child.iopub.get(min(QUIET_POLL, remaining))
+        except queue.Empty:
+            if not await child.is_alive():
+                raise KernelNotAliveError(
+                    f"the forked kernel died while starting: {await describe_exit(child.km)}"
+                ) from None
+            continue
+        if msg["msg_type"] == "iopub_welcome" or msg["parent_header"]:
+            return
 
 
 def _pid_from(reply: dict[str, Any]) -> int:

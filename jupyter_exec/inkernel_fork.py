@@ -355,6 +355,12 @@ def _forked_app_class(base: type[Any], shell: Any, host_pid: int) -> type[Any]:
     def init_code(self: Any) -> None:
         return None  # no startup files or exec_lines again, and %who keeps the user's names
 
+    def parse_command_line(self: Any, argv: Any = None) -> None:
+        if argv is not None and len(argv) == 2 and argv[0] == "-f":
+            self.connection_file = argv[1]  # the usual kernelspec: no parser to build (~25 ms)
+            return
+        base.parse_command_line(self, argv)
+
     return type(
         "ForkedKernelApp",
         (base,),
@@ -363,6 +369,7 @@ def _forked_app_class(base: type[Any], shell: Any, host_pid: int) -> type[Any]:
             "init_kernel": init_kernel,
             "init_extensions": init_extensions,
             "init_code": init_code,
+            "parse_command_line": parse_command_line,
             "_jupyter_exec_base": base,
         },
     )
