@@ -195,3 +195,73 @@ if __name__ == "__main__":
         print(
             f"{row.case:44} ours {row.ours:10.3f} {row.unit}  floor {row.floor:10.3f}  {row.notes}"
         )
+
+
+async def _docker_kernel(cwd: Path) -> KernelHandle:
+    from jupyter_exec.backends import docker_kernel_spec
+
+    return await start_kernel(spec=docker_kernel_spec({}), cwd=cwd, startup_timeout=300)
+
+
+async def _docker_replay_once(megabytes: int, cwd: Path) -> float:
+    start = time.perf_counter()
+    fresh = await _docker_kernel(cwd)
+    try:
+        for code in _cells(megabytes):
+            await _run(fresh, code)
+        return time.perf_counter() - start
+    finally:
+        await fresh.shutdown(now=True)
+
+
+async def _measure_docker(megabytes: int, repeats: int, cwd: Path) -> list[Row]:
+    parent = await _docker_kernel(cwd)
+    forks: list[tuple[float, float]] = []
+    replays: list[float] = []
+    try:
+        for code in _cells(megabytes):
+            await _run(parent, code)
+        for i in range(repeats):
+            progress(f"docker fork {megabytes} MB: repeat {i + 1}/{repeats}")
+            if i % 2 == 0:
+                forks.append(await _fork_once(parent, cwd))
+                replays.append(await _docker_replay_once(megabytes, cwd))
+            else:
+                replays.append(await _docker_replay_once(megabytes, cwd))
+                forks.append(await _fork_once(parent, cwd))
+    finally:
+        await parent.shutdown(now=True)
+    return [
+        Row(
+            f"docker fork {megabytes} MB namespace (median)",
+            median([f[0] for f in forks]),
+            median(replays),
+            "s",
+            f"n={repeats}; fork inside the container; floor = new container kernel + the "
+            f"{len(_cells(megabytes))} cells again",
+        ),
+        Row(
+            f"docker fork {megabytes} MB: memory of the copy (median)",
+            median([f[1] for f in forks]) / MB,
+            None,
+            "MB",
+            "the child's private pages after one cell (counted in the same container's limit)",
+        ),
+    ]
+
+
+@case("fork-docker", group="docker")
+def fork_docker_case(cfg: Config) -> list[Row]:
+    """Fork of a Docker kernel holding 100/500 MB, inside its container, vs a new container."""
+    from benchmarks.docker_cases import docker_available, skipped
+
+    if not docker_available():
+        return skipped("fork-docker", "no Docker engine answers")
+    sizes, repeats = ((100,), 2) if cfg.quick else ((100, 500), 3)
+    rows: list[Row] = []
+    with scratch_dir("fork-docker") as root:
+        for megabytes in sizes:
+            work = root / f"work-{megabytes}"
+            work.mkdir()
+            rows.extend(asyncio.run(_measure_docker(megabytes, repeats, work)))
+    return rows
