@@ -166,6 +166,10 @@ class AdoptedProvisioner(KernelProvisionerBase):
             self.process.close()
         _remove(self.leftovers)
         self.leftovers = []
+        if restart and self.parent is not None:
+            # jupyter_client keeps a provisioner across a restart, and this one cannot launch:
+            # without it, the manager makes a fresh one from the kernelspec (an empty kernel).
+            self.parent.provisioner = None
 
     async def exit_description(self) -> str | None:
         process = self.process
@@ -192,7 +196,11 @@ def _remove(paths: list[Path]) -> None:
 
 
 def child_manager(
-    spec: KernelSpec | None, cwd: Path | None, *, local: bool = True
+    spec: KernelSpec | None,
+    cwd: Path | None,
+    *,
+    local: bool = True,
+    launch_args: dict[str, Any] | None = None,
 ) -> AsyncKernelManager:
     """A manager for the child with its own key; for a local child also its ipc socket paths
     and connection file (a container's child gets them from :mod:`jupyter_exec.docker.forking`).
@@ -201,19 +209,27 @@ def child_manager(
     km = AsyncKernelManager(kernel_name="forked", kernel_spec_manager=_OneSpec(spec))
     km.kernel_id = str(uuid.uuid4())
     km.shutdown_wait_time = 3.0
+    # A kernel is (about to be) running for this manager, as if it had started it: its
+    # pending-state futures are then renewed per call, as for any started manager.
+    km._attempted_start = True
     if not local:
-        return km  # no restart: it would start a container of its own, not a kernel in this one
+        # No restart (refused before anything is stopped): jupyter_client would start a
+        # container of its own, not a kernel in this one.
+        km._launch_args = None
+        return km
     ipc_base = _ipc_base()
     if ipc_base is None:
         raise ForkError("no short enough path for the forked kernel's sockets (runtime dir)")
     km.transport = "ipc"
     km.ip = ipc_base
     km.write_connection_file()
-    env = dict(os.environ)
-    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    # What a restart relaunches from the kernelspec (a fresh, empty kernel).
-    launch_args: Any = {"cwd": str(cwd) if cwd is not None else None, "env": env}
-    km._launch_args = launch_args
+    # What a restart relaunches from the kernelspec (a fresh, empty kernel): by default the
+    # parent's own launch (its working directory and environment).
+    relaunch: Any = dict(launch_args or {})
+    relaunch.setdefault("env", {**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
+    if cwd is not None or "cwd" not in relaunch:
+        relaunch["cwd"] = str(cwd) if cwd is not None else None
+    km._launch_args = relaunch
     return km
 
 
@@ -298,7 +314,13 @@ async def fork_kernel(
     check_forkable(handle, docker=True)
     deadline = time.monotonic() + timeout
     in_docker = _in_docker(handle)
-    km = child_manager(handle.spec, cwd, local=not in_docker)
+    parent_launch = getattr(handle.km, "_launch_args", None)
+    km = child_manager(
+        handle.spec,
+        cwd,
+        local=not in_docker,
+        launch_args=dict(parent_launch) if isinstance(parent_launch, dict) else None,
+    )
     leftovers: list[Path] = []
     try:
         if in_docker:

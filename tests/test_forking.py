@@ -17,7 +17,7 @@ import pytest
 
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.forking import fork_kernel
-from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, restart_kernel, start_kernel
 from jupyter_exec.snapshots import drop, start_from, take_snapshot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -290,3 +290,17 @@ async def test_snapshot_outlives_its_kernel(parent: KernelHandle, tmp_path: Path
             await child.shutdown(now=True)
     finally:
         await drop(snap)
+
+
+async def test_restarting_a_fork_gives_a_fresh_kernel(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    await run(parent, "inherited = 1")
+    child = await fork_kernel(parent, cwd=tmp_path)
+    forks.append(child)
+    pid = child_pid(child)
+    await restart_kernel(child)  # what a session does after a death or a stuck timeout
+    await wait_for(lambda: process_gone(pid), "the forked process is gone")
+    assert await value(child, "'inherited' in dir()") is False
+    assert await value(child, "__import__('os').getcwd()") == str(tmp_path)
+    assert await value(parent, "inherited") == 1

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from jupyter_exec.exceptions import ForkError
+from jupyter_exec.exceptions import ForkError, KernelDiedError
 from jupyter_exec.forking import fork_kernel
-from jupyter_exec.kernel import KernelHandle
+from jupyter_exec.kernel import KernelHandle, restart_kernel
 from jupyter_exec.snapshots import take_snapshot
 
 if TYPE_CHECKING:
@@ -73,6 +73,10 @@ async def test_fork_in_the_container_diverges_and_cleans_up(start_kernel: StartK
         # Its sockets are in the kernel's sockets folder, its connection file in the conf folder.
         assert glob.glob(f"{run_dir}/s/f*-*")
         assert glob.glob(f"{run_dir}/c/f*.json")
+        # A restart would need a container of its own: refused, and the fork goes on.
+        with pytest.raises(KernelDiedError, match="could not be restarted"):
+            await restart_kernel(child)
+        assert await value(child, "rows") == [1, 2, 3, 4]
     finally:
         await child.shutdown(now=True)
     end = time.monotonic() + 30
