@@ -53,6 +53,7 @@ __all__ = [
     "check_forkable",
     "child_manager",
     "fork_kernel",
+    "in_docker",
     "run_fork_request",
 ]
 
@@ -233,14 +234,13 @@ def child_manager(
     return km
 
 
-def check_forkable(handle: KernelHandle, *, docker: bool = False) -> None:
-    """Raise ``ForkError`` unless ``handle`` is a local IPython kernel (or, with ``docker``,
-    one in a container of our provisioner)."""
+def check_forkable(handle: KernelHandle) -> None:
+    """Raise ``ForkError`` unless ``handle`` is an IPython kernel, local or in our Docker."""
     spec = handle.spec
     metadata = (spec.metadata or {}) if spec is not None else {}
     if "kernel_provisioner" in metadata:
         name = metadata["kernel_provisioner"].get("provisioner_name", "?")
-        if not (docker and _in_docker(handle)):
+        if not in_docker(handle):
             raise ForkError(f"forking a kernel run by the {name!r} provisioner is not supported")
     elif getattr(handle.km, "transport", None) not in ("ipc", "tcp") or not hasattr(
         handle.km.provisioner, "process"
@@ -254,7 +254,8 @@ def check_forkable(handle: KernelHandle, *, docker: bool = False) -> None:
         )
 
 
-def _in_docker(handle: KernelHandle) -> bool:
+def in_docker(handle: KernelHandle) -> bool:
+    """Whether ``handle`` is a kernel in a container of our Docker provisioner."""
     from jupyter_exec.docker import PROVISIONER_NAME
 
     spec = handle.spec
@@ -311,19 +312,19 @@ async def fork_kernel(
     """
     if not await handle.is_alive():
         raise KernelNotAliveError("cannot fork a kernel that is not running; restart it first")
-    check_forkable(handle, docker=True)
+    check_forkable(handle)
     deadline = time.monotonic() + timeout
-    in_docker = _in_docker(handle)
+    docker = in_docker(handle)
     parent_launch = getattr(handle.km, "_launch_args", None)
     km = child_manager(
         handle.spec,
         cwd,
-        local=not in_docker,
+        local=not docker,
         launch_args=dict(parent_launch) if isinstance(parent_launch, dict) else None,
     )
     leftovers: list[Path] = []
     try:
-        if in_docker:
+        if docker:
             from jupyter_exec.docker.forking import child_connection, host_pid
 
             connection_file, host_copy = child_connection(handle.km.provisioner, km)

@@ -18,6 +18,10 @@ a few MB of its own. A snapshot before each of N cells that each rewrite a
 100 MB frame holds up to N x 100 MB: keep only the last few. An idle snapshot
 uses no CPU (it blocks in ``select``) and ends by itself when the host process
 that took it ends.
+
+A Docker kernel's snapshot lives in its container, its socket in the kernel's
+sockets folder (:mod:`jupyter_exec.docker.forking` names it and finds the
+pids); it ends with the container.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec
 
@@ -40,6 +46,7 @@ from jupyter_exec.forking import (
     adopt_kernel,
     check_forkable,
     child_manager,
+    in_docker,
     run_fork_request,
 )
 from jupyter_exec.inkernel_fork import snapshot_code
@@ -56,6 +63,10 @@ class Snapshot:
     control: Path
     spec: KernelSpec | None
     taken: float = field(default_factory=time.time)
+    launch_args: dict[str, Any] | None = None
+    """How the kernel it was taken from was launched: what a restart of its kernels reuses."""
+    docker: Any = None
+    """For a Docker kernel's snapshot: that kernel's provisioner (the container it lives in)."""
     process: ForeignProcess = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,18 +82,35 @@ async def take_snapshot(handle: KernelHandle, *, timeout: float = DEFAULT_FORK_T
     if not await handle.is_alive():
         raise KernelNotAliveError("cannot snapshot a kernel that is not running")
     check_forkable(handle)
-    base = _ipc_base()
-    if base is None:
-        raise ForkError("no short enough path for the snapshot's socket (runtime dir)")
-    control = Path(f"{base}.snap")
-    code = snapshot_code(str(control), os.getpid(), time.time() + timeout)
+    docker = handle.km.provisioner if in_docker(handle) else None
+    if docker is not None:
+        from jupyter_exec.docker.forking import control_socket, host_pid
+
+        where, control = control_socket(docker)
+        host = 0  # the host's pid means nothing in the container's namespace
+    else:
+        base = _ipc_base()
+        if base is None:
+            raise ForkError("no short enough path for the snapshot's socket (runtime dir)")
+        control = Path(f"{base}.snap")
+        where, host = str(control), os.getpid()
+    code = snapshot_code(where, host, time.time() + timeout)
     try:
         pid = await run_fork_request(handle, code, time.monotonic() + timeout)
+        if docker is not None:
+            pid = await asyncio.to_thread(host_pid, docker, pid)
     except BaseException:
         with contextlib.suppress(OSError):
             control.unlink()
         raise
-    return Snapshot(pid=pid, control=control, spec=handle.spec)
+    launch = getattr(handle.km, "_launch_args", None)
+    return Snapshot(
+        pid=pid,
+        control=control,
+        spec=handle.spec,
+        launch_args=dict(launch) if isinstance(launch, dict) and docker is None else None,
+        docker=docker,
+    )
 
 
 async def start_from(
@@ -92,17 +120,37 @@ async def start_from(
     if not snapshot.alive:
         raise ForkError(f"the snapshot (pid {snapshot.pid}) has ended; its state is gone")
     deadline = time.monotonic() + timeout
-    km = child_manager(snapshot.spec, cwd)
+    docker = snapshot.docker
+    km = child_manager(snapshot.spec, cwd, local=docker is None, launch_args=snapshot.launch_args)
+    leftovers: list[Path] = []
     try:
-        pid = await _ask(snapshot, str(km.connection_file), deadline)
+        if docker is not None:
+            from jupyter_exec.docker.forking import child_connection, host_pid
+
+            connection_file, host_copy = child_connection(docker, km)
+            leftovers.append(host_copy)
+            pid = await _ask(snapshot, connection_file, 0, deadline)
+            pid = await asyncio.to_thread(host_pid, docker, pid)
+        else:
+            pid = await _ask(snapshot, str(km.connection_file), os.getpid(), deadline)
     except BaseException:
         km.cleanup_connection_file()
+        km.cleanup_ipc_files()
+        for path in leftovers:
+            with contextlib.suppress(OSError):
+                path.unlink()
         raise
-    return await adopt_kernel(km, pid, snapshot.spec, deadline)
+    return await adopt_kernel(km, pid, snapshot.spec, deadline, leftovers=leftovers)
 
 
-async def _ask(snapshot: Snapshot, connection_file: str, deadline: float) -> int:
-    request = {"connection_file": connection_file, "host_pid": os.getpid()}
+async def _ask(snapshot: Snapshot, connection_file: str, host: int, deadline: float) -> int:
+    request = {"connection_file": connection_file, "host_pid": host}
+    try:
+        # In a Docker kernel's sockets folder the kernel could put something else there.
+        if not stat.S_ISSOCK(os.lstat(snapshot.control).st_mode):
+            raise ForkError(f"{snapshot.control} is no longer the snapshot's socket")
+    except OSError as exc:
+        raise ForkError(f"the snapshot (pid {snapshot.pid}) cannot be reached: {exc}") from exc
     try:
         line = await asyncio.wait_for(
             _exchange(snapshot.control, json.dumps(request).encode() + b"\n"),

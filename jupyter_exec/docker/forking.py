@@ -36,7 +36,7 @@ from jupyter_exec.docker.provisioner import CONF_DIR, MAX_SOCKET_PATH, SOCKET_DI
 from jupyter_exec.exceptions import ForkError
 from jupyter_exec.safefs import Folder
 
-__all__ = ["child_connection", "host_pid"]
+__all__ = ["child_connection", "control_socket", "host_pid"]
 
 
 def child_connection(provisioner: Any, km: AsyncKernelManager) -> tuple[str, Path]:
@@ -64,6 +64,15 @@ def child_connection(provisioner: Any, km: AsyncKernelManager) -> tuple[str, Pat
     with Folder.open(run_dir, CONF_DIR) as folder:
         folder.write_atomic(name, [json.dumps(info).encode()], mode=0o400, owner=owner)
     return f"{CONTAINER_CONF_DIR}/{name}", run_dir / CONF_DIR / name
+
+
+def control_socket(provisioner: Any) -> tuple[str, Path]:
+    """A new path for a snapshot's socket in the kernel's sockets folder: (container, host)."""
+    run_dir: Path | None = getattr(provisioner, "_run_dir", None)
+    if run_dir is None:
+        raise ForkError("the Docker kernel has no run dir: it is not running")
+    name = f"f{secrets.token_hex(4)}.snap"
+    return f"{CONTAINER_RUN_DIR}/{name}", run_dir / SOCKET_DIR / name
 
 
 def host_pid(provisioner: Any, container_pid: int) -> int:

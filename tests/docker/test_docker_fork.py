@@ -14,7 +14,7 @@ import pytest
 from jupyter_exec.exceptions import ForkError, KernelDiedError
 from jupyter_exec.forking import fork_kernel
 from jupyter_exec.kernel import KernelHandle, restart_kernel
-from jupyter_exec.snapshots import take_snapshot
+from jupyter_exec.snapshots import drop, start_from, take_snapshot
 
 if TYPE_CHECKING:
     from tests.docker.conftest import Kernel, StartKernel
@@ -88,7 +88,43 @@ async def test_fork_in_the_container_diverges_and_cleans_up(start_kernel: StartK
     assert await value(parent, "rows") == [1, 2, 3]
 
 
-async def test_docker_snapshots_are_refused_clearly(start_kernel: StartKernel) -> None:
+async def test_snapshot_in_the_container_undoes_a_cell(start_kernel: StartKernel) -> None:
     kernel = await start_kernel()
-    with pytest.raises(ForkError, match="provisioner is not supported"):
-        await take_snapshot(as_handle(kernel))
+    assert (await kernel.run("frame = {'rows': [1, 2, 3]}")).status == "ok"
+    parent = as_handle(kernel)
+    snap = await take_snapshot(parent)
+    run_dir = Path(kernel.provisioner._run_dir)
+    try:
+        assert snap.control.parent == run_dir / "s"  # in the kernel's sockets folder
+        assert (await kernel.run("frame['rows'].clear()")).status == "ok"
+        undone = await start_from(snap)
+        try:
+            assert await value(undone, "frame") == {"rows": [1, 2, 3]}
+            assert await value(parent, "frame") == {"rows": []}
+        finally:
+            await undone.shutdown(now=True)
+    finally:
+        await drop(snap)
+    end = time.monotonic() + 30
+    while not gone(snap.pid):
+        assert time.monotonic() < end, "the snapshot is still running"
+        await asyncio.sleep(0.05)
+    assert not snap.control.exists()
+    assert glob.glob(f"{run_dir}/c/f*.json") == []
+
+
+async def test_a_replaced_snapshot_socket_is_refused(start_kernel: StartKernel) -> None:
+    kernel = await start_kernel()
+    snap = await take_snapshot(as_handle(kernel))
+    try:
+        # Hostile code in the container swaps the socket for a link to another socket.
+        assert (
+            await kernel.run(
+                f"import os\nos.unlink('/run/jx/{snap.control.name}')\n"
+                f"os.symlink('/run/jx/k-1', '/run/jx/{snap.control.name}')"
+            )
+        ).status == "ok"
+        with pytest.raises(ForkError, match="no longer the snapshot's socket"):
+            await start_from(snap)
+    finally:
+        await drop(snap)
