@@ -15,7 +15,11 @@ copies the process copy-on-write instead. For namespaces of 10, 100 and 500 MB
   and what taking the snapshot cost, in time and, once the cell rewrote every
   page, in memory (the worst case of copy-on-write).
 
-The three are measured alternately in one run. ``python -m benchmarks --only fork``
+The three are measured alternately in one run. The ``zygote`` case measures the
+pool idea: a kernel from a snapshot of one that imported pandas, until its first
+result, against a cold start and a warm (already started) kernel importing
+pandas, and what each costs in proportional memory (PSS). The ``fork-docker``
+case forks Docker kernels inside their container, against a new container. ``python -m benchmarks --only fork``
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from pathlib import Path
 from benchmarks.core import Config, Row, case, median, progress, scratch_dir
 from jupyter_exec.forking import fork_kernel
 from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
-from jupyter_exec.snapshots import drop, start_from, take_snapshot
+from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
 
-__all__ = ["fork_case"]
+__all__ = ["fork_case", "fork_docker_case", "zygote_case"]
 
 MB = 1_000_000
 
@@ -66,6 +70,15 @@ def _memory(pid: int) -> tuple[float, float]:
         elif key == "Rss":
             resident = int(rest.split()[0]) * 1024
     return float(private), float(resident)
+
+
+def _pss(pid: int) -> float:
+    """Proportional set size of ``pid``: its private pages plus its share of shared ones."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key == "Pss":
+            return float(int(rest.split()[0]) * 1024)
+    return 0.0
 
 
 def _pid(handle: KernelHandle) -> int:
@@ -265,3 +278,88 @@ def fork_docker_case(cfg: Config) -> list[Row]:
             work.mkdir()
             rows.extend(asyncio.run(_measure_docker(megabytes, repeats, work)))
     return rows
+
+
+_PANDAS = "import pandas as pd\nimport numpy as np"
+_FIRST = "int(pd.DataFrame({'x': [1, 2, 3]}).x.sum())"
+
+
+async def _first_result_from(snap: Snapshot, cwd: Path) -> tuple[float, float]:
+    """(seconds until the first result, idle PSS of the kernel) for one kernel from ``snap``."""
+    start = time.perf_counter()
+    kernel = await start_from(snap, cwd=cwd)
+    try:
+        await _run(kernel, _FIRST)
+        elapsed = time.perf_counter() - start
+        return elapsed, _pss(_pid(kernel))
+    finally:
+        await kernel.shutdown(now=True)
+
+
+async def _first_result_cold(cwd: Path) -> tuple[float, float, float]:
+    """(cold seconds, warm seconds, PSS) for a new kernel: start + import + first result;
+    the warm figure leaves out the start (a pooled kernel that was started ahead of time)."""
+    start = time.perf_counter()
+    kernel = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
+    try:
+        started = time.perf_counter()
+        await _run(kernel, _PANDAS)
+        await _run(kernel, _FIRST)
+        done = time.perf_counter()
+        return done - start, done - started, _pss(_pid(kernel))
+    finally:
+        await kernel.shutdown(now=True)
+
+
+async def _measure_zygote(repeats: int, cwd: Path) -> list[Row]:
+    zygote = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
+    ours: list[tuple[float, float]] = []
+    fresh: list[tuple[float, float, float]] = []
+    try:
+        await _run(zygote, _PANDAS)
+        snap = await take_snapshot(zygote)
+        try:
+            for i in range(repeats):
+                progress(f"zygote: repeat {i + 1}/{repeats}")
+                if i % 2 == 0:
+                    ours.append(await _first_result_from(snap, cwd))
+                    fresh.append(await _first_result_cold(cwd))
+                else:
+                    fresh.append(await _first_result_cold(cwd))
+                    ours.append(await _first_result_from(snap, cwd))
+        finally:
+            await drop(snap)
+    finally:
+        await zygote.shutdown(now=True)
+    first = median([o[0] for o in ours])
+    return [
+        Row(
+            "zygote: first result with pandas, vs cold start (median)",
+            first,
+            median([f[0] for f in fresh]),
+            "s",
+            f"n={repeats}; ours: a kernel from a snapshot of one that imported pandas, "
+            "until its first result; floor: new kernel + import pandas + the same cell",
+        ),
+        Row(
+            "zygote: first result with pandas, vs a warm kernel (median)",
+            first,
+            median([f[1] for f in fresh]),
+            "s",
+            "floor: an already started kernel importing pandas, then the same cell",
+        ),
+        Row(
+            "zygote: PSS of a kernel with pandas (median)",
+            median([o[1] for o in ours]) / MB,
+            median([f[2] for f in fresh]) / MB,
+            "MB",
+            "proportional set size after the first result; ours shares pages with the zygote",
+        ),
+    ]
+
+
+@case("zygote")
+def zygote_case(cfg: Config) -> list[Row]:
+    """A kernel forked from a pandas-loaded snapshot vs a cold and a warm kernel importing it."""
+    with scratch_dir("zygote") as root:
+        return asyncio.run(_measure_zygote(2 if cfg.quick else 5, root))
