@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_exec import guard
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.forking import fork_kernel
 from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, restart_kernel, start_kernel
@@ -304,3 +305,34 @@ async def test_restarting_a_fork_gives_a_fresh_kernel(
     assert await value(child, "'inherited' in dir()") is False
     assert await value(child, "__import__('os').getcwd()") == str(tmp_path)
     assert await value(parent, "inherited") == 1
+
+
+async def test_the_stream_guard_works_in_a_fork(
+    parent: KernelHandle, forks: list[KernelHandle], tmp_path: Path
+) -> None:
+    """A fork keeps the parent's guard hooks; the host's install finds them and they spill."""
+    assert await guard.install(parent, tmp_path)
+    child = await fork_kernel(parent, cwd=tmp_path)
+    forks.append(child)
+    assert child.stream_guard is None  # a new kernel process as far as the host is concerned
+    assert await guard.install(child, tmp_path)
+    cell = guard.CellGuard(tmp_path, "files", 0, budget=10)
+    msg = child.kc.session.msg(
+        "execute_request",
+        {"code": "print('x' * 1000)", "silent": False, "store_history": True},
+        metadata=cell.metadata,
+    )
+    child.kc.shell_channel.send(msg)
+    seen = ""
+    end = time.monotonic() + DEADLINE
+    while True:
+        reply = await child.iopub.get(max(0.1, end - time.monotonic()))
+        if reply["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+            continue
+        if reply["msg_type"] == "stream":
+            seen += reply["content"]["text"]
+        if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+            break
+    assert seen == "x" * 10  # the budget went out; the rest stayed in the kernel's file
+    rest = tmp_path / cell.files["stdout"]
+    assert rest.read_text() == "x" * 990 + "\n"
