@@ -19,7 +19,9 @@ The three are measured alternately in one run. The ``zygote`` case measures the
 pool idea: a kernel from a snapshot of one that imported pandas, until its first
 result, against a cold start and a warm (already started) kernel importing
 pandas, and what each costs in proportional memory (PSS). The ``fork-docker``
-case forks Docker kernels inside their container, against a new container. ``python -m benchmarks --only fork``
+case forks Docker kernels inside their container, against a new container.
+
+``python -m benchmarks --only fork,zygote,fork-docker``
 """
 
 from __future__ import annotations

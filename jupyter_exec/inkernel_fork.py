@@ -43,6 +43,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -155,6 +156,7 @@ def _detach(old_app: Any) -> None:
         os.setsid()  # the parent's group gets the host's interrupts and kills, not us
     _abandoned.append(old_app)
     _mute(old_app)
+    _close_kernel_sockets(old_app)
     _restore_std_fds()
     signal.set_wakeup_fd(-1)  # it may name the old loop's self-pipe, shared with the parent
     _leave_cell(old_app.shell, old_app.kernel)
@@ -281,6 +283,51 @@ def _mute(old_app: Any) -> None:
         session = getattr(owner, "session", None)
         if session is not None:
             session.send = send
+
+
+def _close_kernel_sockets(old_app: Any) -> None:
+    """Close this process's copies of the parent kernel's listening and connected sockets.
+
+    They are the parent's: held open here, a TCP port would stay bound after the
+    parent ended (its restart on the same ports would fail), and a client of the
+    parent's would not see it go. Only the file descriptors are closed, never
+    through ZeroMQ (whose threads are gone); the parent's copies are unaffected.
+    """
+    ports = {getattr(old_app, f"{name}_port", 0) for name in _CHANNELS} - {0}
+    transport, ip = getattr(old_app, "transport", "tcp"), getattr(old_app, "ip", "")
+    paths = {f"{ip}-{port}" for port in ports} if transport == "ipc" else set()
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return  # not Linux: the sockets stay open, as after any fork
+    for fd in fds:
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            probe = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        try:
+            local = probe.getsockname()
+        except OSError:
+            local = None
+        finally:
+            probe.detach()
+        if transport == "ipc":
+            ours = local in paths
+        else:
+            ours = (
+                isinstance(local, tuple)
+                and len(local) >= 2
+                and local[1] in ports
+                and (local[0] == ip or ip in ("", "*", "0.0.0.0", "::"))
+            )
+        if ours:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 
 
 def _restore_std_fds() -> None:

@@ -14,11 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec import guard
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.forking import fork_kernel
-from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, restart_kernel, start_kernel
+from jupyter_exec.kernel import (
+    KernelHandle,
+    _OneSpec,
+    attach_kernel,
+    kernel_spec_for_python,
+    restart_kernel,
+    start_kernel,
+)
 from jupyter_exec.snapshots import drop, start_from, take_snapshot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -336,3 +344,36 @@ async def test_the_stream_guard_works_in_a_fork(
     assert seen == "x" * 10  # the budget went out; the rest stayed in the kernel's file
     rest = tmp_path / cell.files["stdout"]
     assert rest.read_text() == "x" * 990 + "\n"
+
+
+def listening_on(port: int) -> bool:
+    """Whether some socket listens on 127.0.0.1:``port`` (a bind attempt says)."""
+    import socket
+
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not listening
+    try:
+        probe.bind(("127.0.0.1", port))
+    except OSError:
+        return True
+    finally:
+        probe.close()
+    return False
+
+
+async def test_a_fork_does_not_keep_its_parents_ports(tmp_path: Path) -> None:
+    """A TCP kernel (as a Jupyter server runs them): its ports are free once it is gone."""
+    km = AsyncKernelManager(kernel_spec_manager=_OneSpec(kernel_spec_for_python(sys.executable)))
+    assert km.transport == "tcp"
+    await km.start_kernel(cwd=str(tmp_path))
+    parent = await attach_kernel(km)
+    ports = [km.shell_port, km.iopub_port, km.stdin_port, km.control_port, km.hb_port]
+    child = await fork_kernel(parent, cwd=tmp_path)
+    try:
+        await parent.shutdown(now=True)
+        await wait_for(
+            lambda: not any(listening_on(port) for port in ports), "the parent's ports are free"
+        )
+        assert await value(child, "'child alive'") == "child alive"
+    finally:
+        await child.shutdown(now=True)
