@@ -377,3 +377,19 @@ async def test_a_fork_does_not_keep_its_parents_ports(tmp_path: Path) -> None:
         assert await value(child, "'child alive'") == "child alive"
     finally:
         await child.shutdown(now=True)
+
+
+async def test_a_kernel_with_cuda_initialised_is_refused(
+    parent: KernelHandle, tmp_path: Path
+) -> None:
+    # Stands in for torch after torch.cuda.init(): only is_initialized() is consulted.
+    await run(
+        parent,
+        "import sys, types\n"
+        "fake = types.ModuleType('torch')\n"
+        "fake.cuda = types.SimpleNamespace(is_initialized=lambda: True)\n"
+        "sys.modules['torch'] = fake",
+    )
+    with pytest.raises(ForkError, match="initialised CUDA"):
+        await fork_kernel(parent, cwd=tmp_path)
+    assert children_of(kernel_pid(parent)) == set()
