@@ -54,6 +54,7 @@ __all__ = [
     "child_manager",
     "fork_kernel",
     "in_docker",
+    "kernel_deadline",
     "run_fork_request",
 ]
 
@@ -254,6 +255,16 @@ def check_forkable(handle: KernelHandle) -> None:
         )
 
 
+def kernel_deadline(timeout: float) -> float:
+    """The wall-clock time after which the kernel refuses the request, unforked.
+
+    Earlier than the host's own deadline by a margin: a fork the kernel still
+    makes is answered before the host gives up, so no child is ever made that
+    the host has stopped waiting for.
+    """
+    return time.time() + timeout - min(1.0, timeout / 4)
+
+
 def in_docker(handle: KernelHandle) -> bool:
     """Whether ``handle`` is a kernel in a container of our Docker provisioner."""
     from jupyter_exec.docker import PROVISIONER_NAME
@@ -329,11 +340,11 @@ async def fork_kernel(
 
             connection_file, host_copy = child_connection(handle.km.provisioner, km)
             leftovers.append(host_copy)
-            code = fork_code(connection_file, 0, time.time() + timeout)  # no host pid in there
+            code = fork_code(connection_file, 0, kernel_deadline(timeout))  # no host pid in there
             pid = await run_fork_request(handle, code, deadline)
             pid = await asyncio.to_thread(host_pid, handle.km.provisioner, pid)
         else:
-            code = fork_code(str(km.connection_file), os.getpid(), time.time() + timeout)
+            code = fork_code(str(km.connection_file), os.getpid(), kernel_deadline(timeout))
             pid = await run_fork_request(handle, code, deadline)
     except BaseException:
         km.cleanup_connection_file()

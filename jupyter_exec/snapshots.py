@@ -47,6 +47,7 @@ from jupyter_exec.forking import (
     check_forkable,
     child_manager,
     in_docker,
+    kernel_deadline,
     run_fork_request,
 )
 from jupyter_exec.inkernel_fork import snapshot_code
@@ -94,7 +95,7 @@ async def take_snapshot(handle: KernelHandle, *, timeout: float = DEFAULT_FORK_T
             raise ForkError("no short enough path for the snapshot's socket (runtime dir)")
         control = Path(f"{base}.snap")
         where, host = str(control), os.getpid()
-    code = snapshot_code(where, host, time.time() + timeout)
+    code = snapshot_code(where, host, kernel_deadline(timeout))
     try:
         pid = await run_fork_request(handle, code, time.monotonic() + timeout)
         if docker is not None:
