@@ -158,6 +158,7 @@ class E2BServer:
                 await self._reaper
         for server in self._servers:
             server.stop()
+        await asyncio.gather(*(s.close_all_connections() for s in self._servers))
         self._servers.clear()
         await self.sandboxes.close_all()
         await self.manager.shutdown()

@@ -112,3 +112,10 @@ def test_debug_mode_is_loopback_only(tmp_path: Path) -> None:
         E2BServer(E2BConfig(root_dir=tmp_path, host="0.0.0.0", debug=True, api_key="k"))
     with pytest.raises(InvalidArgument, match="API key"):
         E2BServer(E2BConfig(root_dir=tmp_path, host="0.0.0.0"))
+
+
+def test_sandbox_envs_reach_code_and_commands(api_env: Running) -> None:
+    sandbox = Sandbox.create(envs={"SANDBOX_VAR": "from-create"})
+    assert sandbox.run_code("import os; os.environ['SANDBOX_VAR']").text == "'from-create'"
+    assert sandbox.commands.run("echo $SANDBOX_VAR").stdout == "from-create\n"
+    assert sandbox.kill()

@@ -182,3 +182,13 @@ async def test_async_sdk_with_async_callbacks(debug_env: Running) -> None:
     execution = await sandbox.run_code("print('async hello'); 6 * 7", on_stdout=on_stdout)
     assert execution.text == "42"
     assert "".join(lines) == "async hello\n"
+
+
+def test_env_vars_for_one_call(debug_env: Running) -> None:
+    sandbox = Sandbox.create()
+    with_env = sandbox.run_code(
+        "import os; os.getenv('E2B_TEST_FOO')", envs={"E2B_TEST_FOO": "bar"}
+    )
+    after = sandbox.run_code("import os; os.getenv('E2B_TEST_FOO', 'default')")
+    assert with_env.text == "'bar'"
+    assert after.text == "'default'"
