@@ -13,6 +13,7 @@ from pathlib import Path
 
 import benchmarks.cases
 import benchmarks.docker_cases
+import benchmarks.nbclient_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
@@ -22,7 +23,13 @@ for _name, _func in SCALE_CASES:
     case(_name)(_func)
 
 # Imported for their @case registrations, in table order.
-_ = (benchmarks.cases, benchmarks.docker_cases, benchmarks.replay_cases, benchmarks.rss_cases)
+_ = (
+    benchmarks.cases,
+    benchmarks.nbclient_cases,
+    benchmarks.docker_cases,
+    benchmarks.replay_cases,
+    benchmarks.rss_cases,
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.exceptions import KernelStartError
+from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 from jupyter_exec.kernel import resolve_python
 
 __all__ = [
@@ -281,7 +281,7 @@ def parse_environment(
         return VirtualEnv(path=str(candidate), packages=tuple(packages))
     if candidate.is_file() or shutil.which(text):
         return SystemPython(text)
-    raise ValueError(
+    raise InvalidArgument(
         f"unknown environment {text!r}: use local, python:<interpreter>, venv, venv:<path>, "
         "docker or docker:<image>"
     )
@@ -367,7 +367,7 @@ class _VenvMaker:
                 check=True,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            raise KernelStartError(f"cannot run the interpreter {exe}: {exc}") from exc
+            raise InvalidArgument(f"cannot run the interpreter {exe}: {exc}") from None
         return out.stdout.strip()
 
     def ensure(

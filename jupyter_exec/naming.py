@@ -27,6 +27,7 @@ from jupyter_exec.exceptions import InvalidArgument
 __all__ = [
     "MAX_NAME_LENGTH",
     "backup_notebook_name",
+    "check_encodable",
     "check_text",
     "default_session_name",
     "files_folder",
@@ -78,6 +79,22 @@ def check_text(text: str, what: str, *, allow_newlines: bool = False) -> str:
     if found is not None:
         index, why = found
         raise InvalidArgument(f"{what} has {why} at position {index}; remove it")
+    return text
+
+
+def check_encodable(text: str, what: str) -> str:
+    """``text`` unless it holds lone surrogates (text no kernel or file can receive).
+
+    Cheaper than :func:`check_text` (one encode), for code of any size.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"{what} has a lone surrogate (U+{ord(text[exc.start]):04X}) at position "
+            f"{exc.start}, which is not valid Unicode text; remove it, or pass binary data "
+            "another way (a file, base64)"
+        ) from None
     return text
 
 

@@ -211,6 +211,11 @@ class SessionOptions:
                 raise InvalidArgument("env must map variable names to strings")
             put(self, "env", dict(self.env))
 
+    @property
+    def shuts_down_kernel(self) -> bool:
+        """Whether closing the session stops its kernel: one it started, or one it was given."""
+        return self.owns_kernel or self.kernel_manager is None
+
     # -- deriving --------------------------------------------------------------------
 
     @classmethod

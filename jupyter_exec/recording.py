@@ -20,29 +20,50 @@ cannot be saved keeps the cell in memory and raises
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_exec import guard
-from jupyter_exec.exceptions import NotebookError, StorageError
+from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
-from jupyter_exec.models import CellError, Execution, Result
+from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.naming import notebook_name
+from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
 from jupyter_exec.runner import CellRun, is_interrupt
+from jupyter_exec.scripts import run_script, script_path
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
-__all__ = ["Recording", "SafeSpill"]
+__all__ = [
+    "Cell",
+    "Recording",
+    "SafeSpill",
+    "notebook_metadata",
+    "prepare_notebook_path",
+    "prepare_work_dir",
+    "remove_made",
+]
 
 log = logging.getLogger("jupyter_exec")
 
 
-def _storage_error(exc: OSError, what: str) -> StorageError:
+def _storage_error(exc: OSError | WorkDirError, what: str) -> StorageError:
     if isinstance(exc, StorageError):
         return exc
+    if isinstance(exc, WorkDirError):  # e.g. a link where the file was to go
+        return StorageError(f"could not write {what}: {exc}")
     reason = exc.strerror or str(exc)
     return StorageError(f"could not write {what}: {reason}", exc.errno)
 
@@ -63,7 +84,7 @@ class SafeSpill:
             return
         try:
             self._spill.write(name, text)
-        except OSError as exc:
+        except (OSError, WorkDirError) as exc:
             self.error = _storage_error(exc, f"the full text of {name}")
 
     def location(self, name: str) -> str | None:
@@ -73,9 +94,30 @@ class SafeSpill:
         """Close the files; the paths written (none if a write failed)."""
         try:
             self._spill.close()
-        except OSError as exc:
+        except (OSError, WorkDirError) as exc:
             self.error = self.error or _storage_error(exc, "the full text of a stream")
         return [] if self.error is not None else list(self._spill.paths.values())
+
+
+@dataclass
+class Cell:
+    """A cell being run: where it will be recorded and what collects its outputs."""
+
+    index: int
+    builder: CellOutputs
+    spill: SafeSpill | None
+    guard: CellGuard | None = None
+    """What the kernel's output guard is asked for this cell (None: no guard, or no writes)."""
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """For the execute_request: the guard's budget and files."""
+        return self.guard.metadata if self.guard is not None else None
+
+    def abandon(self) -> None:
+        """The run failed before it could be recorded: close the spill file."""
+        if self.spill is not None:
+            self.spill.close()
 
 
 class Recording:
@@ -91,54 +133,39 @@ class Recording:
             skip_dirs=[self.store.work_dir / folder],
         )
         self.cells_run = 0
+        self.scripts_run = 0
         self.restart_note: str | None = None
         """Why the kernel was restarted; noted on the next recorded cell."""
         # display_id -> (cell index, output number in the cell, the output dict in the record)
         self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
 
-    def next_index(self) -> int:
-        """The notebook index the next executed cell will have."""
+    async def begin(self, kernel: KernelHandle, *, write: bool, max_chars: int) -> Cell:
+        """A new cell to run: its index, its output builder and, when writing, its spill file
+        and the request that the kernel's stream guard keep a flood back."""
         index = len(self.recorder) if self.recorder is not None else self.cells_run
         self.cells_run += 1
-        return index
+        spill = SafeSpill(FileSpill(self.store, index)) if write else None
+        cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
+        if spill is not None:
+            cell.guard = await guard.prepare(
+                kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
+            )
+        return cell
 
-    def spill(self, cell_index: int) -> SafeSpill:
-        return SafeSpill(FileSpill(self.store, cell_index))
-
-    async def guard(
-        self, kernel: KernelHandle, cell_index: int, builder: CellOutputs
-    ) -> CellGuard | None:
-        """What the kernel's output guard is asked for this cell (None: the kernel has none)."""
-        return await guard.prepare(
-            kernel, self.store.work_dir, self.store.folder, cell_index, builder.head_limit
-        )
-
-    def absorb(self, cell_guard: CellGuard | None, builder: CellOutputs, spill: SafeSpill) -> None:
-        """Join what the kernel kept back to the cell's outputs and spill file."""
-        if cell_guard is None:
-            return
-        try:
-            cell_guard.absorb(builder, spill)
-        except OSError as exc:
-            spill.error = spill.error or _storage_error(exc, "the full text of a stream")
-
-    def record(
-        self,
-        code: str,
-        cell_index: int,
-        builder: CellOutputs,
-        run: CellRun,
-        duration: float,
-        spill: SafeSpill | None,
-        cell_guard: CellGuard | None = None,
-    ) -> Execution:
+    def record(self, code: str, cell: Cell, run: CellRun, duration: float) -> Execution:
         """Save the cell's files and notebook cell; the caller's Execution.
 
-        ``spill=None`` (a resume re-running recorded cells) writes nothing.
-        Raises :class:`StorageError` or :class:`NotebookError` carrying the
-        Execution when a write failed; the cell is kept either way.
+        A cell begun with ``write=False`` (a resume re-running recorded cells)
+        writes nothing. Raises :class:`StorageError` or :class:`NotebookError`
+        carrying the Execution when a write failed; the cell is kept either way.
         """
+        cell_index, builder, spill = cell.index, cell.builder, cell.spill
         write = spill is not None
+        if spill is not None and cell.guard is not None:  # what the kernel's guard kept back
+            try:
+                cell.guard.absorb(builder, spill)
+            except (OSError, WorkDirError) as exc:
+                spill.error = spill.error or _storage_error(exc, "the full text of a stream")
         spilled = spill.close() if spill is not None else []
         failure: StorageError | NotebookError | None = spill.error if spill is not None else None
         outputs, error = _final_outputs(builder, run)
@@ -156,10 +183,10 @@ class Recording:
             if write:
                 try:
                     files = self.store.save_bundle(cell_index, number, output.get("data", {}))
-                except OSError as exc:
+                except (OSError, WorkDirError) as exc:
                     failure = failure or _storage_error(exc, f"an output of cell {cell_index + 1}")
-                if cell_guard is not None:  # too large to send: the kernel saved these itself
-                    files.update(cell_guard.saved_files(output))
+                if cell.guard is not None:  # too large to send: the kernel saved these itself
+                    files.update(cell.guard.saved_files(output))
                 saved.extend(files.values())
             results.append(
                 Result(
@@ -174,16 +201,17 @@ class Recording:
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
-            except OSError as exc:
+            except (OSError, WorkDirError) as exc:
                 touched = set()
                 failure = failure or _storage_error(exc, "an updated output's file")
             self._remember_displays(builder, cell_index, numbered)
-            cell = self._cell(code, builder, run, duration, outputs)
             if self.recorder is not None:
                 for index in touched:
                     self.recorder.refresh(index, save=False)
                 try:
-                    recorded_index = self.recorder.append(cell)
+                    recorded_index = self.recorder.append(
+                        self._cell(code, builder, run, duration, outputs)
+                    )
                 except NotebookError as exc:
                     recorded_index = len(self.recorder) - 1
                     failure = failure or exc
@@ -258,6 +286,48 @@ class Recording:
                 (cell_index, numbers[id(o)], o) for o in shown if id(o) in numbers
             )
 
+    async def run_script(
+        self,
+        kernel: KernelHandle,
+        code: str,
+        language: str,
+        filename: str | None,
+        timeout: float | None,
+    ) -> ScriptResult:
+        """Run a script as a new process; its result names the files it wrote."""
+        work_dir = self.store.work_dir
+        self.scripts_run += 1
+        path = script_path(work_dir, self.store.folder, self.scripts_run, language, filename)
+        self.tracker.changes()  # what changed before this run is not the script's doing
+        spec = kernel.spec
+        result = await run_script(
+            path,
+            code,
+            language,
+            work_dir=work_dir,
+            kernel_argv=list(spec.argv) if spec else [],
+            kernel_env=dict(spec.env or {}) if spec else {},
+            provisioner=kernel.km.provisioner,
+            timeout=timeout,
+        )
+        produced = tuple(p for p in self.tracker.changes() if p != path.resolve())
+        return dataclasses.replace(result, files=produced)
+
+    def adopt(self, recorder: NotebookRecorder) -> None:
+        """Record into ``recorder`` from now on (saved at once, so the notebook exists)."""
+        recorder.save()
+        self.recorder = recorder
+
+    def metadata(self) -> dict[str, Any]:
+        """A copy of the notebook's metadata (empty when not recording)."""
+        return copy.deepcopy(self.recorder.metadata) if self.recorder is not None else {}
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        """Set a top-level notebook metadata entry and save (no-op when not recording)."""
+        if self.recorder is not None:
+            self.recorder.set_metadata(key, value)
+            self.recorder.save()
+
     def record_cell(self, cell: Mapping[str, Any]) -> int | None:
         """Append a cell that was not executed; its index, or ``None`` when not recording."""
         if self.recorder is None:
@@ -321,3 +391,88 @@ def _copy_output(output: dict[str, Any]) -> dict[str, Any]:
     if isinstance(copied.get("traceback"), list):
         copied["traceback"] = list(copied["traceback"])
     return copied
+
+
+# -- where a session records ---------------------------------------------------------------
+
+
+def prepare_work_dir(given: Path | None, made: list[Path]) -> Path:
+    """The work dir, created if missing (a fresh temporary one for ``None``).
+
+    Every folder this call created is appended to ``made``, so a start that
+    fails can remove them again (:func:`remove_made`).
+    """
+    if given is None:
+        path = Path(tempfile.mkdtemp(prefix="jupyter-exec-"))
+        made.append(path)
+        log.warning("jupyter-exec: work dir %s (temporary, kept after the session)", path)
+        return path
+    path = given.expanduser().absolute()
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkDirError(f"cannot create the work dir {path}: {exc.strerror}") from exc
+    made.extend(reversed(missing))
+    if not path.is_dir():
+        raise WorkDirError(f"the work dir {path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise WorkDirError(f"the work dir {path} is not writable by this user")
+    return path
+
+
+def remove_made(made: list[Path], *, temporary: bool) -> None:
+    """Undo :func:`prepare_work_dir`: a temporary dir goes whole, other folders only if empty."""
+    for path in reversed(made):
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def prepare_notebook_path(
+    given: Path | Literal[False] | None,
+    work_dir: Path,
+    name: str,
+    *,
+    resume: bool,
+    overwrite: bool,
+) -> Path | None:
+    """Where the notebook goes (``None``: not recording), refusing to clobber one by accident."""
+    if given is False:
+        return None
+    path = (work_dir / notebook_name(name) if given is None else given).expanduser().absolute()
+    if path.suffix != ".ipynb":
+        raise NotebookError(f"the notebook path {path} must end in .ipynb")
+    if resume:
+        if not path.is_file():
+            raise NotebookError(f"cannot resume: no notebook at {path}")
+        return path
+    if path.exists() and not overwrite:
+        raise NotebookError(
+            f"{path} already exists; pass overwrite=True to replace it, "
+            "or choose another notebook path or session name"
+        )
+    if not path.parent.is_dir():
+        raise NotebookError(f"the folder of the notebook {path} does not exist")
+    return path
+
+
+def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) -> dict[str, Any]:
+    """A session notebook's metadata: the kernel's spec and language, and ours."""
+    spec = kernel.spec
+    language_info = dict(kernel.kernel_info.get("language_info", {})) or {"name": "python"}
+    return {
+        "kernelspec": {
+            "name": options.kernel_name if options.python is None else "python3",
+            "display_name": spec.display_name if spec else options.kernel_name,
+            "language": (spec.language if spec else None) or language_info.get("name", ""),
+        },
+        "language_info": language_info,
+        "jupyter_exec": {
+            "session": name,
+            "backend": options.backend,
+            "created": datetime.now(timezone.utc).isoformat(),
+        },
+    }

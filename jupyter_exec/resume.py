@@ -9,19 +9,49 @@ the session's live record, so new cells are appended to it, numbering on.
 from __future__ import annotations
 
 import logging
+import os
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from jupyter_exec.naming import backup_notebook_name
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.naming import backup_notebook_name, safe_name
 from jupyter_exec.recorder import new_cell_id
+from jupyter_exec.recording import notebook_metadata
 from jupyter_exec.safefs import Folder
 
 if TYPE_CHECKING:
     from jupyter_exec.session import AsyncSession
 
-__all__ = ["rebuild"]
+__all__ = ["for_notebook", "rebuild"]
 
 log = logging.getLogger("jupyter_exec")
+
+
+S = TypeVar("S", bound="AsyncSession")
+
+
+def for_notebook(
+    cls: type[S],
+    notebook: str | os.PathLike[str],
+    until: int | None,
+    work_dir: str | os.PathLike[str] | None,
+    name: str | None,
+    options: dict[str, Any],
+) -> S:
+    """An unstarted session of class ``cls`` set to resume ``notebook`` when it starts."""
+    if until is not None and until < 0:
+        raise InvalidArgument(f"until must be >= 0, not {until}")
+    path = Path(notebook).expanduser().absolute()
+    session = cls(
+        path.parent if work_dir is None else work_dir,
+        notebook=path,
+        name=name or safe_name(path.stem),
+        overwrite=True,
+        **options,
+    )
+    session._resume = (until,)
+    return session
 
 
 async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
@@ -59,16 +89,14 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
         )
     failed = [i for i, e in enumerate(session.resumed, start=1) if not e.ok]
     metadata = dict(nb.metadata)
-    ours = session.notebook_metadata_for_kernel()
+    ours = notebook_metadata(kernel, session.options, session.name)
     metadata.update({k: v for k, v in ours.items() if k != "jupyter_exec"})
     history = dict(metadata.get("jupyter_exec", {}))
     history.setdefault("session", session.name)
     entry.update(cells_rerun=len(code_cells), failed=failed)
     history["resumed"] = [*history.get("resumed", []), entry]
     metadata["jupyter_exec"] = history
-    recorder = session.recorder_class(path, metadata, cells)
-    recorder.save()
-    recording.recorder = recorder
+    recording.adopt(session.recorder_class(path, metadata, cells))
     recording.restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
     if failed:
         log.warning("resume of %s: re-run cells %s failed", path, failed)

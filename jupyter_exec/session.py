@@ -21,31 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import dataclasses
 import logging
 import os
-import shutil
-import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from jupyter_exec.codeblocks import normalise_language
 from jupyter_exec.exceptions import (
     BackendError,
-    InvalidArgument,
     KernelNotAliveError,
-    NotebookError,
     SessionClosedError,
-    WorkDirError,
 )
 from jupyter_exec.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.launch import launch_kernel, resolve_environment
 from jupyter_exec.models import Execution, ScriptResult
-from jupyter_exec.naming import default_session_name, files_folder, notebook_name, safe_name
+from jupyter_exec.naming import check_encodable, default_session_name, files_folder
 from jupyter_exec.options import (
     DEFAULT_INTERRUPT_GRACE,
     DEFAULT_MAX_OUTPUT_CHARS,
@@ -55,11 +46,15 @@ from jupyter_exec.options import (
     SessionOptions,
     options_from,
 )
-from jupyter_exec.outputs import CellOutputs
 from jupyter_exec.recorder import NotebookRecorder, read_notebook
-from jupyter_exec.recording import Recording
+from jupyter_exec.recording import (
+    Recording,
+    notebook_metadata,
+    prepare_notebook_path,
+    prepare_work_dir,
+    remove_made,
+)
 from jupyter_exec.runner import CellRunner, OutputCallback
-from jupyter_exec.scripts import run_script, script_path
 
 __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
@@ -114,27 +109,9 @@ class AsyncSession:
         owns_kernel: bool = False,
         options: SessionOptions | None = None,
     ) -> None:
-        self._options = options_from(
-            options,
-            work_dir=work_dir,
-            kernel_name=kernel_name,
-            python=python,
-            notebook=notebook,
-            name=name,
-            timeout=timeout,
-            backend=backend,
-            docker=docker,
-            env=env,
-            interrupt_grace=interrupt_grace,
-            startup_timeout=startup_timeout,
-            max_output_chars=max_output_chars,
-            overwrite=overwrite,
-            environment=environment,
-            url=url,
-            token=token,
-            kernel_manager=kernel_manager,
-            owns_kernel=owns_kernel,
-        )
+        given = dict(locals())  # exactly the parameters above: the SessionOptions fields
+        del given["self"], given["options"]
+        self._options = options_from(options, **given)
         self._work_dir: Path | None = None
         self._name: str | None = None
         self._notebook_path: Path | None = None
@@ -142,15 +119,12 @@ class AsyncSession:
         self._recording: Recording | None = None
         self._lock = asyncio.Lock()
         self._last_activity = time.monotonic()
-        self._scripts_run = 0
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
         self._running: asyncio.Future[None] | None = None  # done when the running cell is recorded
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
-
-    # -- properties ----------------------------------------------------------------
 
     @property
     def options(self) -> SessionOptions:
@@ -203,12 +177,7 @@ class AsyncSession:
     @property
     def is_alive(self) -> bool:
         """Whether the kernel process is running (a cheap check for local kernels)."""
-        if self._kernel is None or self._closed:
-            return False
-        process = getattr(self._kernel.km.provisioner, "process", None)
-        if process is not None:
-            return process.poll() is None
-        return bool(self._kernel.km.has_kernel)
+        return self._kernel is not None and not self._closed and self._kernel.process_alive()
 
     @property
     def closed(self) -> bool:
@@ -234,8 +203,6 @@ class AsyncSession:
         where = f" work_dir={str(self._work_dir)!r}" if self._work_dir else ""
         return f"<{type(self).__name__} {self._name or '?'} {self.backend} {state}{where}>"
 
-    # -- lifecycle -------------------------------------------------------------------
-
     @classmethod
     def resume(
         cls,
@@ -255,24 +222,14 @@ class AsyncSession:
         notebook's folder and ``name`` to its stem, so output files continue in
         the same ``<name>_files`` folder. Other arguments are as for the constructor.
         """
-        if until is not None and until < 0:
-            raise InvalidArgument(f"until must be >= 0, not {until}")
-        path = Path(notebook).expanduser().absolute()
-        session = cls(
-            path.parent if work_dir is None else work_dir,
-            notebook=path,
-            name=name or safe_name(path.stem),
-            overwrite=True,
-            **kwargs,
-        )
-        session._resume = (until,)
-        return session
+        from jupyter_exec.resume import for_notebook
+
+        return for_notebook(cls, notebook, until, work_dir, name, kwargs)
 
     async def start(self) -> AsyncSession:
         """Create the work dir and notebook, and start the kernel. Idempotent.
 
-        A start that fails leaves nothing behind: no kernel, and no work dir
-        it created.
+        A start that fails leaves no kernel and no folder it created behind.
         """
         if self._closed:
             raise SessionClosedError("this session was closed; create a new one")
@@ -288,9 +245,16 @@ class AsyncSession:
         return self
 
     async def _start(self, made: list[Path]) -> None:
-        self._work_dir = work_dir = self._prepare_work_dir(made)
-        self._name = name = self._options.name or default_session_name(work_dir)
-        self._notebook_path = self._prepare_notebook_path()
+        options = self._options
+        self._work_dir = work_dir = prepare_work_dir(options.work_dir, made)
+        self._name = name = options.name or default_session_name(work_dir)
+        self._notebook_path = prepare_notebook_path(
+            options.notebook,
+            work_dir,
+            name,
+            resume=self._resume is not None,
+            overwrite=options.overwrite,
+        )
         # Read a notebook to resume before starting anything, so a bad one costs no kernel.
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
@@ -303,48 +267,18 @@ class AsyncSession:
 
             await rebuild(self, recorded, self._resume[0])
         elif self._notebook_path is not None:
-            recorder = self.recorder_class(self._notebook_path, self.notebook_metadata_for_kernel())
-            recorder.save()
-            self._recording.recorder = recorder
+            metadata = notebook_metadata(self._kernel, self._options, name)
+            self._recording.adopt(self.recorder_class(self._notebook_path, metadata))
 
     async def _undo_start(self, made: list[Path]) -> None:
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
             with contextlib.suppress(Exception):
-                await kernel.shutdown(kernel=self._owns_kernel)
+                await kernel.shutdown(kernel=self._options.shuts_down_kernel)
         if self._recording is not None:
             self._recording.close()
             self._recording = None
-        for path in reversed(made):  # only folders this start created
-            if self._options.work_dir is None:  # a fresh temporary one: all of it is ours
-                await asyncio.to_thread(shutil.rmtree, path, True)
-            else:
-                with contextlib.suppress(OSError):
-                    path.rmdir()  # only if still empty
-
-    @property
-    def _owns_kernel(self) -> bool:
-        return self._options.owns_kernel or self._options.kernel_manager is None
-
-    def notebook_metadata_for_kernel(self) -> dict[str, Any]:
-        """The notebook metadata for this session's kernel (kernelspec, language, ours)."""
-        assert self._kernel is not None
-        spec = self._kernel.spec
-        options = self._options
-        language_info = self.language_info or {"name": "python"}
-        return {
-            "kernelspec": {
-                "name": options.kernel_name if options.python is None else "python3",
-                "display_name": spec.display_name if spec else options.kernel_name,
-                "language": (spec.language if spec else None) or language_info.get("name", ""),
-            },
-            "language_info": language_info,
-            "jupyter_exec": {
-                "session": self.name,
-                "backend": options.backend,
-                "created": datetime.now(timezone.utc).isoformat(),
-            },
-        }
+        await asyncio.to_thread(remove_made, made, temporary=self._options.work_dir is None)
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
         """Append a cell that was not executed (markdown, raw, or a code cell kept as is).
@@ -357,56 +291,12 @@ class AsyncSession:
     @property
     def notebook_metadata(self) -> dict[str, Any]:
         """A copy of the session notebook's metadata (empty when recording is off)."""
-        recorder = self._recorder
-        return copy.deepcopy(recorder.metadata) if recorder is not None else {}
+        return self._recording.metadata() if self._recording is not None else {}
 
     def set_notebook_metadata(self, key: str, value: Any) -> None:
         """Set a top-level notebook metadata entry and save (no-op when recording is off)."""
-        recorder = self._recorder
-        if recorder is not None:
-            recorder.set_metadata(key, value)
-            recorder.save()
-
-    def _prepare_work_dir(self, made: list[Path]) -> Path:
-        given = self._options.work_dir
-        if given is None:
-            path = Path(tempfile.mkdtemp(prefix="jupyter-exec-"))
-            made.append(path)
-            log.warning("jupyter-exec: work dir %s (temporary, kept after the session)", path)
-            return path
-        path = given.expanduser().absolute()
-        missing = [p for p in (path, *path.parents) if not p.exists()]
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise WorkDirError(f"cannot create the work dir {path}: {exc.strerror}") from exc
-        made.extend(reversed(missing))
-        if not path.is_dir():
-            raise WorkDirError(f"the work dir {path} is not a directory")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise WorkDirError(f"the work dir {path} is not writable by this user")
-        return path
-
-    def _prepare_notebook_path(self) -> Path | None:
-        given = self._options.notebook
-        if given is False:
-            return None
-        path = self.work_dir / notebook_name(self.name) if given is None else given
-        path = path.expanduser().absolute()
-        if path.suffix != ".ipynb":
-            raise NotebookError(f"the notebook path {path} must end in .ipynb")
-        if self._resume is not None:
-            if not path.is_file():
-                raise NotebookError(f"cannot resume: no notebook at {path}")
-            return path
-        if path.exists() and not self._options.overwrite:
-            raise NotebookError(
-                f"{path} already exists; pass overwrite=True to replace it, "
-                "or choose another notebook path or session name"
-            )
-        if not path.parent.is_dir():
-            raise NotebookError(f"the folder of the notebook {path} does not exist")
-        return path
+        if self._recording is not None:
+            self._recording.set_metadata(key, value)
 
     async def close(self) -> None:
         """Stop the kernel. The work dir and notebook stay. Idempotent.
@@ -426,18 +316,13 @@ class AsyncSession:
         if self._recording is not None:
             self._recording.close()
         if kernel is not None:
-            await kernel.shutdown(kernel=self._owns_kernel)
+            await kernel.shutdown(kernel=self._options.shuts_down_kernel)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
 
     async def __aenter__(self) -> AsyncSession:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     def _live_kernel(self) -> KernelHandle:
@@ -453,12 +338,11 @@ class AsyncSession:
         """Interrupt the running cell (KeyboardInterrupt in the kernel); state is kept."""
         await interrupt_kernel(self._live_kernel())
 
-    async def restart(self) -> None:
-        """Restart the kernel: all state is lost; the notebook notes it on the next cell."""
-        await self._restart_after_failure("restarted by request")
+    async def restart(self, note: str = "restarted by request") -> None:
+        """Restart the kernel: all state is lost; the notebook notes why on the next cell.
 
-    async def _restart_after_failure(self, note: str) -> None:
-        """Restart the kernel; a waiting execution notices (generation), the next cell notes it."""
+        A cell waiting on the kernel meanwhile notices (the generation changes).
+        """
         kernel = self._live_kernel()
         self._generation += 1
         await restart_kernel(kernel, self._options.startup_timeout)
@@ -488,29 +372,10 @@ class AsyncSession:
                 "run_script needs the kernel's own machine; with a remote kernel, "
                 "run shell code in a cell instead (%%bash)"
             )
-        language = normalise_language(language)
-        self._scripts_run += 1
-        path = script_path(
-            self.work_dir, files_folder(self.name), self._scripts_run, language, filename
-        )
-        spec = kernel.spec
         assert self._recording is not None
-        tracker = self._recording.tracker
-        tracker.changes()  # what changed before this run is not the script's doing
-        result = await run_script(
-            path,
-            code,
-            language,
-            work_dir=self.work_dir,
-            kernel_argv=list(spec.argv) if spec else [],
-            kernel_env=dict(spec.env or {}) if spec else {},
-            provisioner=kernel.km.provisioner,
-            timeout=self.timeout if timeout is None else timeout,
-        )
-        produced = tuple(p for p in tracker.changes() if p != path.resolve())
-        return dataclasses.replace(result, files=produced)
-
-    # -- execution -------------------------------------------------------------------
+        language = normalise_language(language)
+        timeout = self.timeout if timeout is None else timeout
+        return await self._recording.run_script(kernel, code, language, filename, timeout)
 
     async def execute(
         self,
@@ -530,7 +395,7 @@ class AsyncSession:
         """
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
-        _check_encodable(code)
+        check_encodable(code, "the code")
         self._live_kernel()
         async with self._lock:
             kernel = self._live_kernel()
@@ -568,40 +433,18 @@ class AsyncSession:
         """Run one cell: the runner, then the recording (``record=False``: a resume, no writes)."""
         recording = self._recording
         assert recording is not None
-        cell_index = recording.next_index()
-        spill = recording.spill(cell_index) if record else None
-        builder = CellOutputs(max_stream_chars=self._options.max_output_chars, spill=spill)
+        cell = await recording.begin(kernel, write=record, max_chars=self._options.max_output_chars)
         runner = CellRunner(
             kernel,
             interrupt_grace=self._options.interrupt_grace,
-            restart=self._restart_after_failure,
+            restart=self.restart,
             generation=lambda: self._generation,
             closing=lambda: self._closed,
         )
         started = time.monotonic()
         try:
-            cell_guard = (
-                None if spill is None else await recording.guard(kernel, cell_index, builder)
-            )
-            metadata = cell_guard.metadata if cell_guard is not None else None
-            run = await runner.run(code, builder, timeout, on_output, metadata)
-            if spill is not None:
-                recording.absorb(cell_guard, builder, spill)
+            run = await runner.run(code, cell.builder, timeout, on_output, cell.metadata)
         except BaseException:
-            if spill is not None:
-                spill.close()
+            cell.abandon()
             raise
-        duration = time.monotonic() - started
-        return recording.record(code, cell_index, builder, run, duration, spill, cell_guard)
-
-
-def _check_encodable(code: str) -> None:
-    """Refuse code the kernel could never receive (lone surrogates), before sending anything."""
-    try:
-        code.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(
-            f"the code has a lone surrogate (U+{ord(code[exc.start]):04X}) at position "
-            f"{exc.start}, which is not valid Unicode text; remove it or encode the data "
-            "another way (bytes, escapes)"
-        ) from None
+        return recording.record(code, cell, run, time.monotonic() - started)

@@ -14,10 +14,10 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
@@ -55,21 +55,67 @@ class _LoopThread:
 
     @classmethod
     def run(
-        cls, coro: Coroutine[Any, Any, T], on_interrupt: Coroutine[Any, Any, Any] | None = None
+        cls,
+        coro: Coroutine[Any, Any, T],
+        on_interrupt: Callable[[], Coroutine[Any, Any, Any]]
+        | Coroutine[Any, Any, Any]
+        | None = None,
     ) -> T:
+        """Run ``coro`` on the loop thread and return its result in the caller's thread.
+
+        ``on_interrupt`` (a coroutine function, or a coroutine) runs if the
+        caller is interrupted (Ctrl-C) while waiting.
+        """
         loop = cls.loop()
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        call = _Call(coro)
+        loop.call_soon_threadsafe(call.start)
         try:
-            return future.result()
+            return call.result()
         except KeyboardInterrupt:
             # Ctrl-C in the caller's thread: stop the cell in the kernel too.
             if on_interrupt is not None:
-                asyncio.run_coroutine_threadsafe(on_interrupt, loop).result(timeout=10)
+                stop = on_interrupt if isinstance(on_interrupt, Coroutine) else on_interrupt()
                 on_interrupt = None
+                asyncio.run_coroutine_threadsafe(stop, loop).result(timeout=10)
             raise
         finally:
-            if on_interrupt is not None:
-                on_interrupt.close()
+            if isinstance(on_interrupt, Coroutine):
+                on_interrupt.close()  # not needed: never awaited
+
+
+class _Call(Generic[T]):
+    """A coroutine run on the loop thread, its outcome handed back the moment it is known.
+
+    Leaner than ``run_coroutine_threadsafe`` on the hot path: the caller is
+    woken from inside the coroutine's last step, not one loop iteration
+    later through chained futures.
+    """
+
+    __slots__ = ("_coro", "_done", "_error", "_task", "_value")
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            self._value = await self._coro
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self) -> T:
+        self._done.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._value
 
 
 _open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -199,7 +245,7 @@ class Session:
         """Run ``code`` (see :meth:`AsyncSession.execute`); ``on_output`` runs on our loop."""
         return _LoopThread.run(
             self._async.execute(code, timeout=timeout, on_output=on_output),
-            on_interrupt=self._async.interrupt(),
+            on_interrupt=self._async.interrupt,
         )
 
     def run_script(

@@ -344,7 +344,7 @@ MALFORMED: list[tuple[str, str, bytes | str | None, list[str], int, str]] = [
         "ok.py",
         "print(1)\n",
         ["--python", "/nowhere/python"],
-        EXIT_TROUBLE,
+        EXIT_USAGE,
         "no Python interpreter",
     ),
     (
@@ -352,7 +352,7 @@ MALFORMED: list[tuple[str, str, bytes | str | None, list[str], int, str]] = [
         "ok.py",
         "print(1)\n",
         ["--python", "DIRPY"],
-        EXIT_TROUBLE,
+        EXIT_USAGE,
         "not a virtual environment",
     ),
     (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_exec import KernelStartError, Session
+from jupyter_exec import InvalidArgument, KernelStartError, Session
 from jupyter_exec.codeblocks import extract_code_blocks, prepare_block
 from jupyter_exec.environments import (
     DockerEnv,
@@ -66,8 +66,20 @@ def test_docker_maps_to_backend_options(tmp_path: Path) -> None:
 
 def test_system_python() -> None:
     assert SystemPython().session_options() == {"python": sys.executable}
-    with pytest.raises(KernelStartError):
+    with pytest.raises(InvalidArgument, match="no-such-python-here"):
         SystemPython("no-such-python-here").session_options()
+
+
+def test_an_interpreter_that_is_not_executable_is_named(tmp_path: Path) -> None:
+    fake = tmp_path / "python3"
+    fake.write_text("not a program\n")
+    fake.chmod(0o644)
+    with pytest.raises(InvalidArgument, match="not an executable file") as info:
+        SystemPython(str(fake)).session_options()
+    assert str(fake) in str(info.value)
+    with pytest.raises(InvalidArgument, match="chmod"):
+        Session(work_dir=tmp_path / "w", python=fake)
+    assert not (tmp_path / "w").exists()  # a failed start leaves no folder it made
 
 
 def test_managed_venvs_are_keyed_by_content(tmp_path: Path) -> None:

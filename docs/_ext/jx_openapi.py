@@ -170,7 +170,7 @@ class OpenApi(GeneratedDirective):
         out += [".. _rest-errors:", ""]
         out += underline("Errors", "-")
         for name, response in responses.items():
-            out += [f"**{name}**: " + one_line(response.get("description", "")), ""]
+            out += [f"**{name}**:", "", *md_to_rst(response.get("description", "")), ""]
         out += underline("Schemas", "-")
         for name, schema in components.get("schemas", {}).items():
             out += [f".. _{schema_label(name)}:", ""]

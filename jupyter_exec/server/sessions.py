@@ -52,6 +52,7 @@ from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.recorder import read_notebook
+from jupyter_exec.server.activity import KernelActivity
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.recorder import MergingRecorder
@@ -81,8 +82,10 @@ class _ServerAsyncSession(AsyncSession):
 
     The server kernel is shared with whoever opens the notebook in JupyterLab,
     so :attr:`busy` and :attr:`last_activity` also count what others run on it
-    (the server tracks every kernel's state and last activity): the manager's
-    culler must not close a session a person is working in. ``on_close``
+    (:class:`~jupyter_exec.server.activity.KernelActivity` watches the kernel's
+    execute requests, whoever sends them; the server's own state and last
+    activity count too): the manager's culler must not close a session a
+    person is working in. ``on_close``
     runs after :meth:`close`, so however the session ends (a DELETE, the
     culler, shutdown), the server's side of it is cleaned up in one place.
     """
@@ -93,6 +96,13 @@ class _ServerAsyncSession(AsyncSession):
         super().__init__(*args, **kwargs)
         self.server_kernel: Any = kwargs.get("kernel_manager")
         self.on_close: Callable[[], Awaitable[None]] | None = None
+        self.activity = KernelActivity(self.server_kernel)
+
+    async def start(self) -> _ServerAsyncSession:
+        await super().start()
+        if not self.activity.start():
+            log.info("jupyter-exec: kernel messages cannot be watched; using the server's state")
+        return self
 
     @property
     def recorder(self) -> MergingRecorder | None:
@@ -102,12 +112,16 @@ class _ServerAsyncSession(AsyncSession):
     @property
     def busy(self) -> bool:
         """Ours or anyone's code is running (or queued) on the kernel."""
-        return super().busy or getattr(self.server_kernel, "execution_state", None) == "busy"
+        return (
+            super().busy
+            or self.activity.busy
+            or getattr(self.server_kernel, "execution_state", None) == "busy"
+        )
 
     @property
     def last_activity(self) -> float:
         """When we or anyone else last used the kernel, as ``time.monotonic()``."""
-        ours = super().last_activity
+        ours = max(super().last_activity, self.activity.last_activity or 0.0)
         stamp = getattr(self.server_kernel, "last_activity", None)
         if not isinstance(stamp, datetime):
             return ours
@@ -119,6 +133,7 @@ class _ServerAsyncSession(AsyncSession):
     async def close(self) -> None:
         if self.closed:
             return
+        self.activity.close()
         try:
             await super().close()
         finally:

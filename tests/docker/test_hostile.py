@@ -276,7 +276,15 @@ def test_a_killed_host_leaves_no_container_and_no_loan(
         host.send_signal(how)
         host.wait(timeout=30)
         killed_at = time.monotonic()
-        while _running(docker_client, host.pid) and time.monotonic() - killed_at < 20:
+
+        def cleaned() -> bool:  # the watchdog removes the container, then the run dir and loan
+            return (
+                not _running(docker_client, host.pid)
+                and not run_dir.exists()
+                and (work.stat().st_uid, work.stat().st_mode, _acl(work)) == before
+            )
+
+        while not cleaned() and time.monotonic() - killed_at < 20:
             time.sleep(0.1)
         gone_after = time.monotonic() - killed_at
         print(f"{how.name}: the container was gone {gone_after:.2f} s after its host died")

@@ -22,8 +22,8 @@ from jupyter_exec.manager import AsyncSessionManager
 Api = Callable[..., Awaitable[tuple[int, Any]]]
 
 CULL = {"cull_idle_timeout": 1.0, "cull_interval": 0.1}
-# Slack for a loaded machine between creating the session and the person's first message.
-CULL_6S = {"cull_idle_timeout": 6.0, "cull_interval": 0.1}
+# Culling off until the test switches it on (cull_idle_timeout is read at every pass).
+CULL_LATER = {"cull_idle_timeout": 0.0, "cull_interval": 0.05}
 
 
 @pytest.fixture
@@ -118,25 +118,75 @@ async def test_an_idle_session_is_culled_with_its_kernel(
 
 
 @pytest.mark.parametrize(
-    "jp_server_config", [{"AsyncSessionManager": CULL_6S}], indirect=True, ids=["cull-6s"]
+    "jp_server_config", [{"AsyncSessionManager": CULL_LATER}], indirect=True, ids=["cull-later"]
 )
 async def test_a_person_running_code_on_the_kernel_keeps_the_session(
-    api: Api, jp_fetch: Any, jp_serverapp: Any
+    api: Api, jp_fetch: Any, jp_serverapp: Any, root: Path
 ) -> None:
-    """Code run on the shared kernel by another client (JupyterLab) counts as use."""
+    """Code run on the shared kernel by another client (JupyterLab) counts as use.
+
+    Deterministic under any load: culling is switched on only once the server has
+    seen the person's cell start, the cell runs until the test lets it end (no
+    fixed sleep to outlast), and the culler is also called directly. While the
+    cell runs, a request on the control channel (what a resource-usage panel
+    sends) makes jupyter_server itself believe the kernel is idle.
+    """
     status, model = await api("POST", "sessions", body={"name": "shared"})
     assert status == 201, model
+    app = _app(jp_serverapp)
+    manager = app.manager
+    session = app.sessions.get(model["id"]).session
     km = jp_serverapp.kernel_manager.get_kernel(model["kernel"]["id"])
+    release = root / "release-the-cell"
     person = km.client()
     person.start_channels()
     try:
-        msg_id = person.execute("import time; time.sleep(18)")
-        while True:  # three idle timeouts pass while the person's cell runs
-            reply = await person.get_shell_msg(timeout=30)
+        msg_id = person.execute(
+            f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.02)"
+        )
+        await _until(lambda: session.activity.busy, "the person's cell was never seen running")
+        manager.cull_idle_timeout = 0.5  # from now on, half a second idle is enough to cull
+
+        # A control request answered while the cell runs: its idle status fools the server.
+        usage = person.session.msg("usage_request", {})
+        person.control_channel.send(usage)
+        await _until_iopub_idle(person, usage["header"]["msg_id"])
+        await _until(lambda: km.execution_state == "idle", "the server never saw the idle status")
+
+        ran_since = time.monotonic()
+        while time.monotonic() - ran_since < 6 * manager.cull_idle_timeout:
+            assert await manager.cull_idle() == []  # also the culler's own passes meanwhile
+            assert (await api("GET", "sessions", model["id"]))[0] == 200
+            await asyncio.sleep(manager.cull_idle_timeout / 2)
+        assert session.busy
+
+        release.touch()
+        while True:
+            reply = await person.get_shell_msg(timeout=60)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
     finally:
+        release.touch()
         person.stop_channels()
-    assert (await api("GET", "sessions", model["id"]))[0] == 200
     # Once nobody uses the kernel, the session goes.
     await _wait_until_culled(api, jp_fetch, model)
+
+
+async def _until(condition: Callable[[], bool], failure: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.02)
+
+
+async def _until_iopub_idle(client: Any, parent_id: str, timeout: float = 60.0) -> None:
+    """Until the kernel published ``idle`` for the request ``parent_id``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = await client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        if (
+            msg["msg_type"] == "status"
+            and msg["parent_header"].get("msg_id") == parent_id
+            and msg["content"]["execution_state"] == "idle"
+        ):
+            return

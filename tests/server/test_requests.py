@@ -15,6 +15,19 @@ from malformed import Probe, bad_notebooks, probes
 from server_helpers import call_path, served_operations, spec_operations
 from tornado.httpclient import HTTPResponse
 
+from jupyter_exec.exceptions import (
+    DockerUnavailable,
+    InvalidArgument,
+    KernelNotAliveError,
+    KernelStartError,
+    NotebookError,
+    SessionConflict,
+    SessionLimitError,
+    SessionNotFound,
+    StorageError,
+    WorkDirError,
+)
+
 
 async def test_served_routes_match_the_openapi_spec(jp_serverapp) -> None:
     served = served_operations(jp_serverapp)
@@ -194,3 +207,47 @@ async def test_every_malformed_request_gets_a_4xx_that_says_what_to_fix(
     assert _files_under(root) == files
     status, out = await api("POST", "sessions", session["id"], "execute", body={"code": "6 * 7"})
     assert (status, out["text"]) == (200, "42")
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "error"),
+    [
+        (SessionNotFound("no session with id 'x'"), 404, "SessionNotFound"),
+        (InvalidArgument("a bad value: use another"), 400, "InvalidArgument"),
+        (WorkDirError("'a/b' leaves the root"), 400, "WorkDirError"),
+        (SessionConflict("'a.ipynb' exists already"), 409, "SessionConflict"),
+        (KernelNotAliveError("the kernel was shut down"), 409, "KernelNotAliveError"),
+        (SessionLimitError("20 sessions at most"), 429, "SessionLimitError"),
+        (StorageError("could not write the notebook: No space left", 28), 507, "StorageError"),
+        (
+            KernelStartError("could not start kernel 'python3': no such file"),
+            503,
+            "KernelStartError",
+        ),
+        (DockerUnavailable("no Docker engine answers"), 503, "DockerUnavailable"),
+        (NotebookError("the notebook could not be saved"), 500, "NotebookError"),
+        (RuntimeError("a bug, with a secret path /root/x"), 500, "InternalError"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+async def test_every_exception_becomes_its_status_and_json_at_one_seam(
+    api,
+    jp_serverapp,
+    monkeypatch: pytest.MonkeyPatch,
+    raised: BaseException,
+    status: int,
+    error: str,
+) -> None:
+    sessions = jp_serverapp.web_app.settings["jupyter_exec_sessions"]
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(sessions, "list", fail)
+    got, body = await api("GET", "sessions")
+    assert (got, body["error"]) == (status, error)
+    if error == "InternalError":  # a bug's details stay in the server log
+        assert "secret" not in body["message"]
+        assert "server log" in body["message"]
+    else:
+        assert body["message"] == str(raised)

@@ -1,0 +1,120 @@
+"""Whether anyone's code runs on a server kernel, seen from the kernel's own IOPub messages.
+
+A session's kernel is shared: a person in JupyterLab may run a long cell on
+it while the agent is idle, and the session must not be culled under them.
+jupyter_server tracks a kernel's ``execution_state``, but it takes the state
+from the status message of *any* request it counts as activity, including
+requests answered on the control channel while a cell runs (a resource-usage
+panel's ``usage_request``, subshell requests): their ``idle`` sets the kernel
+"idle" while the cell is still running, and an idle culler then closes it.
+
+:class:`KernelActivity` keeps its own, narrower account: the execute requests
+whose ``busy`` status has been seen and whose ``idle`` has not, whoever sent
+them. Other requests' status messages do not touch it. What no one can see
+is a request on its way to the kernel: it counts from the kernel's first
+``busy``, a few milliseconds after the request is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from jupyter_client.session import Session
+
+__all__ = ["KernelActivity"]
+
+log = logging.getLogger("jupyter_exec.server")
+
+_RESTART_STATES = frozenset({"starting", "restarting", "dead"})
+
+
+class KernelActivity:
+    """The execute requests running on one kernel, from a subscription to its IOPub.
+
+    ``kernel`` is the server's manager of that kernel (``connect_iopub``,
+    ``session``); :meth:`start` returns ``False`` for a kernel whose messages
+    cannot be watched (a gateway's), and then :attr:`busy` stays ``False``.
+    """
+
+    def __init__(self, kernel: Any) -> None:
+        self._kernel = kernel
+        self._stream: Any = None
+        self._session: Session | None = None
+        self._running: dict[str, str | None] = {}  # execute msg_id -> its subshell (None: main)
+        self.last_activity: float | None = None
+        """``time.monotonic()`` of the last message about an execute request, if any."""
+
+    @property
+    def busy(self) -> bool:
+        """An execute request has started on the kernel and not finished."""
+        return bool(self._running)
+
+    def start(self) -> bool:
+        """Subscribe to the kernel's IOPub; ``False`` if this kernel offers no such channel."""
+        if self._stream is not None:
+            return True
+        connect = getattr(self._kernel, "connect_iopub", None)
+        session = getattr(self._kernel, "session", None)
+        if connect is None or session is None:
+            return False
+        try:
+            stream = connect()
+        except Exception:  # a kernel manager that cannot connect (remote, shut down)
+            log.debug("cannot watch the kernel's IOPub", exc_info=True)
+            return False
+        if not hasattr(stream, "on_recv"):  # a plain socket: give it to the event loop
+            from zmq.eventloop.zmqstream import ZMQStream
+
+            stream = ZMQStream(stream)
+        self._session = Session(config=session.config, key=session.key)
+        self._stream = stream
+        stream.on_recv(self._on_message, copy=False)  # frames, not copies of large outputs
+        return True
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None and not stream.closed():
+            stream.close()
+        self._running.clear()
+
+    def _on_message(self, frames: list[Any]) -> None:
+        assert self._session is not None
+        try:
+            _, frames = self._session.feed_identities(frames, copy=False)
+            msg = self._session.deserialize(frames, content=False, copy=False)
+        except Exception:  # a message we cannot read tells us nothing
+            return
+        self.observe(msg)
+
+    def observe(self, msg: dict[str, Any]) -> None:
+        """Account for one IOPub message (header, parent header and, for status, content)."""
+        parent = msg.get("parent_header") or {}
+        if msg["header"]["msg_type"] != "status":
+            if parent.get("msg_type") == "execute_request":
+                self.last_activity = time.monotonic()
+            return
+        content = msg.get("content")
+        if not isinstance(content, dict):  # deserialized without content: decode it now
+            assert self._session is not None
+            content = self._session.unpack(getattr(content, "bytes", content))
+        state = content.get("execution_state")
+        if state in _RESTART_STATES and parent.get("msg_type") != "execute_request":
+            self._running.clear()  # a new kernel process: nothing of the old one runs
+            return
+        if parent.get("msg_type") != "execute_request":
+            return  # another request's busy/idle says nothing about running code
+        msg_id = parent.get("msg_id")
+        if not isinstance(msg_id, str):
+            return
+        self.last_activity = time.monotonic()
+        subshell = parent.get("subshell_id")
+        if state == "busy":
+            # One shell runs one request at a time: an older one there has ended, even
+            # if its idle was lost (a subscriber's queue can overflow under a flood).
+            for other in [k for k, s in self._running.items() if s == subshell]:
+                del self._running[other]
+            self._running[msg_id] = subshell
+        elif state == "idle":
+            self._running.pop(msg_id, None)

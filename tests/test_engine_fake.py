@@ -1,0 +1,268 @@
+"""The engine's message logic against a scripted kernel: recording, display updates,
+timeouts, deaths, resume and close, where a real kernel would be slow or racy.
+
+Real kernels stay for everything end to end (test_session.py and the rest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from fake_kernel import (
+    Event,
+    FakeKernelManager,
+    Hang,
+    Reply,
+    Say,
+    display,
+    error,
+    stream,
+    update,
+)
+
+from jupyter_exec import AsyncSession, Execution, SessionClosedError, StorageError
+
+ReadNotebook = Callable[[Path], nbformat.NotebookNode]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def scripted(table: dict[str, Sequence[Event]]) -> FakeKernelManager:
+    """A kernel answering each code in ``table``; any other code prints nothing."""
+    return FakeKernelManager(lambda code: table.get(code, []))
+
+
+async def started(km: FakeKernelManager, work_dir: Path, **options: Any) -> AsyncSession:
+    options.setdefault("timeout", 30)
+    return await AsyncSession(work_dir=work_dir, name="fake", kernel_manager=km, **options).start()
+
+
+def texts(cell: Any) -> list[Any]:
+    return [o.get("data", {}).get("text/plain", o.get("text")) for o in cell["outputs"]]
+
+
+async def test_outputs_are_recorded_in_order(work_dir: Path, read_notebook: ReadNotebook) -> None:
+    km = scripted(
+        {
+            "go": [
+                stream("a"),
+                stream("b\n"),
+                stream("oops\n", "stderr"),
+                display("shown"),
+                Say(
+                    "execute_result",
+                    {"data": {"text/plain": "42"}, "metadata": {}, "execution_count": 1},
+                ),
+            ]
+        }
+    )
+    s = await started(km, work_dir)
+    r = await s.execute("go")
+    await s.close()
+    assert (r.status, r.stdout, r.stderr, r.text) == ("ok", "ab\n", "oops\n", "42")
+    assert r.execution_count == 1
+    assert s.notebook_path is not None
+    cell = read_notebook(s.notebook_path).cells[0]
+    assert texts(cell) == ["ab\n", "oops\n", "shown", "42"]
+    assert cell.metadata["jupyter_exec"]["status"] == "ok"
+    assert km.interrupts == km.restarts == 0
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [["one\ntwo\n"], ["one", "\n", "two\n"], ["o", "ne\nt", "wo", "\n"]],
+    ids=["whole", "split-at-newline", "split-anywhere"],
+)
+async def test_how_a_stream_is_chunked_changes_nothing(
+    work_dir: Path, read_notebook: ReadNotebook, chunks: list[str]
+) -> None:
+    s = await started(scripted({"go": [stream(c) for c in chunks]}), work_dir)
+    r = await s.execute("go")
+    await s.close()
+    assert r.stdout == "one\ntwo\n"
+    assert s.notebook_path is not None
+    assert texts(read_notebook(s.notebook_path).cells[0]) == ["one\ntwo\n"]
+
+
+async def test_display_updates_reach_earlier_cells_and_their_files(
+    work_dir: Path, read_notebook: ReadNotebook
+) -> None:
+    km = scripted(
+        {
+            "show": [display("v1", "x", html="<b>v1</b>")],
+            "other": [stream("unrelated\n")],
+            "again": [display("v2", "x", html="<b>v2</b>"), update("v3", "x", html="<b>v3</b>")],
+            "later": [update("v4", "x", html="<b>v4</b>")],
+        }
+    )
+    s = await started(km, work_dir)
+    first = await s.execute("show")
+    await s.execute("other")
+    third = await s.execute("again")
+    await s.execute("later")
+    await s.close()
+    assert s.notebook_path is not None
+    nb = read_notebook(s.notebook_path)
+    assert [texts(c) for c in nb.cells] == [["v4"], ["unrelated\n"], ["v4"], []]
+    assert (s.files_dir / "cell-001-1.html").read_text() == "<b>v4</b>"
+    assert (s.files_dir / "cell-003-1.html").read_text() == "<b>v4</b>"
+    # What each caller got stays what its cell showed when it ended.
+    assert first.results[0].text == "v1"
+    assert first.outputs[0]["data"]["text/plain"] == "v1"
+    assert third.results[0].text == "v3"
+
+
+async def test_an_update_shown_before_a_new_display_of_the_same_id(work_dir: Path) -> None:
+    """Jupyter's order: an update reaches only what is shown *so far*."""
+    km = scripted(
+        {
+            "show": [display("old", "x")],
+            "mixed": [update("updated", "x"), display("new", "x")],
+        }
+    )
+    s = await started(km, work_dir)
+    await s.execute("show")
+    mixed = await s.execute("mixed")
+    await s.close()
+    assert s.notebook_path is not None
+    nb = nbformat.read(s.notebook_path, as_version=4)
+    assert texts(nb.cells[0]) == ["updated"]
+    assert mixed.results[0].text == "new"
+
+
+async def test_an_error_reply_without_an_error_output_still_carries_an_error(
+    work_dir: Path,
+) -> None:
+    reply = Reply({"status": "error", "ename": "UsageError", "evalue": "no such magic"})
+    s = await started(scripted({"%nope": [stream("UsageError\n", "stderr"), reply]}), work_dir)
+    r = await s.execute("%nope")
+    plain = await s.execute("%silent-error")
+    await s.close()
+    assert r.status == "error"
+    assert r.error is not None
+    assert (r.error.ename, r.error.evalue) == ("UsageError", "no such magic")
+    assert plain.ok
+
+
+async def test_code_errors_are_data(work_dir: Path) -> None:
+    s = await started(scripted({"1/0": error("ZeroDivisionError", "division by zero")}), work_dir)
+    r = await s.execute("1/0")
+    await s.close()
+    assert r.status == "error"
+    assert r.error is not None
+    assert r.error.ename == "ZeroDivisionError"
+
+
+async def test_a_timeout_interrupts_and_keeps_the_state(work_dir: Path) -> None:
+    km = scripted({"slow": [stream("started\n"), Hang(interruptible=True)]})
+    s = await started(km, work_dir, interrupt_grace=5)
+    r = await s.execute("slow", timeout=0.3)
+    after = await s.execute("next")
+    await s.close()
+    assert r.status == "timeout"
+    assert not r.state_lost
+    assert r.stdout == "started\n"
+    assert r.error is not None
+    assert r.error.ename == "ExecutionTimeout"
+    assert "state is kept" in r.error.evalue
+    assert (km.interrupts, km.restarts) == (1, 0)
+    assert after.ok
+
+
+async def test_a_cell_that_ignores_the_interrupt_gets_a_restart(
+    work_dir: Path, read_notebook: ReadNotebook
+) -> None:
+    km = scripted({"stuck": [Hang(interruptible=False)]})
+    s = await started(km, work_dir, interrupt_grace=0.2)
+    r = await s.execute("stuck", timeout=0.2)
+    after = await s.execute("next")
+    await s.close()
+    assert (r.status, r.state_lost) == ("timeout", True)
+    assert (km.interrupts, km.restarts) == (1, 1)
+    assert s.notebook_path is not None
+    nb = read_notebook(s.notebook_path)
+    assert nb.cells[0].metadata["jupyter_exec"]["state_lost"] is True
+    assert "restarted after a timeout" in nb.cells[1].metadata["jupyter_exec"]["kernel"]
+    assert after.ok
+
+
+async def test_a_kernel_that_dies_is_reported_and_restarted(work_dir: Path) -> None:
+    km = scripted({"crash": [stream("last words\n"), Hang(interruptible=False)]})
+    s = await started(km, work_dir)
+    task = asyncio.create_task(s.execute("crash"))
+    while not km.executed:
+        await asyncio.sleep(0.01)
+    km.alive = False
+    r = await task
+    await s.close()
+    assert (r.status, r.state_lost) == ("died", True)
+    assert r.stdout == "last words\n"
+    assert r.error is not None
+    assert r.error.ename == "KernelDied"
+    assert km.restarts == 1
+
+
+async def test_close_while_a_cell_waits_records_it(
+    work_dir: Path, read_notebook: ReadNotebook
+) -> None:
+    km = scripted({"wait": [stream("so far\n"), Hang()]})
+    s = await started(km, work_dir)
+    task = asyncio.create_task(s.execute("wait"))
+    while not km.executed:
+        await asyncio.sleep(0.01)
+    await s.close()
+    with pytest.raises(SessionClosedError) as info:
+        await task
+    execution = info.value.execution
+    assert isinstance(execution, Execution)
+    assert (execution.status, execution.stdout) == ("cancelled", "so far\n")
+    assert s.notebook_path is not None
+    cell = read_notebook(s.notebook_path).cells[0]
+    assert cell.metadata["jupyter_exec"]["status"] == "cancelled"
+    assert texts(cell)[0] == "so far\n"
+
+
+async def test_a_spill_that_cannot_be_written_keeps_the_cell(work_dir: Path) -> None:
+    km = scripted({"flood": [stream("x" * 5000 + "\n")], "small": [stream("ok\n")]})
+    s = await started(km, work_dir, max_output_chars=1000)
+    blocker = work_dir / "fake_files"
+    blocker.write_text("in the way")
+    with pytest.raises(StorageError) as info:
+        await s.execute("flood")
+    execution = info.value.execution
+    assert execution is not None
+    assert execution.truncated
+    assert execution.spilled == ()
+    assert execution.cell_index == 0
+    blocker.unlink()
+    again = await s.execute("flood")
+    assert [p.name for p in again.spilled] == ["cell-002-stdout.txt"]
+    assert (await s.execute("small")).ok
+    await s.close()
+
+
+async def test_resume_reruns_the_recorded_code_and_numbers_on(
+    work_dir: Path, read_notebook: ReadNotebook
+) -> None:
+    km = scripted({"a = 1": [], "b = 2": [stream("b\n")]})
+    s = await started(km, work_dir)
+    await s.execute("a = 1")
+    await s.execute("b = 2")
+    await s.close()
+    assert s.notebook_path is not None
+
+    again = FakeKernelManager(lambda code: [])
+    resumed = await AsyncSession.resume(s.notebook_path, kernel_manager=again).start()
+    new = await resumed.execute("c = 3")
+    await resumed.close()
+    assert again.executed == ["a = 1", "b = 2", "c = 3"]
+    assert [e.code for e in resumed.resumed] == ["a = 1", "b = 2"]
+    assert new.cell_index == 2
+    nb = read_notebook(s.notebook_path)
+    assert [c.source for c in nb.cells] == ["a = 1", "b = 2", "c = 3"]
+    assert nb.cells[2].metadata["jupyter_exec"]["kernel"].startswith("resumed")
