@@ -13,6 +13,7 @@ from pathlib import Path
 
 import benchmarks.cases
 import benchmarks.docker_cases
+import benchmarks.e2b_cases
 import benchmarks.nbclient_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases

@@ -158,6 +158,7 @@ class ProcessHandler(RPCHandler):
 
     async def rpc_Start(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
         config = request.get("process") or {}
+        sandbox.paths.ensure()
         folder, _ = sandbox.paths.folder(config.get("cwd"))
         if not folder.is_dir():
             raise InvalidArgument(f"the cwd {config.get('cwd')!r} is not a folder in the sandbox")

@@ -67,7 +67,7 @@ class SandboxFiles:
         self.paths = paths
 
     def _folder(self, relative: str, *, create: bool = False) -> Folder:
-        return Folder.open(self.paths.root, relative, create=create)
+        return Folder.open(self.paths.ensure(), relative, create=create)
 
     def _entry(self, folder: Folder, name: str, relative: str) -> dict[str, Any] | None:
         st = folder.lstat(name) if name else os.fstat(folder.fd)
@@ -193,7 +193,7 @@ class SandboxFiles:
         relative = self.paths.relative(path)
         if not relative:
             raise StorageError(f"{path} is a folder, not a file", errno.EISDIR)
-        write_bytes(self.paths.root, relative, data)
+        write_bytes(self.paths.ensure(), relative, data)
         return {"name": _split(relative)[1], "type": "file", "path": self.paths.shown(relative)}
 
 

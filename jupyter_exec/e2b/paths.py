@@ -33,6 +33,11 @@ class SandboxPaths:
         self.root = root
         self.home = HOME
 
+    def ensure(self) -> Path:
+        """The work dir, made if no kernel or file has made it yet."""
+        self.root.mkdir(exist_ok=True)
+        return self.root
+
     def relative(self, path: str | None) -> str:
         """``path`` relative to the work dir ('' for the work dir itself), or WorkDirError."""
         if path is None or path in ("", "~"):

@@ -133,8 +133,7 @@ class Sandboxes:
     # -- sandboxes --------------------------------------------------------------------------
 
     def _new(self, sandbox_id: str, token: str | None, **fields: Any) -> Sandbox:
-        paths = SandboxPaths(self.manager.root / sandbox_id)
-        paths.root.mkdir(exist_ok=True)
+        paths = SandboxPaths(self.manager.root / sandbox_id)  # made by its first kernel or file
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
         env = {**os.environ, **sandbox.envs} if backend == "local" else dict(sandbox.envs)
@@ -252,6 +251,7 @@ class Sandboxes:
         options = self._options(sandbox)
 
         async def start() -> AsyncSession:
+            sandbox.paths.ensure()
             folder.mkdir(parents=True, exist_ok=True)
             session = AsyncSession(work_dir=folder, name=context.session_name, **options)
             return await session.start()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from e2b import AuthenticationException, SandboxQuery
 from e2b_code_interpreter import Sandbox
-from e2b_server_helpers import API_KEY, Running
+from e2b_server_helpers import API_KEY, Running, run_server
 
 from jupyter_exec.e2b import E2BConfig, E2BServer
 from jupyter_exec.exceptions import InvalidArgument
@@ -119,3 +119,17 @@ def test_sandbox_envs_reach_code_and_commands(api_env: Running) -> None:
     assert sandbox.run_code("import os; os.environ['SANDBOX_VAR']").text == "'from-create'"
     assert sandbox.commands.run("echo $SANDBOX_VAR").stdout == "from-create\n"
     assert sandbox.kill()
+
+
+def test_create_takes_a_warm_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = E2BConfig(root_dir=tmp_path / "pooled", ports=(0,), api_key=API_KEY, pool_size=1)
+    for running in run_server(config):
+        running.call(running.server.manager.wait_for_pools())
+        monkeypatch.delenv("E2B_DEBUG", raising=False)
+        monkeypatch.setenv("E2B_API_URL", running.url)
+        monkeypatch.setenv("E2B_SANDBOX_URL", running.url)
+        monkeypatch.setenv("E2B_API_KEY", API_KEY)
+        sandbox = Sandbox.create()
+        infos = running.server.manager.list()
+        assert [(i.name, i.from_pool) for i in infos] == [(sandbox.sandbox_id, True)]
+        assert sandbox.run_code("1 + 1").text == "2"
