@@ -133,3 +133,14 @@ def test_create_takes_a_warm_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         infos = running.server.manager.list()
         assert [(i.name, i.from_pool) for i in infos] == [(sandbox.sandbox_id, True)]
         assert sandbox.run_code("1 + 1").text == "2"
+
+
+def test_set_timeout_moves_the_end(api_env: Running) -> None:
+    sandbox = Sandbox.create(timeout=3600)
+    before = Sandbox.get_info(sandbox.sandbox_id).end_at
+    sandbox.set_timeout(1)
+    assert Sandbox.get_info(sandbox.sandbox_id).end_at < before
+    deadline = time.monotonic() + 60
+    while sandbox.is_running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sandbox.is_running()

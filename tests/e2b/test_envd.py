@@ -165,3 +165,17 @@ def test_command_timeout_kills_it(debug_env: Running) -> None:
     while any("sleep 300" in p.args for p in commands.list()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any("sleep 300" in p.args for p in commands.list())
+
+
+def test_connect_to_a_running_command(
+    debug_env: Running, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    gate = tmp_path_factory.mktemp("gate") / "go"
+    commands = Sandbox.create().commands
+    handle = commands.run(
+        f"while [ ! -e {gate} ]; do sleep 0.01; done; echo after-connect", background=True
+    )
+    follower = commands.connect(handle.pid)
+    gate.touch()
+    assert follower.wait().stdout == "after-connect\n"
+    assert handle.wait().stdout == "after-connect\n"
