@@ -5,7 +5,9 @@ output as a protocol line the moment the kernel sends it
 (:mod:`jupyter_exec.e2b.protocol`). The SDK's per-call ``timeout`` is a
 deadline on its side: when it passes, or the caller goes away, the
 connection closes and the execution is cancelled here, which interrupts the
-kernel, so the next call does not queue behind code nobody waits for.
+kernel, so the next call does not queue behind code nobody waits for. A
+sandbox killed while its code runs cuts the stream short, and the SDK,
+finding the sandbox gone, reports that it was killed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tornado.iostream import StreamClosedError
 from jupyter_exec.e2b.protocol import count_line, encode, error_line, event_lines
 from jupyter_exec.e2b.sandboxes import refuse_language
 from jupyter_exec.e2b.web import E2BHandler
-from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.exceptions import InvalidArgument, SessionClosedError
 from jupyter_exec.models import Execution
 from jupyter_exec.session import AsyncSession
 
@@ -76,6 +78,9 @@ class ExecuteHandler(E2BHandler):
             if self.request.connection is not None and self._closed():
                 return  # the caller left; the kernel was interrupted
             raise
+        except SessionClosedError:
+            self._abort()  # killed meanwhile: the SDK then asks whether the sandbox runs
+            return
         if execution.status in ("timeout", "died") and execution.error is not None:
             error = execution.error
             self.write(encode(error_line(error.ename, error.evalue, error.traceback)))
@@ -94,6 +99,13 @@ class ExecuteHandler(E2BHandler):
             return await session.execute(code, timeout=timeout, on_output=self._send)
         finally:
             await asyncio.shield(session.execute(RESTORE_ENV_CODE, timeout=timeout))
+
+    def _abort(self) -> None:
+        """End the response without its last chunk, as a sandbox that vanished would."""
+        stream = getattr(self.request.connection, "stream", None)
+        if stream is not None:
+            stream.close()
+        self._finished = True  # nothing more can be sent; tornado must not try
 
     def _closed(self) -> bool:
         stream = getattr(self.request.connection, "stream", None)

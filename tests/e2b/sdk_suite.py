@@ -4,12 +4,14 @@ Not part of CI: it needs a copy of that repository, which is read at run time
 and never copied into ours. Give its git directory (a clone or a bare
 mirror) or an unpacked checkout::
 
-    python tests/e2b/sdk_suite.py /path/to/code-interpreter [pytest args...]
+    python tests/e2b/sdk_suite.py [--api] /path/to/code-interpreter [pytest args...]
 
-The suite runs in the SDK's debug mode (``E2B_DEBUG=true``, which skips the
-tests marked ``skip_debug``: secure traffic, reconnecting through the cloud,
-the sandbox's own cwd), with ``E2B_SANDBOX_URL`` pointing at a server started
-here on a free loopback port. pytest's summary line gives the pass count.
+By default the suite runs in the SDK's debug mode (``E2B_DEBUG=true``, which
+skips the tests marked ``skip_debug``); with ``--api`` it runs in API mode, a
+sandbox per test created through ``E2B_API_URL`` with its own token, and the
+``skip_debug`` tests run too. Either way ``E2B_SANDBOX_URL`` points at a
+server started here on a free loopback port. pytest's summary line gives the
+pass count.
 """
 
 from __future__ import annotations
@@ -47,14 +49,21 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
+    api = argv[0] == "--api"
+    if api:
+        argv = argv[1:]
     repo, extra = Path(argv[0]), argv[1:]
     with tempfile.TemporaryDirectory(prefix="e2b-sdk-suite-") as scratch:
         suite = export_tests(repo, Path(scratch) / "src")
-        config = E2BConfig(root_dir=Path(scratch) / "sandboxes", ports=(0,), debug=True,
-                           api_key=API_KEY)  # fmt: skip
+        config = E2BConfig(root_dir=Path(scratch) / "sandboxes", ports=(0,), debug=not api,
+                           api_key=API_KEY, max_sessions=0)  # fmt: skip
         for running in run_server(config):
-            env = {**os.environ, "E2B_DEBUG": "true", "E2B_SANDBOX_URL": running.url,
-                   "E2B_API_KEY": API_KEY}  # fmt: skip
+            env = {**os.environ, "E2B_SANDBOX_URL": running.url, "E2B_API_KEY": API_KEY}
+            if api:
+                env.pop("E2B_DEBUG", None)
+                env["E2B_API_URL"] = running.url
+            else:
+                env["E2B_DEBUG"] = "true"
             command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c",
                        str(suite / "pytest.ini"), "--rootdir", str(suite), "-o",
                        "addopts=--import-mode=importlib", "-q", "-rfEs", "--timeout=120",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from e2b import AuthenticationException, SandboxQuery
+from e2b import AuthenticationException, SandboxQuery, TimeoutException
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
@@ -144,3 +145,26 @@ def test_set_timeout_moves_the_end(api_env: Running) -> None:
     while sandbox.is_running() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not sandbox.is_running()
+
+
+def test_kill_during_run_code_says_killed(api_env: Running) -> None:
+    sandbox = Sandbox.create()
+    sandbox.run_code("1")
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sandbox.run_code("import time; time.sleep(300)", timeout=300)
+        except BaseException as exc:
+            failure.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not any(i.busy for i in api_env.server.manager.list()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert Sandbox.kill(sandbox.sandbox_id)
+    runner.join(60)
+    assert len(failure) == 1
+    assert isinstance(failure[0], TimeoutException)
+    assert "killed" in str(failure[0])
