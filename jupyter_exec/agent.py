@@ -33,6 +33,8 @@ are only saved.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import re
@@ -54,6 +56,7 @@ __all__ = [
     "SCRIPT_POLICY",
     "AgentResult",
     "BlockResult",
+    "execute_to_the_end",
     "images_for_model",
     "kernel_source",
     "not_run_notice",
@@ -169,6 +172,37 @@ def images_for_model(execution: Execution) -> list[tuple[bytes, str]]:
     return [(data, fmt) for data, fmt in found if len(data) <= MAX_IMAGE_BYTES][:MAX_IMAGES]
 
 
+STOP_WAIT = 15.0
+"""Seconds a cancelled cell gets, once interrupted, to end and be recorded."""
+
+
+async def execute_to_the_end(
+    session: AsyncSession, source: str, timeout: float | None = None
+) -> Execution:
+    """``session.execute(source)``, which a cancellation interrupts instead of abandoning.
+
+    When the caller is cancelled (the server or command is stopping), the
+    kernel is interrupted and the cell given :data:`STOP_WAIT` seconds to end,
+    so it is recorded with its outputs and the kernel is idle when the session
+    closes. The interrupt runs as its own task: a framework that cancels its
+    caller again (anyio does, at every await) cannot break it off.
+    """
+    running = asyncio.ensure_future(session.execute(source, timeout=timeout))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        stopping = asyncio.ensure_future(_interrupt_and_wait(session, running))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(stopping)
+        raise
+
+
+async def _interrupt_and_wait(session: AsyncSession, running: asyncio.Future[Execution]) -> None:
+    with contextlib.suppress(Exception):
+        await session.interrupt()
+        await asyncio.wait_for(asyncio.shield(running), STOP_WAIT)
+
+
 def _save_only(block: CodeBlock, work_dir: Path) -> BlockResult:
     """A block the kernel cannot run: saved under the name it gives, or refused."""
     if block.filename is None:
@@ -204,7 +238,7 @@ async def run_block(
         save_block(block, work_dir)
     except WorkDirError as exc:
         return BlockResult(f"[not run: {exc}]", 1)
-    execution = await session.execute(kernel_source(block), timeout=timeout)
+    execution = await execute_to_the_end(session, kernel_source(block), timeout)
     text = render(
         execution, work_dir=work_dir, max_chars=max_output_chars, save_dir=session.files_dir
     )

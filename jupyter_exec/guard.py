@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec import mime
+from jupyter_exec import mime, naming
 from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.inkernel import KEY, install_code
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
@@ -112,11 +112,11 @@ class CellGuard:
     def __init__(self, work_dir: Path, files_folder: str, cell_index: int, budget: int) -> None:
         self.work_dir = work_dir
         tag = secrets.token_hex(4)
-        stem = f"{files_folder}/cell-{cell_index + 1:03d}"
         self.files = {
-            name: f"{files_folder}/.cell-{cell_index + 1:03d}-{name}-{tag}.rest" for name in STREAMS
+            name: f"{files_folder}/{naming.held_back_file_name(cell_index, name, tag)}"
+            for name in STREAMS
         }
-        self.prefix = f"{stem}-large-{tag}"
+        self.prefix = f"{files_folder}/{naming.large_output_prefix(cell_index, tag)}"
         self.metadata: dict[str, Any] = {
             KEY: {
                 "budget": max(0, budget),

@@ -47,8 +47,8 @@ QUIET_POLL = 0.25
 def resolve_python(python: str | os.PathLike[str]) -> Path:
     """An interpreter path from a path, a venv folder or a command name.
 
-    Raises :class:`~jupyter_exec.InvalidArgument` naming the path when it is
-    no interpreter this user can run.
+    Raises :class:`~jupyter_exec.InvalidArgument` naming the path when there
+    is none there, or it is a file this user cannot run.
     """
     candidate = Path(python).expanduser()
     if candidate.is_dir():
@@ -72,7 +72,7 @@ def resolve_python(python: str | os.PathLike[str]) -> Path:
 def _runnable(exe: Path) -> Path:
     if not exe.is_file() or not os.access(exe, os.X_OK):
         raise InvalidArgument(
-            f"the interpreter {exe} is not an executable file; "
+            f"the interpreter {exe} is not executable (or not a file); "
             f"make it executable (chmod +x {exe}) or give another interpreter"
         )
     return exe

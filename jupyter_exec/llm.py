@@ -31,6 +31,7 @@ from typing import Any
 
 from jupyter_exec.mime import MODEL_IMAGES
 from jupyter_exec.models import Execution
+from jupyter_exec.naming import output_file_name
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.safefs import write_bytes
 from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
@@ -255,7 +256,7 @@ def _save_full(execution: Execution, text: str, save_dir: Path, work_dir: Path |
     number = (execution.cell_index + 1) if execution.cell_index is not None else None
     number = number or execution.execution_count or 0
     root = work_dir if work_dir is not None else save_dir
-    relative = os.path.relpath(save_dir / f"cell-{number:03d}-output.txt", root)
+    relative = os.path.relpath(save_dir / output_file_name(number - 1, "output", ".txt"), root)
     path = confined_path(root, relative)
     base = root.resolve()
     write_bytes(base, path.relative_to(base), text.encode("utf-8"))  # never through a link

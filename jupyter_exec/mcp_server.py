@@ -1,9 +1,14 @@
-"""``jupyter-exec mcp``: named, stateful Jupyter sessions as tools of an MCP server.
+"""The MCP server: named, stateful Jupyter sessions as tools (``jupyter-exec mcp`` runs it).
 
 Built on the official ``mcp`` Python SDK (its ``MCPServer``, called ``FastMCP``
 before mcp 2; both are supported). Transports: stdio (what desktop clients
-launch) and streamable HTTP bound to loopback only, since whoever can reach
-the server can run code as this user.
+launch) and streamable HTTP. Whoever reaches the HTTP server runs code as
+this user, so it binds to loopback only, every request must carry the
+server's bearer token (:class:`BearerAuth`; other users and processes of the
+machine reach loopback too), and a request whose Host or Origin header is not
+a loopback name is refused (a web page's DNS-rebinding attempt). The command
+line (:mod:`jupyter_exec.cli.mcp`) closes every session on any exit, signals
+included.
 
 Tools::
 
@@ -15,8 +20,9 @@ Tools::
     list_files(session, path=".") / read_file(session, path)
                          the session's work dir (paths confined to it)
 
-Results are :func:`jupyter_exec.llm.render` text; images a cell displayed or
-saved come back as MCP image content, so the model sees its plot. Each
+Code runs through the agent runner (:mod:`jupyter_exec.agent`), as for every
+agent front end: its text, images a cell displayed or saved as MCP image
+content, and ``isError`` set when the code failed. Each
 session has its own work dir ``<root>/<session>`` holding its files and its
 notebook. The sessions are held by an
 :class:`~jupyter_exec.manager.AsyncSessionManager` rooted at the work dir, which

@@ -31,6 +31,8 @@ __all__ = [
     "check_text",
     "default_session_name",
     "files_folder",
+    "held_back_file_name",
+    "large_output_prefix",
     "notebook_name",
     "output_file_name",
     "replayed_notebook_name",
@@ -161,6 +163,16 @@ def default_session_name(
 def output_file_name(cell_index: int, stem: str, ext: str) -> str:
     """``cell-<NNN>-<stem><ext>``: a file saved for cell ``cell_index`` (0-based)."""
     return f"cell-{cell_index + 1:03d}-{stem}{ext}"
+
+
+def held_back_file_name(cell_index: int, stream: str, tag: str) -> str:
+    """The hidden file where the kernel's output guard puts stream text past the budget."""
+    return f".{output_file_name(cell_index, stream, '')}-{tag}.rest"
+
+
+def large_output_prefix(cell_index: int, tag: str) -> str:
+    """The start of the names the kernel's output guard saves too-large rich outputs under."""
+    return output_file_name(cell_index, f"large-{tag}", "")
 
 
 def script_file_name(number: int, ext: str) -> str:

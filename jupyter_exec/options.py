@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.naming import check_text, validate_name
+from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
 
 __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
@@ -47,7 +48,7 @@ DEFAULT_STARTUP_TIMEOUT = 60.0
 """Seconds a kernel gets to start and answer."""
 DEFAULT_TIMEOUT = 600.0
 """Seconds a cell may run by default before it is interrupted (``None`` = no limit)."""
-DEFAULT_MAX_OUTPUT_CHARS = 500_000
+DEFAULT_MAX_OUTPUT_CHARS = DEFAULT_MAX_STREAM_CHARS
 """Stream characters kept per cell (head + tail) before the rest is spilled to a file."""
 
 PathArg = str | os.PathLike[str]

@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from jupyter_exec.agent import execute_to_the_end
 from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_outputs, parse_rule
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
@@ -517,7 +518,7 @@ async def replay_async(
             if index in to_run:
                 if bar is not None:
                     bar.start(index + 1)
-                execution = await session.execute(str(cell.source))
+                execution = await execute_to_the_end(session, str(cell.source))
                 ran.append((index, cell, execution))
                 result = _judge(index, cell, execution, chosen_rules, tolerance)
                 if bar is not None:

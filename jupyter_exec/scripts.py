@@ -21,6 +21,7 @@ from typing import Any
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.kernel import kernel_interpreter
 from jupyter_exec.models import ScriptResult
+from jupyter_exec.naming import script_file_name
 from jupyter_exec.safefs import write_bytes
 from jupyter_exec.store import confined_path, writable_path
 
@@ -38,7 +39,7 @@ def script_path(
     """Where a script goes: ``filename`` (confined to the work dir), or a numbered default."""
     if language not in SCRIPT_LANGUAGES:
         raise ValueError(f"unsupported script language {language!r}: use 'python' or 'sh'")
-    relative = filename or f"{folder}/script-{number:03d}{SCRIPT_LANGUAGES[language]}"
+    relative = filename or f"{folder}/{script_file_name(number, SCRIPT_LANGUAGES[language])}"
     return confined_path(work_dir, relative)
 
 

@@ -121,7 +121,8 @@ class AsyncSession:
         self._last_activity = time.monotonic()
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
-        self._running: asyncio.Future[None] | None = None  # done when the running cell is recorded
+        # While a cell runs: a future done once it is recorded, and the task running it.
+        self._running: tuple[asyncio.Future[None], asyncio.Task[Any] | None] | None = None
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
@@ -308,10 +309,9 @@ class AsyncSession:
         if self._closed:
             return
         self._closed = True
-        running = self._running
-        if running is not None and not running.done():
-            with contextlib.suppress(Exception, asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(running), CLOSE_WAIT)
+        if self._running is not None and self._running[1] is not asyncio.current_task():
+            with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
+                await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
         kernel, self._kernel = self._kernel, None
         if self._recording is not None:
             self._recording.close()
@@ -339,10 +339,7 @@ class AsyncSession:
         await interrupt_kernel(self._live_kernel())
 
     async def restart(self, note: str = "restarted by request") -> None:
-        """Restart the kernel: all state is lost; the notebook notes why on the next cell.
-
-        A cell waiting on the kernel meanwhile notices (the generation changes).
-        """
+        """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
         kernel = self._live_kernel()
         self._generation += 1
         await restart_kernel(kernel, self._options.startup_timeout)
@@ -399,7 +396,7 @@ class AsyncSession:
         self._live_kernel()
         async with self._lock:
             kernel = self._live_kernel()
-            self._running = asyncio.get_running_loop().create_future()
+            self._running = (asyncio.get_running_loop().create_future(), asyncio.current_task())
             try:
                 execution = await self._execute(
                     kernel, code, self.timeout if timeout is None else timeout, on_output
@@ -410,10 +407,12 @@ class AsyncSession:
                     await asyncio.shield(interrupt_kernel(kernel))
                 raise
             finally:
-                self._running.set_result(None)
+                self._running[0].set_result(None)
                 self._running = None
                 self._last_activity = time.monotonic()
         if execution.status == "cancelled":
+            if self._recording is not None:  # closed from within the cell (on_output): tidy up
+                self._recording.close()
             raise SessionClosedError(
                 "the session was closed while this cell ran; the cell is recorded with its "
                 "outputs so far (see .execution)",

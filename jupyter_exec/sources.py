@@ -154,42 +154,22 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def _nesting(text: str) -> int:
-    """The deepest bracket nesting outside JSON strings, counted without recursion."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
 def _load_json(text: str, name: str) -> Any:
-    if _nesting(text) > MAX_JSON_DEPTH:
-        raise NotebookError(
-            f"{name} nests lists and objects more than {MAX_JSON_DEPTH} deep; "
-            "no notebook does, so this file is not one"
-        )
+    too_deep = (
+        f"{name} nests lists and objects more than {MAX_JSON_DEPTH} deep; "
+        "no notebook does, so this file is not one"
+    )
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise NotebookError(
             f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}"
         ) from None
-    except RecursionError:  # defence in depth: _nesting should have caught it
-        raise NotebookError(f"{name} nests too deeply to be a notebook") from None
+    except RecursionError:  # the decoder guards its own recursion and says so
+        raise NotebookError(too_deep) from None
+    if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:  # before anything walks it recursively
+        raise NotebookError(too_deep)
+    return value
 
 
 def _strings(value: Any) -> Any:
@@ -239,6 +219,11 @@ def read_notebook(path: str | os.PathLike[str]) -> nbformat.NotebookNode:
             check_text(string, target.name)
         except InvalidArgument as exc:
             raise NotebookError(str(exc)) from None
+    if major == 4:  # already parsed and validated: no second pass over a large file
+        from nbformat.v4.nbjson import JSONReader  # lines joined, transient fields dropped
+
+        same: nbformat.NotebookNode = JSONReader().to_notebook(raw)
+        return same
     try:
         nb: nbformat.NotebookNode = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)

@@ -25,6 +25,7 @@ from typing import Any
 
 from jupyter_exec import mime
 from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.naming import output_file_name
 from jupyter_exec.safefs import Folder, storage_error
 
 __all__ = ["OutputStore", "WorkDirTracker", "confined_path", "writable_path"]
@@ -78,7 +79,7 @@ class OutputStore:
 
     @staticmethod
     def name_for(cell_index: int, stem: str, ext: str) -> str:
-        return f"cell-{cell_index + 1:03d}-{stem}{ext}"
+        return output_file_name(cell_index, stem, ext)
 
     def open_folder(self) -> Folder:
         """The ``<session>_files`` folder, made if missing, reached without following links."""

@@ -95,7 +95,8 @@ class _Call(Generic[T]):
 
     def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
         self._coro = coro
-        self._done = threading.Event()
+        self._done = threading.Lock()  # held until the outcome is known: the cheapest wake-up
+        self._done.acquire()
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -108,10 +109,10 @@ class _Call(Generic[T]):
         except BaseException as exc:  # handed to the caller's thread, raised there
             self._error = exc
         finally:
-            self._done.set()
+            self._done.release()
 
     def result(self) -> T:
-        self._done.wait()
+        self._done.acquire()
         if self._error is not None:
             error, self._error = self._error, None
             raise error

@@ -391,3 +391,11 @@ def test_commandline_runs_are_recorded_in_the_notebook(
     cells = json.loads(notebook.read_text())["cells"]
     assert "".join(cells[-1]["source"]) == "!python hello.py"
     assert "recorded" in "".join(cells[-1]["outputs"][0]["text"])
+
+
+def test_lone_surrogate_in_code_is_refused_with_a_reason(executor: SessionCodeExecutor) -> None:
+    result = run(executor, "x = '\ud800'\nprint('ran')")
+    assert result.exit_code == 1
+    assert "lone surrogate U+D800" in result.output
+    assert "ran" not in result.output.replace("not run", "")
+    assert "42" in run(executor, "print(6 * 7)").output  # the session goes on

@@ -477,12 +477,13 @@ def _start(*argv: str, env: dict[str, str] | None = None, **kwargs: Any) -> subp
 def _stop(process: subprocess.Popen[str], signum: int) -> tuple[int, str]:
     """Send ``signum``, wait for the exit; the exit status and what it printed on stderr."""
     process.send_signal(signum)
-    try:
-        _, err = process.communicate(timeout=DEADLINE)
+    try:  # stdin stays open, as a client that sends a signal keeps its end of the pipe
+        process.wait(timeout=DEADLINE)
     except subprocess.TimeoutExpired:
         process.kill()
         _, err = process.communicate()
         pytest.fail(f"still running {DEADLINE:g} s after signal {signum}:\n{err}")
+    _, err = process.communicate()
     return process.returncode, err
 
 
@@ -594,8 +595,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
+def _mcp_http_stop(
+    signum: int,
+    tmp_path: Path,
+    *extra: str,
+    before_stop: Callable[[subprocess.Popen[str]], None] | None = None,
+) -> subprocess.Popen[str]:
+    """An HTTP MCP server that ran one cell, stopped by ``signum``: checked, and returned."""
     httpx2 = pytest.importorskip("httpx2")
     port = _free_port()
     token = "signal-test-token"
@@ -607,6 +613,7 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
         str(port),
         "--work-dir",
         str(tmp_path),
+        *extra,
         env={"JUPYTER_EXEC_MCP_TOKEN": token},
     )
     url = f"http://127.0.0.1:{port}/mcp"
@@ -621,8 +628,8 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
             return s.connect_ex(("127.0.0.1", port)) == 0
 
     try:
-        wait_for(listening, "the HTTP server")
-        with httpx2.Client(timeout=60, headers=headers) as http:
+        wait_for(listening, "the HTTP server", timeout=120)
+        with httpx2.Client(timeout=120, headers=headers) as http:
             hello = http.post(url, json=_hello(1))
             assert hello.status_code == 200, hello.text
             session_id = hello.headers.get("mcp-session-id")
@@ -633,16 +640,45 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
             called = http.post(url, json=_call(2, "print('over http')", "h"), headers=more)
             assert "over http" in called.text
         kernels = _kernels(process)
+        if before_stop is not None:
+            before_stop(process)
         status, err = _stop(process, signum)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
     assert status == 128 + signum, err
-    _assert_gone(kernels)
+    if not extra:
+        _assert_gone(kernels)
     nb = read_valid_notebook(tmp_path / "h" / "h.ipynb")
     assert [c.source for c in nb.cells] == ["print('over http')"]
     _no_spare(tmp_path)
+    return process
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
+    _mcp_http_stop(signum, tmp_path)
+
+
+@pytest.mark.docker
+def test_mcp_http_with_docker_kernels_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """The case that leaked: a Docker kernel outliving an HTTP MCP server stopped by SIGTERM."""
+    client = _docker_engine()
+    from jupyter_exec.docker.reap import L_PID, LABEL
+
+    def ours(process: subprocess.Popen[str]) -> list[Any]:
+        wanted = {"label": [f"{LABEL}=1", f"{L_PID}={process.pid}"]}
+        return list(client.containers.list(all=True, filters=wanted))
+
+    def running(process: subprocess.Popen[str]) -> None:
+        every = [
+            c.labels.get(L_PID) for c in client.containers.list(filters={"label": f"{LABEL}=1"})
+        ]
+        assert ours(process), f"no kernel container carries pid {process.pid}: {every}"
+
+    process = _mcp_http_stop(signal.SIGTERM, tmp_path, "--backend", "docker", before_stop=running)
+    wait_for(lambda: not ours(process), "the kernel container to go")
 
 
 @pytest.mark.docker
@@ -679,3 +715,55 @@ def test_run_in_docker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     nb = read_valid_notebook(work / "slow.ipynb")
     assert len(nb.cells) == 2
     _no_spare(work)
+
+
+def test_replay_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("print('first cell')"),
+        nbformat.v4.new_code_cell(
+            "import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(300)"
+        ),
+    ]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    process = _start("replay", str(path), "--timeout", "0", "-q")
+    wait_for(lambda: (tmp_path / "started").exists() or process.poll() is not None, "the cell")
+    kernels = _kernels(process)
+    status, err = _stop(process, signal.SIGTERM)
+    assert status == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    _assert_gone(kernels)
+    replayed = read_valid_notebook(tmp_path / "nb.replayed.ipynb")
+    assert "first cell" in json.dumps(replayed.cells[0].outputs)
+    assert "KeyboardInterrupt" in json.dumps(replayed.cells[1].outputs)  # the stopped cell too
+    _no_spare(tmp_path)
+
+
+def test_mcp_stdio_records_the_cell_running_at_sigterm(tmp_path: Path) -> None:
+    process = _start("mcp", "--work-dir", str(tmp_path), stdin=subprocess.PIPE)
+    try:
+        _rpc(process, _hello(1))
+        _rpc(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        code = (
+            "import pathlib, time\nprint('before the stop', flush=True)\n"
+            "pathlib.Path('started').touch()\ntime.sleep(300)"
+        )
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(_call(2, code, "r")) + "\n")
+        process.stdin.flush()
+        wait_for(lambda: (tmp_path / "r" / "started").exists(), "the cell to start")
+        kernels = _kernels(process)
+        status, err = _stop(process, signal.SIGTERM)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert status == 128 + signal.SIGTERM, err
+    _assert_gone(kernels)
+    nb = read_valid_notebook(tmp_path / "r" / "r.ipynb")
+    assert [c.source for c in nb.cells] == [code]
+    recorded = json.dumps(nb.cells[0].outputs)
+    assert "before the stop" in recorded
+    assert "KeyboardInterrupt" in recorded
+    _no_spare(tmp_path)

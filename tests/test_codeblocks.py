@@ -132,3 +132,37 @@ def test_failed_shell_block_is_an_error(session: Session) -> None:
     assert execution.stdout == "partial\n"
     assert execution.error is not None
     assert "exit status 4" in execution.error.evalue
+
+
+@pytest.mark.parametrize(
+    ("first_line", "name"),
+    [
+        ("# filename: app.py", "app.py"),
+        ("# app.py", "app.py"),
+        ("# sub/dir/data.csv", "sub/dir/data.csv"),
+        ("// filename: main.js", "main.js"),
+        ("// main.js", "main.js"),
+        ("/* filename: style.css */", "style.css"),
+        ("/* style.css */", "style.css"),
+        ("<!-- filename: index.html -->", "index.html"),
+        ("<!-- index.html -->", "index.html"),
+        ("-- query.sql", "query.sql"),
+        ("# numpy.random is seeded below", None),
+        ("# numpy.random", None),
+        ("# %%", None),
+        ("# a comment", None),
+    ],
+)
+def test_filename_directive_forms(first_line: str, name: str | None) -> None:
+    assert filename_directive(f"{first_line}\nbody\n") == name
+
+
+def test_fences_indented_in_list_items_are_found_and_dedented() -> None:
+    message = (
+        "1. Load:\n\n    ```python\n    rows = [1, 2]\n    for r in rows:\n        print(r)\n"
+        "    ```\n\n2. Check:\n\n  ~~~bash\n  ls\n  ~~~\n"
+    )
+    blocks = extract_code_blocks(message)
+    assert [b.language for b in blocks] == ["python", "sh"]
+    assert blocks[0].code == "rows = [1, 2]\nfor r in rows:\n    print(r)\n"
+    assert blocks[1].code == "ls\n"

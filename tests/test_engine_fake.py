@@ -266,3 +266,23 @@ async def test_resume_reruns_the_recorded_code_and_numbers_on(
     nb = read_notebook(s.notebook_path)
     assert [c.source for c in nb.cells] == ["a = 1", "b = 2", "c = 3"]
     assert nb.cells[2].metadata["jupyter_exec"]["kernel"].startswith("resumed")
+
+
+async def test_close_from_the_cells_own_callback_does_not_wait_for_itself(
+    work_dir: Path, read_notebook: ReadNotebook
+) -> None:
+    km = scripted({"wait": [stream("so far\n"), Hang()]})
+    s = await started(km, work_dir)
+
+    async def close_now(event: dict[str, Any]) -> None:
+        await s.close()
+
+    started_at = asyncio.get_running_loop().time()
+    with pytest.raises(SessionClosedError) as info:
+        await s.execute("wait", on_output=close_now)
+    assert asyncio.get_running_loop().time() - started_at < 5  # not the close's 10 s wait
+    assert info.value.execution is not None
+    assert info.value.execution.status == "cancelled"
+    assert s.notebook_path is not None
+    assert read_notebook(s.notebook_path).cells[0].metadata["jupyter_exec"]["status"] == "cancelled"
+    assert [p.name for p in work_dir.iterdir() if p.name.startswith(".")] == []  # no spare left

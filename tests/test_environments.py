@@ -74,7 +74,7 @@ def test_an_interpreter_that_is_not_executable_is_named(tmp_path: Path) -> None:
     fake = tmp_path / "python3"
     fake.write_text("not a program\n")
     fake.chmod(0o644)
-    with pytest.raises(InvalidArgument, match="not an executable file") as info:
+    with pytest.raises(InvalidArgument, match="is not executable") as info:
         SystemPython(str(fake)).session_options()
     assert str(fake) in str(info.value)
     with pytest.raises(InvalidArgument, match="chmod"):

@@ -305,3 +305,13 @@ def test_no_sigterm_handler_replaced_in_a_host_app(tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert os.path.isdir(tmp_path)
+
+
+async def test_misspelt_options_are_refused_before_any_kernel_starts(tmp_path: Path) -> None:
+    async with AsyncSessionManager(root_dir=tmp_path / "root") as manager:
+        with pytest.raises(InvalidArgument, match="unknown session option\\(s\\) 'tiemout'"):
+            await manager.session("a", tiemout=3)
+        with pytest.raises(InvalidArgument, match="'pythn'"):
+            await manager.add_pool(size=1, pythn="python3")
+        assert manager.list() == []
+        assert manager.kernel_pools == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -192,3 +194,41 @@ def test_session_manager_takes_a_pathlike_root(tmp_path: Path) -> None:
     with SessionManager(root_dir=tmp_path / "root") as manager:
         assert manager.root == tmp_path / "root"
         assert manager.root.is_dir()
+
+
+def test_ipython_history_stays_in_memory(fresh_session: MakeSession) -> None:
+    """No SQLite write per cell (the largest cost of a warm round trip), as with nbclient."""
+    r = fresh_session().execute("get_ipython().history_manager.hist_file")
+    assert r.text == "':memory:'"
+
+
+CTRL_C = """
+import os, signal, sys, threading
+from jupyter_exec import Session
+s = Session(work_dir=sys.argv[1], timeout=120)
+printed = threading.Event()
+threading.Thread(
+    target=lambda: printed.wait(60) and os.kill(os.getpid(), signal.SIGINT), daemon=True
+).start()
+try:
+    s.execute(
+        "print('go', flush=True)\\nimport time\\nfor _ in range(3000):\\n    time.sleep(0.1)",
+        on_output=lambda event: printed.set(),
+    )
+except KeyboardInterrupt:
+    print("interrupted")
+print(s.execute("print('alive')").stdout.strip())
+s.close()
+"""
+
+
+def test_ctrl_c_in_the_callers_thread_interrupts_the_cell(tmp_path: Path) -> None:
+    """Ctrl-C while Session.execute waits: KeyboardInterrupt here, the cell stopped there."""
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.stdout.split() == ["interrupted", "alive"], done.stderr

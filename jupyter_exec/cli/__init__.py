@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -108,6 +109,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "jupyter-exec") -> in
             return int(args.func(args))
     except Stopped as stop:
         print(f"\njupyter-exec: stopped by signal {stop.signum}", file=sys.stderr)
+        if getattr(args, "exit_at_once", False):
+            # A server has closed its sessions by now. A thread of its transport blocked
+            # reading stdin (MCP over stdio) would hold the interpreter until the client
+            # hangs up, so the process ends here, skipping only that wait.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(signal_status(stop.signum))
         return signal_status(stop.signum)
     except KeyboardInterrupt:
         print("\njupyter-exec: interrupted", file=sys.stderr)

@@ -174,4 +174,4 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         },
     )
     add_environment(parser)
-    parser.set_defaults(func=cmd_mcp)
+    parser.set_defaults(func=cmd_mcp, exit_at_once=True)

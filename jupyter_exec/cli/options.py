@@ -245,6 +245,11 @@ def with_environment(args: argparse.Namespace, kwargs: dict[str, Any]) -> dict[s
 
 def environment_from_args(args: argparse.Namespace) -> Environment:
     """The environment the flags of :func:`add_environment` describe."""
+    if getattr(args, "backend", None) == "remote":
+        raise InvalidArgument(
+            "--backend remote runs one session on a Jupyter server (jupyter-exec run --url ...); "
+            "here use --backend local or docker"
+        )
     for option, value in (("--requirements", args.requirements), ("--dockerfile", args.dockerfile)):
         if value and not os.path.isfile(os.path.expanduser(value)):
             raise InvalidArgument(f"{option} {value}: no such file")

@@ -41,7 +41,12 @@ from typing import Any
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from jupyter_exec.exceptions import SessionClosedError, SessionLimitError, SessionNotFound
+from jupyter_exec.exceptions import (
+    InvalidArgument,
+    SessionClosedError,
+    SessionLimitError,
+    SessionNotFound,
+)
 from jupyter_exec.manager.entries import Entry, SessionInfo, incarnation
 from jupyter_exec.manager.pool import (
     POOL_DIR,
@@ -439,9 +444,11 @@ class AsyncSessionManager(LoggingConfigurable):
     # -- pools -------------------------------------------------------------------------------
 
     def _add_pool(self, options: dict[str, Any], size: int) -> KernelPool:
-        key = PoolKey.of({**self.session_defaults, **options})
+        merged = {**self.session_defaults, **options}
+        SessionOptions.from_mapping(merged)  # a misspelt option is refused, not ignored
+        key = PoolKey.of(merged)
         if key is None:
-            raise ValueError("a pool cannot be made from a given kernel_manager")
+            raise InvalidArgument("a pool cannot be made from a given kernel_manager")
         pool = self._pools.get(key)
         if pool is not None:
             pool.size = size

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.naming import files_folder, notebook_name
 from jupyter_exec.session import AsyncSession
 
 __all__ = ["Entry", "SessionInfo", "incarnation"]
@@ -86,7 +87,9 @@ def incarnation(target: Path, name: str, opts: dict[str, Any]) -> str:
     if opts.get("notebook") is False or opts.get("overwrite") or not target.exists():
         return name
     candidate, n = name, 1
-    while (target / f"{candidate}.ipynb").exists() or (target / f"{candidate}_files").exists():
+    while (target / notebook_name(candidate)).exists() or (
+        target / files_folder(candidate)
+    ).exists():
         n += 1
         candidate = f"{name}-{n}"
     return candidate
