@@ -1,5 +1,6 @@
-"""An E2B-compatible sandbox server: the official ``e2b-code-interpreter`` SDK, unchanged, on
-jupyter-exec sessions (``jupyter-exec e2b``; needs the ``e2b`` extra only for its tests).
+"""The E2B-compatible sandbox server (``jupyter-exec e2b``): the official
+``e2b-code-interpreter`` SDK, unchanged, on jupyter-exec sessions. The server needs only
+jupyter-exec's own dependencies; the ``e2b`` extra adds the SDK, for its clients.
 
 * :mod:`~jupyter_exec.e2b.app` - :class:`E2BServer`: the tornado app, its ports, the engine;
 * :mod:`~jupyter_exec.e2b.sandboxes` - sandboxes and code contexts as manager sessions;

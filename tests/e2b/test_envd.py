@@ -14,7 +14,7 @@ from e2b import (
     TimeoutException,
 )
 from e2b.sandbox.filesystem.filesystem import FileType
-from e2b_code_interpreter import Sandbox
+from e2b_code_interpreter import AsyncSandbox, Sandbox
 from e2b_server_helpers import Running
 
 
@@ -179,3 +179,12 @@ def test_connect_to_a_running_command(
     gate.touch()
     assert follower.wait().stdout == "after-connect\n"
     assert handle.wait().stdout == "after-connect\n"
+
+
+async def test_async_sdk_files_and_commands(debug_env: Running) -> None:
+    sandbox = await AsyncSandbox.create()
+    await sandbox.files.write("async/a.txt", "async text")
+    assert await sandbox.files.read("async/a.txt") == "async text"
+    assert [e.name for e in await sandbox.files.list("async")] == ["a.txt"]
+    result = await sandbox.commands.run("cat async/a.txt; echo done >&2")
+    assert (result.stdout, result.stderr, result.exit_code) == ("async text", "done\n", 0)
