@@ -8,8 +8,9 @@ output from when it joined. A command runs until it ends, is signalled
 (``SendSignal``: ``handle.kill()``) or its sandbox is killed; a follower that
 leaves (a client timeout) does not stop it, as in envd.
 
-Commands run on this host, so they are served for local sandboxes only: a
-Docker sandbox refuses them rather than run code outside its container.
+These processes run on this host, so they serve local sandboxes only; a
+Docker sandbox's commands run in its container instead
+(:meth:`jupyter_exec.e2b.envd.ProcessHandler.rpc_Start`).
 """
 
 from __future__ import annotations
@@ -117,8 +118,8 @@ class Processes:
         """Start ``config`` (envd's ``ProcessConfig``: cmd, args, envs) in ``cwd``."""
         if self.backend != "local":
             raise BackendError(
-                f"commands.run is not served for {self.backend!r} sandboxes (it would run on "
-                "this host, outside the sandbox); run shell code with run_code('!cmd') instead"
+                f"this {self.backend!r} sandbox's commands run in its container, not on this "
+                "host: kill, send_stdin and connect are not served for them"
             )
         cmd = config.get("cmd")
         args = config.get("args") or []

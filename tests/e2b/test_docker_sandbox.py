@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import SandboxException
+from e2b import CommandExitException, SandboxException
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.docker
 @pytest.fixture(scope="module")
 def docker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     try:
-        connect()
+        connect().close()
     except DockerUnavailable as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
@@ -43,6 +43,16 @@ def test_run_code_in_the_container(docker_server: Running, monkeypatch: pytest.M
     assert user.text != "0"  # not root inside the container
     sandbox.run_code("open('output.txt', 'w').write('from the kernel')")
     assert sandbox.files.read("output.txt") == "from the kernel"
-    with pytest.raises(SandboxException, match="not served"):
-        sandbox.commands.run("id")
+    sandbox.files.make_dir("sub")
+    result = sandbox.commands.run("id -u; pwd; echo $GREETING", cwd="/home/user/sub",
+                                  envs={"GREETING": "hi there"})  # fmt: skip
+    uid, cwd, greeting = result.stdout.splitlines()
+    assert uid != "0"
+    assert cwd.endswith("/sub")
+    assert greeting == "hi there"
+    with pytest.raises(CommandExitException) as failed:
+        sandbox.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3
+    with pytest.raises(SandboxException, match="stdin"):
+        sandbox.commands.run("cat", stdin=True)
     assert Path(docker_server.root, "debug_sandbox_id", "debug_sandbox_id.ipynb").exists()
