@@ -13,6 +13,7 @@ from pathlib import Path
 
 import benchmarks.cases
 import benchmarks.docker_cases
+import benchmarks.e2b_cases
 import benchmarks.fork_cases
 import benchmarks.nbclient_cases
 import benchmarks.replay_cases
@@ -31,6 +32,7 @@ _ = (
     benchmarks.replay_cases,
     benchmarks.rss_cases,
     benchmarks.fork_cases,
+    benchmarks.e2b_cases,
 )
 
 
