@@ -10,6 +10,7 @@ types to exit statuses), and SIGTERM and SIGHUP stop a command as Ctrl-C does
     run, demo        cli/run.py       a file's code (or the demo) in one session
     replay           cli/replay.py    re-run a notebook, report what differs
     mcp              cli/mcp.py       the MCP server (stdio or HTTP)
+    e2b              cli/e2b.py       the E2B-compatible sandbox server
     image, kernels,  cli/docker.py    the Docker kernel image, kernelspecs, orphans
     reap
 """
@@ -29,6 +30,7 @@ from jupyter_exec.cli.docker import (
     add_kernels_parser,
     add_reap_parser,
 )
+from jupyter_exec.cli.e2b import add_e2b_parser
 from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
 from jupyter_exec.cli.mcp import add_mcp_parser
 from jupyter_exec.cli.options import formatter
@@ -82,6 +84,7 @@ def build_parser(
         "demo": add_demo_parser,
         "replay": add_replay_parser,
         "mcp": add_mcp_parser,
+        "e2b": add_e2b_parser,
         "image": add_image_parser,
         "kernels": add_kernels_parser,
         "reap": add_reap_parser,

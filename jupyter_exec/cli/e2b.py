@@ -1,0 +1,138 @@
+"""``jupyter-exec e2b``: the E2B-compatible sandbox server's command line.
+
+The server is :mod:`jupyter_exec.e2b`; this module reads the options and
+runs it until a signal, after which every sandbox's kernels are stopped
+(their work dirs and notebooks stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
+from jupyter_exec.cli.options import (
+    Subparsers,
+    formatter,
+    non_negative_float,
+    non_negative_int,
+)
+from jupyter_exec.cli.signals import serve_until_stopped
+
+__all__ = ["add_e2b_parser"]
+
+EPILOG = f"""\
+examples:
+  E2B_DEBUG=true jupyter-exec e2b        one machine, zero configuration: then run your
+                                         E2B code with E2B_DEBUG=true (Sandbox.create(),
+                                         run_code, files, commands: all on this server)
+  jupyter-exec e2b --backend docker      every sandbox's kernel in a hardened container
+  E2B_API_KEY=k jupyter-exec e2b --port 49999
+                                         many sandboxes, each with its own access token;
+                                         clients set E2B_API_KEY=k,
+                                         E2B_API_URL=http://127.0.0.1:49999 and
+                                         E2B_SANDBOX_URL=http://127.0.0.1:49999
+
+Each sandbox is a jupyter-exec session: its work dir <root dir>/<sandbox id> is the
+sandbox's /home/user, and every run_code is recorded in its notebook there.
+Requests whose Host or Origin is not this machine are refused.
+
+{EXIT_STATUS_HELP}"""
+
+
+def _debug_default() -> bool:
+    return os.environ.get("E2B_DEBUG", "false").lower() == "true"
+
+
+def cmd_e2b(args: argparse.Namespace) -> int:
+    """Run the server until a signal stops it."""
+    from jupyter_exec.e2b import E2BConfig, E2BServer
+
+    api_key = args.api_key or os.environ.get("E2B_API_KEY") or secrets.token_urlsafe(24)
+    options: dict[str, Any] = {}
+    if args.backend:
+        options["backend"] = args.backend
+    if args.python:
+        options["python"] = args.python
+    ports = (args.port,) if args.envd_port in (0, args.port) else (args.port, args.envd_port)
+    config = E2BConfig(
+        root_dir=Path(args.root_dir).expanduser(),
+        host=args.host,
+        ports=ports,
+        debug=args.debug,
+        api_key=api_key,
+        session_options=options,
+        pool_size=args.pool_size,
+        max_sessions=args.max_sessions,
+        sandbox_timeout=args.sandbox_timeout,
+    )
+    server = E2BServer(config)
+
+    async def serve() -> None:
+        await server.start()
+        base = f"http://{'localhost' if args.debug else args.host}:{server.ports[0]}"
+        print(f"[jupyter-exec] E2B server on {args.host}, ports {server.ports}; sandboxes in "
+              f"{server.manager.root}", file=sys.stderr, flush=True)  # fmt: skip
+        if args.debug:
+            print("[jupyter-exec] debug mode: clients set E2B_DEBUG=true (no token)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        print(f"[jupyter-exec] API mode: E2B_API_KEY={api_key} E2B_API_URL={base} "
+              f"E2B_SANDBOX_URL={base}", file=sys.stderr, flush=True)  # fmt: skip
+        await asyncio.Event().wait()
+
+    asyncio.run(serve_until_stopped(serve(), server.stop))
+    return EXIT_OK
+
+
+def add_e2b_parser(subparsers: Subparsers) -> None:
+    """Register ``jupyter-exec e2b``."""
+    from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT
+
+    parser = subparsers.add_parser(
+        "e2b",
+        help="serve the E2B sandbox protocol (the e2b-code-interpreter SDK, unchanged)",
+        description="Run a server that speaks the E2B sandbox protocol, so code written for "
+        "the official e2b-code-interpreter SDK runs on local Jupyter kernels: sandboxes, "
+        "run_code with streaming and rich results, code contexts, files and commands.",
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    net = parser.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on "
+                     "(default 127.0.0.1; another address needs an API key)")  # fmt: skip
+    net.add_argument("--port", type=non_negative_int, default=CODE_PORT,
+                     help=f"the code interpreter's port, where the SDK's debug mode sends code "
+                     f"(default {CODE_PORT}); every route is served on it")  # fmt: skip
+    net.add_argument("--envd-port", type=non_negative_int, default=ENVD_PORT,
+                     help=f"envd's port (files, commands) in debug mode (default {ENVD_PORT}; "
+                     "0: none)")  # fmt: skip
+    auth = parser.add_argument_group("access")
+    auth.add_argument("--debug", action=argparse.BooleanOptionalAction, default=_debug_default(),
+                      help="serve the SDK's debug-mode sandbox (no token; loopback only; "
+                      "default: on when E2B_DEBUG=true)")  # fmt: skip
+    auth.add_argument("--api-key", metavar="KEY", help="the key API calls must carry "
+                      "(default $E2B_API_KEY, else a new one, printed)")  # fmt: skip
+    sandboxes = parser.add_argument_group("sandboxes")
+    sandboxes.add_argument("--root-dir", default="jupyter-exec-e2b", metavar="DIR",
+                           help="one work dir per sandbox "
+                           "(default ./jupyter-exec-e2b)")  # fmt: skip
+    sandboxes.add_argument("--backend", choices=("local", "docker"), default=None,
+                           help="where kernels run: local (your rights: trusted code only) or "
+                           "docker (a hardened, network-less container)")  # fmt: skip
+    sandboxes.add_argument("--python", metavar="PY",
+                           help="interpreter or venv for local kernels")  # fmt: skip
+    sandboxes.add_argument("--pool-size", type=non_negative_int, default=0, metavar="N",
+                           help="kernels kept started, so Sandbox.create() is fast "
+                           "(default 0)")  # fmt: skip
+    sandboxes.add_argument("--max-sessions", type=non_negative_int, default=16, metavar="N",
+                           help="kernels (code contexts) at once "
+                           "(0: no limit; default 16)")  # fmt: skip
+    sandboxes.add_argument("--sandbox-timeout", type=non_negative_float, default=300.0,
+                           metavar="S", help="a sandbox's life when create() gives none "
+                           "(default 300; 0: no end)")  # fmt: skip
+    parser.set_defaults(func=cmd_e2b)

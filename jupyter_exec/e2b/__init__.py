@@ -1,0 +1,19 @@
+"""The E2B-compatible sandbox server (``jupyter-exec e2b``): the official
+``e2b-code-interpreter`` SDK, unchanged, on jupyter-exec sessions. The server needs only
+jupyter-exec's own dependencies; the ``e2b`` extra adds the SDK, for its clients.
+
+* :mod:`~jupyter_exec.e2b.app` - :class:`E2BServer`: the tornado app, its ports, the engine;
+* :mod:`~jupyter_exec.e2b.sandboxes` - sandboxes and code contexts as manager sessions;
+* :mod:`~jupyter_exec.e2b.web` - Host/Origin checks, tokens, errors (the handlers' base);
+* :mod:`~jupyter_exec.e2b.code` - ``/execute`` and ``/contexts`` (the code interpreter);
+* :mod:`~jupyter_exec.e2b.envd` - ``/files``, filesystem and process RPCs (envd);
+* :mod:`~jupyter_exec.e2b.api` - create, list, connect, kill (the E2B API);
+* :mod:`~jupyter_exec.e2b.protocol`, :mod:`~jupyter_exec.e2b.connect` - the wire formats;
+* :mod:`~jupyter_exec.e2b.files`, :mod:`~jupyter_exec.e2b.paths`,
+  :mod:`~jupyter_exec.e2b.processes` - files and commands, confined to a sandbox;
+* :mod:`~jupyter_exec.e2b.errors` - our exceptions to the SDK's statuses, once.
+"""
+
+from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT, E2BConfig, E2BServer
+
+__all__ = ["CODE_PORT", "ENVD_PORT", "E2BConfig", "E2BServer"]

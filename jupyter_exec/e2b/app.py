@@ -1,0 +1,170 @@
+"""The E2B server: one tornado app, every route on every port, over one session manager.
+
+The SDK reaches a sandbox in one of two ways, and both land here:
+
+* **debug mode** (``E2B_DEBUG=true``): code on ``localhost:49999``, envd on
+  ``localhost:49983``, sandbox ``debug_sandbox_id``, no API call, no token;
+* **API mode**: ``E2B_API_URL`` for the control plane and ``E2B_SANDBOX_URL``
+  for all sandbox traffic (one URL; the ``E2b-Sandbox-Id`` header says
+  which sandbox, the access token proves the right to it).
+
+Since the paths of the three services do not overlap, each port serves all
+of them, and one port is enough in API mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from tornado.web import Application
+
+from jupyter_exec.e2b import api, code, envd
+from jupyter_exec.e2b.sandboxes import Sandboxes
+from jupyter_exec.e2b.web import LOOPBACK_NAMES
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.manager import AsyncSessionManager
+
+__all__ = ["CODE_PORT", "ENVD_PORT", "E2BConfig", "E2BServer", "is_loopback"]
+
+log = logging.getLogger("jupyter_exec.e2b")
+
+CODE_PORT = 49999
+"""The code interpreter's port in the SDK's debug mode."""
+ENVD_PORT = 49983
+"""envd's port in the SDK's debug mode."""
+REAP_INTERVAL = 5.0
+"""Seconds between two looks for sandboxes past their timeout."""
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class E2BConfig:
+    """How the server runs; the command line fills it (``jupyter-exec e2b --help``)."""
+
+    root_dir: Path
+    host: str = "127.0.0.1"
+    ports: tuple[int, ...] = (CODE_PORT, ENVD_PORT)
+    debug: bool = False
+    api_key: str | None = None
+    session_options: dict[str, Any] = field(default_factory=dict)
+    pool_size: int = 0
+    max_sessions: int = 0
+    sandbox_timeout: float = 300.0
+    execution_timeout: float | None = None
+
+    def check(self) -> None:
+        if self.debug and not is_loopback(self.host):
+            raise InvalidArgument(
+                f"refusing debug mode on {self.host}: its sandbox needs no token, so it only "
+                "listens on loopback (127.0.0.1, ::1, localhost)"
+            )
+        if self.api_key is None and not is_loopback(self.host):
+            raise InvalidArgument(
+                f"refusing to listen on {self.host} without an API key: set E2B_API_KEY"
+            )
+
+
+class E2BServer:
+    """The sandboxes, the app that serves them, and its listening sockets."""
+
+    def __init__(self, config: E2BConfig) -> None:
+        config.check()
+        self.config = config
+        self.api_key = config.api_key
+        self.execution_timeout = config.execution_timeout
+        self.allowed_hosts = LOOPBACK_NAMES if is_loopback(config.host) else None
+        self.manager = AsyncSessionManager(
+            root_dir=str(config.root_dir),
+            pool_size=config.pool_size,
+            max_sessions=config.max_sessions,
+            session_defaults={"timeout": None, **config.session_options},
+        )
+        self.sandboxes = Sandboxes(
+            self.manager,
+            debug=config.debug,
+            session_options=config.session_options,
+            default_timeout=config.sandbox_timeout,
+        )
+        self._servers: list[HTTPServer] = []
+        self._reaper: asyncio.Task[None] | None = None
+        self.ports: list[int] = []
+
+    def make_app(self) -> Application:
+        sandbox_id = r"(?P<sandbox_id>[A-Za-z0-9._-]+)"
+        handlers: list[Any] = [
+            (r"/execute", code.ExecuteHandler),
+            (r"/contexts", code.ContextsHandler),
+            (r"/contexts/(?P<context_id>[A-Za-z0-9._-]+)", code.ContextHandler),
+            (r"/contexts/(?P<context_id>[A-Za-z0-9._-]+)/restart", code.ContextRestartHandler),
+            (r"/health", envd.HealthHandler),
+            (r"/files", envd.FilesHandler),
+            (r"/filesystem\.Filesystem/(?P<method>\w+)", envd.FilesystemHandler),
+            (r"/process\.Process/(?P<method>\w+)", envd.ProcessHandler),
+            (r"/(?:v2/)?sandboxes", api.SandboxesHandler),
+            (rf"/sandboxes/{sandbox_id}", api.SandboxHandler),
+            (rf"/sandboxes/{sandbox_id}/timeout", api.TimeoutHandler),
+            (rf"/(?:v2/)?sandboxes/{sandbox_id}/connect", api.ConnectHandler),
+        ]
+        return Application(handlers, e2b_server=self, xsrf_cookies=False)
+
+    async def start(self) -> E2BServer:
+        """Start the engine and listen on every port (0: a free one, see :attr:`ports`)."""
+        await self.manager.start()
+        app = self.make_app()
+        try:
+            for port in self.config.ports:
+                family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+                sockets = bind_sockets(port, self.config.host, family=family)
+                server = HTTPServer(app, max_body_size=1 << 30, idle_connection_timeout=3600)
+                server.add_sockets(sockets)
+                self._servers.append(server)
+                self.ports.append(sockets[0].getsockname()[1])
+        except OSError:
+            await self.stop()
+            raise
+        self._reaper = asyncio.create_task(self._reap_loop(), name="jupyter-exec e2b reaper")
+        log.info("E2B server on %s ports %s; sandboxes in %s", self.config.host, self.ports,
+                 self.manager.root)  # fmt: skip
+        return self
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL)
+            try:
+                await self.sandboxes.reap()
+            except Exception:
+                log.exception("ending sandboxes past their timeout failed")
+
+    async def stop(self) -> None:
+        """Stop listening, kill every sandbox, stop the engine."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for server in self._servers:
+            server.stop()
+        await asyncio.gather(*(s.close_all_connections() for s in self._servers))
+        self._servers.clear()
+        await self.sandboxes.close_all()
+        await self.manager.shutdown()
+
+    async def __aenter__(self) -> E2BServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,266 @@
+"""envd's endpoints (E2B's port 49983): ``/health``, ``/files``, and the filesystem and
+process services over Connect RPC (:mod:`jupyter_exec.e2b.connect`).
+
+The handlers only decode, call :class:`~jupyter_exec.e2b.files.SandboxFiles`
+or :class:`~jupyter_exec.e2b.processes.Processes` (a Docker sandbox's commands:
+the session's script mode, in its container), and encode. Watching a
+folder, ``StreamInput`` and PTY updates are answered ``unimplemented``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import shlex
+import signal
+from typing import Any
+
+from tornado.iostream import StreamClosedError
+
+from jupyter_exec.e2b.connect import end_stream, envelope, is_stream, read_request
+from jupyter_exec.e2b.errors import connect_code, error_message, status_of
+from jupyter_exec.e2b.files import SandboxFiles
+from jupyter_exec.e2b.processes import SIGNALS, Process
+from jupyter_exec.e2b.sandboxes import Sandbox
+from jupyter_exec.e2b.web import E2BHandler
+from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
+
+__all__ = ["FilesHandler", "FilesystemHandler", "HealthHandler", "ProcessHandler"]
+
+
+class Unimplemented(JupyterExecError):
+    """An envd method this server does not serve."""
+
+
+class Deadline(JupyterExecError, TimeoutError):
+    """A command ran past the timeout its caller gave (``commands.run(timeout=...)``)."""
+
+
+class HealthHandler(E2BHandler):
+    """``GET /health``: 204 while the sandbox lives, 502 "was not found" after."""
+
+    def get(self) -> None:
+        if self.request.headers.get("E2b-Sandbox-Id"):
+            self.sandbox()
+        self.set_status(204)
+        self.finish()
+
+
+class FilesHandler(E2BHandler):
+    """``GET /files?path=`` downloads a file; ``POST`` uploads (multipart or octet-stream)."""
+
+    def get(self) -> None:
+        sandbox = self.sandbox()
+        data = SandboxFiles(sandbox.paths).read(self.get_query_argument("path", ""))
+        self.set_header("Content-Type", "application/octet-stream")
+        self.finish(data)
+
+    def post(self) -> None:
+        sandbox = self.sandbox()
+        files = SandboxFiles(sandbox.paths)
+        path = self.get_query_argument("path", None)
+        content_type = self.request.headers.get("Content-Type", "")
+        written = []
+        if content_type.startswith("multipart/"):
+            parts = self.request.files.get("file", [])
+            if not parts:
+                raise InvalidArgument("the upload has no 'file' part")
+            for part in parts:
+                target = path if path and len(parts) == 1 else part.filename
+                written.append(files.write(target, part.body))
+        else:
+            if not path:
+                raise InvalidArgument("say where to write: the 'path' query parameter")
+            written.append(files.write(path, self.request.body))
+        self.send_json(written)
+
+
+class RPCHandler(E2BHandler):
+    """One Connect service: ``POST /<service>/<Method>`` dispatched to ``rpc_<Method>``."""
+
+    error_style = "connect"
+
+    async def post(self, method: str) -> None:
+        request = read_request(self.request.body, self.request.headers.get("Content-Type", ""))
+        sandbox = self.sandbox()
+        handler = getattr(self, f"rpc_{method}", None)
+        if handler is None:
+            raise Unimplemented(f"{method} is not served by jupyter-exec's E2B server")
+        if is_stream(self.request.headers.get("Content-Type", "")):
+            await self._stream(handler, sandbox, request)
+            return
+        self.send_json(await handler(sandbox, request))
+
+    async def _stream(self, handler: Any, sandbox: Sandbox, request: dict[str, Any]) -> None:
+        self.set_header("Content-Type", "application/connect+json")
+        error = None
+        try:
+            await handler(sandbox, request)
+        except StreamClosedError:
+            return
+        except Exception as exc:  # the status is sent already: the error ends the stream
+            error = {"code": connect_code(status_of(exc)), "message": error_message(exc)}
+        with contextlib.suppress(StreamClosedError):
+            self.write(end_stream(error))
+            self.finish()
+
+    async def send_message(self, message: dict[str, Any]) -> None:
+        self.write(envelope(message))
+        await self.flush()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if isinstance(exc, Unimplemented):
+            self.set_status(501)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"code": "unimplemented", "message": str(exc)}))
+            return
+        super().write_error(status_code, **kwargs)
+
+
+class FilesystemHandler(RPCHandler):
+    """``/filesystem.Filesystem/*``: Stat, ListDir, MakeDir, Remove, Move."""
+
+    async def rpc_Stat(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        return {"entry": SandboxFiles(sandbox.paths).stat(str(request.get("path", "")))}
+
+    async def rpc_ListDir(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        depth = int(request.get("depth") or 1)
+        entries = SandboxFiles(sandbox.paths).list(str(request.get("path", "")), depth)
+        return {"entries": entries}
+
+    async def rpc_MakeDir(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        return {"entry": SandboxFiles(sandbox.paths).make_dir(str(request.get("path", "")))}
+
+    async def rpc_Remove(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        SandboxFiles(sandbox.paths).remove(str(request.get("path", "")))
+        return {}
+
+    async def rpc_Move(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        source, destination = str(request.get("source", "")), str(request.get("destination", ""))
+        return {"entry": SandboxFiles(sandbox.paths).move(source, destination)}
+
+
+def _deadline(header: str) -> float | None:
+    """Seconds from a ``Connect-Timeout-Ms`` header (None: no deadline)."""
+    return int(header) / 1000 if header.isdigit() else None
+
+
+def _shell_script(config: dict[str, Any], cwd: str) -> str:
+    """A ``ProcessConfig`` (the SDK's ``bash -l -c CMD``) as a script: cd, exports, command."""
+    cmd, args = str(config.get("cmd") or ""), [str(a) for a in config.get("args") or []]
+    if cmd.endswith("bash") and args[:1] in (["-l"], ["-c"]) and "-c" in args[:2]:
+        body = args[args.index("-c") + 1] if len(args) > args.index("-c") + 1 else ""
+    else:
+        body = shlex.join([cmd, *args])
+    envs = {str(k): str(v) for k, v in (config.get("envs") or {}).items()}
+    bad = [k for k in envs if not k.isidentifier()]
+    if bad:
+        raise InvalidArgument(f"not an environment variable name: {bad[0]!r}")
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in envs.items())
+    return f"cd {shlex.quote(cwd or '.')}\n{exports}{body}\n"
+
+
+def _input_bytes(request: dict[str, Any]) -> bytes:
+    data = (request.get("input") or {}).get("stdin")
+    if not isinstance(data, str):
+        raise InvalidArgument("send stdin input as base64 in input.stdin")
+    try:
+        return base64.b64decode(data, validate=True)
+    except binascii.Error:
+        raise InvalidArgument("input.stdin is not base64") from None
+
+
+class ProcessHandler(RPCHandler):
+    """``/process.Process/*``: Start and Connect (streams), List, SendInput, SendSignal,
+    CloseStdin."""
+
+    async def rpc_Start(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
+        config = request.get("process") or {}
+        sandbox.paths.ensure()
+        folder, _ = sandbox.paths.folder(config.get("cwd"))
+        if not folder.is_dir():
+            raise InvalidArgument(f"the cwd {config.get('cwd')!r} is not a folder in the sandbox")
+        seconds = _deadline(self.request.headers.get("Connect-Timeout-Ms", ""))
+        if sandbox.processes.backend != "local":
+            await self._run_in_kernel_environment(sandbox, config, request, seconds)
+            return
+        process = await sandbox.processes.start(
+            config, folder, stdin=bool(request.get("stdin")), tag=request.get("tag")
+        )
+        queue = process.follow()
+        sandbox.processes.launch(process)
+        try:
+            await asyncio.wait_for(self._follow(process, queue), seconds)
+        except asyncio.TimeoutError:
+            process.signal(signal.SIGKILL)
+            raise Deadline(
+                f"the command ran past its {seconds:g} s timeout and was killed"
+            ) from None
+
+    async def _run_in_kernel_environment(
+        self, sandbox: Sandbox, config: dict[str, Any], request: dict[str, Any],
+        seconds: float | None,
+    ) -> None:  # fmt: skip
+        """A command of a Docker sandbox: a script run beside its kernel, in its container.
+
+        The session's script mode runs it (``docker exec``, the container's user and
+        limits); its output comes at the end, stdout and stderr combined, and it has no pid
+        to signal or stdin to write to.
+        """
+        if request.get("stdin"):
+            raise InvalidArgument("stdin is not served for commands of Docker sandboxes")
+        script = _shell_script(config, sandbox.paths.relative(config.get("cwd")))
+        session = await self.server.sandboxes.context_session(sandbox, None)
+        result = await session.run_script(script, language="sh", timeout=seconds)
+        if result.timed_out:
+            raise Deadline(f"the command ran past its {seconds:g} s timeout and was killed")
+        await self.send_message({"event": {"start": {"pid": 0}}})
+        if result.output:
+            data = base64.b64encode(result.output.encode()).decode()
+            await self.send_message({"event": {"data": {"stdout": data}}})
+        code = result.exit_code
+        end = {"exitCode": code, "exited": True, "status": f"exit status {code}"}
+        await self.send_message({"event": {"end": end}})
+
+    async def rpc_Connect(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
+        process = sandbox.processes.get(request.get("process"))
+        await self._follow(process, process.follow())
+
+    async def _follow(self, process: Process, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        """Send the start event, then every event until the process ends or the caller leaves."""
+        try:
+            await self.send_message({"event": {"start": {"pid": process.pid}}})
+            while (event := await queue.get()) is not None:
+                await self.send_message({"event": event})
+        finally:
+            process.unfollow(queue)
+
+    async def rpc_List(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        return {"processes": [p.describe() for p in sandbox.processes.list()]}
+
+    async def rpc_SendSignal(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        process = sandbox.processes.get(request.get("process"))
+        signum = SIGNALS.get(request.get("signal"))
+        if signum is None:
+            raise InvalidArgument("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
+        process.signal(signum)
+        return {}
+
+    async def rpc_SendInput(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        process = sandbox.processes.get(request.get("process"))
+        stdin = process.proc.stdin
+        if stdin is None:
+            raise InvalidArgument("this process was started without stdin (stdin=True)")
+        stdin.write(_input_bytes(request))
+        await stdin.drain()
+        return {}
+
+    async def rpc_CloseStdin(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        process = sandbox.processes.get(request.get("process"))
+        if process.proc.stdin is not None:
+            process.proc.stdin.close()
+        return {}

@@ -1,0 +1,278 @@
+"""Sandboxes and their code contexts, as sessions of the one engine (AsyncSessionManager).
+
+::
+
+    Sandbox "sbx-1a2b..."            work dir <root>/sbx-1a2b...  (E2B's /home/user)
+      context "default" (python)  ─► manager session "sbx-1a2b..."      (pools apply)
+      context "c-9f3e..."          ─► manager session "sbx-1a2b....c-9f3e..." in the same
+                                      work dir (or a folder of it: the context's cwd)
+
+Each sandbox holds a secret access token (returned once, by the create call)
+that every request for it must carry; the ``debug_sandbox_id`` sandbox the
+SDK's debug mode talks to exists only when the server runs in debug mode, and
+is made on first use. A sandbox ends when killed or when its timeout passes
+(:meth:`Sandboxes.reap`); its kernels stop, its work dir and notebooks stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from jupyter_exec.e2b.paths import SandboxPaths
+from jupyter_exec.e2b.processes import Processes
+from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
+from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.session import AsyncSession
+
+__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes"]
+
+log = logging.getLogger("jupyter_exec.e2b")
+
+DEBUG_SANDBOX_ID = "debug_sandbox_id"
+"""The id the SDK's debug mode uses for every sandbox (no API call, no token)."""
+
+DEFAULT_CONTEXT = "default"
+LANGUAGES = ("python", "python3")
+ENVD_VERSION = "0.6.4"
+"""The envd version we answer as: the features we serve (metadata-free uploads, stdin...)."""
+
+
+def refuse_language(language: str | None) -> None:
+    """Refuse any language but Python, saying what this server runs."""
+    if language is not None and language.lower() not in LANGUAGES:
+        raise InvalidArgument(
+            f"this sandbox runs Python only, not {language!r}: use language='python' (or "
+            "omit it); for shell commands use sandbox.commands.run(...)"
+        )
+
+
+@dataclass
+class Context:
+    """One code context: a kernel of its own, a language and a cwd (as the client said it)."""
+
+    id: str
+    session_name: str
+    cwd: str
+    language: str = "python"
+
+    def describe(self) -> dict[str, str]:
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+
+@dataclass
+class Sandbox:
+    """One sandbox: a work dir, contexts, a token, the create call's metadata and env."""
+
+    id: str
+    token: str | None
+    paths: SandboxPaths
+    template: str = "code-interpreter-v1"
+    metadata: dict[str, str] = field(default_factory=dict)
+    envs: dict[str, str] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    end: float | None = None
+    contexts: dict[str, Context] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    processes: Processes = field(init=False)
+
+    def allows(self, token: str | None) -> bool:
+        """Whether ``token`` opens this sandbox (constant time; a token-less sandbox: any)."""
+        if self.token is None:
+            return True
+        return token is not None and hmac.compare_digest(token.encode(), self.token.encode())
+
+    def describe(self) -> dict[str, Any]:
+        """The sandbox as the E2B API lists it."""
+        end = self.end if self.end is not None else self.started + 365 * 86400
+        return {
+            "templateID": self.template,
+            "sandboxID": self.id,
+            "clientID": "jupyter-exec",
+            "alias": self.template,
+            "startedAt": _iso(self.started),
+            "endAt": _iso(end),
+            "cpuCount": os.cpu_count() or 1,
+            "memoryMB": 0,
+            "diskSizeMB": 0,
+            "state": "running",
+            "envdVersion": ENVD_VERSION,
+            "metadata": dict(self.metadata),
+        }
+
+
+def _iso(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class Sandboxes:
+    """Every sandbox of one server, over one :class:`AsyncSessionManager`."""
+
+    def __init__(
+        self,
+        manager: AsyncSessionManager,
+        *,
+        debug: bool = False,
+        session_options: dict[str, Any] | None = None,
+        default_timeout: float = 300.0,
+    ) -> None:
+        self.manager = manager
+        self.debug = debug
+        self.session_options = dict(session_options or {})
+        self.default_timeout = default_timeout
+        self._sandboxes: dict[str, Sandbox] = {}
+
+    # -- sandboxes --------------------------------------------------------------------------
+
+    def _new(self, sandbox_id: str, token: str | None, **fields: Any) -> Sandbox:
+        paths = SandboxPaths(self.manager.root / sandbox_id)  # made by its first kernel or file
+        sandbox = Sandbox(sandbox_id, token, paths, **fields)
+        backend = str(self.session_options.get("backend") or "local")
+        env = {**os.environ, **sandbox.envs} if backend == "local" else dict(sandbox.envs)
+        sandbox.processes = Processes(paths.root, env, backend=backend)
+        self._sandboxes[sandbox_id] = sandbox
+        return sandbox
+
+    async def create(
+        self,
+        *,
+        template: str | None = None,
+        metadata: dict[str, str] | None = None,
+        envs: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Sandbox:
+        """A new sandbox with its token, its default Python kernel started."""
+        sandbox_id = f"sbx-{secrets.token_hex(8)}"
+        seconds = self.default_timeout if timeout is None else float(timeout)
+        sandbox = self._new(
+            sandbox_id,
+            secrets.token_urlsafe(24),
+            template=template or "code-interpreter-v1",
+            metadata={str(k): str(v) for k, v in (metadata or {}).items()},
+            envs={str(k): str(v) for k, v in (envs or {}).items()},
+            end=time.time() + seconds if seconds > 0 else None,
+        )
+        try:
+            await self.context_session(sandbox, None)
+        except BaseException:
+            await self.kill(sandbox_id)
+            raise
+        log.info("sandbox %s created in %s", sandbox_id, sandbox.paths.root)
+        return sandbox
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """The live sandbox ``sandbox_id`` (the debug one is made on first use in debug mode)."""
+        sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None and self.debug and sandbox_id == DEBUG_SANDBOX_ID:
+            sandbox = self._new(DEBUG_SANDBOX_ID, None)
+        if sandbox is None:
+            raise SessionNotFound(f"sandbox {sandbox_id!r} was not found")
+        return sandbox
+
+    def find(self, sandbox_id: str) -> Sandbox | None:
+        return self._sandboxes.get(sandbox_id)
+
+    def every(self) -> list[Sandbox]:
+        return list(self._sandboxes.values())
+
+    def set_timeout(self, sandbox: Sandbox, seconds: float) -> None:
+        sandbox.end = time.time() + seconds if seconds > 0 else None
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Stop the sandbox's kernels; its files and notebooks stay in its work dir."""
+        sandbox = self._sandboxes.pop(sandbox_id, None)
+        if sandbox is None:
+            raise SessionNotFound(f"sandbox {sandbox_id!r} was not found")
+        names = [c.session_name for c in sandbox.contexts.values()]
+        await asyncio.gather(sandbox.processes.kill_all(), *(self._close(n) for n in names))
+        log.info("sandbox %s killed", sandbox_id)
+
+    async def _close(self, name: str) -> None:
+        with contextlib.suppress(SessionNotFound):
+            await self.manager.close(name)
+
+    async def reap(self) -> list[str]:
+        """Kill the sandboxes whose timeout has passed; returns their ids."""
+        now = time.time()
+        expired = [s.id for s in self.every() if s.end is not None and s.end <= now]
+        for sandbox_id in expired:
+            with contextlib.suppress(SessionNotFound):
+                await self.kill(sandbox_id)
+        return expired
+
+    async def close_all(self) -> None:
+        for sandbox_id in list(self._sandboxes):
+            with contextlib.suppress(SessionNotFound):
+                await self.kill(sandbox_id)
+
+    # -- contexts ---------------------------------------------------------------------------
+
+    def _options(self, sandbox: Sandbox) -> dict[str, Any]:
+        options = dict(self.session_options)
+        if sandbox.envs:
+            base = dict(os.environ) if options.get("backend", "local") == "local" else {}
+            options["env"] = {**base, **dict(options.get("env") or {}), **sandbox.envs}
+        return options
+
+    def default_context(self, sandbox: Sandbox) -> Context:
+        context = sandbox.contexts.get(DEFAULT_CONTEXT)
+        if context is None:
+            context = Context(DEFAULT_CONTEXT, sandbox.id, sandbox.paths.home)
+            sandbox.contexts[DEFAULT_CONTEXT] = context
+        return context
+
+    async def context_session(self, sandbox: Sandbox, context_id: str | None) -> AsyncSession:
+        """The kernel of ``context_id`` (None: the default context, started if need be)."""
+        if context_id is None or context_id == DEFAULT_CONTEXT:
+            context = self.default_context(sandbox)
+            async with sandbox.lock:
+                return await self.manager.session(context.session_name, **self._options(sandbox))
+        found = sandbox.contexts.get(context_id)
+        if found is None:
+            raise SessionNotFound(f"context {context_id!r} was not found in this sandbox")
+        return self.manager.get(found.session_name)
+
+    async def create_context(
+        self, sandbox: Sandbox, *, language: str | None = None, cwd: str | None = None
+    ) -> Context:
+        """A new context: its own kernel, in the sandbox's work dir (or ``cwd`` inside it)."""
+        refuse_language(language)
+        folder, shown = sandbox.paths.folder(cwd)
+        context_id = f"c-{secrets.token_hex(6)}"
+        context = Context(context_id, f"{sandbox.id}.{context_id}", shown)
+        options = self._options(sandbox)
+
+        async def start() -> AsyncSession:
+            sandbox.paths.ensure()
+            folder.mkdir(parents=True, exist_ok=True)
+            session = AsyncSession(work_dir=folder, name=context.session_name, **options)
+            return await session.start()
+
+        await self.manager.add(
+            context.session_name, start, backend=str(options.get("backend") or "local")
+        )
+        sandbox.contexts[context_id] = context
+        return context
+
+    def list_contexts(self, sandbox: Sandbox) -> list[Context]:
+        self.default_context(sandbox)
+        return list(sandbox.contexts.values())
+
+    async def restart_context(self, sandbox: Sandbox, context_id: str) -> None:
+        session = await self.context_session(sandbox, context_id)
+        await session.restart()
+
+    async def remove_context(self, sandbox: Sandbox, context_id: str) -> None:
+        context = sandbox.contexts.get(context_id)
+        if context is None:
+            raise SessionNotFound(f"context {context_id!r} was not found in this sandbox")
+        del sandbox.contexts[context_id]
+        await self._close(context.session_name)

@@ -1,0 +1,76 @@
+"""Run the E2B SDK's own test suite (e2b-dev/code-interpreter ``python/tests``) against our server.
+
+Not part of CI: it needs a copy of that repository, which is read at run time
+and never copied into ours. Give its git directory (a clone or a bare
+mirror) or an unpacked checkout::
+
+    python tests/e2b/sdk_suite.py [--api] /path/to/code-interpreter [pytest args...]
+
+By default the suite runs in the SDK's debug mode (``E2B_DEBUG=true``, which
+skips the tests marked ``skip_debug``); with ``--api`` it runs in API mode, a
+sandbox per test created through ``E2B_API_URL`` with its own token, and the
+``skip_debug`` tests run too. Either way ``E2B_SANDBOX_URL`` points at a
+server started here on a free loopback port. pytest's summary line gives the
+pass count.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from e2b_server_helpers import API_KEY, run_server
+
+from jupyter_exec.e2b import E2BConfig
+
+
+def export_tests(repo: Path, into: Path) -> Path:
+    """``python/tests`` of ``repo`` (a checkout, or a git dir read with ``git archive``)."""
+    if (repo / "python" / "tests").is_dir():
+        return repo / "python"
+    archive = subprocess.run(
+        ["git", f"--git-dir={repo}", "archive", "HEAD", "python/tests", "python/pytest.ini"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "python"
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    api = argv[0] == "--api"
+    if api:
+        argv = argv[1:]
+    repo, extra = Path(argv[0]), argv[1:]
+    with tempfile.TemporaryDirectory(prefix="e2b-sdk-suite-") as scratch:
+        suite = export_tests(repo, Path(scratch) / "src")
+        config = E2BConfig(root_dir=Path(scratch) / "sandboxes", ports=(0,), debug=not api,
+                           api_key=API_KEY, max_sessions=0)  # fmt: skip
+        for running in run_server(config):
+            env = {**os.environ, "E2B_SANDBOX_URL": running.url, "E2B_API_KEY": API_KEY}
+            if api:
+                env.pop("E2B_DEBUG", None)
+                env["E2B_API_URL"] = running.url
+            else:
+                env["E2B_DEBUG"] = "true"
+            command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c",
+                       str(suite / "pytest.ini"), "--rootdir", str(suite), "-o",
+                       "addopts=--import-mode=importlib", "-q", "-rfEs", "--timeout=120",
+                       str(suite / "tests"), *extra]  # fmt: skip
+            return subprocess.run(command, env=env, cwd=suite, check=False).returncode
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
