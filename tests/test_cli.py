@@ -43,7 +43,7 @@ from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.timeout(240)
 
-COMMANDS = ["run", "demo", "replay", "mcp", "image", "kernels", "reap"]
+COMMANDS = ["run", "demo", "replay", "mcp", "e2b", "image", "kernels", "reap"]
 DEADLINE = 60.0
 
 
@@ -81,7 +81,16 @@ def test_build_parser_has_every_command_and_help_that_teaches() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["run"], ["demo"], ["replay"], ["mcp"], ["image", "build"], ["kernels", "install"], ["reap"]],
+    [
+        ["run"],
+        ["demo"],
+        ["replay"],
+        ["mcp"],
+        ["e2b"],
+        ["image", "build"],
+        ["kernels", "install"],
+        ["reap"],
+    ],
 )
 def test_each_command_help_has_examples(
     command: list[str], capsys: pytest.CaptureFixture[str]
