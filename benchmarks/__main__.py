@@ -14,6 +14,7 @@ from pathlib import Path
 import benchmarks.cases
 import benchmarks.docker_cases
 import benchmarks.e2b_cases
+import benchmarks.fork_cases
 import benchmarks.nbclient_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
@@ -30,6 +31,8 @@ _ = (
     benchmarks.docker_cases,
     benchmarks.replay_cases,
     benchmarks.rss_cases,
+    benchmarks.fork_cases,
+    benchmarks.e2b_cases,
 )
 
 

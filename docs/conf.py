@@ -140,6 +140,9 @@ jx_layers = [
             "docker.*",
             "remote",
             "remote.*",
+            "forking",
+            "snapshots",
+            "inkernel_fork",
         ],
     },
     {

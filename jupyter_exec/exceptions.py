@@ -10,7 +10,8 @@ opt-in ``Execution.raise_for_error()``::
     ├── KernelError
     │   ├── KernelStartError          the kernel could not be started (missing ipykernel, bad spec)
     │   ├── KernelDiedError           the kernel process died (segfault, os._exit, OOM kill)
-    │   └── KernelNotAliveError       an operation needs a live kernel and there is none
+    │   ├── KernelNotAliveError       an operation needs a live kernel and there is none
+    │   └── ForkError                 a kernel could not be forked (not supported, or it failed)
     ├── ExecutionError                raise_for_error(): the code raised an exception
     ├── ExecutionTimeout              (also a TimeoutError) the code ran past its timeout
     ├── SessionClosedError            the session was used after close(), or closed under a running
@@ -47,6 +48,7 @@ __all__ = [
     "DockerUnavailable",
     "ExecutionError",
     "ExecutionTimeout",
+    "ForkError",
     "ImageError",
     "InvalidArgument",
     "JupyterExecError",
@@ -90,6 +92,10 @@ class KernelStartError(KernelError):
 
 class KernelNotAliveError(KernelError):
     """An operation needs a live kernel and the session has none."""
+
+
+class ForkError(KernelError):
+    """A kernel could not be forked: its kind does not support it, or the fork failed."""
 
 
 class _CarriesExecution:

@@ -18,6 +18,7 @@ API and are left out.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -399,3 +400,25 @@ def test_lone_surrogate_in_code_is_refused_with_a_reason(executor: SessionCodeEx
     assert "lone surrogate U+D800" in result.output
     assert "ran" not in result.output.replace("not run", "")
     assert "42" in run(executor, "print(6 * 7)").output  # the session goes on
+
+
+@pytest.mark.docker
+def test_commandline_executor_in_the_hardened_container(tmp_path: Path) -> None:
+    """AG2's Docker command-line case: blocks run as processes in the session's container."""
+    docker = pytest.importorskip("docker")
+    try:
+        docker.from_env().ping()
+    except Exception as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"no Docker engine: {exc}")
+    with SessionCommandLineExecutor(tmp_path, environment="docker", timeout=60) as made:
+        result = run(made, "echo $HOME; id -u", "sh")
+        assert result.exit_code == 0, result.output
+        assert "65532" in result.output  # the container's unprivileged user, not ours
+        with pytest.warns(UserWarning, match="No action is taken"):
+            made.restart()
+        result = run(made, "# filename: probe.py\nimport os\nprint(os.getcwd())")
+        assert result.exit_code == 0, result.output
+        assert "/work" in result.output
+        assert (tmp_path / "probe.py").is_file()

@@ -767,3 +767,37 @@ def test_mcp_stdio_records_the_cell_running_at_sigterm(tmp_path: Path) -> None:
     assert "before the stop" in recorded
     assert "KeyboardInterrupt" in recorded
     _no_spare(tmp_path)
+
+
+def test_run_stopped_while_its_kernel_starts_leaves_no_kernel(tmp_path: Path) -> None:
+    """SIGTERM during the kernel's start: the start is undone, nothing outlives the command."""
+    marker = tmp_path / "launching"
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *ipykernel_launcher*) touch {marker}; sleep 120;; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    slow_python.chmod(0o755)
+    script = tmp_path / "job.py"
+    script.write_text("print('never')\n")
+    process = _start(
+        "run",
+        str(script),
+        "--python",
+        str(slow_python),
+        "--work-dir",
+        str(tmp_path / "w"),
+        "--startup-timeout",
+        "200",
+    )
+    wait_for(lambda: marker.exists() or process.poll() is not None, "the kernel's launch")
+    launched = psutil.Process(process.pid).children(recursive=True)
+    assert launched, "no kernel process to watch"
+    signalled = time.monotonic()
+    status, err = _stop(process, signal.SIGTERM)
+    assert time.monotonic() - signalled < 30, "the stop waited for the kernel's start"
+    assert status == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    _, alive = psutil.wait_procs(launched, timeout=DEADLINE)
+    assert not alive, f"left running: {[p.pid for p in alive]}"

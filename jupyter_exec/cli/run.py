@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -126,6 +127,27 @@ INTERRUPT_WAIT = 15.0
 """Seconds a stopped command waits for the interrupted cell to end and be recorded."""
 
 
+def _started(kwargs: dict[str, Any]) -> Session:
+    """A started session; stopped while its kernel starts, the start is undone (no kernel left)."""
+    session = Session(**kwargs, start=False)
+    settled = threading.Event()
+
+    async def start() -> None:
+        try:
+            await session.async_session.start()
+        finally:
+            settled.set()
+
+    future = asyncio.run_coroutine_threadsafe(start(), _LoopThread.loop())
+    try:
+        future.result()
+    except KeyboardInterrupt:
+        future.cancel()  # the start undoes itself: kernel shut down, folders it made removed
+        settled.wait(INTERRUPT_WAIT)
+        raise
+    return session
+
+
 def _execute(session: Session, source: str, printer: _Printer) -> Execution:
     """Run one cell; when the command is stopped, the cell is interrupted *and recorded*.
 
@@ -182,7 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if kwargs.get("name") is None:
         kwargs["name"] = safe_name(path.stem)
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
-    with Session(**kwargs) as session:
+    with _started(kwargs) as session:
         status = _run_cells(blocks, session, printer, args.keep_going)
         _summary(session, status, len(blocks))
     return status
@@ -221,7 +243,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     kwargs["work_dir"] = args.work_dir or "jupyter-exec-demo"
     kwargs["name"] = args.name or "demo"
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
-    with Session(**kwargs) as session:
+    with _started(kwargs) as session:
         print(f"kernel {session.kernel_id} started; work dir {session.work_dir}\n")
         blocks = [CodeBlock(c) for c in DEMO_CELLS]
         status = _run_cells(blocks, session, printer, False)

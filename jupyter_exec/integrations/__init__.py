@@ -1,13 +1,15 @@
 """Adapters that let agent frameworks run code in jupyter-exec sessions.
 
 * :mod:`jupyter_exec.integrations.ag2` - AG2 0.x (``autogen.coding``): a
-  ``CodeExecutor`` for ``ConversableAgent(code_execution_config=...)``.
+  ``CodeExecutor`` for ``ConversableAgent(code_execution_config=...)``, stateful
+  (``SessionCodeExecutor``) or a process per block (``SessionCommandLineExecutor``).
 * :mod:`jupyter_exec.integrations.ag2_tools` - AG2 1.x (``ag2.tools``): a
   ``CodeEnvironment`` for ``SandboxCodeTool``.
 
-The frameworks are optional dependencies, imported only when an adapter is
-used; a missing one is reported by :class:`MissingDependency`, naming the
-extra that installs it.
+Each is a thin adapter over :mod:`jupyter_exec.agent`, which runs the code and
+says what happened the same way for every front end. The frameworks are
+optional dependencies, imported only when an adapter is used; a missing one is
+reported by :class:`MissingDependency`, naming the extra that installs it.
 """
 
 from __future__ import annotations
