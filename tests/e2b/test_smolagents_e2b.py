@@ -8,9 +8,9 @@ import pytest
 from e2b_server_helpers import Running
 
 pytest.importorskip("smolagents")
-from PIL import Image  # noqa: E402
-from smolagents import CodeAgent  # noqa: E402
-from smolagents.models import ChatMessage, MessageRole, Model  # noqa: E402
+from PIL import Image
+from smolagents import CodeAgent
+from smolagents.models import ChatMessage, MessageRole, Model
 
 pytestmark = pytest.mark.timeout(180)
 

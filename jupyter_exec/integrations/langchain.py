@@ -1,0 +1,252 @@
+"""A LangChain / LangGraph tool that runs Python in stateful jupyter-exec sessions, one per thread.
+
+LangChain agents (``langchain.agents.create_agent``, LangGraph's prebuilt
+agents, any ``bind_tools`` model) call tools with JSON arguments and show the
+model what the tool returns. :func:`python_tool` makes such a tool: the model
+sends ``code``, the code runs in a Jupyter kernel that keeps its variables
+from one call to the next, and the model reads what every jupyter-exec front
+end shows (outputs in order, plots named by the file they were saved to, a
+short traceback, the timeout), with the images themselves as image content
+blocks for a multimodal model::
+
+    from langchain.agents import create_agent
+    from jupyter_exec.integrations.langchain import JupyterSessions, python_tool
+
+    sessions = JupyterSessions(work_dir="analysis", environment="docker")
+    agent = create_agent(model, tools=[python_tool(sessions)])
+    agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "alice"}})
+
+State is kept per LangGraph thread (``configurable.thread_id``): each thread
+gets its own session, in its own folder of the work dir, recorded in its own
+notebook; calls outside a thread share one session. A failing call is a
+``ToolException``, which LangChain returns to the model as an error tool
+message (``status="error"``) holding the same text.
+
+A thin adapter over :func:`jupyter_exec.agent.run_block`. Every session lives
+on jupyter-exec's own event loop (the one blocking sessions use), so the tool
+works from synchronous ``invoke`` and from ``ainvoke`` in any event loop.
+LangChain is imported when a tool is made; without it,
+:class:`~jupyter_exec.integrations.MissingDependency` names the extra
+(``jupyter-exec[langchain]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from jupyter_exec.agent import BlockResult, run_block
+from jupyter_exec.codeblocks import CodeBlock
+from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.integrations import require
+from jupyter_exec.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.naming import safe_name
+from jupyter_exec.session import AsyncSession
+from jupyter_exec.sync import _LoopThread
+
+__all__ = ["DEFAULT_DESCRIPTION", "JupyterSessions", "python_tool"]
+
+T = TypeVar("T")
+
+DEFAULT_DESCRIPTION = (
+    "Run Python code in a stateful Jupyter kernel. Variables, imports and files persist "
+    "between calls. Returns printed output, the value of the last expression, errors as a "
+    "short traceback, and the files plots and tables were saved to. Lines starting with '!' "
+    "run shell commands; '%pip install x' installs a package."
+)
+SHARED = "shared"
+"""The session used by calls made outside a LangGraph thread."""
+
+
+def _thread_folder(thread_id: str) -> str:
+    """A folder name for a thread id: readable, and distinct even when cleaning changed it."""
+    name = safe_name(thread_id)
+    if name != thread_id:
+        digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        name = f"{name[:40]}-{digest}"
+    return name
+
+
+class JupyterSessions:
+    """The sessions behind a tool: one per LangGraph thread (or one for all), started on use.
+
+    ``work_dir`` holds a folder per thread (``<work_dir>/<thread id>``; default:
+    a temporary folder each); with ``per_thread=False`` every call runs in one
+    session in ``work_dir`` itself. ``environment``, ``timeout`` (seconds per
+    call before the code is interrupted), ``max_output_chars`` and any other
+    :class:`~jupyter_exec.AsyncSession` option are as for the other adapters.
+    :meth:`close` (or ``with``) stops every kernel; the work dirs and
+    notebooks stay.
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        *,
+        environment: Environment | str | None = None,
+        timeout: float | None = 60.0,
+        max_output_chars: int = DEFAULT_LLM_CHARS,
+        per_thread: bool = True,
+        **session_options: Any,
+    ) -> None:
+        self.environment = parse_environment(environment)
+        self.timeout = timeout
+        self.max_output_chars = max_output_chars
+        self.per_thread = per_thread
+        self._work_dir = Path(work_dir) if work_dir is not None else None
+        self._session_options = session_options
+        self._sessions: dict[str, AsyncSession] = {}
+        self._starting: asyncio.Lock | None = None
+
+    def _key(self, thread_id: str | None) -> str:
+        return thread_id if self.per_thread and thread_id else SHARED
+
+    async def _session(self, key: str) -> AsyncSession:
+        """The session for ``key``, started on first use (runs on jupyter-exec's loop)."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            session = self._sessions.get(key)
+            if session is None or session.closed:
+                options = await self.environment.async_session_options()
+                options.update(self._session_options)
+                options.setdefault("timeout", self.timeout)
+                work_dir = self._work_dir
+                if work_dir is not None and self.per_thread:
+                    work_dir = work_dir / _thread_folder(key)
+                if work_dir is not None:
+                    work_dir.mkdir(parents=True, exist_ok=True)
+                session = AsyncSession(work_dir, **options)
+                await session.start()
+                self._sessions[key] = session
+        return session
+
+    async def _run(self, code: str, thread_id: str | None) -> BlockResult:
+        session = await self._session(self._key(thread_id))
+        return await run_block(
+            session,
+            CodeBlock.from_code(code, "python"),
+            timeout=self.timeout,
+            max_output_chars=self.max_output_chars,
+        )
+
+    def run(self, code: str, thread_id: str | None = None) -> BlockResult:
+        """Run ``code`` in the thread's session, blocking; what the model is shown."""
+        return _LoopThread.run(self._run(code, thread_id))
+
+    async def arun(self, code: str, thread_id: str | None = None) -> BlockResult:
+        """:meth:`run` from any event loop (the session runs on jupyter-exec's loop)."""
+        return await _on_session_loop(self._run(code, thread_id))
+
+    def session(self, thread_id: str | None = None) -> AsyncSession:
+        """The (started) session of ``thread_id``: its ``work_dir``, ``notebook_path``, ..."""
+        return _LoopThread.run(self._session(self._key(thread_id)))
+
+    @property
+    def thread_ids(self) -> list[str]:
+        """The threads that have a session (``"shared"`` for calls outside a thread)."""
+        return list(self._sessions)
+
+    def close(self) -> None:
+        """Stop every kernel. Idempotent."""
+        _LoopThread.run(self.aclose_here())
+
+    async def aclose(self) -> None:
+        """:meth:`close` from an event loop."""
+        await _on_session_loop(self.aclose_here())
+
+    async def aclose_here(self) -> None:
+        """Stop every kernel (to be awaited on jupyter-exec's loop)."""
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
+
+    def __enter__(self) -> JupyterSessions:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+async def _on_session_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on jupyter-exec's loop thread, from whichever loop the caller is on."""
+    loop = _LoopThread.loop()
+    try:
+        if asyncio.get_running_loop() is loop:
+            return await coro
+    except RuntimeError:  # pragma: no cover - always called from a coroutine
+        pass
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
+def _thread_id(config: Any) -> str | None:
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    return str(thread) if thread is not None else None
+
+
+def _content(result: BlockResult) -> Any:
+    """The tool's answer: the text, plus the images as standard image blocks when there are any."""
+    if not result.images:
+        return result.text
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": result.text}]
+    for data, fmt in result.images:
+        blocks.append(
+            {
+                "type": "image",
+                "base64": base64.b64encode(data).decode("ascii"),
+                "mime_type": f"image/{fmt}",
+            }
+        )
+    return blocks
+
+
+def python_tool(
+    sessions: JupyterSessions | None = None,
+    *,
+    name: str = "python",
+    description: str = DEFAULT_DESCRIPTION,
+) -> Any:
+    """A LangChain ``StructuredTool`` running the model's ``code`` in ``sessions``.
+
+    ``sessions`` defaults to a new :class:`JupyterSessions` (a temporary work
+    dir per thread). The tool's answer is the text every jupyter-exec front
+    end shows, with the images the code showed or wrote as image content
+    blocks; an error or a timeout raises ``ToolException``, which the agent
+    turns into an error tool message with the same text
+    (``handle_tool_error`` is on).
+    """
+    tools = require("langchain_core.tools", "langchain", "python_tool")
+    runnables = require("langchain_core.runnables", "langchain", "python_tool")
+    owner = sessions if sessions is not None else JupyterSessions()
+
+    def answer(result: BlockResult) -> Any:
+        if result.exit_code != 0:
+            raise tools.ToolException(result.text)
+        return _content(result)
+
+    def run_code(code: str, config: Any) -> Any:
+        return answer(owner.run(code, _thread_id(config)))
+
+    async def arun_code(code: str, config: Any) -> Any:
+        return answer(await owner.arun(code, _thread_id(config)))
+
+    for function in (run_code, arun_code):
+        # LangChain reads the signature: ``config`` typed RunnableConfig is injected, not asked.
+        function.__annotations__ = {"code": str, "config": runnables.RunnableConfig, "return": Any}
+        function.__doc__ = "Run Python code.\n\nArgs:\n    code: the code to run"
+    tool = tools.StructuredTool.from_function(
+        func=run_code,
+        coroutine=arun_code,
+        name=name,
+        description=description,
+        parse_docstring=True,
+        handle_tool_error=True,
+    )
+    tool.metadata = {**(tool.metadata or {}), "jupyter_sessions": owner}
+    return tool
