@@ -5,6 +5,12 @@
   (``SessionCodeExecutor``) or a process per block (``SessionCommandLineExecutor``).
 * :mod:`jupyter_exec.integrations.ag2_tools` - AG2 1.x (``ag2.tools``): a
   ``CodeEnvironment`` for ``SandboxCodeTool``.
+* :mod:`jupyter_exec.integrations.smolagents` - smolagents: a
+  ``RemotePythonExecutor`` for ``CodeAgent(executor=...)``.
+* :mod:`jupyter_exec.integrations.langchain` - LangChain / LangGraph: a tool
+  running code in a session per thread.
+* :mod:`jupyter_exec.integrations.deepagents` - Deep Agents: a sandbox backend
+  (shell commands and files) on a session.
 
 Each is a thin adapter over :mod:`jupyter_exec.agent`, which runs the code and
 says what happened the same way for every front end. The frameworks are
