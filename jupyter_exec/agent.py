@@ -28,7 +28,9 @@ executors: each block is saved (under its ``# filename:`` or a name derived
 from its content) and run as a new process in the session's environment
 (:meth:`AsyncSession.run_script`), each run recorded in the notebook as a
 ``!python <file>`` cell with its output; languages a policy does not allow
-are only saved.
+are only saved. :func:`run_command` runs one shell command that way for
+sandbox backends (Deep Agents, AG2's ``Sandbox``), recorded as a ``%%bash``
+cell, its output returned whole for the framework to parse.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ __all__ = [
     "not_run_notice",
     "run_block",
     "run_blocks",
+    "run_command",
     "run_script_blocks",
 ]
 
@@ -375,6 +378,32 @@ async def run_script_block(
         result.files,
         code_file=result.path,
     )
+
+
+async def run_command(
+    session: AsyncSession, command: str, *, timeout: float | None = None
+) -> ScriptResult:
+    """Run ``command`` with bash as a new process in the session's environment, and record it.
+
+    The work dir is its current directory; past ``timeout`` (default: the
+    session's) it is killed and exits 124. The notebook gets a ``%%bash``
+    cell holding the command and its output (the temporary script file is
+    removed: the cell is the record). The output is returned whole: sandbox
+    protocols parse it, and their frameworks cut it for the model.
+    """
+    result = await session.run_script(command, "sh", timeout=timeout)
+    result.path.unlink(missing_ok=True)
+    outputs = [{"output_type": "stream", "name": "stdout", "text": result.output}]
+    session.record_cell(
+        {
+            "cell_type": "code",
+            "source": f"%%bash\n{command}",
+            "metadata": {"jupyter_exec": {"script": True, "exit_code": result.exit_code}},
+            "outputs": outputs if result.output else [],
+            "execution_count": None,
+        }
+    )
+    return result
 
 
 async def run_script_blocks(

@@ -16,9 +16,10 @@ session's kernel does (this machine, a venv, or the hardened container of
     agent = create_deep_agent(model=model, backend=sandbox)
 
 Each command is a new process in the session's environment
-(:meth:`~jupyter_exec.AsyncSession.run_script`), with the work dir as its
-current directory, past ``timeout`` killed with exit code 124, and recorded in
-the session's notebook as a ``%%bash`` cell with its output. The output is
+(:func:`jupyter_exec.agent.run_command`, shared with the AG2 sandbox), with
+the work dir as its current directory, past ``timeout`` killed with exit code
+124, and recorded in the session's notebook as a ``%%bash`` cell with its
+output. The output is
 returned whole, as Deep Agents parses it (its middleware cuts long output for
 the model). Uploads and downloads run as one Python process per batch in the
 same environment, so absolute paths mean the same thing to them as to the
@@ -42,6 +43,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.agent import run_command
 from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.integrations import require
 from jupyter_exec.models import ScriptResult
@@ -150,34 +152,24 @@ class JupyterSandbox(_sandbox_base()):  # type: ignore[misc]
     def work_dir(self) -> Path:
         return self.session.work_dir
 
-    def _script(self, code: str, language: str, timeout: float | None) -> ScriptResult:
-        live = self.session.async_session
-        result: ScriptResult = _LoopThread.run(live.run_script(code, language, timeout=timeout))
-        result.path.unlink(missing_ok=True)  # the notebook keeps the command, not the file
-        return result
-
     def execute(self, command: str, *, timeout: int | None = None) -> Any:
         """Run ``command`` with bash in the session's environment; ``ExecuteResponse``.
 
         ``timeout`` seconds (``None``: the sandbox's default; ``0``: no limit);
-        a command past it is killed and exits 124.
+        a command past it is killed and exits 124. Recorded in the notebook.
         """
         limit = self.timeout if timeout is None else (None if timeout == 0 else float(timeout))
-        result = self._script(command, "sh", limit)
-        outputs = [{"output_type": "stream", "name": "stdout", "text": result.output}]
-        self.session.record_cell(
-            {
-                "cell_type": "code",
-                "source": f"%%bash\n{command}",
-                "metadata": {"jupyter_exec": {"script": True, "exit_code": result.exit_code}},
-                "outputs": outputs if result.output else [],
-                "execution_count": None,
-            }
-        )
+        live = self.session.async_session
+        result: ScriptResult = _LoopThread.run(run_command(live, command, timeout=limit))
         return _protocol().ExecuteResponse(output=result.output, exit_code=result.exit_code)
 
     def _python(self, code: str) -> Any:
-        result = self._script(code, "python", self.timeout)
+        """Run a file-transfer helper (not recorded: the agent's commands are); its JSON result."""
+        live = self.session.async_session
+        result: ScriptResult = _LoopThread.run(
+            live.run_script(code, "python", timeout=self.timeout)
+        )
+        result.path.unlink(missing_ok=True)
         if result.exit_code != 0:
             return None, result.output.strip() or f"exit code {result.exit_code}"
         return json.loads(result.output.strip().splitlines()[-1]), None
