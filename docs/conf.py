@@ -181,8 +181,6 @@ jx_layers = [
             "mcp_server",
             "e2b",
             "e2b.*",
-            "network",
-            "network.*",
             "integrations",
             "integrations.*",
         ],
