@@ -349,7 +349,7 @@ class AsyncSession:
 
     async def restart(self, note: str = "restarted by request") -> None:
         """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
-        kernel = self._live_kernel()
+        kernel = await self._state.restartable(self, self._live_kernel())
         self._generation += 1
         await restart_kernel(kernel, self._options.startup_timeout)
         assert self._recording is not None

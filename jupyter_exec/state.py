@@ -259,6 +259,18 @@ class SessionState:
         with contextlib.suppress(Exception):
             await old.shutdown(now=True)
 
+    async def restartable(self, session: AsyncSession, kernel: KernelHandle) -> KernelHandle:
+        """The kernel a restart should restart: for a Docker session serving a fork, its first
+        kernel (a fork in the container cannot restart; the container's kernel can)."""
+        root = self.root
+        if root is None or not in_docker(root) or kernel is root:
+            return kernel
+        self.root = None
+        session._kernel = root
+        with contextlib.suppress(Exception):
+            await kernel.shutdown(now=True)
+        return root
+
     async def close(self, shuts_down_kernel: bool) -> None:
         """End every snapshot; then the kept first kernel (after the session's own kernel)."""
         snapshots = [p.snapshot for p in self.points]
