@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from jupyter_exec import guard
 from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
+from jupyter_exec.forking import container_of
 from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
@@ -311,7 +312,7 @@ class Recording:
             work_dir=work_dir,
             kernel_argv=list(spec.argv) if spec else [],
             kernel_env=dict(spec.env or {}) if spec else {},
-            provisioner=kernel.km.provisioner,
+            provisioner=container_of(kernel) or kernel.km.provisioner,
             timeout=timeout,
         )
         produced = tuple(p for p in self.tracker.changes() if p != path.resolve())

@@ -146,6 +146,8 @@ class SessionState:
                 raise ForkError(
                     f"undo is unavailable for this session's kernel: {self.unsupported}"
                 )
+            # A Docker session's restart ends its container, and the snapshots in it.
+            self.points = [p for p in self.points if p.snapshot.alive]
             available = len(self.points)
             if n > available:
                 raise InvalidArgument(
@@ -223,6 +225,12 @@ class SessionState:
                     f"this session has no checkpoint {name!r} (its checkpoints: {known})"
                 )
             made, point = found
+            if not point.snapshot.alive:
+                del self.checkpoints[name]
+                raise ForkError(
+                    f"checkpoint {name!r} is lost: its snapshot process ended (a Docker "
+                    "session's restart ends its container, and the snapshots in it)"
+                )
             await self._switch(session, point)
             keep = set(point.undo_serials)
             gone = [p for p in self.points if p.serial not in keep]
@@ -254,7 +262,11 @@ class SessionState:
         if not adopted and (in_docker(old) or not session.options.shuts_down_kernel):
             # A Docker session's first kernel holds its container (and every fork in it);
             # a kernel we were given is not ours to stop. Both wait for close().
-            self.root = old
+            if self.root is None and in_docker(old) and await old.is_alive():
+                # Its state is in the snapshots now: free what only it holds (the
+                # container's memory limit is shared with the kernel serving the session).
+                old.kc.execute(_RELEASE, silent=True, store_history=False, allow_stdin=False)
+            self.root = self.root or old
             return
         with contextlib.suppress(Exception):
             await old.shutdown(now=True)
@@ -284,6 +296,10 @@ class SessionState:
         if root is not None:
             with contextlib.suppress(Exception):
                 await root.shutdown(kernel=shuts_down_kernel)
+
+
+_RELEASE = "get_ipython().reset(new_session=False)\nimport gc\ngc.collect()"
+"""Run in a Docker session's first kernel once a fork serves the session instead."""
 
 
 def _undone(cell: dict[str, Any]) -> bool:

@@ -9,9 +9,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from jupyter_exec import Session
+from jupyter_exec import ForkError, InvalidArgument, Session
 from jupyter_exec.docker.reap import L_PID, LABEL
-from jupyter_exec.forking import AdoptedProvisioner
+from jupyter_exec.forking import AdoptedProvisioner, container_of
 from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.docker
@@ -89,6 +89,11 @@ def test_docker_undo_checkpoint_restore_and_restart(
         s.execute("x = 2").raise_for_error()
         s.undo()
         assert s.execute("x").text == "1"
+        # A fork serves the session now: its forks, snapshots and scripts still go to the
+        # container (through its first kernel's provisioner), never to the host.
+        root = s.async_session._state.root
+        assert root is not None
+        assert container_of(s.async_session._kernel) is root.km.provisioner  # type: ignore[arg-type]
         snapshots = [p.snapshot.pid for p in s.async_session._state.points]
         first_fork = forked_pid(s)
         s.execute("x = 3").raise_for_error()
@@ -103,6 +108,15 @@ def test_docker_undo_checkpoint_restore_and_restart(
         assert flags == [False, True, True, True, False]  # all after the checkpoint
         s.restart()  # the container's first kernel restarts; the fork serving the session ends
         assert s.execute("'x' in dir()").text == "False"
-        snapshots += [p.snapshot.pid for p in s.async_session._state.points]
+        wait_gone(snapshots)  # the restart replaced the container, and the snapshots in it
+        with pytest.raises(ForkError, match="checkpoint 'one' is lost"):
+            s.restore(mark)
+        with pytest.raises(InvalidArgument, match="1 step"):  # the older ones ended
+            s.undo(2)
+        s.execute("y = 1")
+        s.undo()  # snapshots taken after the restart work again
+        assert s.execute("'y' in dir()").text == "False"
+        snapshots = [p.snapshot.pid for p in s.async_session._state.points]
+        assert snapshots
     wait_gone(snapshots)
     assert ours(docker_client) == []
