@@ -9,6 +9,8 @@ ours, once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import inspect
 import os
@@ -389,6 +391,25 @@ def _ipc_base() -> str | None:
     return base if len(base) + 3 <= 107 else None
 
 
+async def _launch_or_undo(km: AsyncKernelManager, **kwargs: Any) -> None:
+    """``km.start_kernel(**kwargs)``; cancelled half way, the process it launched is stopped.
+
+    A cancel (a stopped command, a caller that gave up) can land after the
+    kernel's process exists but before the manager has returned: the launch
+    is let finish (it does not wait for the kernel to be ready, so it is quick)
+    and what it started is shut down, so no kernel outlives the cancel.
+    """
+    launch = asyncio.ensure_future(km.start_kernel(**kwargs))
+    try:
+        await asyncio.shield(launch)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await launch
+        with contextlib.suppress(Exception):
+            await km.shutdown_kernel(now=True)
+        raise
+
+
 async def start_kernel(
     *,
     kernel_name: str = "python3",
@@ -416,7 +437,7 @@ async def start_kernel(
     if spec is None:
         _activate(kernel_env, km)
     try:
-        await km.start_kernel(cwd=str(cwd), env=kernel_env, extra_arguments=_ipython_args(km))
+        await _launch_or_undo(km, cwd=str(cwd), env=kernel_env, extra_arguments=_ipython_args(km))
     except NoSuchKernel:
         raise KernelStartError(
             f"no kernelspec named {kernel_name!r}; installed: "

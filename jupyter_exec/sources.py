@@ -24,6 +24,7 @@ import json
 import os
 import re
 import tokenize
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -186,6 +187,17 @@ def _strings(value: Any) -> Any:
             stack.extend(item)
 
 
+def _give_cells_ids(raw: dict[str, Any]) -> None:
+    """Cells of an nbformat 4.5+ notebook without an ``id`` get one, as nbformat itself does."""
+    minor = raw.get("nbformat_minor")
+    cells = raw.get("cells")
+    if not isinstance(minor, int) or minor < 5 or not isinstance(cells, list):
+        return
+    for cell in cells:
+        if isinstance(cell, dict) and "id" not in cell:
+            cell["id"] = uuid.uuid4().hex[:8]
+
+
 def read_notebook(path: str | os.PathLike[str]) -> nbformat.NotebookNode:
     """Any notebook as v4 (v3 upgraded), or :class:`NotebookError` saying what is wrong."""
     import nbformat  # imported when needed: it is slow to import
@@ -205,6 +217,7 @@ def read_notebook(path: str | os.PathLike[str]) -> nbformat.NotebookNode:
     if not isinstance(major, int) or isinstance(major, bool) or major < 3 or major > 4:
         raise NotebookError(f"{target} is nbformat {major!r}; only versions 3 and 4 can be read")
     if major == 4:  # validated as written first: a converter's crash would say less
+        _give_cells_ids(raw)
         try:
             nbformat.validate(raw, version=4)
         except nbformat.ValidationError as exc:

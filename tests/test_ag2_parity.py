@@ -407,7 +407,11 @@ def test_commandline_executor_in_the_hardened_container(tmp_path: Path) -> None:
     """AG2's Docker command-line case: blocks run as processes in the session's container."""
     docker = pytest.importorskip("docker")
     try:
-        docker.from_env().ping()
+        client = docker.from_env()
+        try:
+            client.ping()
+        finally:
+            client.close()
     except Exception as exc:
         if os.environ.get("CI") == "true":
             raise

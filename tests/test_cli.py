@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.timeout(240)
 
-COMMANDS = ["run", "demo", "replay", "mcp", "image", "kernels", "reap"]
+COMMANDS = ["run", "demo", "replay", "mcp", "e2b", "image", "kernels", "reap"]
 DEADLINE = 60.0
 
 
@@ -81,7 +81,16 @@ def test_build_parser_has_every_command_and_help_that_teaches() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [["run"], ["demo"], ["replay"], ["mcp"], ["image", "build"], ["kernels", "install"], ["reap"]],
+    [
+        ["run"],
+        ["demo"],
+        ["replay"],
+        ["mcp"],
+        ["e2b"],
+        ["image", "build"],
+        ["kernels", "install"],
+        ["reap"],
+    ],
 )
 def test_each_command_help_has_examples(
     command: list[str], capsys: pytest.CaptureFixture[str]
@@ -217,7 +226,9 @@ def test_image_needs_an_action() -> None:
     assert stopped.value.code == EXIT_USAGE
 
 
-def _docker_engine() -> Any:
+@pytest.fixture
+def docker_client() -> Iterator[Any]:
+    """A client of the Docker engine (the test is skipped without one, failed in CI)."""
     docker = pytest.importorskip("docker")
     try:
         client = docker.from_env()
@@ -226,12 +237,15 @@ def _docker_engine() -> Any:
         if os.environ.get("CI") == "true":
             raise
         pytest.skip(f"no Docker engine: {exc}")
-    return client
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @pytest.mark.docker
+@pytest.mark.usefixtures("docker_client")
 def test_reap_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
-    _docker_engine()
     assert main(["reap", "--dry-run"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "would remove" in out or "no orphaned kernel containers" in out
@@ -662,9 +676,11 @@ def test_mcp_http_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_mcp_http_with_docker_kernels_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+def test_mcp_http_with_docker_kernels_stops_cleanly_on_sigterm(
+    tmp_path: Path, docker_client: Any
+) -> None:
     """The case that leaked: a Docker kernel outliving an HTTP MCP server stopped by SIGTERM."""
-    client = _docker_engine()
+    client = docker_client
     from jupyter_exec.docker.reap import L_PID, LABEL
 
     def ours(process: subprocess.Popen[str]) -> list[Any]:
@@ -682,8 +698,8 @@ def test_mcp_http_with_docker_kernels_stops_cleanly_on_sigterm(tmp_path: Path) -
 
 
 @pytest.mark.docker
-def test_run_in_docker_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    client = _docker_engine()
+def test_run_in_docker_stops_cleanly_on_sigterm(tmp_path: Path, docker_client: Any) -> None:
+    client = docker_client
     from jupyter_exec.docker.reap import L_PID, LABEL
 
     script = tmp_path / "slow.py"

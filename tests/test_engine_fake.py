@@ -7,6 +7,7 @@ Real kernels stay for everything end to end (test_session.py and the rest).
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from fake_kernel import (
 )
 
 from jupyter_exec import AsyncSession, Execution, SessionClosedError, StorageError
+from jupyter_exec.kernel import _launch_or_undo
 
 ReadNotebook = Callable[[Path], nbformat.NotebookNode]
 
@@ -286,3 +288,31 @@ async def test_close_from_the_cells_own_callback_does_not_wait_for_itself(
     assert s.notebook_path is not None
     assert read_notebook(s.notebook_path).cells[0].metadata["jupyter_exec"]["status"] == "cancelled"
     assert [p.name for p in work_dir.iterdir() if p.name.startswith(".")] == []  # no spare left
+
+
+async def test_a_start_cancelled_after_the_launch_stops_the_launched_process() -> None:
+    """A cancel landing between the kernel's launch and the manager's return leaves no process."""
+
+    class SlowManager:
+        def __init__(self) -> None:
+            self.process: subprocess.Popen[bytes] | None = None
+            self.launched = asyncio.Event()
+
+        async def start_kernel(self, **kwargs: object) -> None:
+            self.process = subprocess.Popen(["sleep", "120"])
+            self.launched.set()
+            await asyncio.sleep(0.5)  # the manager's own bookkeeping after the launch
+
+        async def shutdown_kernel(self, now: bool = False) -> None:
+            assert self.process is not None
+            self.process.kill()
+            self.process.wait()
+
+    km = SlowManager()
+    task = asyncio.ensure_future(_launch_or_undo(km))  # type: ignore[arg-type]
+    await km.launched.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert km.process is not None
+    assert km.process.poll() is not None  # stopped, not left to run

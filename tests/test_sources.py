@@ -65,3 +65,18 @@ def test_brackets_inside_strings_do_not_count(tmp_path: Path) -> None:
 def test_v3_is_upgraded(tmp_path: Path) -> None:
     data = Path(__file__).parent / "data" / "v3.ipynb"
     assert read_notebook(data).nbformat == 4
+
+
+def test_cells_without_ids_get_them_as_nbformat_gives_them(tmp_path: Path) -> None:
+    path = tmp_path / "old-tool.ipynb"
+    cell = {
+        "cell_type": "code",
+        "source": "1",
+        "metadata": {},
+        "outputs": [],
+        "execution_count": None,
+    }
+    body = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}
+    path.write_text(json.dumps(body))
+    nb = read_notebook(path)  # no MissingIDFieldWarning: pytest makes warnings errors
+    assert nb.cells[0].id

@@ -161,7 +161,11 @@ def _image_build(args: argparse.Namespace) -> int:
         dockerfile=args.dockerfile or "",
         data_stack=not args.no_data_stack,
     )
-    tag = build_image(connect(), options, on_line=lambda line: print(line, flush=True))
+    client = connect()
+    try:
+        tag = build_image(client, options, on_line=lambda line: print(line, flush=True))
+    finally:
+        client.close()
     print(tag)
     return 0
 
@@ -201,9 +205,13 @@ def _reap(args: argparse.Namespace) -> int:
     from jupyter_exec.docker.engine import connect
     from jupyter_exec.docker.reap import reap
 
-    result = reap(
-        connect(), include_kept=args.all, other_hosts=args.other_hosts, dry_run=args.dry_run
-    )
+    client = connect()
+    try:
+        result = reap(
+            client, include_kept=args.all, other_hosts=args.other_hosts, dry_run=args.dry_run
+        )
+    finally:
+        client.close()
     verb = "would remove" if args.dry_run else "removed"
     for name in result.removed:
         print(f"{verb} {name}")

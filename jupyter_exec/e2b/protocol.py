@@ -10,9 +10,11 @@
 
 This module turns the nbformat outputs a session streams (its ``on_output``
 events) into those objects, and nothing else: no I/O, so the mapping is
-tested without a server. Formats the SDK has no field for go into
-``extra`` (which ``Result.formats()`` lists); ``chart`` (E2B's own
-extraction of chart data from matplotlib figures) is not produced.
+tested without a server. As E2B's server does, a string result's text loses
+its quotes (the notebook keeps the kernel's own ``'bar'``). Formats the SDK
+has no field for go into ``extra`` (which ``Result.formats()`` lists).
+``chart`` and ``data`` are filled when the kernel sends E2B's ``e2b/chart``
+and ``e2b/data`` formats, which a plain IPython kernel does not.
 """
 
 from __future__ import annotations
@@ -37,8 +39,18 @@ MIME_FIELDS = {
     "text/latex": "latex",
     "application/json": "json",
     "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
 }
-"""MIME types the SDK's ``Result`` has a field for, and that field's name."""
+"""MIME types the SDK's ``Result`` has a field for, and that field's name (``e2b/data`` and
+``e2b/chart`` are what E2B's own kernel adds for DataFrames and matplotlib figures)."""
+
+
+def _unquoted(text: str) -> str:
+    """A string result's text without its quotes, as E2B's server sends it (``'a'`` -> ``a``)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def encode(line: dict[str, Any]) -> bytes:
@@ -57,6 +69,8 @@ def result_line(data: dict[str, Any], *, main: bool) -> dict[str, Any]:
             extra[mime] = value
         elif field in ("png", "jpeg", "pdf") and isinstance(value, str):
             line[field] = value.replace("\n", "")  # base64 as one string
+        elif field == "text" and isinstance(value, str):
+            line[field] = _unquoted(value)
         else:
             line[field] = value
     if extra:

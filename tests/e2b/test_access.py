@@ -27,8 +27,8 @@ def test_create_run_and_per_sandbox_tokens(api_env: Running) -> None:
     assert a.sandbox_id.startswith("sbx-")
     a.run_code("who = 'a'")
     b.run_code("who = 'b'")
-    assert a.run_code("who").text == "'a'"
-    assert b.run_code("who").text == "'b'"
+    assert a.run_code("who").text == "a"
+    assert b.run_code("who").text == "b"
     b.files.write("private.txt", "b's secret")
     token_a = a._envd_access_token
     assert token_a
@@ -117,7 +117,7 @@ def test_debug_mode_is_loopback_only(tmp_path: Path) -> None:
 
 def test_sandbox_envs_reach_code_and_commands(api_env: Running) -> None:
     sandbox = Sandbox.create(envs={"SANDBOX_VAR": "from-create"})
-    assert sandbox.run_code("import os; os.environ['SANDBOX_VAR']").text == "'from-create'"
+    assert sandbox.run_code("import os; os.environ['SANDBOX_VAR']").text == "from-create"
     assert sandbox.commands.run("echo $SANDBOX_VAR").stdout == "from-create\n"
     assert sandbox.kill()
 

@@ -44,7 +44,7 @@ def _use(server: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch) -> int:
         monkeypatch.setenv("E2B_DEBUG", "true")
         monkeypatch.setenv("E2B_SANDBOX_URL", f"http://127.0.0.1:{port}")
         sandbox = Sandbox.create()
-        assert sandbox.run_code("'served by the command'").text == "'served by the command'"
+        assert sandbox.run_code("'served by the command'").text == "served by the command"
     finally:
         server.send_signal(signal.SIGTERM)
     return server.wait(60)

@@ -38,7 +38,7 @@ def test_run_code_in_the_container(docker_server: Running, monkeypatch: pytest.M
     sandbox = Sandbox.create()
     sandbox.files.write("input.txt", "from the host")
     execution = sandbox.run_code("open('input.txt').read()")
-    assert execution.text == "'from the host'"
+    assert execution.text == "from the host"
     user = sandbox.run_code("import os; os.getuid()")
     assert user.text != "0"  # not root inside the container
     sandbox.run_code("open('output.txt', 'w').write('from the kernel')")

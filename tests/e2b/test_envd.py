@@ -49,7 +49,7 @@ def test_write_read_list_exists_remove(debug_env: Running) -> None:
 def test_files_are_the_kernels_files(debug_env: Running) -> None:
     sandbox = Sandbox.create()
     sandbox.files.write("shared.csv", "a,b\n1,2\n")
-    assert sandbox.run_code("open('shared.csv').read()").text == "'a,b\\n1,2\\n'"
+    assert sandbox.run_code("open('shared.csv').read()").text == "a,b\\n1,2\\n"
     sandbox.run_code("open('from_code.txt', 'w').write('written by code')")
     assert sandbox.files.read("from_code.txt") == "written by code"
     sandbox.files.rename("from_code.txt", "moved/here.txt")

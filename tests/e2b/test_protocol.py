@@ -27,6 +27,19 @@ def test_result_fields_by_mime() -> None:
                     "extra": {"application/vnd.custom+json": {"k": 1}}}  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("text", "sent"),
+    [("'bar'", "bar"), ('"it\'s"', "it's"), ("'", "'"), ("1", "1"), ("'a' + 'b'", "a' + 'b")],
+)
+def test_string_results_lose_their_quotes_as_in_e2b(text: str, sent: str) -> None:
+    assert result_line({"text/plain": text}, main=True)["text"] == sent
+
+
+def test_e2b_formats_fill_data_and_chart() -> None:
+    line = result_line({"e2b/data": {"a": [1]}, "e2b/chart": {"type": "line"}}, main=False)
+    assert (line["data"], line["chart"]) == ({"a": [1]}, {"type": "line"})
+
+
 def test_stream_error_and_ignored_events() -> None:
     (out,) = event_lines({"output_type": "stream", "name": "stderr", "text": "x"})
     assert (out["type"], out["text"]) == ("stderr", "x")
