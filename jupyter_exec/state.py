@@ -34,7 +34,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelNotAliveError
+from jupyter_exec.exceptions import (
+    ForkError,
+    InvalidArgument,
+    KernelNotAliveError,
+    SessionClosedError,
+)
 from jupyter_exec.forking import AdoptedProvisioner, fork_kernel, in_docker
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.naming import files_folder, notebook_name, validate_name
@@ -113,6 +118,9 @@ class SessionState:
             return
         except KernelNotAliveError:
             return  # the cell will report the dead kernel
+        if session.closed:  # closed meanwhile: close() has ended the others already
+            await drop(snapshot)
+            return
         self.points.append(self._point(session, snapshot))
         while len(self.points) > self.undo_steps:
             await drop(self.points.pop(0).snapshot)
@@ -189,6 +197,9 @@ class SessionState:
                     number += 1
                 name = f"checkpoint-{number}"
             snapshot = await take_snapshot(kernel)
+            if session.closed:
+                await drop(snapshot)
+                raise SessionClosedError("the session was closed while taking the checkpoint")
             point = self._point(session, snapshot)
             point.undo_serials = tuple(p.serial for p in self.points)
             made = Checkpoint(
@@ -249,6 +260,9 @@ class SessionState:
         """Start a kernel from ``point``'s snapshot, make it the session's, retire the old one."""
         old = session._live_kernel()
         new = await start_from(point.snapshot, cwd=session.work_dir)
+        if session.closed:
+            await new.shutdown(now=True)
+            raise SessionClosedError("the session was closed while its state was being restored")
         new.stream_guard = old.stream_guard
         session._kernel = new
         session._generation += 1
@@ -413,7 +427,6 @@ def _adopt_fork(parent: S, handle: KernelHandle, name: str, writing: list[str]) 
     child._kernel = handle
     path = work_dir / notebook_name(name) if parent.notebook_path is not None else None
     child._notebook_path = path
-    child._state = SessionState(parent._state.undo_steps)
     recording = Recording(work_dir, files_folder(name), path)
     child._recording = recording
     parent_recording = parent._recording
