@@ -176,6 +176,32 @@ async def test_fork_names_and_bad_arguments(sessions: Any) -> None:
         await parent.fork(name="p")
 
 
+async def test_fork_says_which_work_dir_files_the_parent_is_writing(
+    sessions: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    parent = await sessions(name="w", notebook=False)
+    await parent.execute("log = open('log.txt', 'w')\nlog.write('parent\\n'); log.flush()")
+    [fork] = await parent.fork()
+    sessions.track(fork)
+    assert fork.notebook_path is None  # the parent records no notebook: neither does the fork
+    assert "log.txt" in caplog.text
+    assert "share" in caplog.text
+    await parent.execute("log.close()")
+    caplog.clear()
+    [after] = await parent.fork(name="after-close")
+    sessions.track(after)
+    assert "log.txt" not in caplog.text
+
+
+async def test_fork_notebook_lists_the_files_the_parent_is_writing(sessions: Any) -> None:
+    parent = await sessions(name="nw")
+    await parent.execute("out = open('out.csv', 'a')")
+    [fork] = await parent.fork()
+    sessions.track(fork)
+    nb = read_valid_notebook(fork.notebook_path)  # type: ignore[arg-type]
+    assert nb.metadata["jupyter_exec"]["fork"]["shared_open_files"] == ["out.csv"]
+
+
 async def test_fork_of_a_busy_session_waits_for_the_running_cell(sessions: Any) -> None:
     parent = await sessions(name="busy")
     started = asyncio.Event()
