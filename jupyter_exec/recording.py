@@ -53,6 +53,7 @@ __all__ = [
     "SafeSpill",
     "fork_metadata",
     "is_undone",
+    "mark_recovered",
     "mark_undone",
     "note_state_change",
     "notebook_metadata",
@@ -533,6 +534,20 @@ def mark_undone(recorder: NotebookRecorder, from_index: int, undone: frozenset[i
             ours.pop("undone", None)
         recorder.refresh(index, save=False)
     recorder.save()
+
+
+def mark_recovered(
+    recorder: NotebookRecorder, index: int, from_index: int, names: tuple[str, ...]
+) -> None:
+    """Cell ``index``, whose kernel died, is undone: the state from before cell ``from_index``
+    came back from a snapshot, with ``names``."""
+    cells = recorder.cells
+    if not 0 <= index < len(cells):
+        return
+    ours = cells[index].setdefault("metadata", {}).setdefault("jupyter_exec", {})
+    ours["undone"] = True
+    ours["recovered"] = {"from_cell_index": from_index, "names": list(names)}
+    recorder.refresh(index)
 
 
 def note_state_change(

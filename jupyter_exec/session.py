@@ -492,7 +492,7 @@ class AsyncSession:
         runner = CellRunner(
             kernel,
             interrupt_grace=self._options.interrupt_grace,
-            restart=self.restart,
+            restart=self._restart_in_cell,
             generation=lambda: self._generation,
             closing=lambda: self._closed,
         )
@@ -502,4 +502,15 @@ class AsyncSession:
         except BaseException:
             cell.abandon()
             raise
-        return recording.record(code, cell, run, time.monotonic() - started)
+        run.error = self._state.explain_recovery(run.error)
+        try:
+            execution = recording.record(code, cell, run, time.monotonic() - started)
+        finally:
+            self._state.after_record(self, cell.index if record else None)
+        return execution
+
+    async def _restart_in_cell(self, note: str) -> None:
+        """The runner's restart (a dead or runaway kernel): with undo snapshots kept, the
+        state from before the cell comes back instead of an empty kernel."""
+        if not await self._state.recover(self):
+            await self.restart(note)

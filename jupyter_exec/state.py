@@ -24,11 +24,14 @@ this machine or in our Docker containers can be forked; others get
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import logging
 import os
+import queue
 import stat
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,10 +43,17 @@ from jupyter_exec.exceptions import (
     KernelNotAliveError,
     SessionClosedError,
 )
-from jupyter_exec.forking import AdoptedProvisioner, fork_kernel, in_docker
-from jupyter_exec.kernel import KernelHandle
+from jupyter_exec.forking import AdoptedProvisioner, container_of, fork_kernel, in_docker
+from jupyter_exec.kernel import QUIET_POLL, KernelHandle
+from jupyter_exec.models import CellError
 from jupyter_exec.naming import files_folder, notebook_name, validate_name
-from jupyter_exec.recording import Recording, fork_metadata, mark_undone, note_state_change
+from jupyter_exec.recording import (
+    Recording,
+    fork_metadata,
+    mark_recovered,
+    mark_undone,
+    note_state_change,
+)
 from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
 
 if TYPE_CHECKING:
@@ -89,6 +99,18 @@ class _Point:
     """For a checkpoint: the undo points of its timeline, still valid after restoring it."""
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """What came back when a cell's kernel died: the state from before cell ``cell_index``."""
+
+    cell_index: int
+    names: tuple[str, ...]
+
+
+MAX_NAMES_SHOWN = 20
+"""How many of the names that came back an error message lists (the notebook has them all)."""
+
+
 @dataclass
 class SessionState:
     """What one session keeps for undo and checkpoints; owned by the session."""
@@ -102,6 +124,8 @@ class SessionState:
     root: KernelHandle | None = None
     """A Docker session's first kernel, kept while a fork of it serves the session:
     its container's life is that kernel's."""
+    recovered: Recovery | None = None
+    """Set by :meth:`recover` during a cell; reported with that cell, then cleared."""
     _serial: int = 0
 
     # -- before each cell ------------------------------------------------------------
@@ -253,6 +277,65 @@ class SessionState:
                 {"action": "restore", "name": made.name, "to_cell_index": point.cell_index},
                 f"restored checkpoint {made.name!r} (taken before cell {point.cell_index + 1})",
             )
+
+    # -- recovery -------------------------------------------------------------------
+
+    async def recover(self, session: AsyncSession) -> bool:
+        """In place of a restart when a cell's kernel died or would not stop: a kernel from
+        the latest snapshot, so the state from before that cell (or the last one that had a
+        snapshot) comes back. False when there is none to use (the caller restarts)."""
+        self.points = [p for p in self.points if p.snapshot.alive]
+        old = session._kernel
+        if self.undo_steps <= 0 or not self.points or old is None:
+            return False
+        if container_of(old) is old.km.provisioner and await old.is_alive():
+            return False  # a container's first kernel, running away: only a restart stops it
+        point = self.points.pop()
+        try:
+            await self._switch(session, point)
+        except ForkError as exc:
+            log.warning("session %s: no recovery from the snapshot: %s", session.name, exc)
+            return False
+        finally:
+            await drop(point.snapshot)
+        assert session._kernel is not None
+        names = await user_names(session._kernel)
+        self.recovered = Recovery(point.cell_index, names)
+        note_state_change(
+            session._recording,
+            {"action": "recover", "to_cell_index": point.cell_index, "names": list(names)},
+            None,
+        )
+        return True
+
+    def explain_recovery(self, error: CellError | None) -> CellError | None:
+        """The run's error, saying what came back instead of "state is lost"."""
+        recovery = self.recovered
+        if recovery is None or error is None:
+            return error
+        shown = ", ".join(recovery.names[:MAX_NAMES_SHOWN]) or "none"
+        if len(recovery.names) > MAX_NAMES_SHOWN:
+            shown += f" and {len(recovery.names) - MAX_NAMES_SHOWN} more"
+        back = (
+            f"the state from before cell {recovery.cell_index + 1} came back from its "
+            f"snapshot ({len(recovery.names)} name(s): {shown})"
+        )
+        text = error.evalue.replace("its state is lost", back)
+        if text == error.evalue:
+            text = f"{text}; {back}"
+        return CellError(error.ename, text, error.traceback)
+
+    def after_record(self, session: AsyncSession, cell_index: int | None) -> None:
+        """Mark the cell whose kernel died undone, with the names that came back."""
+        recovery, self.recovered = self.recovered, None
+        recording = session._recording
+        if recovery is None or recording is None or recording.recorder is None:
+            return
+        if cell_index is not None:
+            mark_recovered(recording.recorder, cell_index, recovery.cell_index, recovery.names)
+        recording.restart_note = (
+            f"recovered from the snapshot taken before cell {recovery.cell_index + 1}"
+        )
 
     # -- switching kernels ------------------------------------------------------------
 
@@ -475,3 +558,29 @@ def writing_files(kernel: KernelHandle, work_dir: Path) -> list[str]:
         if flags & (os.O_WRONLY | os.O_RDWR) and target.is_relative_to(root):
             found.add(str(target.relative_to(root)))
     return sorted(found)
+
+
+NAMES_EXPRESSION = "sorted(get_ipython().run_line_magic('who_ls', ''))"
+"""The user's names in a kernel's namespace (IPython's own hidden ones left out)."""
+
+
+async def user_names(kernel: KernelHandle, timeout: float = 10.0) -> tuple[str, ...]:
+    """The names in ``kernel``'s user namespace, asked silently (empty if it does not say)."""
+    msg_id = kernel.kc.execute(
+        "", silent=True, store_history=False, user_expressions={"names": NAMES_EXPRESSION}
+    )
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            msg = await kernel.shell.get(min(QUIET_POLL, remaining))
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        found = (msg["content"].get("user_expressions") or {}).get("names") or {}
+        try:
+            names = ast.literal_eval((found.get("data") or {}).get("text/plain", "[]"))
+        except (ValueError, SyntaxError):
+            return ()
+        return tuple(str(n) for n in names) if isinstance(names, list) else ()
+    return ()

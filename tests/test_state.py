@@ -395,3 +395,73 @@ def test_blocking_session_forks_undoes_and_restores(work_dir: Path) -> None:
         assert session.execute("z").text == "1"
         assert session.checkpoints() == [mark]
     assert nbformat.validate(nbformat.read(session.notebook_path, 4)) is None  # type: ignore[arg-type]
+
+
+async def test_a_kernel_that_dies_in_a_cell_comes_back_with_the_state_before_it(
+    sessions: Any,
+) -> None:
+    session = await sessions(name="crash", undo_steps=3)
+    await session.execute("a = 1")
+    await session.execute("b = [1, 2]")
+    died = await session.execute("import os, signal\nc = 3\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert died.status == "died"
+    assert died.error is not None
+    assert "came back from its snapshot (2 name(s): a, b)" in died.error.evalue
+    assert await value(session, "[a, b, 'c' in dir()]") == [1, [1, 2], False]
+    path = session.notebook_path
+    assert path is not None
+    nb = read_valid_notebook(path)
+    ours = nb.cells[2].metadata["jupyter_exec"]
+    assert ours["undone"] is True
+    assert ours["recovered"] == {"from_cell_index": 2, "names": ["a", "b"]}
+    assert nb.cells[3].metadata["jupyter_exec"]["kernel"].startswith("recovered")
+    assert nb.metadata["jupyter_exec"]["state"][-1]["action"] == "recover"
+
+
+async def test_kill_9_between_cells_brings_back_the_state_before_the_last_cell(
+    sessions: Any,
+) -> None:
+    session = await sessions(name="k9", undo_steps=2)
+    await session.execute("x = 1")
+    await session.execute("x = 2")
+    pid = kernel_pid(session)
+    os.kill(pid, signal.SIGKILL)
+    await wait_until(lambda: process_gone(pid), "the kernel is gone")
+    found = await session.execute("x")
+    assert found.status == "died"
+    assert found.error is not None
+    assert "from before cell 2 came back" in found.error.evalue
+    assert await value(session, "x") == 1  # "x = 2" ran after the last snapshot: it is lost
+    assert undone_flags(session.notebook_path)[:3] == [  # type: ignore[arg-type]
+        ("x = 1", False),
+        ("x = 2", True),
+        ("x", True),
+    ]
+
+
+async def test_without_snapshots_a_dead_kernel_restarts_empty(sessions: Any) -> None:
+    session = await sessions(name="empty")
+    await session.execute("x = 1")
+    died = await session.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert died.status == "died"
+    assert died.error is not None
+    assert "its state is lost" in died.error.evalue
+    gone = await session.execute("x")
+    assert gone.error is not None
+    assert gone.error.ename == "NameError"
+
+
+async def test_a_runaway_cell_stopped_by_restart_leaves_the_state_before_it(
+    sessions: Any,
+) -> None:
+    session = await sessions(name="runaway", undo_steps=1, interrupt_grace=0.5)
+    await session.execute("kept = 'yes'")
+    stuck = await session.execute(
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "kept = 'no'\nwhile True: pass",
+        timeout=1,
+    )
+    assert stuck.status == "timeout"
+    assert stuck.error is not None
+    assert "came back from its snapshot" in stuck.error.evalue
+    assert await value(session, "kept") == "yes"
