@@ -185,7 +185,7 @@ class SessionState:
                 raise InvalidArgument(
                     f"cannot undo {n} cell(s): {available} step(s) available "
                     f"(the session keeps a snapshot before each of its last {self.undo_steps} "
-                    "cells; a restart, undo or restore starts counting again)"
+                    "cells; cells already undone, or after a restored checkpoint, do not count)"
                 )
             point = self.points[-n]
             await self._switch(session, point)
