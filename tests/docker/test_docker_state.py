@@ -120,3 +120,22 @@ def test_docker_undo_checkpoint_restore_and_restart(
         assert snapshots
     wait_gone(snapshots)
     assert ours(docker_client) == []
+
+
+def test_docker_kernel_started_by_undo_dies_and_its_state_comes_back(
+    kernel_image: str, docker_client: docker.DockerClient, work: Path
+) -> None:
+    with Session(
+        backend="docker", work_dir=work, name="r", undo_steps=2, docker={"image": kernel_image}
+    ) as s:
+        s.execute("x = 1").raise_for_error()
+        s.execute("x = 2").raise_for_error()
+        s.undo()  # a fork in the container serves the session now
+        s.execute("y = x + 10").raise_for_error()
+        died = s.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        assert died.status == "died"
+        assert died.error is not None
+        assert "came back from its snapshot (2 name(s): x, y)" in died.error.evalue
+        assert s.execute("[x, y]").text == "[1, 11]"
+        assert len(ours(docker_client)) == 1
+    assert ours(docker_client) == []
