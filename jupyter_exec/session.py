@@ -11,6 +11,8 @@ lives in its own module::
                   ─► Recording: output files, display updates across
                      cells, the notebook cell, files the code wrote  [recording.py]
                   ─► the caller's Execution, a copy of what was recorded [models.py]
+    fork / undo / checkpoint / restore: copy-on-write forks and
+                    snapshots of the kernel                           [state.py]
 
 Executions on one session are queued (an asyncio.Lock is FIFO), never
 interleaved. Local kernels run with the rights of this process: they are for
@@ -42,6 +44,7 @@ from jupyter_exec.options import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_TIMEOUT,
+    DEFAULT_UNDO_STEPS,
     Backend,
     SessionOptions,
     options_from,
@@ -55,6 +58,7 @@ from jupyter_exec.recording import (
     remove_made,
 )
 from jupyter_exec.runner import CellRunner, OutputCallback
+from jupyter_exec.state import Checkpoint, SessionState, fork_session
 
 __all__ = [
     "DEFAULT_INTERRUPT_GRACE",
@@ -101,6 +105,7 @@ class AsyncSession:
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        undo_steps: int = DEFAULT_UNDO_STEPS,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
@@ -124,6 +129,7 @@ class AsyncSession:
         # While a cell runs: a future done once it is recorded, and the task running it.
         self._running: tuple[asyncio.Future[None], asyncio.Task[Any] | None] | None = None
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
+        self._state = SessionState(self._options.undo_steps)
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
 
@@ -315,8 +321,11 @@ class AsyncSession:
         kernel, self._kernel = self._kernel, None
         if self._recording is not None:
             self._recording.close()
-        if kernel is not None:
-            await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+        try:
+            if kernel is not None:
+                await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+        finally:
+            await self._state.close(self._options.shuts_down_kernel)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
 
     async def __aenter__(self) -> AsyncSession:
@@ -340,11 +349,57 @@ class AsyncSession:
 
     async def restart(self, note: str = "restarted by request") -> None:
         """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
-        kernel = self._live_kernel()
+        kernel = await self._state.restartable(self, self._live_kernel())
         self._generation += 1
         await restart_kernel(kernel, self._options.startup_timeout)
         assert self._recording is not None
         self._recording.restart_note = note
+
+    async def fork(self, n: int = 1, name: str | None = None) -> list[AsyncSession]:
+        """``n`` new sessions, each starting from this session's live state; this one goes on.
+
+        Each has its own kernel (a copy-on-write fork: ~0.2 s, memory shared
+        until written), the same work dir, and its own notebook (``<name>.ipynb``)
+        and files folder: ``name`` (``<name>-<k>`` when ``n`` > 1), default
+        ``<this name>-fork-<k>``. The notebook starts with this session's cells
+        and says where it branched (metadata ``jupyter_exec.fork``). Waits for a
+        running cell. Raises :class:`~jupyter_exec.ForkError` for a kernel that
+        cannot fork (remote, not IPython, CUDA initialised) and
+        :class:`~jupyter_exec.KernelNotAliveError` for a dead one. Close the
+        forks yourself; a Docker session's forks share its container and end with it.
+        """
+        return await fork_session(self, n, name)
+
+    async def undo(self, n: int = 1) -> None:
+        """Go back to the state before the last ``n`` cells (needs ``undo_steps`` >= ``n``).
+
+        The kernel is replaced by one started from the snapshot taken before
+        those cells (~0.2 s); they stay in the notebook, marked undone
+        (``jupyter_exec.undone``), so replay and resume skip them. Works after
+        the kernel died, too. Asking for more steps than are kept raises
+        :class:`~jupyter_exec.InvalidArgument` saying how many are available.
+        """
+        await self._state.undo(self, n)
+
+    async def checkpoint(self, name: str | None = None) -> Checkpoint:
+        """Remember the current state under ``name`` (default ``checkpoint-<k>``), in memory.
+
+        A frozen copy-on-write snapshot of the kernel, kept until the session
+        closes, that :meth:`restore` can go back to any number of times.
+        """
+        return await self._state.checkpoint(self, name)
+
+    async def restore(self, checkpoint: Checkpoint | str) -> None:
+        """Go back to ``checkpoint`` (or the one of that name): a kernel started from it.
+
+        Cells recorded after it are marked undone in the notebook; the restore
+        is noted in the notebook's metadata and on the next cell.
+        """
+        await self._state.restore(self, checkpoint)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """This session's checkpoints, oldest first."""
+        return self._state.list_checkpoints()
 
     async def run_script(
         self,
@@ -398,6 +453,7 @@ class AsyncSession:
             kernel = self._live_kernel()
             self._running = (asyncio.get_running_loop().create_future(), asyncio.current_task())
             try:
+                await self._state.before_cell(self, kernel)
                 execution = await self._execute(
                     kernel, code, self.timeout if timeout is None else timeout, on_output
                 )
@@ -436,7 +492,7 @@ class AsyncSession:
         runner = CellRunner(
             kernel,
             interrupt_grace=self._options.interrupt_grace,
-            restart=self.restart,
+            restart=self._restart_in_cell,
             generation=lambda: self._generation,
             closing=lambda: self._closed,
         )
@@ -446,4 +502,15 @@ class AsyncSession:
         except BaseException:
             cell.abandon()
             raise
-        return recording.record(code, cell, run, time.monotonic() - started)
+        run.error = self._state.explain_recovery(run.error)
+        try:
+            execution = recording.record(code, cell, run, time.monotonic() - started)
+        finally:
+            self._state.after_record(self, cell.index if record else None)
+        return execution
+
+    async def _restart_in_cell(self, note: str) -> None:
+        """The runner's restart (a dead or runaway kernel): with undo snapshots kept, the
+        state from before the cell comes back instead of an empty kernel."""
+        if not await self._state.recover(self):
+            await self.restart(note)
