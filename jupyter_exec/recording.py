@@ -39,7 +39,7 @@ from jupyter_exec.forking import container_of
 from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
-from jupyter_exec.naming import notebook_name
+from jupyter_exec.naming import default_session_name, notebook_name
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
@@ -408,6 +408,19 @@ def _copy_output(output: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- where a session records ---------------------------------------------------------------
+
+
+def prepare_paths(
+    options: SessionOptions, made: list[Path], *, resume: bool
+) -> tuple[Path, str, Path | None]:
+    """A starting session's work dir (made if need be; ``made`` lists what was), its name
+    and its notebook's path (None when recording is off)."""
+    work_dir = prepare_work_dir(options.work_dir, made)
+    name = options.name or default_session_name(work_dir)
+    notebook = prepare_notebook_path(
+        options.notebook, work_dir, name, resume=resume, overwrite=options.overwrite
+    )
+    return work_dir, name, notebook
 
 
 def prepare_work_dir(given: Path | None, made: list[Path]) -> Path:

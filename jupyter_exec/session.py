@@ -30,15 +30,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jupyter_exec.codeblocks import normalise_language
-from jupyter_exec.exceptions import (
-    BackendError,
-    KernelNotAliveError,
-    SessionClosedError,
-)
+from jupyter_exec.exceptions import BackendError, KernelNotAliveError, SessionClosedError
 from jupyter_exec.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.launch import launch_kernel, resolve_environment
 from jupyter_exec.models import Execution, ScriptResult
-from jupyter_exec.naming import check_encodable, default_session_name, files_folder
+from jupyter_exec.naming import check_encodable, files_folder
 from jupyter_exec.options import (
     DEFAULT_INTERRUPT_GRACE,
     DEFAULT_MAX_OUTPUT_CHARS,
@@ -53,21 +49,13 @@ from jupyter_exec.recorder import NotebookRecorder, read_notebook
 from jupyter_exec.recording import (
     Recording,
     notebook_metadata,
-    prepare_notebook_path,
-    prepare_work_dir,
+    prepare_paths,
     remove_made,
 )
 from jupyter_exec.runner import CellRunner, OutputCallback
-from jupyter_exec.state import Checkpoint, SessionState, fork_session
+from jupyter_exec.state import SessionState, StateMethods
 
-__all__ = [
-    "DEFAULT_INTERRUPT_GRACE",
-    "DEFAULT_STARTUP_TIMEOUT",
-    "DEFAULT_TIMEOUT",
-    "AsyncSession",
-    "Backend",
-    "OutputCallback",
-]
+__all__ = ["AsyncSession", "Backend", "OutputCallback"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -75,7 +63,7 @@ CLOSE_WAIT = 10.0
 """Seconds ``close()`` waits for a running cell to record itself before stopping the kernel."""
 
 
-class AsyncSession:
+class AsyncSession(StateMethods):
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
     Takes the fields of :class:`~jupyter_exec.options.SessionOptions` as
@@ -234,10 +222,7 @@ class AsyncSession:
         return for_notebook(cls, notebook, until, work_dir, name, kwargs)
 
     async def start(self) -> AsyncSession:
-        """Create the work dir and notebook, and start the kernel. Idempotent.
-
-        A start that fails leaves no kernel and no folder it created behind.
-        """
+        """Make the work dir and notebook and start the kernel (idempotent; undone if it fails)."""
         if self._closed:
             raise SessionClosedError("this session was closed; create a new one")
         if self._kernel is not None:
@@ -252,16 +237,10 @@ class AsyncSession:
         return self
 
     async def _start(self, made: list[Path]) -> None:
-        options = self._options
-        self._work_dir = work_dir = prepare_work_dir(options.work_dir, made)
-        self._name = name = options.name or default_session_name(work_dir)
-        self._notebook_path = prepare_notebook_path(
-            options.notebook,
-            work_dir,
-            name,
-            resume=self._resume is not None,
-            overwrite=options.overwrite,
+        work_dir, name, self._notebook_path = prepare_paths(
+            self._options, made, resume=self._resume is not None
         )
+        self._work_dir, self._name = work_dir, name
         # Read a notebook to resume before starting anything, so a bad one costs no kernel.
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
@@ -288,10 +267,9 @@ class AsyncSession:
         await asyncio.to_thread(remove_made, made, temporary=self._options.work_dir is None)
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
-        """Append a cell that was not executed (markdown, raw, or a code cell kept as is).
+        """Append a cell that was not executed (replay keeps a notebook's layout with it).
 
-        Returns its index in the notebook, or ``None`` when recording is off.
-        Used by replay to keep a notebook's layout; gives the cell an id if it has none.
+        Returns its index in the notebook (``None`` when recording is off).
         """
         return self._recording.record_cell(cell) if self._recording is not None else None
 
@@ -355,52 +333,6 @@ class AsyncSession:
         assert self._recording is not None
         self._recording.restart_note = note
 
-    async def fork(self, n: int = 1, name: str | None = None) -> list[AsyncSession]:
-        """``n`` new sessions, each starting from this session's live state; this one goes on.
-
-        Each has its own kernel (a copy-on-write fork: ~0.2 s, memory shared
-        until written), the same work dir, and its own notebook (``<name>.ipynb``)
-        and files folder: ``name`` (``<name>-<k>`` when ``n`` > 1), default
-        ``<this name>-fork-<k>``. The notebook starts with this session's cells
-        and says where it branched (metadata ``jupyter_exec.fork``). Waits for a
-        running cell. Raises :class:`~jupyter_exec.ForkError` for a kernel that
-        cannot fork (remote, not IPython, CUDA initialised) and
-        :class:`~jupyter_exec.KernelNotAliveError` for a dead one. Close the
-        forks yourself; a Docker session's forks share its container and end with it.
-        """
-        return await fork_session(self, n, name)
-
-    async def undo(self, n: int = 1) -> None:
-        """Go back to the state before the last ``n`` cells (needs ``undo_steps`` >= ``n``).
-
-        The kernel is replaced by one started from the snapshot taken before
-        those cells (~0.2 s); they stay in the notebook, marked undone
-        (``jupyter_exec.undone``), so replay and resume skip them. Works after
-        the kernel died, too. Asking for more steps than are kept raises
-        :class:`~jupyter_exec.InvalidArgument` saying how many are available.
-        """
-        await self._state.undo(self, n)
-
-    async def checkpoint(self, name: str | None = None) -> Checkpoint:
-        """Remember the current state under ``name`` (default ``checkpoint-<k>``), in memory.
-
-        A frozen copy-on-write snapshot of the kernel, kept until the session
-        closes, that :meth:`restore` can go back to any number of times.
-        """
-        return await self._state.checkpoint(self, name)
-
-    async def restore(self, checkpoint: Checkpoint | str) -> None:
-        """Go back to ``checkpoint`` (or the one of that name): a kernel started from it.
-
-        Cells recorded after it are marked undone in the notebook; the restore
-        is noted in the notebook's metadata and on the next cell.
-        """
-        await self._state.restore(self, checkpoint)
-
-    def checkpoints(self) -> list[Checkpoint]:
-        """This session's checkpoints, oldest first."""
-        return self._state.list_checkpoints()
-
     async def run_script(
         self,
         code: str,
@@ -418,16 +350,13 @@ class AsyncSession:
         confined to the work dir) defaults to ``<name>_files/script-NNN.<ext>``.
         A run past ``timeout`` is killed and exits 124.
         """
-        kernel = self._live_kernel()
         if self.backend == "remote":
-            raise BackendError(
-                "run_script needs the kernel's own machine; with a remote kernel, "
-                "run shell code in a cell instead (%%bash)"
-            )
+            raise BackendError("run_script needs the kernel's own machine; use %%bash in a cell")
         assert self._recording is not None
-        language = normalise_language(language)
         timeout = self.timeout if timeout is None else timeout
-        return await self._recording.run_script(kernel, code, language, filename, timeout)
+        return await self._recording.run_script(
+            self._live_kernel(), code, normalise_language(language), filename, timeout
+        )
 
     async def execute(
         self,

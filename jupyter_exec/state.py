@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from jupyter_exec.exceptions import (
     ForkError,
@@ -59,7 +59,7 @@ from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
 if TYPE_CHECKING:
     from jupyter_exec.session import AsyncSession
 
-__all__ = ["MAX_FORKS", "Checkpoint", "SessionState", "fork_session"]
+__all__ = ["MAX_FORKS", "Checkpoint", "SessionState", "StateMethods", "fork_session"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -413,6 +413,63 @@ def _check_checkpoint_name(name: Any) -> None:
 
 
 # -- fork ---------------------------------------------------------------------------------
+
+
+def _session(mixin: StateMethods) -> AsyncSession:
+    """The session this API is mixed into (the only class that inherits it)."""
+    return cast("AsyncSession", mixin)
+
+
+class StateMethods:
+    """The session API of this module, mixed into :class:`~jupyter_exec.AsyncSession`."""
+
+    _state: SessionState
+
+    async def fork(self, n: int = 1, name: str | None = None) -> list[AsyncSession]:
+        """``n`` new sessions, each starting from this session's live state; this one goes on.
+
+        Each has its own kernel (a copy-on-write fork: ~0.2 s, memory shared
+        until written), the same work dir, and its own notebook (``<name>.ipynb``)
+        and files folder: ``name`` (``<name>-<k>`` when ``n`` > 1), default
+        ``<this name>-fork-<k>``. The notebook starts with this session's cells
+        and says where it branched (metadata ``jupyter_exec.fork``). Waits for a
+        running cell. Raises :class:`~jupyter_exec.ForkError` for a kernel that
+        cannot fork (remote, not IPython, CUDA initialised) and
+        :class:`~jupyter_exec.KernelNotAliveError` for a dead one. Close the
+        forks yourself; a Docker session's forks share its container and end with it.
+        """
+        return await fork_session(_session(self), n, name)
+
+    async def undo(self, n: int = 1) -> None:
+        """Go back to the state before the last ``n`` cells (needs ``undo_steps`` >= ``n``).
+
+        The kernel is replaced by one started from the snapshot taken before
+        those cells (~0.2 s); they stay in the notebook, marked undone
+        (``jupyter_exec.undone``), so replay and resume skip them. Works after
+        the kernel died, too. Asking for more steps than are kept raises
+        :class:`~jupyter_exec.InvalidArgument` saying how many are available.
+        """
+        await self._state.undo(_session(self), n)
+
+    async def checkpoint(self, name: str | None = None) -> Checkpoint:
+        """Remember the current state under ``name`` (default ``checkpoint-<k>``), in memory.
+
+        A frozen copy-on-write snapshot of the kernel, kept until the session
+        closes, that :meth:`restore` can go back to any number of times.
+        """
+        return await self._state.checkpoint(_session(self), name)
+
+    async def restore(self, checkpoint: Checkpoint | str) -> None:
+        """Go back to ``checkpoint`` (or the one of that name): a kernel started from it.
+
+        Cells recorded after it are marked undone in the notebook; the restore
+        is noted in the notebook's metadata and on the next cell.
+        """
+        await self._state.restore(_session(self), checkpoint)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """This session's checkpoints, oldest first."""
+        return self._state.list_checkpoints()
 
 
 async def fork_session(session: S, n: int, name: str | None) -> list[S]:
