@@ -132,6 +132,26 @@ def test_a_plot_is_reported_to_the_model(sessions: JupyterSessions) -> None:
     assert model.seen[-1][-1].content == reply.content  # the model was shown text and image
 
 
+def test_images_can_be_left_to_the_text(sessions: JupyterSessions) -> None:
+    tool = python_tool(sessions, images=False)
+    answer = tool.invoke({"code": "import matplotlib.pyplot as plt\nplt.plot([1])\nplt.show()"})
+    assert isinstance(answer, str)
+    assert answer.startswith("[image/png saved to agent_files/")
+
+
+def test_calls_outside_a_thread_share_a_session_no_thread_can_reach(
+    sessions: JupyterSessions, tmp_path: Path
+) -> None:
+    tool = python_tool(sessions)
+    tool.invoke({"code": "owner = 'nobody'"})
+    assert tool.invoke({"code": "print(owner)"}).strip() == "nobody"
+    state = _run(_calls("print(owner)"), tool, thread="_shared")
+    assert "NameError" in _text(_tool_messages(state)[0])
+    assert sessions.session().work_dir == (tmp_path / "_shared").resolve()
+    assert sessions.session("_shared").work_dir.name.startswith("shared-")
+    assert sessions.thread_ids == [None, "_shared"]
+
+
 def test_an_error_is_readable_by_the_model(sessions: JupyterSessions) -> None:
     model = _calls("print('loading')\nrows = {'a': 1}\nrows['b']", "print(rows['a'])")
     state = _run(model, python_tool(sessions))

@@ -18,7 +18,7 @@ blocks for a multimodal model::
 
 State is kept per LangGraph thread (``configurable.thread_id``): each thread
 gets its own session, in its own folder of the work dir, recorded in its own
-notebook; calls outside a thread share one session. A failing call is a
+notebook; calls outside a thread share one session (in ``_shared``). A failing call is a
 ``ToolException``, which LangChain returns to the model as an error tool
 message (``status="error"``) holding the same text.
 
@@ -59,8 +59,11 @@ DEFAULT_DESCRIPTION = (
     "short traceback, and the files plots and tables were saved to. Lines starting with '!' "
     "run shell commands; '%pip install x' installs a package."
 )
-SHARED = "shared"
-"""The session used by calls made outside a LangGraph thread."""
+SHARED_FOLDER = "_shared"
+"""The folder of the session used by calls made outside a LangGraph thread.
+
+No thread id maps to it: :func:`_thread_folder` never starts a name with ``_``.
+"""
 
 
 def _thread_folder(thread_id: str) -> str:
@@ -100,13 +103,13 @@ class JupyterSessions:
         self.per_thread = per_thread
         self._work_dir = Path(work_dir) if work_dir is not None else None
         self._session_options = session_options
-        self._sessions: dict[str, AsyncSession] = {}
+        self._sessions: dict[str | None, AsyncSession] = {}
         self._starting: asyncio.Lock | None = None
 
-    def _key(self, thread_id: str | None) -> str:
-        return thread_id if self.per_thread and thread_id else SHARED
+    def _key(self, thread_id: str | None) -> str | None:
+        return thread_id if self.per_thread and thread_id else None
 
-    async def _session(self, key: str) -> AsyncSession:
+    async def _session(self, key: str | None) -> AsyncSession:
         """The session for ``key``, started on first use (runs on jupyter-exec's loop)."""
         if self._starting is None:
             self._starting = asyncio.Lock()
@@ -118,7 +121,7 @@ class JupyterSessions:
                 options.setdefault("timeout", self.timeout)
                 work_dir = self._work_dir
                 if work_dir is not None and self.per_thread:
-                    work_dir = work_dir / _thread_folder(key)
+                    work_dir = work_dir / (SHARED_FOLDER if key is None else _thread_folder(key))
                 if work_dir is not None:
                     work_dir.mkdir(parents=True, exist_ok=True)
                 session = AsyncSession(work_dir, **options)
@@ -148,8 +151,8 @@ class JupyterSessions:
         return _LoopThread.run(self._session(self._key(thread_id)))
 
     @property
-    def thread_ids(self) -> list[str]:
-        """The threads that have a session (``"shared"`` for calls outside a thread)."""
+    def thread_ids(self) -> list[str | None]:
+        """The threads that have a session (``None`` for calls outside a thread)."""
         return list(self._sessions)
 
     def close(self) -> None:
@@ -211,15 +214,17 @@ def python_tool(
     *,
     name: str = "python",
     description: str = DEFAULT_DESCRIPTION,
+    images: bool = True,
 ) -> Any:
     """A LangChain ``StructuredTool`` running the model's ``code`` in ``sessions``.
 
     ``sessions`` defaults to a new :class:`JupyterSessions` (a temporary work
     dir per thread). The tool's answer is the text every jupyter-exec front
     end shows, with the images the code showed or wrote as image content
-    blocks; an error or a timeout raises ``ToolException``, which the agent
-    turns into an error tool message with the same text
-    (``handle_tool_error`` is on).
+    blocks (``images=False``: the text only, which names the saved files, for
+    models that take no images in tool results); an error or a timeout raises
+    ``ToolException``, which the agent turns into an error tool message with
+    the same text (``handle_tool_error`` is on).
     """
     tools = require("langchain_core.tools", "langchain", "python_tool")
     runnables = require("langchain_core.runnables", "langchain", "python_tool")
@@ -228,7 +233,7 @@ def python_tool(
     def answer(result: BlockResult) -> Any:
         if result.exit_code != 0:
             raise tools.ToolException(result.text)
-        return _content(result)
+        return _content(result) if images else result.text
 
     def run_code(code: str, config: Any) -> Any:
         return answer(owner.run(code, _thread_id(config)))
