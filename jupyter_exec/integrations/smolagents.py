@@ -42,6 +42,7 @@ from typing import Any
 from jupyter_exec.agent import BlockResult, run_block
 from jupyter_exec.codeblocks import CodeBlock
 from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.exceptions import BackendError
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS, render
 from jupyter_exec.models import Execution
@@ -74,14 +75,26 @@ def _quiet_logger() -> Any:
 
 
 def _missing_modules(session: Session, names: list[str]) -> list[str]:
-    """Those of ``names`` (import names) the kernel cannot import."""
+    """Those of ``names`` (import names) the kernel's interpreter cannot import.
+
+    Asked of a separate process of that interpreter, so the probe is not a
+    cell of the notebook; a remote kernel (no process of its own) is asked
+    in a cell.
+    """
     probe = (
         "import importlib.util as _u\n"
         f"print(','.join(n for n in {names!r} if _u.find_spec(n) is None))\n"
         "del _u"
     )
-    execution = session.execute(probe)
-    return [n for n in execution.stdout.strip().split(",") if n] if execution.ok else names
+    try:
+        script = session.run_script(probe, "python")
+    except BackendError:
+        execution = session.execute(probe)
+        out, ok = execution.stdout, execution.ok
+    else:
+        script.path.unlink(missing_ok=True)
+        out, ok = script.output, script.ok
+    return [n for n in out.strip().split(",") if n] if ok else names
 
 
 class JupyterExecutor(_remote_executor_base()):  # type: ignore[misc]
