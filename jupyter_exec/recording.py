@@ -39,6 +39,7 @@ from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
 from jupyter_exec.naming import notebook_name
+from jupyter_exec.network.policy import Connection
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
@@ -108,6 +109,9 @@ class Cell:
     spill: SafeSpill | None
     guard: CellGuard | None = None
     """What the kernel's output guard is asked for this cell (None: no guard, or no writes)."""
+    network: Any = None
+    """The kernel's network proxy (a policy is set), and its record's position at the start."""
+    network_mark: int = 0
 
     @property
     def metadata(self) -> dict[str, Any] | None:
@@ -146,6 +150,9 @@ class Recording:
         self.cells_run += 1
         spill = SafeSpill(FileSpill(self.store, index)) if write else None
         cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
+        if kernel.network is not None:
+            cell.network, cell.network_mark = kernel.network, kernel.network.mark()
+            kernel.network.cell = index
         if spill is not None:
             cell.guard = await guard.prepare(
                 kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
@@ -169,6 +176,7 @@ class Recording:
         spilled = spill.close() if spill is not None else []
         failure: StorageError | NotebookError | None = spill.error if spill is not None else None
         outputs, error = _final_outputs(builder, run)
+        connections = cell.network.since(cell.network_mark) if cell.network is not None else ()
 
         results: list[Result] = []
         saved: list[Path] = list(spilled)
@@ -210,7 +218,7 @@ class Recording:
                     self.recorder.refresh(index, save=False)
                 try:
                     recorded_index = self.recorder.append(
-                        self._cell(code, builder, run, duration, outputs)
+                        self._cell(code, builder, run, duration, outputs, connections)
                     )
                 except NotebookError as exc:
                     recorded_index = len(self.recorder) - 1
@@ -233,6 +241,7 @@ class Recording:
             truncated=builder.truncated,
             spilled=tuple(spilled),
             outputs=tuple(_copy_output(o) for o in outputs),
+            connections=connections,
         )
         if failure is not None:
             failure._attach(execution)
@@ -246,8 +255,11 @@ class Recording:
         run: CellRun,
         duration: float,
         outputs: list[dict[str, Any]],
+        connections: tuple[Connection, ...] = (),
     ) -> dict[str, Any]:
         ours: dict[str, Any] = {"status": run.status, "duration": round(duration, 6)}
+        if connections:  # what the network policy decided while the cell ran
+            ours["network"] = [c.to_dict() for c in connections[-MAX_RECORDED_CONNECTIONS:]]
         if self.restart_note is not None and run.status != "died" and not run.state_lost:
             ours["kernel"] = self.restart_note
             self.restart_note = None
@@ -367,6 +379,9 @@ def _final_outputs(
         error = _error_from(outputs) or run.reply_error or _NO_DETAILS
     return outputs, error
 
+
+MAX_RECORDED_CONNECTIONS = 200
+"""Network decisions kept in one cell's metadata (the latest); the Execution has them all."""
 
 _NO_DETAILS = CellError("Error", "the kernel reported an error but sent no details")
 

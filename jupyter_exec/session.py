@@ -97,6 +97,7 @@ class AsyncSession:
         *,
         backend: Backend = "local",
         docker: dict[str, Any] | None = None,
+        network: Any = None,
         env: dict[str, str] | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,

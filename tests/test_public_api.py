@@ -41,6 +41,7 @@ PUBLIC = {
     "RemoteNotFound",
     "RemoteError",
     "MissingDependency",
+    "NetworkPolicy",
     "InvalidArgument",
     "AsyncSession",
     "AsyncSessionManager",
