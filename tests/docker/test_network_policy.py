@@ -1,0 +1,169 @@
+"""A Docker kernel behind a NetworkPolicy, with a real engine: what passes, what is refused,
+what is recorded, and that nothing gets around the proxy.
+
+A test HTTP server on this machine's loopback is reached by a name mapped in the proxy's own
+resolver (the proxy runs on the host, so loopback is reachable from it, never from the kernel).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_exec import AsyncSession, NetworkPolicy
+from jupyter_exec.network import proxy
+
+pytestmark = pytest.mark.docker
+
+SECRET = "Bearer jx-test-7f3a9c-secret"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self) -> None:
+        _Handler.seen.append(dict(self.headers.items()))
+        body = b"hello through the policy"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web_port() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Handler.seen.clear()
+    proxy.resolver_overrides.update({"web.test": "127.0.0.1", "evil.test": "127.0.0.1"})
+    try:
+        yield server.server_address[1]
+    finally:
+        proxy.resolver_overrides.clear()
+        server.shutdown()
+        server.server_close()
+
+
+FETCH = """
+import json, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except Exception as e:
+        return ["error", f"{type(e).__name__}: {e}"]
+"""
+
+
+async def _json(session: AsyncSession, code: str) -> Any:
+    execution = await session.execute(code)
+    execution.raise_for_error()
+    return json.loads(execution.stdout)
+
+
+async def test_policy_allows_denies_records_and_cannot_be_bypassed(
+    kernel_image: str, tmp_path: Path, web_port: int
+) -> None:
+    policy = NetworkPolicy(
+        allow=["web.test", "127.0.0.1"],
+        secrets={"web.test": {"Authorization": SECRET}},
+    )
+    async with AsyncSession(
+        work_dir=tmp_path / "w", backend="docker", docker={"image": kernel_image}, network=policy
+    ) as session:
+        (await session.execute(FETCH)).raise_for_error()
+
+        # allowed, by name, through the variables the kernel was given; the secret is added
+        allowed = await session.execute(f"print(json.dumps(fetch('http://web.test:{web_port}/')))")
+        assert json.loads(allowed.stdout) == [200, "hello through the policy"]
+        assert [(c.host, c.port, c.decision) for c in allowed.connections] == [
+            ("web.test", web_port, "allowed")
+        ]
+        assert _Handler.seen[-1]["Authorization"] == SECRET
+
+        # denied: a 403 naming the host and the policy, for plain HTTP and for CONNECT
+        denied = await _json(
+            session,
+            f"print(json.dumps([fetch('http://evil.test:{web_port}/'), "
+            "fetch('https://evil.example/')]))",
+        )
+        assert denied[0][0] == 403
+        assert denied[0][1].startswith(
+            f"connection to evil.test:{web_port} denied by the session's network policy "
+            "(allowed: web.test, 127.0.0.1)"
+        )
+        assert denied[1][0] == "error"
+        assert "Tunnel connection failed: 403 connection to evil.example:443 denied" in denied[1][1]
+        assert len(_Handler.seen) == 1  # evil.test maps to the same server: it never got there
+
+        # around the proxy: a direct socket, the host's bridge address, DNS: all fail
+        bypass = await _json(
+            session,
+            "import socket, os\n"
+            "out = {}\n"
+            "for name, target in [('ip', ('1.1.1.1', 80)), ('bridge', ('172.17.0.1', "
+            f"{web_port})), ('loopback', ('127.0.0.1', {web_port}))]:\n"
+            "    try:\n"
+            "        socket.create_connection(target, timeout=5).close(); out[name] = 'connected'\n"
+            "    except OSError as e:\n"
+            "        out[name] = type(e).__name__\n"
+            "try:\n"
+            "    socket.getaddrinfo('pypi.org', 443); out['dns'] = 'resolved'\n"
+            "except OSError as e:\n"
+            "    out['dns'] = type(e).__name__\n"
+            "out['interfaces'] = sorted(n for _, n in socket.if_nameindex())\n"
+            "print(json.dumps(out))",
+        )
+        assert bypass["ip"] != "connected"
+        assert bypass["bridge"] != "connected"
+        assert bypass["loopback"] != "connected"  # the container's loopback, not the host's
+        assert bypass["dns"] == "gaierror"
+        assert bypass["interfaces"] == ["lo"]
+
+        # the secret never reaches the kernel: environment, files, outputs, notebook
+        leak = await session.execute(
+            "import os, subprocess\n"
+            f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
+            "print('environ', needle in repr(dict(os.environ)))\n"
+            "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
+            "      for p in os.listdir('/proc') if p.isdigit()\n"
+            "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
+            "r = subprocess.run(['grep', '-rlsF', needle, '/run', '/tmp', '/work', '/etc',"
+            " '/opt/packages'], capture_output=True, text=True)\n"
+            "print('files', repr(r.stdout))"
+        )
+        assert leak.stdout.splitlines() == ["environ False", "proc False", "files ''"]
+
+        # decisions are in the notebook's cell metadata
+        notebook = json.loads(Path(session.notebook_path or "").read_text())
+        recorded = [cell["metadata"]["jupyter_exec"].get("network") for cell in notebook["cells"]]
+        assert recorded[1] == [
+            {
+                "host": "web.test",
+                "port": web_port,
+                "decision": "allowed",
+                "reason": "allowed by rule 'web.test'",
+            }
+        ]
+        assert [c["decision"] for c in recorded[2]] == ["denied", "denied"]
+        assert recorded[3] is None  # direct sockets never reach the proxy
+        assert SECRET not in Path(session.notebook_path or "").read_text()
+
+        # the proxy dies: requests fail closed
+        kernel = session._kernel
+        assert kernel is not None
+        await kernel.network.close()
+        dead = await _json(session, f"print(json.dumps(fetch('http://web.test:{web_port}/')))")
+        assert dead[0] == "error"
+        assert len(_Handler.seen) == 1
