@@ -226,6 +226,10 @@ class NetworkProxy:
             await self._serve(reader, writer)
         except (OSError, EOFError, ValueError, asyncio.TimeoutError, asyncio.LimitOverrunError):
             pass  # a client that went away or sent garbage: nothing to answer
+        except asyncio.CancelledError:
+            # Only close() cancels these; ending normally keeps Python 3.11's stream callback
+            # from logging the cancellation as an error.
+            pass
         finally:
             self._tasks.discard(task)
             writer.close()
