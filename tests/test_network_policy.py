@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_exec import InvalidArgument, NetworkPolicy, SessionOptions
+from jupyter_exec import InvalidArgument, NetworkPolicy, Session, SessionOptions
 from jupyter_exec.network import forwarder, proxy
 from jupyter_exec.network.policy import NetworkRequest, parse_rule
 from jupyter_exec.network.proxy import NetworkProxy
@@ -405,3 +405,8 @@ async def test_closed_proxy_fails_closed(web_server: int, tmp_path: Any) -> None
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
         assert _Handler.seen == []
+
+
+def test_a_session_refuses_a_policy_for_a_local_kernel_before_starting() -> None:
+    with pytest.raises(InvalidArgument, match="only for Docker kernels"):
+        Session(network=NetworkPolicy(allow=["pypi.org"]), start=False)

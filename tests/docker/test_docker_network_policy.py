@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_exec import AsyncSession, NetworkPolicy
+from jupyter_exec import AsyncSession, NetworkPolicy, Session
 from jupyter_exec.network import proxy
 
 pytestmark = pytest.mark.docker
@@ -167,3 +167,23 @@ async def test_policy_allows_denies_records_and_cannot_be_bypassed(
         dead = await _json(session, f"print(json.dumps(fetch('http://web.test:{web_port}/')))")
         assert dead[0] == "error"
         assert len(_Handler.seen) == 1
+
+
+def test_blocking_session_keeps_its_policy_across_a_restart(
+    kernel_image: str, tmp_path: Path, web_port: int
+) -> None:
+    policy = NetworkPolicy(allow=["web.test", "127.0.0.1"])
+    with Session(
+        work_dir=tmp_path / "w", backend="docker", docker={"image": kernel_image}, network=policy
+    ) as session:
+        session.execute(FETCH).raise_for_error()
+        first = session.execute(f"print(fetch('http://web.test:{web_port}/')[0])")
+        assert first.stdout.strip() == "200"
+        session.restart()  # a new container: the forwarder comes back, the proxy stayed
+        session.execute(FETCH).raise_for_error()
+        again = session.execute(f"print(fetch('http://web.test:{web_port}/')[0])")
+        assert again.stdout.strip() == "200"
+        assert [c.decision for c in again.connections] == ["allowed"]
+        proxy_folder = session._async._kernel.network.folder  # type: ignore[union-attr]
+        assert proxy_folder.is_dir()
+    assert not proxy_folder.exists()  # closed with the session
