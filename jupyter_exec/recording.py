@@ -40,6 +40,7 @@ from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
 from jupyter_exec.naming import notebook_name
 from jupyter_exec.network.policy import Connection
+from jupyter_exec.network.redact import redact, secret_needles
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
@@ -150,9 +151,10 @@ class Recording:
         self.cells_run += 1
         spill = SafeSpill(FileSpill(self.store, index)) if write else None
         cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
-        if kernel.network is not None:
-            cell.network, cell.network_mark = kernel.network, kernel.network.mark()
-            kernel.network.cell = index
+        network = getattr(kernel, "network", None)  # (a scripted test kernel has none)
+        if network is not None:
+            cell.network, cell.network_mark = network, network.mark()
+            network.cell = index
         if spill is not None:
             cell.guard = await guard.prepare(
                 kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
@@ -176,7 +178,10 @@ class Recording:
         spilled = spill.close() if spill is not None else []
         failure: StorageError | NotebookError | None = spill.error if spill is not None else None
         outputs, error = _final_outputs(builder, run)
-        connections = cell.network.since(cell.network_mark) if cell.network is not None else ()
+        connections: tuple[Connection, ...] = ()
+        if cell.network is not None:
+            connections = cell.network.since(cell.network_mark)
+            outputs, error = _redacted(outputs, error, cell.network.policy.secret_values())
 
         results: list[Result] = []
         saved: list[Path] = list(spilled)
@@ -378,6 +383,23 @@ def _final_outputs(
         # (an unknown %magic is reported on stderr and in the reply only).
         error = _error_from(outputs) or run.reply_error or _NO_DETAILS
     return outputs, error
+
+
+def _redacted(
+    outputs: list[dict[str, Any]], error: CellError | None, secrets: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], CellError | None]:
+    """The outputs and error without the network policy's secrets (should the kernel hold one:
+    an allowed host may echo a header back)."""
+    needles = secret_needles(secrets)
+    if not needles:
+        return outputs, error
+    if error is not None:
+        error = CellError(
+            redact(error.ename, needles),
+            redact(error.evalue, needles),
+            redact(error.traceback, needles),
+        )
+    return [redact(o, needles) for o in outputs], error
 
 
 MAX_RECORDED_CONNECTIONS = 200

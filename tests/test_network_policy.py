@@ -410,3 +410,19 @@ async def test_closed_proxy_fails_closed(web_server: int, tmp_path: Any) -> None
 def test_a_session_refuses_a_policy_for_a_local_kernel_before_starting() -> None:
     with pytest.raises(InvalidArgument, match="only for Docker kernels"):
         Session(network=NetworkPolicy(allow=["pypi.org"]), start=False)
+
+
+def test_redaction_replaces_values_and_their_tokens() -> None:
+    from jupyter_exec.network.redact import REDACTED, redact, secret_needles
+
+    needles = secret_needles(["Bearer abcdefgh123", "short x"])
+    assert needles[0] == "Bearer abcdefgh123"
+    outputs = [
+        {"output_type": "stream", "text": "a Bearer abcdefgh123 b abcdefgh123 c"},
+        {"output_type": "display_data", "data": {"text/plain": ["x", "abcdefgh123"]}},
+    ]
+    cleaned = redact(outputs, needles)
+    assert cleaned[0]["text"] == f"a {REDACTED} b {REDACTED} c"
+    assert cleaned[1]["data"]["text/plain"] == ["x", REDACTED]
+    assert outputs[0]["text"].startswith("a Bearer")  # the original is untouched
+    assert "x" not in needles  # a short last word is not redacted on its own

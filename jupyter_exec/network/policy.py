@@ -251,6 +251,10 @@ class NetworkPolicy:
         """The secret headers to add to requests to ``host`` (a normalised name)."""
         return next((headers for name, headers in self._secrets if name == host), ())
 
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret header value (what recorded outputs are scanned for)."""
+        return tuple(value for _, headers in self._secrets for _, value in headers)
+
     def _key(self) -> tuple[Any, ...]:
         return (self.allow, self.deny, self._secrets, self._ask)
 
