@@ -113,6 +113,8 @@ class Cell:
     network: Any = None
     """The kernel's network proxy (a policy is set), and its record's position at the start."""
     network_mark: int = 0
+    network_revived: bool = False
+    """The proxy had stopped (requests failed closed) and was started again before this cell."""
 
     @property
     def metadata(self) -> dict[str, Any] | None:
@@ -155,6 +157,7 @@ class Recording:
         if network is not None:
             cell.network, cell.network_mark = network, network.mark()
             network.cell = index
+            cell.network_revived = await network.revive()
         if spill is not None:
             cell.guard = await guard.prepare(
                 kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
@@ -223,7 +226,9 @@ class Recording:
                     self.recorder.refresh(index, save=False)
                 try:
                     recorded_index = self.recorder.append(
-                        self._cell(code, builder, run, duration, outputs, connections)
+                        self._cell(
+                            code, builder, run, duration, outputs, connections, cell.network_revived
+                        )
                     )
                 except NotebookError as exc:
                     recorded_index = len(self.recorder) - 1
@@ -261,10 +266,15 @@ class Recording:
         duration: float,
         outputs: list[dict[str, Any]],
         connections: tuple[Connection, ...] = (),
+        network_revived: bool = False,
     ) -> dict[str, Any]:
         ours: dict[str, Any] = {"status": run.status, "duration": round(duration, 6)}
         if connections:  # what the network policy decided while the cell ran
             ours["network"] = [c.to_dict() for c in connections[-MAX_RECORDED_CONNECTIONS:]]
+        if network_revived:
+            ours["network_proxy"] = (
+                "the network proxy had stopped (requests failed closed); restarted before this cell"
+            )
         if self.restart_note is not None and run.status != "died" and not run.state_lost:
             ours["kernel"] = self.restart_note
             self.restart_note = None

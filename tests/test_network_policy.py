@@ -426,3 +426,17 @@ def test_redaction_replaces_values_and_their_tokens() -> None:
     assert cleaned[1]["data"]["text/plain"] == ["x", REDACTED]
     assert outputs[0]["text"].startswith("a Bearer")  # the original is untouched
     assert "x" not in needles  # a short last word is not redacted on its own
+
+
+async def test_a_removed_socket_fails_closed_and_revives(web_server: int, tmp_path: Any) -> None:
+    async with _route(NetworkPolicy(allow=["web.test", "127.0.0.1"]), tmp_path) as route:
+        assert not await route.proxy.revive()  # nothing to do while it serves
+        route.proxy.socket_path.unlink()  # a temp-dir cleaner, say
+        assert not route.proxy.serving
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert await route.proxy.revive()
+        status, _body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 200
+        await route.proxy.close()
+        assert not await route.proxy.revive()  # closed means closed

@@ -120,6 +120,7 @@ class NetworkProxy:
         self._count = 0
         self._asked: dict[str, bool] = {}
         self._ask_lock = asyncio.Lock()
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -129,7 +130,30 @@ class NetworkProxy:
 
     @property
     def serving(self) -> bool:
-        return self._server is not None and self._server.is_serving()
+        """Whether the kernel can reach the proxy: listening, and its socket file still there
+        (a temp-dir cleaner may have removed it)."""
+        return (
+            self._server is not None
+            and self._server.is_serving()
+            and self.folder is not None
+            and self.socket_path.is_socket()
+        )
+
+    async def revive(self) -> bool:
+        """Listen again if the proxy stopped (its server closed, its socket removed) but was not
+        closed; True when it had to. The forwarder connects anew for every request, so the
+        kernel needs no restart."""
+        if self.serving or self._closed or self.folder is None or not self.folder.is_dir():
+            return False
+        if self._server is not None:
+            self._server.close()
+        self.socket_path.unlink(missing_ok=True)
+        self._server = await asyncio.start_unix_server(
+            self._handle, path=str(self.socket_path), limit=MAX_HEAD
+        )
+        os.chmod(self.socket_path, 0o666)
+        log.warning("session %s: the network proxy had stopped; it listens again", self.session)
+        return True
 
     async def start(self) -> NetworkProxy:
         """Make the folder (socket + forwarder) and listen; it is mounted read-only."""
@@ -153,6 +177,7 @@ class NetworkProxy:
 
     async def close(self) -> None:
         """Stop listening, cut every open connection and remove the folder. Idempotent."""
+        self._closed = True
         server, self._server = self._server, None
         if server is not None:
             server.close()

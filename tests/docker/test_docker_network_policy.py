@@ -168,9 +168,16 @@ async def test_policy_allows_denies_records_and_cannot_be_bypassed(
         assert recorded[3] is None  # direct sockets never reach the proxy
         assert SECRET not in Path(session.notebook_path or "").read_text()
 
-        # the proxy dies: requests fail closed
+        # the proxy's socket disappears: the next cell finds the proxy listening again, says so
         kernel = session._kernel
         assert kernel is not None
+        kernel.network.socket_path.unlink()
+        revived = await session.execute(f"print(fetch('http://web.test:{web_port}/')[0])")
+        assert revived.stdout.strip() == "200"
+        notebook = json.loads(Path(session.notebook_path or "").read_text())
+        assert "restarted" in notebook["cells"][-1]["metadata"]["jupyter_exec"]["network_proxy"]
+
+        # the proxy dies: requests fail closed
         before = len(_Handler.seen)
         await kernel.network.close()
         dead = await _json(session, f"print(json.dumps(fetch('http://web.test:{web_port}/')))")
