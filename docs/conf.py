@@ -169,7 +169,8 @@ jx_layers = [
     {
         "title": "Front ends",
         "about": "Thin views: parse input, call the layers below, serialise the result. The "
-        "command line, the Jupyter server extension, the MCP server, the agent adapters.",
+        "command line, the Jupyter server extension, the MCP and E2B servers, the agent "
+        "adapters.",
         "modules": [
             "__main__",
             "*.__main__",
@@ -178,6 +179,8 @@ jx_layers = [
             "server",
             "server.*",
             "mcp_server",
+            "e2b",
+            "e2b.*",
             "integrations",
             "integrations.*",
         ],

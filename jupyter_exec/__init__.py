@@ -9,6 +9,7 @@ from jupyter_exec.exceptions import (
     DockerUnavailable,
     ExecutionError,
     ExecutionTimeout,
+    ForkError,
     ImageError,
     InvalidArgument,
     JupyterExecError,
@@ -34,6 +35,7 @@ from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.replay import CellResult, ReplayReport, replay, replay_async
 from jupyter_exec.session import AsyncSession
+from jupyter_exec.state import Checkpoint
 from jupyter_exec.sync import Session
 
 __all__ = [
@@ -42,10 +44,12 @@ __all__ = [
     "BackendError",
     "CellError",
     "CellResult",
+    "Checkpoint",
     "DockerUnavailable",
     "Execution",
     "ExecutionError",
     "ExecutionTimeout",
+    "ForkError",
     "ImageError",
     "InvalidArgument",
     "JupyterExecError",

@@ -219,6 +219,15 @@ def _save_only(block: CodeBlock, work_dir: Path) -> BlockResult:
     return BlockResult(f"[saved {_relative(path, work_dir)}]", 0, (path,), code_file=path)
 
 
+def _refused(block: CodeBlock) -> BlockResult | None:
+    """The "not run" notice for code no kernel could receive (a lone surrogate), else None."""
+    try:
+        check_text(block.code, "the code")
+    except InvalidArgument as exc:
+        return BlockResult(f"[not run: {exc}]", 1)
+    return None
+
+
 async def run_block(
     session: AsyncSession,
     block: CodeBlock,
@@ -228,10 +237,9 @@ async def run_block(
 ) -> BlockResult:
     """Run (or only save) one block in ``session``; never raises for the block's own faults."""
     work_dir = session.work_dir
-    try:
-        check_text(block.code, "the code")
-    except InvalidArgument as exc:
-        return BlockResult(f"[not run: {exc}]", 1)
+    refused = _refused(block)
+    if refused is not None:
+        return refused
     if not block.runnable:
         return _save_only(block, work_dir)
     try:
@@ -350,10 +358,9 @@ async def run_script_block(
 ) -> BlockResult:
     """Save ``block``; run it as its own process if ``policy`` allows its language."""
     work_dir = session.work_dir
-    try:
-        check_text(block.code, "the code")
-    except InvalidArgument as exc:
-        return BlockResult(f"[not run: {exc}]", 1)
+    refused = _refused(block)
+    if refused is not None:
+        return refused
     named = dataclasses.replace(block, filename=_script_name(block))
     if not (block.runnable and policy.get(block.language, False)):
         saved = _save_only(named, work_dir)

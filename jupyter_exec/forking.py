@@ -52,6 +52,7 @@ __all__ = [
     "adopt_kernel",
     "check_forkable",
     "child_manager",
+    "container_of",
     "fork_kernel",
     "in_docker",
     "kernel_deadline",
@@ -130,6 +131,8 @@ class AdoptedProvisioner(KernelProvisionerBase):
     process: ForeignProcess | None = None
     leftovers: list[Path] = []
     """Files to remove at cleanup besides the manager's own (a container's connection file)."""
+    container: Any = None
+    """For a kernel in a Docker container: the provisioner of the container's first kernel."""
 
     def adopt(self, pid: int, connection_info: KernelConnectionInfo) -> None:
         self.process = ForeignProcess(pid)
@@ -267,12 +270,24 @@ def kernel_deadline(timeout: float) -> float:
 
 def in_docker(handle: KernelHandle) -> bool:
     """Whether ``handle`` is a kernel in a container of our Docker provisioner."""
+    return container_of(handle) is not None
+
+
+def container_of(handle: KernelHandle) -> Any:
+    """The Docker provisioner whose container runs ``handle`` (None: not in our Docker).
+
+    For a fork or a snapshot's kernel in a container, the provisioner of the
+    container's first kernel: its forks are forked, and its scripts run, there.
+    """
     from jupyter_exec.docker import PROVISIONER_NAME
 
+    provisioner = handle.km.provisioner
+    if isinstance(provisioner, AdoptedProvisioner):
+        return provisioner.container
     spec = handle.spec
     metadata = (spec.metadata or {}) if spec is not None else {}
     named = metadata.get("kernel_provisioner", {}).get("provisioner_name")
-    return bool(named == PROVISIONER_NAME and hasattr(handle.km.provisioner, "_run_dir"))
+    return provisioner if named == PROVISIONER_NAME and hasattr(provisioner, "_run_dir") else None
 
 
 async def run_fork_request(handle: KernelHandle, code: str, deadline: float) -> int:
@@ -325,7 +340,8 @@ async def fork_kernel(
         raise KernelNotAliveError("cannot fork a kernel that is not running; restart it first")
     check_forkable(handle)
     deadline = time.monotonic() + timeout
-    docker = in_docker(handle)
+    container = container_of(handle)
+    docker = container is not None
     parent_launch = getattr(handle.km, "_launch_args", None)
     km = child_manager(
         handle.spec,
@@ -338,11 +354,11 @@ async def fork_kernel(
         if docker:
             from jupyter_exec.docker.forking import child_connection, host_pid
 
-            connection_file, host_copy = child_connection(handle.km.provisioner, km)
+            connection_file, host_copy = child_connection(container, km)
             leftovers.append(host_copy)
             code = fork_code(connection_file, 0, kernel_deadline(timeout))  # no host pid in there
             pid = await run_fork_request(handle, code, deadline)
-            pid = await asyncio.to_thread(host_pid, handle.km.provisioner, pid)
+            pid = await asyncio.to_thread(host_pid, container, pid)
         else:
             code = fork_code(str(km.connection_file), os.getpid(), kernel_deadline(timeout))
             pid = await run_fork_request(handle, code, deadline)
@@ -351,7 +367,9 @@ async def fork_kernel(
         km.cleanup_ipc_files()
         _remove(leftovers)
         raise
-    return await adopt_kernel(km, pid, handle.spec, deadline, leftovers=leftovers)
+    return await adopt_kernel(
+        km, pid, handle.spec, deadline, leftovers=leftovers, container=container
+    )
 
 
 async def adopt_kernel(
@@ -361,8 +379,11 @@ async def adopt_kernel(
     deadline: float,
     *,
     leftovers: list[Path] | None = None,
+    container: Any = None,
 ) -> KernelHandle:
     """Drive process ``pid``, serving ``km``'s connection file, as a ready ``KernelHandle``.
+
+    ``container``: the Docker provisioner whose container ``pid`` runs in.
 
     On failure the process is killed and its files removed. ``deadline`` is
     on the ``time.monotonic()`` clock.
@@ -370,6 +391,7 @@ async def adopt_kernel(
     provisioner = AdoptedProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km)
     provisioner.adopt(pid, km.get_connection_info())
     provisioner.leftovers = list(leftovers or [])
+    provisioner.container = container
     km.provisioner = provisioner
     kc = km.client()
     kc.start_channels()

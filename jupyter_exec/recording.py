@@ -35,10 +35,11 @@ from typing import Any, Literal
 
 from jupyter_exec import guard
 from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
+from jupyter_exec.forking import container_of
 from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
-from jupyter_exec.naming import notebook_name
+from jupyter_exec.naming import default_session_name, notebook_name
 from jupyter_exec.network.policy import Connection
 from jupyter_exec.network.redact import redact, secret_needles
 from jupyter_exec.options import SessionOptions
@@ -52,6 +53,11 @@ __all__ = [
     "Cell",
     "Recording",
     "SafeSpill",
+    "fork_metadata",
+    "is_undone",
+    "mark_recovered",
+    "mark_undone",
+    "note_state_change",
     "notebook_metadata",
     "prepare_notebook_path",
     "prepare_work_dir",
@@ -334,7 +340,7 @@ class Recording:
             work_dir=work_dir,
             kernel_argv=list(spec.argv) if spec else [],
             kernel_env=dict(spec.env or {}) if spec else {},
-            provisioner=kernel.km.provisioner,
+            provisioner=container_of(kernel) or kernel.km.provisioner,
             timeout=timeout,
         )
         produced = tuple(p for p in self.tracker.changes() if p != path.resolve())
@@ -363,6 +369,14 @@ class Recording:
         made.setdefault("id", new_cell_id())
         made.setdefault("metadata", {})
         return self.recorder.append(made)
+
+    def ignore_session(self, notebook: Path | None, files_dir: Path) -> None:
+        """Do not report another session's notebook and files as written by our cells
+        (a fork and its parent share the work dir)."""
+        if notebook is not None:
+            self.tracker.ignore.add(notebook.resolve())
+        self.tracker.skip_dirs.add(str(files_dir.resolve()))
+        self.tracker.changes()  # what the other session wrote so far is not our doing
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -441,6 +455,19 @@ def _copy_output(output: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- where a session records ---------------------------------------------------------------
+
+
+def prepare_paths(
+    options: SessionOptions, made: list[Path], *, resume: bool
+) -> tuple[Path, str, Path | None]:
+    """A starting session's work dir (made if need be; ``made`` lists what was), its name
+    and its notebook's path (None when recording is off)."""
+    work_dir = prepare_work_dir(options.work_dir, made)
+    name = options.name or default_session_name(work_dir)
+    notebook = prepare_notebook_path(
+        options.notebook, work_dir, name, resume=resume, overwrite=options.overwrite
+    )
+    return work_dir, name, notebook
 
 
 def prepare_work_dir(given: Path | None, made: list[Path]) -> Path:
@@ -523,3 +550,79 @@ def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) 
             "created": datetime.now(timezone.utc).isoformat(),
         },
     }
+
+
+# -- forks, undo and checkpoints in the notebook ------------------------------------------
+
+
+def fork_metadata(parent: Mapping[str, Any], name: str, where: dict[str, Any]) -> dict[str, Any]:
+    """A fork's notebook metadata: the parent's, renamed, with ``jupyter_exec.fork`` = ``where``.
+
+    The parent's own history of forks, undos and checkpoints stays behind.
+    """
+    metadata = copy.deepcopy(dict(parent))
+    ours = dict(metadata.get("jupyter_exec") or {})
+    ours.pop("state", None)
+    ours.update(session=name, created=datetime.now(timezone.utc).isoformat(), fork=where)
+    metadata["jupyter_exec"] = ours
+    return metadata
+
+
+def is_undone(cell: Mapping[str, Any]) -> bool:
+    """Whether a notebook cell was undone (its effect is not in the session's state)."""
+    ours = (cell.get("metadata") or {}).get("jupyter_exec") or {}
+    return isinstance(ours, Mapping) and ours.get("undone") is True
+
+
+def mark_undone(recorder: NotebookRecorder, from_index: int, undone: frozenset[int]) -> None:
+    """Mark code cells undone (``jupyter_exec.undone``) so the notebook matches the state.
+
+    After the state went back to a snapshot taken when the notebook had
+    ``from_index`` cells: those from there on are undone, and earlier ones
+    carry the marks they had then (``undone``). Replay and resume skip them.
+    """
+    for index, cell in enumerate(recorder.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        want = index >= from_index or index in undone
+        ours = cell.setdefault("metadata", {}).setdefault("jupyter_exec", {})
+        if bool(ours.get("undone")) == want:
+            continue
+        if want:
+            ours["undone"] = True
+        else:
+            ours.pop("undone", None)
+        recorder.refresh(index, save=False)
+    recorder.save()
+
+
+def mark_recovered(
+    recorder: NotebookRecorder, index: int, from_index: int, names: tuple[str, ...]
+) -> None:
+    """Cell ``index``, whose kernel died, is undone: the state from before cell ``from_index``
+    came back from a snapshot, with ``names``."""
+    cells = recorder.cells
+    if not 0 <= index < len(cells):
+        return
+    ours = cells[index].setdefault("metadata", {}).setdefault("jupyter_exec", {})
+    ours["undone"] = True
+    ours["recovered"] = {"from_cell_index": from_index, "names": list(names)}
+    recorder.refresh(index)
+
+
+def note_state_change(
+    recording: Recording | None, entry: dict[str, Any], next_cell_note: str | None
+) -> None:
+    """Add ``entry`` to the notebook's ``jupyter_exec.state`` history, and note the next cell."""
+    if recording is None:
+        return
+    if next_cell_note is not None:
+        recording.restart_note = next_cell_note
+    recorder = recording.recorder
+    if recorder is None:
+        return
+    ours = dict(recorder.metadata.get("jupyter_exec") or {})
+    entry = {**entry, "at": datetime.now(timezone.utc).isoformat()}
+    ours["state"] = [*ours.get("state", []), entry]
+    recorder.set_metadata("jupyter_exec", ours)
+    recorder.save()

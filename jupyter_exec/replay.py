@@ -44,8 +44,10 @@ from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_ou
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import replayed_notebook_name, safe_name
+from jupyter_exec.options import DEFAULT_TIMEOUT
 from jupyter_exec.recorder import new_cell_id, read_notebook
-from jupyter_exec.session import DEFAULT_TIMEOUT, AsyncSession, Backend
+from jupyter_exec.recording import is_undone
+from jupyter_exec.session import AsyncSession, Backend
 
 __all__ = [
     "CellResult",
@@ -484,7 +486,9 @@ async def replay_async(
         kernel_name = _kernel_name(nb, {**session_kwargs, "backend": backend}, warnings)
 
     runnable = [
-        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and str(c.source).strip()
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and str(c.source).strip() and not is_undone(c)
     ]
     to_run = set(runnable if until is None else runnable[:until])
     last_run = max(to_run, default=-1)
@@ -529,6 +533,8 @@ async def replay_async(
                 why = f"{cell.cell_type} cell"
             elif not str(cell.source).strip():
                 why = "empty code cell"
+            elif is_undone(cell):
+                why = "undone cell (session.undo or restore)"
             else:
                 why = f"after --until {until}"
             tags = (cell.get("metadata") or {}).get("tags", ())

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.naming import backup_notebook_name, safe_name
 from jupyter_exec.recorder import new_cell_id
-from jupyter_exec.recording import notebook_metadata
+from jupyter_exec.recording import is_undone, notebook_metadata
 from jupyter_exec.safefs import Folder
 
 if TYPE_CHECKING:
@@ -71,7 +71,11 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     cells = [dict(c) for c in nb.cells]
     for cell in cells:
         cell.setdefault("id", new_cell_id())  # nbformat < 4.5 had no cell ids
-    positions = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and c["source"].strip()]
+    positions = [
+        i
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "code" and c["source"].strip() and not is_undone(c)
+    ]
     entry: dict[str, Any] = {"at": datetime.now(timezone.utc).isoformat()}
     if until is not None:
         if until < len(positions):

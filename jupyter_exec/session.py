@@ -11,6 +11,8 @@ lives in its own module::
                   ─► Recording: output files, display updates across
                      cells, the notebook cell, files the code wrote  [recording.py]
                   ─► the caller's Execution, a copy of what was recorded [models.py]
+    fork / undo / checkpoint / restore: copy-on-write forks and
+                    snapshots of the kernel                           [state.py]
 
 Executions on one session are queued (an asyncio.Lock is FIFO), never
 interleaved. Local kernels run with the rights of this process: they are for
@@ -28,20 +30,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jupyter_exec.codeblocks import normalise_language
-from jupyter_exec.exceptions import (
-    BackendError,
-    KernelNotAliveError,
-    SessionClosedError,
-)
+from jupyter_exec.exceptions import BackendError, KernelNotAliveError, SessionClosedError
 from jupyter_exec.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.launch import launch_kernel, resolve_environment
 from jupyter_exec.models import Execution, ScriptResult
-from jupyter_exec.naming import check_encodable, default_session_name, files_folder
+from jupyter_exec.naming import check_encodable, files_folder
 from jupyter_exec.options import (
     DEFAULT_INTERRUPT_GRACE,
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_TIMEOUT,
+    DEFAULT_UNDO_STEPS,
     Backend,
     SessionOptions,
     options_from,
@@ -50,20 +49,13 @@ from jupyter_exec.recorder import NotebookRecorder, read_notebook
 from jupyter_exec.recording import (
     Recording,
     notebook_metadata,
-    prepare_notebook_path,
-    prepare_work_dir,
+    prepare_paths,
     remove_made,
 )
 from jupyter_exec.runner import CellRunner, OutputCallback
+from jupyter_exec.state import SessionState, StateMethods
 
-__all__ = [
-    "DEFAULT_INTERRUPT_GRACE",
-    "DEFAULT_STARTUP_TIMEOUT",
-    "DEFAULT_TIMEOUT",
-    "AsyncSession",
-    "Backend",
-    "OutputCallback",
-]
+__all__ = ["AsyncSession", "Backend", "OutputCallback"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -71,7 +63,7 @@ CLOSE_WAIT = 10.0
 """Seconds ``close()`` waits for a running cell to record itself before stopping the kernel."""
 
 
-class AsyncSession:
+class AsyncSession(StateMethods):
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
     Takes the fields of :class:`~jupyter_exec.options.SessionOptions` as
@@ -102,6 +94,7 @@ class AsyncSession:
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        undo_steps: int = DEFAULT_UNDO_STEPS,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
@@ -125,6 +118,7 @@ class AsyncSession:
         # While a cell runs: a future done once it is recorded, and the task running it.
         self._running: tuple[asyncio.Future[None], asyncio.Task[Any] | None] | None = None
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
+        self._state = SessionState(self._options.undo_steps)
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
 
@@ -229,10 +223,7 @@ class AsyncSession:
         return for_notebook(cls, notebook, until, work_dir, name, kwargs)
 
     async def start(self) -> AsyncSession:
-        """Create the work dir and notebook, and start the kernel. Idempotent.
-
-        A start that fails leaves no kernel and no folder it created behind.
-        """
+        """Make the work dir and notebook and start the kernel (idempotent; undone if it fails)."""
         if self._closed:
             raise SessionClosedError("this session was closed; create a new one")
         if self._kernel is not None:
@@ -247,16 +238,10 @@ class AsyncSession:
         return self
 
     async def _start(self, made: list[Path]) -> None:
-        options = self._options
-        self._work_dir = work_dir = prepare_work_dir(options.work_dir, made)
-        self._name = name = options.name or default_session_name(work_dir)
-        self._notebook_path = prepare_notebook_path(
-            options.notebook,
-            work_dir,
-            name,
-            resume=self._resume is not None,
-            overwrite=options.overwrite,
+        work_dir, name, self._notebook_path = prepare_paths(
+            self._options, made, resume=self._resume is not None
         )
+        self._work_dir, self._name = work_dir, name
         # Read a notebook to resume before starting anything, so a bad one costs no kernel.
         recorded = (
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
@@ -283,10 +268,9 @@ class AsyncSession:
         await asyncio.to_thread(remove_made, made, temporary=self._options.work_dir is None)
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
-        """Append a cell that was not executed (markdown, raw, or a code cell kept as is).
+        """Append a cell that was not executed (replay keeps a notebook's layout with it).
 
-        Returns its index in the notebook, or ``None`` when recording is off.
-        Used by replay to keep a notebook's layout; gives the cell an id if it has none.
+        Returns its index in the notebook (``None`` when recording is off).
         """
         return self._recording.record_cell(cell) if self._recording is not None else None
 
@@ -316,8 +300,11 @@ class AsyncSession:
         kernel, self._kernel = self._kernel, None
         if self._recording is not None:
             self._recording.close()
-        if kernel is not None:
-            await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+        try:
+            if kernel is not None:
+                await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+        finally:
+            await self._state.close(self._options.shuts_down_kernel)
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
 
     async def __aenter__(self) -> AsyncSession:
@@ -341,7 +328,7 @@ class AsyncSession:
 
     async def restart(self, note: str = "restarted by request") -> None:
         """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
-        kernel = self._live_kernel()
+        kernel = await self._state.restartable(self, self._live_kernel())
         self._generation += 1
         await restart_kernel(kernel, self._options.startup_timeout)
         assert self._recording is not None
@@ -364,16 +351,13 @@ class AsyncSession:
         confined to the work dir) defaults to ``<name>_files/script-NNN.<ext>``.
         A run past ``timeout`` is killed and exits 124.
         """
-        kernel = self._live_kernel()
         if self.backend == "remote":
-            raise BackendError(
-                "run_script needs the kernel's own machine; with a remote kernel, "
-                "run shell code in a cell instead (%%bash)"
-            )
+            raise BackendError("run_script needs the kernel's own machine; use %%bash in a cell")
         assert self._recording is not None
-        language = normalise_language(language)
         timeout = self.timeout if timeout is None else timeout
-        return await self._recording.run_script(kernel, code, language, filename, timeout)
+        return await self._recording.run_script(
+            self._live_kernel(), code, normalise_language(language), filename, timeout
+        )
 
     async def execute(
         self,
@@ -399,6 +383,7 @@ class AsyncSession:
             kernel = self._live_kernel()
             self._running = (asyncio.get_running_loop().create_future(), asyncio.current_task())
             try:
+                await self._state.before_cell(self, kernel)
                 execution = await self._execute(
                     kernel, code, self.timeout if timeout is None else timeout, on_output
                 )
@@ -437,7 +422,7 @@ class AsyncSession:
         runner = CellRunner(
             kernel,
             interrupt_grace=self._options.interrupt_grace,
-            restart=self.restart,
+            restart=self._restart_in_cell,
             generation=lambda: self._generation,
             closing=lambda: self._closed,
         )
@@ -447,4 +432,15 @@ class AsyncSession:
         except BaseException:
             cell.abandon()
             raise
-        return recording.record(code, cell, run, time.monotonic() - started)
+        run.error = self._state.explain_recovery(run.error)
+        try:
+            execution = recording.record(code, cell, run, time.monotonic() - started)
+        finally:
+            self._state.after_record(self, cell.index if record else None)
+        return execution
+
+    async def _restart_in_cell(self, note: str) -> None:
+        """The runner's restart (a dead or runaway kernel): with undo snapshots kept, the
+        state from before the cell comes back instead of an empty kernel."""
+        if not await self._state.recover(self):
+            await self.restart(note)

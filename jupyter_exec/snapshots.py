@@ -46,7 +46,7 @@ from jupyter_exec.forking import (
     adopt_kernel,
     check_forkable,
     child_manager,
-    in_docker,
+    container_of,
     kernel_deadline,
     run_fork_request,
 )
@@ -83,7 +83,7 @@ async def take_snapshot(handle: KernelHandle, *, timeout: float = DEFAULT_FORK_T
     if not await handle.is_alive():
         raise KernelNotAliveError("cannot snapshot a kernel that is not running")
     check_forkable(handle)
-    docker = handle.km.provisioner if in_docker(handle) else None
+    docker = container_of(handle)
     if docker is not None:
         from jupyter_exec.docker.forking import control_socket, host_pid
 
@@ -141,7 +141,9 @@ async def start_from(
             with contextlib.suppress(OSError):
                 path.unlink()
         raise
-    return await adopt_kernel(km, pid, snapshot.spec, deadline, leftovers=leftovers)
+    return await adopt_kernel(
+        km, pid, snapshot.spec, deadline, leftovers=leftovers, container=docker
+    )
 
 
 async def _ask(snapshot: Snapshot, connection_file: str, host: int, deadline: float) -> int:

@@ -25,10 +25,12 @@ from jupyter_exec.options import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
     DEFAULT_TIMEOUT,
+    DEFAULT_UNDO_STEPS,
     Backend,
     SessionOptions,
 )
 from jupyter_exec.session import AsyncSession, OutputCallback
+from jupyter_exec.state import Checkpoint
 
 __all__ = ["Session"]
 
@@ -161,6 +163,7 @@ class Session:
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        undo_steps: int = DEFAULT_UNDO_STEPS,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
@@ -184,6 +187,7 @@ class Session:
             interrupt_grace=interrupt_grace,
             startup_timeout=startup_timeout,
             max_output_chars=max_output_chars,
+            undo_steps=undo_steps,
             overwrite=overwrite,
             environment=environment,
             url=url,
@@ -265,6 +269,29 @@ class Session:
     def record_cell(self, cell: dict[str, Any]) -> int | None:
         """Append a cell that was not executed; see :meth:`AsyncSession.record_cell`."""
         return self._async.record_cell(cell)
+
+    def fork(self, n: int = 1, name: str | None = None) -> list[Session]:
+        """``n`` new sessions from this one's live state; see :meth:`AsyncSession.fork`."""
+        forks = _LoopThread.run(self._async.fork(n, name))
+        made = [Session.from_async(child) for child in forks]
+        _open_sessions.update(made)
+        return made
+
+    def undo(self, n: int = 1) -> None:
+        """Go back to the state before the last ``n`` cells; see :meth:`AsyncSession.undo`."""
+        _LoopThread.run(self._async.undo(n))
+
+    def checkpoint(self, name: str | None = None) -> Checkpoint:
+        """Remember the current state; see :meth:`AsyncSession.checkpoint`."""
+        return _LoopThread.run(self._async.checkpoint(name))
+
+    def restore(self, checkpoint: Checkpoint | str) -> None:
+        """Go back to a checkpoint; see :meth:`AsyncSession.restore`."""
+        _LoopThread.run(self._async.restore(checkpoint))
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """This session's checkpoints, oldest first."""
+        return self._async.checkpoints()
 
     def interrupt(self) -> None:
         _LoopThread.run(self._async.interrupt())

@@ -14,6 +14,7 @@ from jupyter_exec import (
     DockerUnavailable,
     ExecutionError,
     ExecutionTimeout,
+    ForkError,
     ImageError,
     InvalidArgument,
     JupyterExecError,
@@ -48,10 +49,12 @@ PUBLIC = {
     "BackendError",
     "CellError",
     "CellResult",
+    "Checkpoint",
     "DockerUnavailable",
     "Execution",
     "ExecutionError",
     "ExecutionTimeout",
+    "ForkError",
     "ImageError",
     "JupyterExecError",
     "KernelDiedError",
@@ -201,7 +204,7 @@ def test_execute_signature(cls: type[Any]) -> None:
 
 
 def test_async_session_methods_are_coroutines_and_session_methods_are_not() -> None:
-    for method in ("execute", "interrupt", "restart", "close"):
+    for method in ("execute", "interrupt", "restart", "close", "fork", "undo"):
         assert inspect.iscoroutinefunction(getattr(AsyncSession, method)), method
         assert callable(getattr(Session, method))
         assert not inspect.iscoroutinefunction(getattr(Session, method)), method
@@ -243,3 +246,24 @@ def test_session_options_are_the_sessions_keyword_arguments() -> None:
     options = SessionOptions(timeout=5, name="a")
     assert AsyncSession(options=options).options == options
     assert AsyncSession(options=options, timeout=7).options.timeout == 7
+
+
+@pytest.mark.parametrize("cls", [Session, AsyncSession])
+def test_state_methods(cls: type[Any]) -> None:
+    """fork, undo, checkpoint, restore and checkpoints are part of the contract."""
+    assert _params(cls.fork) == [("n", 1), ("name", None)]
+    assert _params(cls.undo) == [("n", 1)]
+    assert _params(cls.checkpoint) == [("name", None)]
+    assert _params(cls.restore) == [("checkpoint", inspect.Parameter.empty)]
+    assert _params(cls.checkpoints) == []
+    for method in ("checkpoint", "restore"):
+        assert inspect.iscoroutinefunction(getattr(cls, method)) is (cls is AsyncSession)
+    assert not inspect.iscoroutinefunction(cls.checkpoints)
+
+
+def test_checkpoint_and_fork_error() -> None:
+    import dataclasses
+
+    assert issubclass(ForkError, KernelError)
+    fields = [f.name for f in dataclasses.fields(jupyter_exec.Checkpoint)]
+    assert fields == ["name", "cell_index", "created", "session"]

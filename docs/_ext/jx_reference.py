@@ -144,7 +144,9 @@ class PublicApi(GeneratedDirective):
             for name in names:
                 target = f"{PACKAGE}.{name}"
                 if title == "Classes":
-                    out += [f".. autoclass:: {target}", "   :members:", ""]
+                    out += [f".. autoclass:: {target}", "   :members:"]
+                    out += _mixed_in(getattr(package, name))
+                    out += [""]
                 elif title == "Exceptions":
                     out += [f".. autoexception:: {target}", "   :show-inheritance:", ""]
                 elif title == "Functions":
@@ -153,6 +155,15 @@ class PublicApi(GeneratedDirective):
                     value = getattr(package, name)
                     out += [f".. data:: {target}", f"   :value: {value!r}", ""]
         return out
+
+
+def _mixed_in(cls: type) -> list[str]:
+    """Document the methods a class gets from our own mixins (AsyncSession's fork, undo ...)."""
+    bases = cls.__mro__[1:]
+    if not any(b.__module__.startswith(PACKAGE + ".") for b in bases):
+        return []
+    foreign = sorted({b.__name__ for b in bases if not b.__module__.startswith(PACKAGE + ".")})
+    return [f"   :inherited-members: {', '.join(foreign)}"]
 
 
 # -- CLI --------------------------------------------------------------------------------
