@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_exec import InvalidArgument, NetworkPolicy, Session, SessionOptions
+from jupyter_exec import InvalidArgument, KernelStartError, NetworkPolicy, Session, SessionOptions
 from jupyter_exec.network import forwarder, proxy
 from jupyter_exec.network.policy import NetworkRequest, parse_rule
 from jupyter_exec.network.proxy import NetworkProxy
@@ -245,7 +245,7 @@ class Route:
 
 @contextlib.asynccontextmanager
 async def _route(policy: NetworkPolicy, tmp_path: Any) -> AsyncIterator[Route]:
-    started = await NetworkProxy(policy, session="s1", root=str(tmp_path)).start()
+    started = await NetworkProxy(policy, session="s1").start()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
@@ -269,6 +269,11 @@ async def test_allowed_name_passes_and_is_recorded(web_server: int, tmp_path: An
         assert (entry.host, entry.port, entry.decision) == ("web.test", web_server, "allowed")
         assert "web.test" in entry.reason
         assert _Handler.seen[-1]["Connection"] == "close"
+        folder = route.proxy.folder
+        assert folder is not None
+        assert sorted(p.name for p in folder.iterdir()) == ["forwarder.py", "proxy.sock"]
+        assert folder.parent.stat().st_mode & 0o777 == 0o711  # not listable: the name is the key
+        assert len(folder.name) == 24
         assert "Proxy-Connection" not in _Handler.seen[-1]
 
 
@@ -440,3 +445,11 @@ async def test_a_removed_socket_fails_closed_and_revives(web_server: int, tmp_pa
         assert status == 200
         await route.proxy.close()
         assert not await route.proxy.revive()  # closed means closed
+
+
+async def test_a_root_too_deep_for_a_socket_is_a_clear_error(tmp_path: Any) -> None:
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    with pytest.raises(KernelStartError, match="107-character limit"):
+        await NetworkProxy(NetworkPolicy(), root=str(deep)).start()
+    assert list(deep.iterdir()) == []  # nothing left behind

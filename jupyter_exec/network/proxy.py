@@ -27,6 +27,7 @@ import inspect
 import ipaddress
 import logging
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -34,6 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from jupyter_exec.exceptions import KernelStartError
 from jupyter_exec.network import forwarder
 from jupyter_exec.network.policy import (
     Connection,
@@ -61,6 +63,7 @@ FORWARDER_NAME = "forwarder.py"
 #: The forwarder's port on the container's own loopback.
 FORWARDER_PORT = 3128
 
+MAX_SOCKET_PATH = 107
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
@@ -113,6 +116,8 @@ class NetworkProxy:
         self.cell: int | None = None
         """The index of the cell running now (set by the recording; given to ``ask``)."""
         self.folder: Path | None = None
+        """What is mounted in the container: the socket and the forwarder script."""
+        self._private: Path | None = None
         self._root = root
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -156,22 +161,33 @@ class NetworkProxy:
         return True
 
     async def start(self) -> NetworkProxy:
-        """Make the folder (socket + forwarder) and listen; it is mounted read-only."""
-        folder = Path(tempfile.mkdtemp(prefix="jxn-", dir=self._root))
+        """Make the folder (socket + forwarder) and listen; it is mounted read-only.
+
+        The socket must be open to the kernel's uid, whatever it is, so it is mode 0666; what
+        keeps other users of this machine from using it (and its secrets) is its path: the
+        folder is a random name inside a private (0711, unlistable) temporary directory.
+        """
+        private = Path(tempfile.mkdtemp(prefix="jxn-", dir=self._root))
         try:
-            folder.chmod(0o711)  # the kernel's uid may open the two names below, not list them
-            source = Path(forwarder.__file__).read_bytes()
+            private.chmod(0o711)
+            folder = private / secrets.token_hex(12)
+            if len(str(folder / SOCKET_NAME)) > MAX_SOCKET_PATH:
+                raise KernelStartError(
+                    f"the network proxy's socket path under {private.parent} would be over the "
+                    f"{MAX_SOCKET_PATH}-character limit of Unix sockets; use a shorter root"
+                )
+            folder.mkdir(mode=0o755)
             script = folder / FORWARDER_NAME
-            script.write_bytes(source)
+            script.write_bytes(Path(forwarder.__file__).read_bytes())
             script.chmod(0o644)
-            self.folder = folder
+            self.folder, self._private = folder, private
             self._server = await asyncio.start_unix_server(
                 self._handle, path=str(folder / SOCKET_NAME), limit=MAX_HEAD
             )
-            os.chmod(folder / SOCKET_NAME, 0o666)  # the kernel's uid may differ from ours
+            os.chmod(folder / SOCKET_NAME, 0o666)
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            self.folder = None
+            shutil.rmtree(private, ignore_errors=True)
+            self.folder = self._private = None
             raise
         return self
 
@@ -188,8 +204,8 @@ class NetworkProxy:
         if server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
 
     # -- the record ------------------------------------------------------------------
     def mark(self) -> int:
