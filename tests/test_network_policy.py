@@ -453,3 +453,21 @@ async def test_a_root_too_deep_for_a_socket_is_a_clear_error(tmp_path: Any) -> N
     with pytest.raises(KernelStartError, match="107-character limit"):
         await NetworkProxy(NetworkPolicy(), root=str(deep)).start()
     assert list(deep.iterdir()) == []  # nothing left behind
+
+
+async def test_connections_beyond_the_cap_are_closed(web_server: int, tmp_path: Any) -> None:
+    async with _route(NetworkPolicy(allow=["web.test", "127.0.0.1"]), tmp_path) as route:
+        path = str(route.proxy.socket_path)
+        idle = [await asyncio.open_unix_connection(path) for _ in range(proxy.MAX_CONNECTIONS)]
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # closed at once, no answer
+            writer.close()
+        finally:
+            for _reader, writer in idle:
+                writer.close()
+        deadline = asyncio.get_running_loop().time() + 30
+        while route.proxy._tasks and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # until the proxy has seen the idle ones go
+        status, _body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 200  # the proxy serves again

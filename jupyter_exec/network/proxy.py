@@ -68,6 +68,9 @@ MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
 CHUNK = 65536
+MAX_CONNECTIONS = 256
+"""Open connections per session; more are closed at once (the kernel could otherwise open the
+socket thousands of times and use up this process's file descriptors)."""
 MAX_KEPT = 10_000
 """Decisions kept in memory; a cell that tries more keeps the latest."""
 
@@ -262,6 +265,9 @@ class NetworkProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.close()
+            return
         self._tasks.add(task)
         try:
             await self._serve(reader, writer)
