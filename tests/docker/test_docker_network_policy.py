@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import shutil
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,3 +206,59 @@ def test_blocking_session_keeps_its_policy_across_a_restart(
         proxy_folder = session._async._kernel.network.folder  # type: ignore[union-attr]
         assert proxy_folder.is_dir()
     assert not proxy_folder.exists()  # closed with the session
+
+
+@pytest.fixture
+def tls_port(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """An HTTPS server for ``secure.test`` on loopback, with its own self-signed certificate."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=secure.test", "-addext", "subjectAltName=DNS:secure.test",
+         "-keyout", str(certs / "key.pem"), "-out", str(certs / "cert.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs / "cert.pem", certs / "key.pem")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Handler.seen.clear()
+    proxy.resolver_overrides["secure.test"] = "127.0.0.1"
+    try:
+        yield server.server_address[1], certs / "cert.pem"
+    finally:
+        proxy.resolver_overrides.clear()
+        server.shutdown()
+        server.server_close()
+
+
+async def test_https_is_tunnelled_end_to_end_without_secrets(
+    kernel_image: str, tmp_path: Path, tls_port: tuple[int, Path]
+) -> None:
+    port, cert = tls_port
+    work = tmp_path / "w"
+    work.mkdir()
+    shutil.copy(cert, work / "ca.pem")  # the kernel verifies the server's own certificate
+    policy = NetworkPolicy(
+        allow=["secure.test", "127.0.0.1"], secrets={"secure.test": {"Authorization": SECRET}}
+    )
+    async with AsyncSession(
+        work_dir=work, backend="docker", docker={"image": kernel_image}, network=policy
+    ) as session:
+        fetched = await session.execute(
+            "import ssl, urllib.request\n"
+            "ctx = ssl.create_default_context(cafile='ca.pem')\n"
+            f"with urllib.request.urlopen('https://secure.test:{port}/', context=ctx,"
+            " timeout=30) as r:\n"
+            "    print(r.status, r.read().decode())"
+        )
+        fetched.raise_for_error()
+        assert fetched.stdout.strip() == "200 hello through the policy"
+        assert [(c.host, c.port, c.decision) for c in fetched.connections] == [
+            ("secure.test", port, "allowed")
+        ]
+    # TLS end to end, verified against the server's own name: nothing in between read it,
+    # so no secret was added either (that needs interception, a later release)
+    assert "Authorization" not in _Handler.seen[-1]
