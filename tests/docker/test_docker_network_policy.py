@@ -13,6 +13,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,75 @@ async def test_https_is_tunnelled_end_to_end_without_secrets(
     # TLS end to end, verified against the server's own name: nothing in between read it,
     # so no secret was added either (that needs interception, a later release)
     assert "Authorization" not in _Handler.seen[-1]
+
+
+def _wheel(folder: Path) -> str:
+    """A one-module wheel, ``jxdemo`` 1.0, made here: no package index needed to get one."""
+    name = "jxdemo-1.0-py3-none-any.whl"
+    files = {
+        "jxdemo/__init__.py": "VALUE = 42\n",
+        "jxdemo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: jxdemo\nVersion: 1.0\n",
+        "jxdemo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in [*files, "jxdemo-1.0.dist-info/RECORD"])
+    with zipfile.ZipFile(folder / name, "w") as archive:
+        for path, text in {**files, "jxdemo-1.0.dist-info/RECORD": record}.items():
+            archive.writestr(path, text)
+    return name
+
+
+@pytest.fixture
+def index_port(tmp_path: Path) -> Iterator[int]:
+    """A PEP 503 simple index on loopback serving one package, reached as ``index.test``."""
+    root = tmp_path / "index"
+    (root / "simple" / "jxdemo").mkdir(parents=True)
+    (root / "files").mkdir()
+    wheel = _wheel(root / "files")
+    (root / "simple" / "jxdemo" / "index.html").write_text(
+        f'<html><body><a href="../../files/{wheel}">{wheel}</a></body></html>'
+    )
+
+    class Index(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy.resolver_overrides["index.test"] = "127.0.0.1"
+    try:
+        yield server.server_address[1]
+    finally:
+        proxy.resolver_overrides.clear()
+        server.shutdown()
+        server.server_close()
+
+
+async def test_pip_installs_from_the_only_allowed_host(
+    kernel_image: str, tmp_path: Path, index_port: int
+) -> None:
+    """A policy that allows only the package index: ``pip install`` works unchanged."""
+    policy = NetworkPolicy(allow=["index.test", "127.0.0.1"])
+    async with AsyncSession(
+        work_dir=tmp_path / "w",
+        backend="docker",
+        docker={"image": kernel_image},
+        network=policy,
+        timeout=240,
+    ) as session:
+        installed = await session.execute(
+            "import subprocess, sys\n"
+            "r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-cache-dir',"
+            " '--disable-pip-version-check', '--index-url',"
+            f" 'http://index.test:{index_port}/simple/', '--trusted-host', 'index.test',"
+            " 'jxdemo'], capture_output=True, text=True)\n"
+            "print(r.returncode, r.stderr[-2000:])"
+        )
+        assert installed.stdout.startswith("0 "), installed.stdout
+        hosts = {(c.host, c.decision) for c in installed.connections}
+        assert hosts == {("index.test", "allowed")}
+        imported = await session.execute("import jxdemo; jxdemo.VALUE")
+        assert imported.text == "42"
