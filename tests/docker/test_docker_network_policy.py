@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from jupyter_exec import AsyncSession, NetworkPolicy, Session
-from jupyter_exec.network import proxy
+from jupyter_exec.network import NetworkRequest, proxy
 
 pytestmark = pytest.mark.docker
 
@@ -335,3 +335,38 @@ async def test_pip_installs_from_the_only_allowed_host(
         assert hosts == {("index.test", "allowed")}
         imported = await session.execute("import jxdemo; jxdemo.VALUE")
         assert imported.text == "42"
+
+
+async def test_ask_decides_an_unlisted_host_for_the_rest_of_the_session(
+    kernel_image: str, tmp_path: Path, web_port: int
+) -> None:
+    asked: list[NetworkRequest] = []
+
+    async def ask(request: NetworkRequest) -> bool:
+        asked.append(request)
+        return request.host == "web.test"
+
+    policy = NetworkPolicy(allow=["127.0.0.1"], ask=ask)
+    async with AsyncSession(
+        work_dir=tmp_path / "w",
+        backend="docker",
+        docker={"image": kernel_image},
+        network=policy,
+        name="asking",
+    ) as session:
+        (await session.execute(FETCH)).raise_for_error()
+        code = (
+            f"print(fetch('http://web.test:{web_port}/')[0], "
+            f"fetch('http://web.test:{web_port}/')[0], fetch('http://evil.test:{web_port}/')[0])"
+        )
+        answered = await session.execute(code)
+        assert answered.stdout.split() == ["200", "200", "403"]
+        assert [c.reason for c in answered.connections] == [
+            "allowed when asked",
+            "allowed when asked",
+            "denied when asked",
+        ]
+    assert [(r.host, r.session, r.cell) for r in asked] == [
+        ("web.test", "asking", 1),
+        ("evil.test", "asking", 1),
+    ]
