@@ -63,7 +63,10 @@ def serve(listener: socket.socket, path: str) -> None:
             client, _ = listener.accept()
         except InterruptedError:
             continue
-        threading.Thread(target=_relay, args=(client, path), daemon=True).start()
+        try:
+            threading.Thread(target=_relay, args=(client, path), daemon=True).start()
+        except RuntimeError:  # no thread to spare (the container's pids limit): refuse this one
+            client.close()
 
 
 def main(argv: list[str]) -> None:

@@ -308,9 +308,10 @@ class NetworkProxy:
         if decision.allowed:
             host = normalise_host(host)
             try:
-                addresses = await self._resolve(host, port)
-            except OSError as exc:
-                decision = Decision(True, f"{decision.reason}; {host} did not resolve ({exc})")
+                addresses = await asyncio.wait_for(self._resolve(host, port), CONNECT_TIMEOUT)
+            except (OSError, asyncio.TimeoutError) as exc:
+                why = str(exc) or "timed out"
+                decision = Decision(True, f"{decision.reason}; {host} did not resolve ({why})")
             else:
                 decision = self.policy.check_addresses(host, port, addresses) or decision
         if not decision.allowed:
