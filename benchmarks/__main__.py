@@ -16,6 +16,7 @@ import benchmarks.docker_cases
 import benchmarks.e2b_cases
 import benchmarks.fork_cases
 import benchmarks.nbclient_cases
+import benchmarks.network_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
@@ -33,6 +34,7 @@ _ = (
     benchmarks.rss_cases,
     benchmarks.fork_cases,
     benchmarks.e2b_cases,
+    benchmarks.network_cases,
 )
 
 

@@ -31,6 +31,7 @@ from jupyter_exec.exceptions import (
 )
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo, SessionManager
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.replay import CellResult, ReplayReport, replay, replay_async
 from jupyter_exec.session import AsyncSession
@@ -57,6 +58,7 @@ __all__ = [
     "KernelNotAliveError",
     "KernelStartError",
     "MissingDependency",
+    "NetworkPolicy",
     "NotebookError",
     "RemoteError",
     "RemoteNotFound",

@@ -259,6 +259,8 @@ class KernelHandle:
     shell: Receiver = field(init=False)
     stream_guard: bool | None = field(default=None, init=False)
     """Whether the in-kernel stream guard is active (None: not tried since the kernel started)."""
+    network: Any = field(default=None, init=False)
+    """The session's network proxy (a Docker kernel with a policy); closed with the kernel."""
 
     def __post_init__(self) -> None:
         self.iopub = Receiver(self.kc.iopub_channel)
@@ -332,11 +334,15 @@ class KernelHandle:
         try:
             self.kc.stop_channels()
         finally:
-            if kernel and self.km.has_kernel:
-                try:
-                    await self.km.shutdown_kernel(now=now)
-                except Exception:  # already dead or never answered: make sure it is gone
-                    await self.km.shutdown_kernel(now=True)
+            try:
+                if kernel and self.km.has_kernel:
+                    try:
+                        await self.km.shutdown_kernel(now=now)
+                    except Exception:  # already dead or never answered: make sure it is gone
+                        await self.km.shutdown_kernel(now=True)
+            finally:
+                if self.network is not None and kernel:
+                    await self.network.close()
 
 
 def _activate(env: dict[str, str], km: AsyncKernelManager) -> None:

@@ -81,6 +81,8 @@ async def launch_kernel(
     """
     if options.environment is not None:
         raise InvalidArgument("resolve the environment first (launch.resolve_environment)")
+    if options.network is not None:
+        return await _launch_with_policy(options, cwd)
     km: Any = options.kernel_manager
     if km is not None:
         return await attach_kernel(km, options.startup_timeout)
@@ -109,3 +111,30 @@ async def launch_kernel(
         env=dict(options.env) if options.env is not None else None,
         startup_timeout=options.startup_timeout,
     )
+
+
+async def _launch_with_policy(options: SessionOptions, cwd: Path | None) -> KernelHandle:
+    """A Docker kernel whose only way out is a new proxy deciding with ``options.network``.
+
+    The proxy lives as long as the kernel handle (closed by its ``shutdown``).
+    """
+    if options.backend != "docker" or options.kernel_manager is not None:
+        raise InvalidArgument(
+            "network= applies only to a Docker kernel that jupyter-exec starts (backend="
+            f"'docker'), not to a {'given' if options.kernel_manager else options.backend} "
+            "kernel: the policy could not be enforced there"
+        )
+    from jupyter_exec.network.proxy import NetworkProxy
+
+    assert options.network is not None
+    proxy = await NetworkProxy(options.network, session=options.name or "").start()
+    try:
+        docker = {**options.docker, "network_proxy": str(proxy.folder)}
+        handle = await launch_kernel(options.replace(network=None, docker=docker), cwd)
+    except BaseException:
+        await proxy.close()
+        raise
+    if not proxy.session:
+        proxy.session = handle.kernel_id
+    handle.network = proxy
+    return handle

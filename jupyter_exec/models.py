@@ -23,6 +23,7 @@ from jupyter_exec.exceptions import (
     SessionClosedError,
 )
 from jupyter_exec.mime import BINARY, joined
+from jupyter_exec.network.policy import Connection
 
 __all__ = ["CellError", "Execution", "Result", "ScriptResult", "Status"]
 
@@ -158,6 +159,9 @@ class Execution:
     """The files holding the full text of truncated streams (also listed in ``files``)."""
     outputs: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
     """The nbformat outputs, exactly as recorded in the notebook."""
+    connections: tuple[Connection, ...] = ()
+    """The connections the kernel tried through its network policy's proxy while this ran
+    (host, port, decision, reason); empty without a policy."""
 
     @property
     def ok(self) -> bool:
@@ -228,6 +232,7 @@ class Execution:
             "state_lost": self.state_lost,
             "truncated": self.truncated,
             "spilled": [str(p) for p in self.spilled],
+            "connections": [c.to_dict() for c in self.connections],
         }
 
     def __str__(self) -> str:

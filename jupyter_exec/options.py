@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.naming import check_text, validate_name
+from jupyter_exec.network.policy import NetworkPolicy
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
 
 __all__ = [
@@ -120,6 +121,15 @@ class SessionOptions:
         metadata=_help(
             'Docker backend options (DockerProvisioner traits, e.g. {"network": true, '
             '"memory": "2g"}).',
+            cli=False,
+        ),
+    )
+    network: NetworkPolicy | None = field(
+        default=None,
+        metadata=_help(
+            "For backend=docker: a NetworkPolicy (or its mapping form) deciding which hosts "
+            "the kernel may reach through jupyter-exec's proxy. None: the docker option "
+            "network decides (no network by default).",
             cli=False,
         ),
     )
@@ -225,6 +235,19 @@ class SessionOptions:
         if not isinstance(self.docker, Mapping):
             raise InvalidArgument("docker must be a mapping of Docker backend options")
         put(self, "docker", dict(self.docker))
+        if self.network is not None:
+            put(self, "network", NetworkPolicy.from_value(self.network))
+            if self.environment is None and self.backend != "docker":
+                raise InvalidArgument(
+                    f"network= is enforced only for Docker kernels (backend='docker'); a "
+                    f"{self.backend} kernel has this machine's network, so the policy could "
+                    "not apply: use backend='docker' or drop network="
+                )
+            if self.docker.get("network") not in (None, False, "", "none"):
+                raise InvalidArgument(
+                    "network= (a policy) and docker={'network': ...} both set the kernel's "
+                    "network; keep only the policy"
+                )
         if self.env is not None:
             if not isinstance(self.env, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()

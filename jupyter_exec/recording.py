@@ -40,6 +40,8 @@ from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult
 from jupyter_exec.naming import default_session_name, notebook_name
+from jupyter_exec.network.policy import Connection
+from jupyter_exec.network.redact import redact, secret_needles
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
@@ -114,6 +116,11 @@ class Cell:
     spill: SafeSpill | None
     guard: CellGuard | None = None
     """What the kernel's output guard is asked for this cell (None: no guard, or no writes)."""
+    network: Any = None
+    """The kernel's network proxy (a policy is set), and its record's position at the start."""
+    network_mark: int = 0
+    network_revived: bool = False
+    """The proxy had stopped (requests failed closed) and was started again before this cell."""
 
     @property
     def metadata(self) -> dict[str, Any] | None:
@@ -152,6 +159,11 @@ class Recording:
         self.cells_run += 1
         spill = SafeSpill(FileSpill(self.store, index)) if write else None
         cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
+        network = getattr(kernel, "network", None)  # (a scripted test kernel has none)
+        if network is not None:
+            cell.network, cell.network_mark = network, network.mark()
+            network.cell = index
+            cell.network_revived = await network.revive()
         if spill is not None:
             cell.guard = await guard.prepare(
                 kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
@@ -175,6 +187,10 @@ class Recording:
         spilled = spill.close() if spill is not None else []
         failure: StorageError | NotebookError | None = spill.error if spill is not None else None
         outputs, error = _final_outputs(builder, run)
+        connections: tuple[Connection, ...] = ()
+        if cell.network is not None:
+            connections = cell.network.since(cell.network_mark)
+            outputs, error = _redacted(outputs, error, cell.network.policy.secret_values())
 
         results: list[Result] = []
         saved: list[Path] = list(spilled)
@@ -216,7 +232,9 @@ class Recording:
                     self.recorder.refresh(index, save=False)
                 try:
                     recorded_index = self.recorder.append(
-                        self._cell(code, builder, run, duration, outputs)
+                        self._cell(
+                            code, builder, run, duration, outputs, connections, cell.network_revived
+                        )
                     )
                 except NotebookError as exc:
                     recorded_index = len(self.recorder) - 1
@@ -239,6 +257,7 @@ class Recording:
             truncated=builder.truncated,
             spilled=tuple(spilled),
             outputs=tuple(_copy_output(o) for o in outputs),
+            connections=connections,
         )
         if failure is not None:
             failure._attach(execution)
@@ -252,8 +271,16 @@ class Recording:
         run: CellRun,
         duration: float,
         outputs: list[dict[str, Any]],
+        connections: tuple[Connection, ...] = (),
+        network_revived: bool = False,
     ) -> dict[str, Any]:
         ours: dict[str, Any] = {"status": run.status, "duration": round(duration, 6)}
+        if connections:  # what the network policy decided while the cell ran
+            ours["network"] = [c.to_dict() for c in connections[-MAX_RECORDED_CONNECTIONS:]]
+        if network_revived:
+            ours["network_proxy"] = (
+                "the network proxy had stopped (requests failed closed); restarted before this cell"
+            )
         if self.restart_note is not None and run.status != "died" and not run.state_lost:
             ours["kernel"] = self.restart_note
             self.restart_note = None
@@ -381,6 +408,26 @@ def _final_outputs(
         error = _error_from(outputs) or run.reply_error or _NO_DETAILS
     return outputs, error
 
+
+def _redacted(
+    outputs: list[dict[str, Any]], error: CellError | None, secrets: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], CellError | None]:
+    """The outputs and error without the network policy's secrets (should the kernel hold one:
+    an allowed host may echo a header back)."""
+    needles = secret_needles(secrets)
+    if not needles:
+        return outputs, error
+    if error is not None:
+        error = CellError(
+            redact(error.ename, needles),
+            redact(error.evalue, needles),
+            redact(error.traceback, needles),
+        )
+    return [redact(o, needles) for o in outputs], error
+
+
+MAX_RECORDED_CONNECTIONS = 200
+"""Network decisions kept in one cell's metadata (the latest); the Execution has them all."""
 
 _NO_DETAILS = CellError("Error", "the kernel reported an error but sent no details")
 

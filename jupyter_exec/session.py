@@ -89,6 +89,7 @@ class AsyncSession(StateMethods):
         *,
         backend: Backend = "local",
         docker: dict[str, Any] | None = None,
+        network: Any = None,
         env: dict[str, str] | None = None,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
@@ -247,6 +248,8 @@ class AsyncSession(StateMethods):
         )
         self._options = await resolve_environment(self._options)
         self._kernel = await launch_kernel(self._options, work_dir)
+        if self._kernel.network is not None:  # what a network policy's ask is told
+            self._kernel.network.session = name
         self._recording = Recording(work_dir, files_folder(name), self._notebook_path)
         if recorded is not None and self._resume is not None:
             from jupyter_exec.resume import rebuild

@@ -42,6 +42,7 @@ PUBLIC = {
     "RemoteNotFound",
     "RemoteError",
     "MissingDependency",
+    "NetworkPolicy",
     "InvalidArgument",
     "AsyncSession",
     "AsyncSessionManager",

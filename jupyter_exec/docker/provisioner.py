@@ -72,6 +72,7 @@ from jupyter_exec.docker.ownership import KernelUser, choose_user, lend
 from jupyter_exec.docker.watchdog import ensure_watchdog
 from jupyter_exec.docker.watcher import ExitWatcher
 from jupyter_exec.exceptions import KernelNotAliveError, KernelStartError
+from jupyter_exec.network.proxy import CONTAINER_DIR, forwarder_command, kernel_env
 from jupyter_exec.safefs import Folder
 
 __all__ = ["DockerProvisioner"]
@@ -151,6 +152,12 @@ class DockerProvisioner(KernelProvisionerBase):
         [Bool(), Unicode()],
         default_value=False,
         help="False: no network (default). True: the default bridge. A string: that network.",
+    ).tag(config=True)
+    network_proxy = Unicode(
+        "",
+        help="A jupyter-exec network proxy's folder (its Unix socket and the forwarder script), "
+        f"mounted read-only at {CONTAINER_DIR}: the kernel's HTTP(S) clients go through it while "
+        "the container keeps no network. Set by Session(network=NetworkPolicy(...)).",
     ).tag(config=True)
     init = Bool(True, help="Run docker-init as PID 1 (needed for reliable interrupts).").tag(
         config=True
@@ -347,7 +354,7 @@ class DockerProvisioner(KernelProvisionerBase):
             ),
             env=env,
             labels=labels,
-            volumes=(conf, *(parse_volume(v) for v in self.volumes)),
+            volumes=(conf, *self._proxy_mounts(), *(parse_volume(v) for v in self.volumes)),
             security=Security(
                 init=self.init,
                 read_only=self.read_only,
@@ -369,10 +376,17 @@ class DockerProvisioner(KernelProvisionerBase):
             extra=dict(self.run_kwargs),
         )
 
+    def _proxy_mounts(self) -> tuple[Mount, ...]:
+        if not self.network_proxy:
+            return ()
+        return (Mount(self.network_proxy, CONTAINER_DIR, read_only=True),)
+
     def _kernel_env(self, requested: dict[str, str], user: KernelUser) -> dict[str, str]:
         spec_env = list(self.kernel_spec.env) if self.kernel_spec is not None else []
         env = {"HOME": "/tmp", "USER": user.name, "LOGNAME": user.name}
         env.update(forwarded_env(requested, os.environ, always=spec_env))
+        if self.network_proxy:
+            env.update(kernel_env())
         env.update(self.env)
         return env
 
@@ -429,6 +443,13 @@ class DockerProvisioner(KernelProvisionerBase):
             self._run_dir = self._make_run_dir(self._kernel_user)
         self._configure_connection(km, self._kernel_user)
         cmd = self._kernel_cmd(extra_arguments)
+        if self.network_proxy:
+            if network_mode(self.network) != "none":
+                raise KernelStartError(
+                    "a network policy (network_proxy) needs the container without a network "
+                    f"of its own, but network={self.network!r}; drop the network option"
+                )
+            cmd = forwarder_command(cmd)
         return dict(await super().pre_launch(cmd=cmd, **kwargs))
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:

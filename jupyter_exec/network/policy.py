@@ -1,0 +1,418 @@
+"""``NetworkPolicy``: which hosts a Docker kernel may reach, as a frozen, validated value.
+
+A policy is data: lists of rules, checked when the policy is made (a malformed rule is
+:class:`~jupyter_exec.InvalidArgument` before any kernel starts), compared and hashed by value
+so a pool can key kernels by it. The proxy (:mod:`jupyter_exec.network.proxy`) asks
+:meth:`NetworkPolicy.decide` about every connection. The rules:
+
+* ``"pypi.org"`` one host, any port; ``"pypi.org:443"`` that port only;
+* ``"*.example.org"`` any name under ``example.org`` (not ``example.org`` itself); ``"*"`` any name;
+* ``"10.1.2.3"``, ``"[::1]:8080"``, ``"10.0.0.0/8"``: addresses and ranges. They decide
+  connections to address literals, and a ``deny`` range also refuses a *name* that resolves
+  into it (checked by the proxy on the addresses it resolved).
+
+Nothing is allowed unless a rule allows it; ``deny`` wins over ``allow``; a connection neither
+list decides goes to ``ask`` when there is one, else it is refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_exec.exceptions import InvalidArgument
+
+__all__ = ["Connection", "Decision", "NetworkPolicy", "NetworkRequest", "Rule", "parse_rule"]
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+@dataclass(frozen=True)
+class NetworkRequest:
+    """What ``ask`` is asked about: a connection no rule decides."""
+
+    host: str
+    port: int
+    session: str
+    """The session's name."""
+    cell: int | None
+    """The 0-based index of the cell running when the kernel tried it (None: between cells)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one connection, with a reason a person (or a model) can act on."""
+
+    allowed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One connection the kernel tried through the proxy, and what was decided."""
+
+    host: str
+    port: int
+    decision: str
+    """``"allowed"`` or ``"denied"``."""
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "decision": self.decision,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One parsed rule: a host name pattern or an address range, and optionally a port."""
+
+    text: str
+    """The rule as normalised text (what reasons quote)."""
+    name: str | None = None
+    """A host name, ``*.suffix`` or ``*``; None for an address rule."""
+    network: IPNetwork | None = None
+    port: int | None = None
+
+    def matches(self, host: str, port: int) -> bool:
+        """Whether the rule covers ``host`` (a normalised name or an address literal)."""
+        if self.port is not None and self.port != port:
+            return False
+        address = _address(host)
+        if address is not None:
+            return self.network is not None and address in self.network
+        if self.name is None:
+            return False
+        if self.name == "*":
+            return True
+        if self.name.startswith("*."):
+            return host.endswith(self.name[1:])
+        return host == self.name
+
+    def covers_address(self, address: IPAddress, port: int) -> bool:
+        """Whether an address rule covers a resolved ``address``."""
+        if self.network is None or (self.port is not None and self.port != port):
+            return False
+        return address in self.network
+
+
+def _address(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def normalise_host(host: str) -> str:
+    """Lower case, no trailing dot, IDNA for non-ASCII names; addresses in canonical form.
+
+    Raises ``ValueError`` for something that is neither a host name nor an address.
+    """
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    address = _address(text)
+    if address is not None:
+        return str(address)
+    text = text.rstrip(".").lower()
+    if not text.isascii():
+        try:
+            text = text.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"{host!r} is not a valid host name") from None
+    labels = text.split(".")
+    if not text or len(text) > 253 or not all(_LABEL.match(label) for label in labels):
+        raise ValueError(f"{host!r} is not a valid host name")
+    return text
+
+
+def _split_port(text: str) -> tuple[str, int | None]:
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"{text!r}: '[' without ']'")
+        rest = text[end + 1 :]
+        host = text[: end + 1]
+        if not rest:
+            return host, None
+        if not rest.startswith(":"):
+            raise ValueError(f"{text!r}: expected ':PORT' after ']'")
+        return host, _port(rest[1:], text)
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, _port(port, text)
+    return text, None  # a name, an IPv4 address or range, or a bare IPv6 address or range
+
+
+def _port(text: str, rule: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"{rule!r}: the port must be a number from 1 to 65535")
+    return int(text)
+
+
+def parse_rule(text: str) -> Rule:
+    """Parse one allow/deny rule; ``ValueError`` says what is wrong with it."""
+    if not isinstance(text, str):
+        raise ValueError(f"a rule must be a string, not {type(text).__name__}")
+    raw = text.strip()
+    if not raw:
+        raise ValueError("an empty rule")
+    if any(c.isspace() or c in "?#@" for c in raw) or "://" in raw:
+        raise ValueError(f"{text!r}: give a host, 'host:port', an address or a range, not a URL")
+    host, port = _split_port(raw)
+    suffix = f":{port}" if port is not None else ""
+    if "/" in host:
+        try:
+            network = ipaddress.ip_network(host.strip("[]"), strict=False)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an address range like '10.0.0.0/8'") from None
+        shown = f"[{network}]" if network.version == 6 and port is not None else str(network)
+        return Rule(text=shown + suffix, network=network, port=port)
+    address = _address(host.strip("[]"))
+    if address is not None:
+        network = ipaddress.ip_network(address)
+        shown = f"[{address}]" if address.version == 6 and port is not None else str(address)
+        return Rule(text=shown + suffix, network=network, port=port)
+    if host == "*":
+        return Rule(text="*" + suffix, name="*", port=port)
+    if host.startswith("*."):
+        name = "*." + normalise_host(host[2:])
+    elif "*" in host:
+        raise ValueError(f"{text!r}: a wildcard may only be a whole first label ('*.example.org')")
+    else:
+        name = normalise_host(host)
+    return Rule(text=name + suffix, name=name, port=port)
+
+
+AskCallback = Callable[[NetworkRequest], "bool | Awaitable[bool]"]
+
+
+class NetworkPolicy:
+    """Which hosts a Docker kernel may reach; see the module docstring for the rules.
+
+    ``secrets`` maps a host name to headers (``{"api.example.org": {"Authorization": "..."}}``)
+    that the proxy adds to that host's requests; they never enter the kernel. Their values are
+    kept out of ``repr`` and :meth:`to_dict`. ``ask`` decides connections no rule decides.
+    """
+
+    __slots__ = ("_allow", "_ask", "_deny", "_secrets")
+    _allow: tuple[Rule, ...]
+    _deny: tuple[Rule, ...]
+    _secrets: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    _ask: AskCallback | None
+
+    def __init__(
+        self,
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        secrets: Mapping[str, Mapping[str, str]] | None = None,
+        ask: AskCallback | None = None,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "_allow", _rules(allow, "allow"))
+        set_(self, "_deny", _rules(deny, "deny"))
+        set_(self, "_secrets", _secrets(secrets))
+        if ask is not None and not callable(ask):
+            raise InvalidArgument("NetworkPolicy ask must be a callable ask(request) -> bool")
+        set_(self, "_ask", ask)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("NetworkPolicy is immutable; make a new one")
+
+    # -- what it is ------------------------------------------------------------------
+    @property
+    def allow(self) -> tuple[str, ...]:
+        return tuple(rule.text for rule in self._allow)
+
+    @property
+    def deny(self) -> tuple[str, ...]:
+        return tuple(rule.text for rule in self._deny)
+
+    @property
+    def secrets(self) -> dict[str, dict[str, str]]:
+        """A copy of the per-host headers (the values are secrets: handle with care)."""
+        return {host: dict(headers) for host, headers in self._secrets}
+
+    @property
+    def ask(self) -> AskCallback | None:
+        return self._ask
+
+    def headers_for(self, host: str) -> tuple[tuple[str, str], ...]:
+        """The secret headers to add to requests to ``host`` (a normalised name)."""
+        return next((headers for name, headers in self._secrets if name == host), ())
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret header value (what recorded outputs are scanned for)."""
+        return tuple(value for _, headers in self._secrets for _, value in headers)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.allow, self.deny, self._secrets, self._ask)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NetworkPolicy) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        parts = [f"allow={list(self.allow)!r}"]
+        if self._deny:
+            parts.append(f"deny={list(self.deny)!r}")
+        if self._secrets:
+            hidden = {host: [name for name, _ in headers] for host, headers in self._secrets}
+            parts.append(f"secrets=<headers {hidden!r}>")
+        if self._ask is not None:
+            parts.append(f"ask={self._ask!r}")
+        return f"NetworkPolicy({', '.join(parts)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rules as JSON-able data; secret header *names* only, never their values."""
+        return {
+            "allow": list(self.allow),
+            "deny": list(self.deny),
+            "secrets": {host: [name for name, _ in headers] for host, headers in self._secrets},
+            "ask": self._ask is not None,
+        }
+
+    @classmethod
+    def from_value(cls, value: Any) -> NetworkPolicy:
+        """A policy from a policy or a mapping (``{"allow": [...], "deny": [...], ...}``)."""
+        if isinstance(value, NetworkPolicy):
+            return value
+        if not isinstance(value, Mapping):
+            raise InvalidArgument(
+                f"network must be a NetworkPolicy or a mapping with allow/deny, not {value!r}"
+            )
+        unknown = sorted(set(value) - {"allow", "deny", "secrets", "ask"})
+        if unknown:
+            raise InvalidArgument(
+                f"unknown network policy key(s) {', '.join(map(repr, unknown))}; "
+                "known: allow, deny, secrets, ask"
+            )
+        return cls(
+            allow=value.get("allow", ()),
+            deny=value.get("deny", ()),
+            secrets=value.get("secrets"),
+            ask=value.get("ask"),
+        )
+
+    # -- deciding --------------------------------------------------------------------
+    def describe(self) -> str:
+        """``allowed: pypi.org, files.pythonhosted.org`` (what refusals quote)."""
+        allowed = ", ".join(self.allow) or "nothing"
+        denied = f"; denied: {', '.join(self.deny)}" if self._deny else ""
+        return f"allowed: {allowed}{denied}"
+
+    def decide(self, host: str, port: int) -> Decision:
+        """The lists' answer for ``host:port``; an undecided connection is refused here
+        (the proxy asks ``ask`` first when there is one, see :meth:`undecided`)."""
+        try:
+            name = normalise_host(host)
+        except ValueError:
+            return Decision(False, f"{host!r} is not a valid host name")
+        for rule in self._deny:
+            if rule.matches(name, port):
+                return Decision(False, f"denied by rule {rule.text!r}")
+        for rule in self._allow:
+            if rule.matches(name, port):
+                return Decision(True, f"allowed by rule {rule.text!r}")
+        return Decision(False, "not in the allow list")
+
+    def undecided(self, host: str, port: int) -> bool:
+        """Whether no rule matches ``host:port`` (so ``ask`` may decide it)."""
+        try:
+            name = normalise_host(host)
+        except ValueError:
+            return False
+        return not any(rule.matches(name, port) for rule in (*self._deny, *self._allow))
+
+    def check_addresses(self, host: str, port: int, addresses: Iterable[str]) -> Decision | None:
+        """A refusal when a name resolved into a denied range, or into a private range that no
+        ``allow`` address rule lists; None when the addresses are fine.
+
+        Without the second check an allowed (or wildcard) name that resolves to 127.0.0.1 or a
+        cloud metadata address would reach the host's own services.
+        """
+        for text in addresses:
+            address = ipaddress.ip_address(text)
+            for rule in self._deny:
+                if rule.covers_address(address, port):
+                    return Decision(False, f"{host} resolves to {address}, denied by {rule.text!r}")
+            special = (
+                address.is_loopback
+                or address.is_link_local
+                or address.is_private
+                or address.is_unspecified
+                or address.is_multicast
+                or address.is_reserved
+            )
+            if special and not any(rule.covers_address(address, port) for rule in self._allow):
+                return Decision(
+                    False,
+                    f"{host} resolves to {address}, a local or private address the allow "
+                    "list does not name",
+                )
+        return None
+
+
+def _rules(values: Iterable[str], what: str) -> tuple[Rule, ...]:
+    if isinstance(values, str):
+        raise InvalidArgument(f"NetworkPolicy {what} must be a list of rules, not one string")
+    try:
+        items = list(values)
+    except TypeError:
+        raise InvalidArgument(f"NetworkPolicy {what} must be a list of rules") from None
+    rules: list[Rule] = []
+    for item in items:
+        try:
+            rule = parse_rule(item)
+        except ValueError as exc:
+            raise InvalidArgument(f"NetworkPolicy {what}: {exc}") from None
+        if rule not in rules:
+            rules.append(rule)
+    return tuple(rules)
+
+
+def _secrets(
+    value: Mapping[str, Mapping[str, str]] | None,
+) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise InvalidArgument("NetworkPolicy secrets must map a host name to a mapping of headers")
+    result: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+    for host, headers in value.items():
+        try:
+            name = normalise_host(host) if isinstance(host, str) else ""
+        except ValueError as exc:
+            raise InvalidArgument(f"NetworkPolicy secrets: {exc}") from None
+        if not name or _address(name) is not None:
+            raise InvalidArgument(f"NetworkPolicy secrets: {host!r} must be a host name")
+        if not isinstance(headers, Mapping) or not headers:
+            raise InvalidArgument(
+                f"NetworkPolicy secrets[{host!r}] must be a non-empty mapping of header to value"
+            )
+        pairs: list[tuple[str, str]] = []
+        for header, text in headers.items():
+            if not isinstance(header, str) or not _HEADER_NAME.match(header):
+                raise InvalidArgument(
+                    f"NetworkPolicy secrets[{host!r}]: {header!r} is not a header name"
+                )
+            if not isinstance(text, str) or any(c in text for c in "\r\n\0"):
+                # The value itself is never quoted: it is a secret.
+                raise InvalidArgument(
+                    f"NetworkPolicy secrets[{host!r}][{header!r}] must be text on one line"
+                )
+            pairs.append((header, text))
+        result.append((name, tuple(sorted(pairs))))
+    return tuple(sorted(result))

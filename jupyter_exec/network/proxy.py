@@ -1,0 +1,401 @@
+"""The host side of a Docker kernel's network: a per-session HTTP proxy on a Unix socket that
+decides every connection with the session's :class:`~jupyter_exec.NetworkPolicy`.
+
+The kernel's container has network mode ``none``. Its only way out is the Unix socket of this
+proxy, mounted into the container next to the forwarder (:mod:`jupyter_exec.network.forwarder`),
+which listens on the container's loopback; ``HTTP(S)_PROXY`` point the kernel's clients at it.
+The proxy speaks the two forms clients use through a proxy:
+
+* ``CONNECT host:port`` (HTTPS): decided on the CONNECT host, then a byte tunnel. No TLS
+  interception: secrets are not added to tunnelled requests.
+* ``GET http://host/path`` (plain HTTP, absolute form): decided on the URL's host, sent on as an
+  origin-form request with ``Connection: close`` and the policy's secret headers for that host.
+
+Names are resolved here, on the host (the kernel resolves none), and the resolved addresses are
+checked again (a name may not lead to a denied range or, unless listed, to a private one).
+A refusal is a ``403`` whose reason phrase and body say which host and which policy, so the
+message reaches the code even through ``urllib``'s "Tunnel connection failed: 403 ...".
+Every decision is kept (:attr:`NetworkProxy.connections`) for the cell that was running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import ipaddress
+import logging
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from jupyter_exec.exceptions import KernelStartError
+from jupyter_exec.network import forwarder
+from jupyter_exec.network.policy import (
+    Connection,
+    Decision,
+    NetworkPolicy,
+    NetworkRequest,
+    normalise_host,
+)
+
+__all__ = [
+    "CONTAINER_DIR",
+    "FORWARDER_PORT",
+    "NetworkProxy",
+    "forwarder_command",
+    "kernel_env",
+    "resolver_overrides",
+]
+
+log = logging.getLogger(__name__)
+
+#: Where the proxy's folder (its socket and the forwarder script) is mounted, read-only.
+CONTAINER_DIR = "/run/jxnet"
+SOCKET_NAME = "proxy.sock"
+FORWARDER_NAME = "forwarder.py"
+#: The forwarder's port on the container's own loopback.
+FORWARDER_PORT = 3128
+
+MAX_SOCKET_PATH = 107
+MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 15.0
+CHUNK = 65536
+MAX_CONNECTIONS = 256
+"""Open connections per session; more are closed at once (the kernel could otherwise open the
+socket thousands of times and use up this process's file descriptors)."""
+MAX_KEPT = 10_000
+"""Decisions kept in memory; a cell that tries more keeps the latest."""
+
+resolver_overrides: dict[str, str] = {}
+"""Host name -> address, consulted before the host's resolver: like an ``/etc/hosts`` for the
+proxy alone. For tests that reach a local server by a name."""
+
+_HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
+                "trailer", "upgrade"}  # fmt: skip
+
+
+def kernel_env(port: int = FORWARDER_PORT) -> dict[str, str]:
+    """The variables that point the kernel's HTTP clients (urllib, requests, httpx, pip) at the
+    forwarder; loopback itself stays direct."""
+    url = f"http://127.0.0.1:{port}"
+    no_proxy = "localhost,127.0.0.1,::1"
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "PIP_PROXY": url,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
+    }
+
+
+def forwarder_command(command: Iterable[str], port: int = FORWARDER_PORT) -> list[str]:
+    """``command`` (the kernel's argv in the container) started behind the forwarder."""
+    return [
+        "python",
+        f"{CONTAINER_DIR}/{FORWARDER_NAME}",
+        f"127.0.0.1:{port}",
+        f"{CONTAINER_DIR}/{SOCKET_NAME}",
+        "--",
+        *command,
+    ]
+
+
+class NetworkProxy:
+    """One session's proxy: start it, mount :attr:`folder` into the kernel, close it after."""
+
+    def __init__(self, policy: NetworkPolicy, *, session: str = "", root: str | None = None):
+        self.policy = policy
+        self.session = session
+        self.cell: int | None = None
+        """The index of the cell running now (set by the recording; given to ``ask``)."""
+        self.folder: Path | None = None
+        """What is mounted in the container: the socket and the forwarder script."""
+        self._private: Path | None = None
+        self._root = root
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._kept: collections.deque[tuple[int, Connection]] = collections.deque(maxlen=MAX_KEPT)
+        self._count = 0
+        self._asked: dict[str, bool] = {}
+        self._ask_lock = asyncio.Lock()
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------
+    @property
+    def socket_path(self) -> Path:
+        assert self.folder is not None
+        return self.folder / SOCKET_NAME
+
+    @property
+    def serving(self) -> bool:
+        """Whether the kernel can reach the proxy: listening, and its socket file still there
+        (a temp-dir cleaner may have removed it)."""
+        return (
+            self._server is not None
+            and self._server.is_serving()
+            and self.folder is not None
+            and self.socket_path.is_socket()
+        )
+
+    async def revive(self) -> bool:
+        """Listen again if the proxy stopped (its server closed, its socket removed) but was not
+        closed; True when it had to. The forwarder connects anew for every request, so the
+        kernel needs no restart."""
+        if self.serving or self._closed or self.folder is None or not self.folder.is_dir():
+            return False
+        if self._server is not None:
+            self._server.close()
+        self.socket_path.unlink(missing_ok=True)
+        self._server = await asyncio.start_unix_server(
+            self._handle, path=str(self.socket_path), limit=MAX_HEAD
+        )
+        os.chmod(self.socket_path, 0o666)
+        log.warning("session %s: the network proxy had stopped; it listens again", self.session)
+        return True
+
+    async def start(self) -> NetworkProxy:
+        """Make the folder (socket + forwarder) and listen; it is mounted read-only.
+
+        The socket must be open to the kernel's uid, whatever it is, so it is mode 0666; what
+        keeps other users of this machine from using it (and its secrets) is its path: the
+        folder is a random name inside a private (0711, unlistable) temporary directory.
+        """
+        private = Path(tempfile.mkdtemp(prefix="jxn-", dir=self._root))
+        try:
+            private.chmod(0o711)
+            folder = private / secrets.token_hex(12)
+            if len(str(folder / SOCKET_NAME)) > MAX_SOCKET_PATH:
+                raise KernelStartError(
+                    f"the network proxy's socket path under {private.parent} would be over the "
+                    f"{MAX_SOCKET_PATH}-character limit of Unix sockets; use a shorter root"
+                )
+            folder.mkdir(mode=0o755)
+            script = folder / FORWARDER_NAME
+            script.write_bytes(Path(forwarder.__file__).read_bytes())
+            script.chmod(0o644)
+            self.folder, self._private = folder, private
+            self._server = await asyncio.start_unix_server(
+                self._handle, path=str(folder / SOCKET_NAME), limit=MAX_HEAD
+            )
+            os.chmod(folder / SOCKET_NAME, 0o666)
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            self.folder = self._private = None
+            raise
+        return self
+
+    async def close(self) -> None:
+        """Stop listening, cut every open connection and remove the folder. Idempotent."""
+        self._closed = True
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5)
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+
+    # -- the record ------------------------------------------------------------------
+    def mark(self) -> int:
+        """A position in the record: :meth:`since` gives what was decided after it."""
+        return self._count
+
+    def since(self, mark: int) -> tuple[Connection, ...]:
+        return tuple(c for n, c in self._kept if n >= mark)
+
+    @property
+    def connections(self) -> tuple[Connection, ...]:
+        return tuple(c for _, c in self._kept)
+
+    def _record(self, host: str, port: int, decision: Decision) -> None:
+        entry = Connection(host, port, "allowed" if decision.allowed else "denied", decision.reason)
+        self._kept.append((self._count, entry))
+        self._count += 1
+        level = logging.DEBUG if decision.allowed else logging.INFO
+        log.log(level, "session %s: %s:%d %s (%s)", self.session, host, port, entry.decision,
+                decision.reason)  # fmt: skip
+
+    # -- deciding --------------------------------------------------------------------
+    async def decide(self, host: str, port: int) -> Decision:
+        """The policy's answer, asking ``ask`` (once per host per session) when no rule decides."""
+        ask = self.policy.ask
+        if ask is None or not self.policy.undecided(host, port):
+            return self.policy.decide(host, port)
+        name = normalise_host(host)
+        async with self._ask_lock:
+            if name not in self._asked:
+                request = NetworkRequest(name, port, self.session, self.cell)
+                try:
+                    if inspect.iscoroutinefunction(ask):
+                        answer = await ask(request)
+                    else:  # may block (a person at a prompt): not on the event loop
+                        answer = await asyncio.to_thread(ask, request)
+                        if inspect.isawaitable(answer):
+                            answer = await answer
+                except Exception as exc:
+                    return Decision(False, f"the ask callback failed: {exc!r}")
+                self._asked[name] = answer is True
+            allowed = self._asked[name]
+        return Decision(allowed, "allowed when asked" if allowed else "denied when asked")
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        with contextlib.suppress(ValueError):
+            return [str(ipaddress.ip_address(host))]
+        if host in resolver_overrides:
+            return [resolver_overrides[host]]
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    # -- serving ---------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.close()
+            return
+        self._tasks.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (OSError, EOFError, ValueError, asyncio.TimeoutError, asyncio.LimitOverrunError):
+            pass  # a client that went away or sent garbage: nothing to answer
+        except asyncio.CancelledError:
+            # Only close() cancels these; ending normally keeps Python 3.11's stream callback
+            # from logging the cancellation as an error.
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            await _refuse(writer, 400, "Bad Request", "not an HTTP proxy request")
+            return
+        method, target, version = parts
+        if method == "CONNECT":
+            host, port = _authority(target)
+            path = ""
+        else:
+            url = urlsplit(target)
+            if url.scheme.lower() != "http" or not url.hostname:
+                await _refuse(writer, 400, "Bad Request", "send absolute http:// URLs or CONNECT")
+                return
+            host, port = url.hostname, url.port or 80
+            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        if not host or not 0 < port < 65536:
+            await _refuse(writer, 400, "Bad Request", f"bad target {_printable(target)}")
+            return
+        shown = f"{_printable(host)}:{port}"
+        decision = await self.decide(host, port)
+        addresses: list[str] = []
+        if decision.allowed:
+            host = normalise_host(host)
+            try:
+                addresses = await asyncio.wait_for(self._resolve(host, port), CONNECT_TIMEOUT)
+            except (OSError, asyncio.TimeoutError) as exc:
+                why = str(exc) or "timed out"
+                decision = Decision(True, f"{decision.reason}; {host} did not resolve ({why})")
+            else:
+                decision = self.policy.check_addresses(host, port, addresses) or decision
+        if not decision.allowed:
+            self._record(_printable(host), port, decision)
+            message = (
+                f"connection to {shown} denied by the session's network policy "
+                f"({self.policy.describe()}): {decision.reason}"
+            )
+            await _refuse(writer, 403, message, message)
+            return
+        upstream = await self._open(addresses, port)
+        if upstream is None:
+            decision = Decision(True, f"{decision.reason}; could not connect")
+            self._record(host, port, decision)
+            await _refuse(writer, 502, f"cannot reach {shown}", f"cannot reach {shown}")
+            return
+        self._record(host, port, decision)
+        up_reader, up_writer = upstream
+        try:
+            if method == "CONNECT":
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                up_writer.write(self._request_head(method, path, version, host, lines[1:]))
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        finally:
+            up_writer.close()
+
+    async def _open(
+        self, addresses: list[str], port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT
+                )
+            except (OSError, asyncio.TimeoutError):
+                continue
+        return None
+
+    def _request_head(
+        self, method: str, path: str, version: str, host: str, headers: list[str]
+    ) -> bytes:
+        secret = dict(self.policy.headers_for(host))
+        replaced = {name.lower() for name in secret}
+        kept = [
+            line
+            for line in headers
+            if line and line.partition(":")[0].strip().lower() not in _HOP_HEADERS | replaced
+        ]
+        added = [f"{name}: {value}" for name, value in secret.items()]
+        lines = [f"{method} {path} {version}", *kept, *added, "Connection: close", "", ""]
+        return "\r\n".join(lines).encode("latin-1")
+
+
+def _authority(target: str) -> tuple[str, int]:
+    host, _, port = target.rpartition(":")
+    if not port.isdigit():
+        return "", 0
+    return host.strip("[]"), int(port)
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() and c not in "\r\n" else "?" for c in text)[:300]
+
+
+async def _refuse(writer: asyncio.StreamWriter, status: int, phrase: str, body: str) -> None:
+    data = (body + "\n").encode()
+    writer.write(
+        f"HTTP/1.1 {status} {_printable(phrase)}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+        + data
+    )
+    with contextlib.suppress(OSError):
+        await writer.drain()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()

@@ -1,0 +1,473 @@
+"""NetworkPolicy (rules, validation, decisions) and the host-side proxy, without Docker.
+
+The proxy is driven end to end on this machine: a real HTTP server on loopback, reached by a
+name mapped in the proxy's resolver, through the real forwarder relaying a TCP port to the
+proxy's Unix socket, with ``urllib`` configured by the same variables the kernel gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from jupyter_exec import InvalidArgument, KernelStartError, NetworkPolicy, Session, SessionOptions
+from jupyter_exec.network import forwarder, proxy
+from jupyter_exec.network.policy import NetworkRequest, parse_rule
+from jupyter_exec.network.proxy import NetworkProxy
+
+# -- the policy ----------------------------------------------------------------------------
+
+
+def test_default_deny_and_reasons() -> None:
+    policy = NetworkPolicy(allow=["pypi.org", "files.pythonhosted.org:443"])
+    assert policy.decide("pypi.org", 443).allowed
+    assert policy.decide("PyPI.org.", 80).allowed  # case and trailing dot do not matter
+    assert policy.decide("files.pythonhosted.org", 443).allowed
+    refused = policy.decide("files.pythonhosted.org", 80)
+    assert not refused.allowed
+    assert refused.reason == "not in the allow list"
+    assert not policy.decide("evil.example", 443).allowed
+    assert not policy.decide("pypi.org.evil.example", 443).allowed
+    assert not NetworkPolicy().decide("pypi.org", 443).allowed
+    assert policy.describe() == "allowed: pypi.org, files.pythonhosted.org:443"
+
+
+def test_wildcards_match_subdomains_only() -> None:
+    policy = NetworkPolicy(allow=["*.example.org"])
+    assert policy.decide("a.example.org", 443).allowed
+    assert policy.decide("a.b.example.org", 443).allowed
+    assert not policy.decide("example.org", 443).allowed
+    assert not policy.decide("badexample.org", 443).allowed
+    assert NetworkPolicy(allow=["*"]).decide("anything.test", 1).allowed
+
+
+def test_deny_wins() -> None:
+    policy = NetworkPolicy(allow=["*.example.org", "10.0.0.0/8"], deny=["secret.example.org"])
+    decision = policy.decide("secret.example.org", 443)
+    assert not decision.allowed
+    assert "secret.example.org" in decision.reason
+    assert policy.decide("public.example.org", 443).allowed
+    assert not NetworkPolicy(allow=["*"], deny=["*"]).decide("a.test", 80).allowed
+
+
+def test_addresses_and_ranges() -> None:
+    policy = NetworkPolicy(
+        allow=["10.0.0.0/8", "192.168.1.5:8080", "[::1]:443"], deny=["10.9.0.0/16"]
+    )
+    assert policy.decide("10.1.2.3", 80).allowed
+    assert not policy.decide("10.9.1.1", 80).allowed
+    assert policy.decide("192.168.1.5", 8080).allowed
+    assert not policy.decide("192.168.1.5", 80).allowed
+    assert policy.decide("::1", 443).allowed
+    assert policy.decide("[::1]", 443).allowed
+    assert not policy.decide("::1", 80).allowed
+    # an address rule does not allow names, and a name rule does not allow addresses
+    assert not NetworkPolicy(allow=["10.0.0.0/8"]).decide("ten.test", 80).allowed
+    assert not NetworkPolicy(allow=["pypi.org"]).decide("151.101.0.223", 443).allowed
+
+
+def test_resolved_addresses_are_checked() -> None:
+    policy = NetworkPolicy(allow=["*.example.org", "127.0.0.1"], deny=["203.0.113.0/24"])
+    denied = policy.check_addresses("a.example.org", 443, ["203.0.113.7"])
+    assert denied is not None
+    assert "203.0.113.0/24" in denied.reason
+    local = policy.check_addresses("a.example.org", 443, ["169.254.169.254"])
+    assert local is not None
+    assert "private" in local.reason
+    assert policy.check_addresses("a.example.org", 443, ["127.0.0.1"]) is None  # listed
+    assert policy.check_addresses("a.example.org", 443, ["93.184.215.14"]) is None
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "",
+        "   ",
+        "https://pypi.org",
+        "pypi.org/simple",
+        "pypi.org:0",
+        "pypi.org:65536",
+        "pypi.org:http",
+        "py pi.org",
+        "a*.example.org",
+        "*example.org",
+        "-bad.example",
+        "bad-.example",
+        "a..b",
+        "x" * 64 + ".org",
+        "10.0.0.0/33",
+        "[::1",
+        "[::1]x",
+        "user@host",
+        "host?x",
+        "host\r\nX-Injected: 1",
+        "\x00",
+    ],
+)
+def test_malformed_rules_are_invalid_argument(rule: str) -> None:
+    with pytest.raises(InvalidArgument, match="NetworkPolicy allow"):
+        NetworkPolicy(allow=[rule])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"allow": "pypi.org"},
+        {"allow": 5},
+        {"allow": [5]},
+        {"deny": [None]},
+        {"secrets": ["pypi.org"]},
+        {"secrets": {"pypi.org": {}}},
+        {"secrets": {"10.0.0.1": {"Authorization": "x"}}},
+        {"secrets": {"pypi.org": {"Bad Header": "x"}}},
+        {"secrets": {"pypi.org": {"Authorization": "a\r\nb"}}},
+        {"secrets": {"pypi.org": {"Authorization": 5}}},
+        {"secrets": {"*bad": {"Authorization": "x"}}},
+        {"ask": "yes"},
+    ],
+)
+def test_malformed_policies_are_invalid_argument(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument, match="NetworkPolicy"):
+        NetworkPolicy(**kwargs)
+
+
+def test_secret_values_never_shown() -> None:
+    policy = NetworkPolicy(
+        allow=["api.test"], secrets={"api.test": {"Authorization": "Bearer s3cr3t"}}
+    )
+    assert "s3cr3t" not in repr(policy)
+    assert "s3cr3t" not in str(policy.to_dict())
+    assert policy.to_dict()["secrets"] == {"api.test": ["Authorization"]}
+    assert policy.headers_for("api.test") == (("Authorization", "Bearer s3cr3t"),)
+    with pytest.raises(InvalidArgument) as error:
+        NetworkPolicy(secrets={"api.test": {"Authorization": "s3cr3t\n"}})
+    assert "s3cr3t" not in str(error.value)
+
+
+def test_frozen_compared_and_hashed_by_value() -> None:
+    one = NetworkPolicy(allow=["pypi.org", "PyPI.org"], deny=["*.evil.test"])
+    two = NetworkPolicy(allow=["pypi.org"], deny=["*.EVIL.test"])
+    assert one == two
+    assert hash(one) == hash(two)
+    assert one.allow == ("pypi.org",)
+    assert one != NetworkPolicy(allow=["pypi.org"])
+    with pytest.raises(AttributeError):
+        one.allow = ("x",)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        one._allow = ()
+    assert NetworkPolicy.from_value({"allow": ["pypi.org"], "deny": ["*.evil.test"]}) == two
+    with pytest.raises(InvalidArgument, match="unknown network policy key"):
+        NetworkPolicy.from_value({"alow": ["pypi.org"]})
+
+
+def test_rule_text_is_normalised() -> None:
+    assert parse_rule("Bücher.example:8080").text == "xn--bcher-kva.example:8080"
+    assert parse_rule("10.1.2.3/8").text == "10.0.0.0/8"
+    assert parse_rule("[::1]:443").text == "[::1]:443"
+
+
+def test_session_options_take_a_policy_for_docker_only() -> None:
+    options = SessionOptions(backend="docker", network={"allow": ["pypi.org"]})
+    assert options.network == NetworkPolicy(allow=["pypi.org"])
+    with pytest.raises(InvalidArgument, match="only for Docker kernels"):
+        SessionOptions(network=NetworkPolicy(allow=["pypi.org"]))
+    with pytest.raises(InvalidArgument, match="only for Docker kernels"):
+        SessionOptions(backend="remote", url="http://x", network=NetworkPolicy())
+    with pytest.raises(InvalidArgument, match="keep only the policy"):
+        SessionOptions(backend="docker", docker={"network": True}, network=NetworkPolicy())
+    with pytest.raises(InvalidArgument, match="NetworkPolicy allow"):
+        SessionOptions(backend="docker", network={"allow": ["https://pypi.org"]})
+
+
+# -- the proxy, end to end on this machine -----------------------------------------------
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self) -> None:
+        _Handler.seen.append({k: v for k, v in self.headers.items()})
+        body = f"hello from {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web_server() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Handler.seen.clear()
+    proxy.resolver_overrides["web.test"] = "127.0.0.1"
+    proxy.resolver_overrides["other.test"] = "127.0.0.1"
+    try:
+        yield server.server_address[1]
+    finally:
+        proxy.resolver_overrides.clear()
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Route:
+    proxy: NetworkProxy
+    port: int
+    """The forwarder's TCP port (what HTTP_PROXY points at)."""
+
+    def get(self, url: str) -> tuple[int, str]:
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler(
+                {"http": f"http://127.0.0.1:{self.port}", "https": f"http://127.0.0.1:{self.port}"}
+            )
+        )
+        try:
+            with opener.open(url, timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read().decode()
+
+
+@contextlib.asynccontextmanager
+async def _route(policy: NetworkPolicy, tmp_path: Any) -> AsyncIterator[Route]:
+    started = await NetworkProxy(policy, session="s1").start()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    threading.Thread(
+        target=forwarder.serve, args=(listener, str(started.socket_path)), daemon=True
+    ).start()
+    try:
+        yield Route(started, listener.getsockname()[1])
+    finally:
+        await started.close()
+        listener.close()
+
+
+async def test_allowed_name_passes_and_is_recorded(web_server: int, tmp_path: Any) -> None:
+    policy = NetworkPolicy(allow=["web.test", "127.0.0.1"])
+    async with _route(policy, tmp_path) as route:
+        mark = route.proxy.mark()
+        status, body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/a?b=1")
+        assert (status, body) == (200, "hello from /a?b=1")
+        [entry] = route.proxy.since(mark)
+        assert (entry.host, entry.port, entry.decision) == ("web.test", web_server, "allowed")
+        assert "web.test" in entry.reason
+        assert _Handler.seen[-1]["Connection"] == "close"
+        folder = route.proxy.folder
+        assert folder is not None
+        assert sorted(p.name for p in folder.iterdir()) == ["forwarder.py", "proxy.sock"]
+        assert folder.parent.stat().st_mode & 0o777 == 0o711  # not listable: the name is the key
+        assert len(folder.name) == 24
+        assert "Proxy-Connection" not in _Handler.seen[-1]
+
+
+async def test_denied_host_gets_a_403_naming_host_and_policy(
+    web_server: int, tmp_path: Any
+) -> None:
+    policy = NetworkPolicy(allow=["web.test", "127.0.0.1"])
+    async with _route(policy, tmp_path) as route:
+        status, body = await asyncio.to_thread(route.get, f"http://other.test:{web_server}/")
+        assert status == 403
+        assert body.startswith(
+            f"connection to other.test:{web_server} denied by the session's network policy "
+            "(allowed: web.test, 127.0.0.1)"
+        )
+        # HTTPS through CONNECT: urllib shows the reason phrase, which carries the message
+        with pytest.raises(urllib.error.URLError, match="denied by the session's network policy"):
+            await asyncio.to_thread(route.get, "https://evil.example/")
+        assert [(c.host, c.decision) for c in route.proxy.connections] == [
+            ("other.test", "denied"),
+            ("evil.example", "denied"),
+        ]
+        assert _Handler.seen == []
+
+
+async def test_allowed_name_to_an_unlisted_local_address_is_refused(
+    web_server: int, tmp_path: Any
+) -> None:
+    async with _route(NetworkPolicy(allow=["web.test"]), tmp_path) as route:
+        status, body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 403
+        assert "resolves to 127.0.0.1" in body
+        assert _Handler.seen == []
+
+
+async def test_connect_tunnels_bytes(web_server: int, tmp_path: Any) -> None:
+    async with _route(NetworkPolicy(allow=["web.test", "127.0.0.1"]), tmp_path) as route:
+
+        def tunnel() -> bytes:
+            with socket.create_connection(("127.0.0.1", route.port), timeout=30) as sock:
+                sock.sendall(f"CONNECT web.test:{web_server} HTTP/1.1\r\n\r\n".encode())
+                sock.sendall(b"GET /t HTTP/1.0\r\nHost: web.test\r\n\r\n")
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+                return data
+
+        data = await asyncio.to_thread(tunnel)
+        assert data.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.0 200")
+        assert data.endswith(b"hello from /t")
+
+
+async def test_secret_headers_added_for_their_host_only(web_server: int, tmp_path: Any) -> None:
+    policy = NetworkPolicy(
+        allow=["web.test", "other.test", "127.0.0.1"],
+        secrets={"web.test": {"Authorization": "Bearer s3cr3t"}},
+    )
+    async with _route(policy, tmp_path) as route:
+        await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        await asyncio.to_thread(route.get, f"http://other.test:{web_server}/")
+        assert _Handler.seen[0]["Authorization"] == "Bearer s3cr3t"
+        assert "Authorization" not in _Handler.seen[1]
+
+
+async def test_ask_decides_once_per_host(web_server: int, tmp_path: Any) -> None:
+    asked: list[NetworkRequest] = []
+
+    async def ask(request: NetworkRequest) -> bool:
+        asked.append(request)
+        return request.host == "web.test"
+
+    policy = NetworkPolicy(allow=["127.0.0.1"], deny=["denied.test"], ask=ask)
+    async with _route(policy, tmp_path) as route:
+        route.proxy.cell = 3
+        for _ in range(2):
+            status, _body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+            assert status == 200
+        status, body = await asyncio.to_thread(route.get, f"http://other.test:{web_server}/")
+        assert status == 403
+        assert "denied when asked" in body
+        status, body = await asyncio.to_thread(route.get, f"http://denied.test:{web_server}/")
+        assert status == 403
+        assert "denied by rule 'denied.test'" in body
+        assert [(r.host, r.port, r.session, r.cell) for r in asked] == [
+            ("web.test", web_server, "s1", 3),
+            ("other.test", web_server, "s1", 3),
+        ]
+
+
+async def test_a_blocking_ask_that_fails_denies(web_server: int, tmp_path: Any) -> None:
+    def ask(request: NetworkRequest) -> bool:
+        raise RuntimeError("nobody home")
+
+    async with _route(NetworkPolicy(allow=["127.0.0.1"], ask=ask), tmp_path) as route:
+        status, body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 403
+        assert "nobody home" in body
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"garbage\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: web.test\r\n\r\n",  # origin form: not a proxy request
+        b"GET ftp://web.test/ HTTP/1.1\r\n\r\n",
+        b"CONNECT web.test HTTP/1.1\r\n\r\n",
+        b"CONNECT web.test:99999 HTTP/1.1\r\n\r\n",
+        b"CONNECT a..b:443 HTTP/1.1\r\n\r\n",
+        b"CONNECT \x01\xff:443 HTTP/1.1\r\n\r\n",
+        b"GET http://[::1/ HTTP/1.1\r\n\r\n",
+    ],
+)
+async def test_malformed_requests_are_refused(
+    web_server: int, tmp_path: Any, request_bytes: bytes
+) -> None:
+    async with _route(NetworkPolicy(allow=["*", "127.0.0.1"]), tmp_path) as route:
+
+        def send() -> bytes:
+            with socket.create_connection(("127.0.0.1", route.port), timeout=30) as sock:
+                sock.sendall(request_bytes)
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+                return data
+
+        reply = await asyncio.to_thread(send)
+        assert reply == b"" or reply.startswith((b"HTTP/1.1 400", b"HTTP/1.1 403"))
+        assert _Handler.seen == []
+        assert route.proxy.serving
+
+
+async def test_closed_proxy_fails_closed(web_server: int, tmp_path: Any) -> None:
+    async with _route(NetworkPolicy(allow=["web.test", "127.0.0.1"]), tmp_path) as route:
+        await route.proxy.close()
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert _Handler.seen == []
+
+
+def test_a_session_refuses_a_policy_for_a_local_kernel_before_starting() -> None:
+    with pytest.raises(InvalidArgument, match="only for Docker kernels"):
+        Session(network=NetworkPolicy(allow=["pypi.org"]), start=False)
+
+
+def test_redaction_replaces_values_and_their_tokens() -> None:
+    from jupyter_exec.network.redact import REDACTED, redact, secret_needles
+
+    needles = secret_needles(["Bearer abcdefgh123", "short x"])
+    assert needles[0] == "Bearer abcdefgh123"
+    outputs = [
+        {"output_type": "stream", "text": "a Bearer abcdefgh123 b abcdefgh123 c"},
+        {"output_type": "display_data", "data": {"text/plain": ["x", "abcdefgh123"]}},
+    ]
+    cleaned = redact(outputs, needles)
+    assert cleaned[0]["text"] == f"a {REDACTED} b {REDACTED} c"
+    assert cleaned[1]["data"]["text/plain"] == ["x", REDACTED]
+    assert outputs[0]["text"].startswith("a Bearer")  # the original is untouched
+    assert "x" not in needles  # a short last word is not redacted on its own
+
+
+async def test_a_removed_socket_fails_closed_and_revives(web_server: int, tmp_path: Any) -> None:
+    async with _route(NetworkPolicy(allow=["web.test", "127.0.0.1"]), tmp_path) as route:
+        assert not await route.proxy.revive()  # nothing to do while it serves
+        route.proxy.socket_path.unlink()  # a temp-dir cleaner, say
+        assert not route.proxy.serving
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert await route.proxy.revive()
+        status, _body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 200
+        await route.proxy.close()
+        assert not await route.proxy.revive()  # closed means closed
+
+
+async def test_a_root_too_deep_for_a_socket_is_a_clear_error(tmp_path: Any) -> None:
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    with pytest.raises(KernelStartError, match="107-character limit"):
+        await NetworkProxy(NetworkPolicy(), root=str(deep)).start()
+    assert list(deep.iterdir()) == []  # nothing left behind
+
+
+async def test_connections_beyond_the_cap_are_closed(web_server: int, tmp_path: Any) -> None:
+    async with _route(NetworkPolicy(allow=["web.test", "127.0.0.1"]), tmp_path) as route:
+        path = str(route.proxy.socket_path)
+        idle = [await asyncio.open_unix_connection(path) for _ in range(proxy.MAX_CONNECTIONS)]
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # closed at once, no answer
+            writer.close()
+        finally:
+            for _reader, writer in idle:
+                writer.close()
+        deadline = asyncio.get_running_loop().time() + 30
+        while route.proxy._tasks and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # until the proxy has seen the idle ones go
+        status, _body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 200  # the proxy serves again
