@@ -720,6 +720,9 @@ def test_run_in_docker_stops_cleanly_on_sigterm(tmp_path: Path, docker_client: A
             "the cell",
             timeout=120,
         )
+        if process.poll() is not None:  # ended before its cell started: say why
+            out, early = process.communicate()
+            pytest.fail(f"run ended early ({process.returncode}):\n{out}\n{early}")
         assert ours(), "no kernel container carries this process's label"
         status, err = _stop(process, signal.SIGTERM)
     finally:

@@ -9,8 +9,10 @@ watchdog runs *inside* the container.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import docker
 
@@ -74,8 +76,12 @@ def exec_command(
     def _read() -> None:
         try:
             with docker_errors("reading a command's output"):
-                for chunk in client.api.exec_start(exec_id, stream=True):
-                    chunks.append(chunk)
+                stream = client.api.exec_start(exec_id, stream=True)
+                try:
+                    for chunk in stream:
+                        chunks.append(chunk)
+                finally:  # the SDK leaves the upgraded connection's socket to the caller
+                    _close_stream(stream)
         except BaseException as exc:
             failure.append(exc)
 
@@ -90,3 +96,20 @@ def exec_command(
     with docker_errors("reading a command's exit code"):
         code = client.api.exec_inspect(exec_id).get("ExitCode")
     return (int(code) if code is not None else -1), output
+
+
+def _close_stream(stream: Any) -> None:
+    """Close the socket under an ``exec_start`` stream, read to its end or not.
+
+    ``CancellableStream.close`` does nothing once the response reads as
+    closed, yet the connection's socket stays open until garbage collection.
+    """
+    response = getattr(stream, "_response", None)
+    raw = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    sock = getattr(getattr(raw, "raw", None), "_sock", None)
+    with contextlib.suppress(Exception):
+        stream.close()
+    for closable in (response, sock):
+        with contextlib.suppress(Exception):
+            if closable is not None:
+                closable.close()
