@@ -8,7 +8,8 @@ restart or time out a kernel take a ``fresh_session`` of their own.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,35 @@ import nbformat
 import pytest
 
 from jupyter_exec import Session
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None]:
+    """Under ``CI=true`` a skipped test fails: CI runs everything (extras, Docker, browser).
+
+    Locally a missing extra or engine skips with its reason; in CI that same
+    reason means the set-up is broken, and a suite that silently skips is a
+    failing suite. Expected failures (xfail) are not skips and are kept.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None]:
+    """The same for a whole module skipped while collected (``importorskip`` at its top)."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
 
 
 def read_valid_notebook(path: Path) -> nbformat.NotebookNode:
