@@ -64,6 +64,7 @@ from jupyter_exec.manager import AsyncSessionManager, SessionInfo
 from jupyter_exec.naming import validate_name
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.recorder import read_notebook
+from jupyter_exec.safefs import Folder
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.store import confined_path
 
@@ -433,9 +434,12 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
         """A file of the session's work dir: text as text, images as images."""
         live = registry.existing(session)
         target = confined_path(live.work_dir, path)
-        if not target.is_file():
-            raise WorkDirError(f"no file {path!r} in the work dir")
-        data = target.read_bytes()
+        base = live.work_dir.resolve()
+        try:  # read without following a link swapped in since the check above
+            with Folder.open(base, target.parent.relative_to(base)) as folder:
+                data = folder.read_bytes(target.name)
+        except (FileNotFoundError, IsADirectoryError):
+            raise WorkDirError(f"no file {path!r} in the work dir") from None
         fmt = _IMAGE_SUFFIXES.get(target.suffix.lower())
         if fmt and len(data) <= MAX_IMAGE_BYTES:
             return [image_class(data=data, format=fmt)]
