@@ -112,6 +112,8 @@ jx_layers = [
             "mime",
             "naming",
             "options",
+            "network",
+            "network.policy",
         ],
     },
     {
@@ -119,7 +121,7 @@ jx_layers = [
         "about": "Functions from one representation to another, tested without a kernel: "
         "kernel messages to nbformat outputs, output comparison, the files people give us to "
         "run, Docker options to engine arguments.",
-        "modules": ["outputs", "compare", "sources", "docker.options"],
+        "modules": ["outputs", "compare", "sources", "docker.options", "network.redact"],
     },
     {
         "title": "Files in the work dir",
@@ -143,6 +145,8 @@ jx_layers = [
             "forking",
             "snapshots",
             "inkernel_fork",
+            "network.proxy",
+            "network.forwarder",
         ],
     },
     {
