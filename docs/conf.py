@@ -162,7 +162,7 @@ jx_layers = [
         "about": "The engine (``AsyncSession``) and its collaborators (the recording of each "
         "cell, resuming from a notebook), its blocking face (``Session``), and many named "
         "sessions with warm pools, limits and culling.",
-        "modules": ["session", "recording", "resume", "sync", "manager", "manager.*"],
+        "modules": ["session", "recording", "resume", "state", "sync", "manager", "manager.*"],
     },
     {
         "title": "Features on sessions",
