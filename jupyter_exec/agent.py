@@ -338,12 +338,16 @@ def _script_text(result: ScriptResult, timeout: float | None, work_dir: Path, li
 def _record_script(session: AsyncSession, block: CodeBlock, result: ScriptResult) -> None:
     """The run as a notebook cell that runs the same file again: ``!python <file>``."""
     program = "python" if block.language == "python" else "bash"
-    relative = _relative(result.path, session.work_dir)
+    _record_process(session, f"!{program} {_relative(result.path, session.work_dir)}", result)
+
+
+def _record_process(session: AsyncSession, source: str, result: ScriptResult) -> None:
+    """A process run beside the kernel, as a notebook cell that would run it again."""
     outputs = [{"output_type": "stream", "name": "stdout", "text": result.output}]
     session.record_cell(
         {
             "cell_type": "code",
-            "source": f"!{program} {relative}",
+            "source": source,
             "metadata": {"jupyter_exec": {"script": True, "exit_code": result.exit_code}},
             "outputs": outputs if result.output else [],
             "execution_count": None,
@@ -400,16 +404,7 @@ async def run_command(
     """
     result = await session.run_script(command, "sh", timeout=timeout)
     result.path.unlink(missing_ok=True)
-    outputs = [{"output_type": "stream", "name": "stdout", "text": result.output}]
-    session.record_cell(
-        {
-            "cell_type": "code",
-            "source": f"%%bash\n{command}",
-            "metadata": {"jupyter_exec": {"script": True, "exit_code": result.exit_code}},
-            "outputs": outputs if result.output else [],
-            "execution_count": None,
-        }
-    )
+    _record_process(session, f"%%bash\n{command}", result)
     return result
 
 

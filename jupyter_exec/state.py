@@ -209,12 +209,7 @@ class SessionState:
                     f"(taken: {', '.join(sorted(self.checkpoints))})"
                 )
         async with session._lock:
-            kernel = session._live_kernel()
-            if not await kernel.is_alive():
-                raise KernelNotAliveError(
-                    "cannot checkpoint: the session's kernel is not running; restart() it, "
-                    "undo() or restore() an earlier checkpoint first"
-                )
+            kernel = await _running_kernel(session, "checkpoint")
             if name is None:
                 number = len(self.checkpoints) + 1
                 while f"checkpoint-{number}" in self.checkpoints:
@@ -399,6 +394,17 @@ _RELEASE = "get_ipython().reset(new_session=False)\nimport gc\ngc.collect()"
 """Run in a Docker session's first kernel once a fork serves the session instead."""
 
 
+async def _running_kernel(session: AsyncSession, doing: str) -> KernelHandle:
+    """The session's kernel, alive (checked with the backend), or why ``doing`` cannot go on."""
+    kernel = session._live_kernel()
+    if not await kernel.is_alive():
+        raise KernelNotAliveError(
+            f"cannot {doing}: the session's kernel is not running; restart() it, or undo() / "
+            "restore() a checkpoint, first"
+        )
+    return kernel
+
+
 def _undone(cell: dict[str, Any]) -> bool:
     return bool((cell.get("metadata") or {}).get("jupyter_exec", {}).get("undone"))
 
@@ -481,12 +487,7 @@ async def fork_session(session: S, n: int, name: str | None) -> list[S]:
         if name == session.name:
             raise InvalidArgument(f"a fork needs a name of its own, not the parent's ({name!r})")
     async with session._lock:
-        kernel = session._live_kernel()
-        if not await kernel.is_alive():
-            raise KernelNotAliveError(
-                "cannot fork: the session's kernel is not running; restart() it, or undo() / "
-                "restore() a checkpoint, first"
-            )
+        kernel = await _running_kernel(session, "fork")
         work_dir = session.work_dir
         names = _fork_names(session, n, name)
         writing = writing_files(kernel, work_dir)

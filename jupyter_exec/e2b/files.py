@@ -146,15 +146,7 @@ class SandboxFiles:
             st = folder.lstat(name)
             if st is None:
                 raise FileNotFoundError(errno.ENOENT, "no such file or folder", path)
-            if stat.S_ISDIR(st.st_mode):
-                with folder.sub(name) as sub:
-                    _empty(sub)
-                try:
-                    os.rmdir(name, dir_fd=folder.fd)
-                except OSError as exc:
-                    raise storage_error(exc, self.paths.shown(relative), "remove") from exc
-            else:
-                folder.unlink(name)
+            _remove(folder, name, st, self.paths.shown(relative))
 
     def move(self, source: str, destination: str) -> dict[str, Any]:
         """Rename ``source`` to ``destination`` (folders of the destination made as needed)."""
@@ -197,18 +189,17 @@ class SandboxFiles:
         return {"name": _split(relative)[1], "type": "file", "path": self.paths.shown(relative)}
 
 
-def _empty(folder: Folder) -> None:
-    """Remove everything inside ``folder`` (links removed, never followed)."""
-    for name in os.listdir(folder.fd):
-        st = folder.lstat(name)
-        if st is None:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            with folder.sub(name) as sub:
-                _empty(sub)
-            try:
-                os.rmdir(name, dir_fd=folder.fd)
-            except OSError as exc:
-                raise storage_error(exc, folder.path / name, "remove") from exc
-        else:
-            folder.unlink(name)
+def _remove(folder: Folder, name: str, st: os.stat_result, shown: str | os.PathLike[str]) -> None:
+    """Remove the entry ``name`` of ``folder``: a folder with its content, a link as itself."""
+    if not stat.S_ISDIR(st.st_mode):
+        folder.unlink(name)
+        return
+    with folder.sub(name) as sub:
+        for inner in os.listdir(sub.fd):
+            inner_st = sub.lstat(inner)
+            if inner_st is not None:
+                _remove(sub, inner, inner_st, sub.path / inner)
+    try:
+        os.rmdir(name, dir_fd=folder.fd)
+    except OSError as exc:
+        raise storage_error(exc, shown, "remove") from exc
