@@ -101,6 +101,14 @@ LARGE_OUTPUT_CHARS = 8 << 20
 for an image, an ``<img>`` pointing at the file (what a viewer needs to show it)."""
 
 
+_LARGE_RULES: dict[str, Any] = {
+    "limit": LARGE_OUTPUT_CHARS,
+    "extensions": mime.EXTENSIONS,
+    "binary": sorted(mime.BINARY),
+}
+"""What the kernel is told about large outputs, the same for every cell (built once)."""
+
+
 class CellGuard:
     """What one cell asks of the guard, and how the host takes back what it kept.
 
@@ -121,12 +129,7 @@ class CellGuard:
             KEY: {
                 "budget": max(0, budget),
                 "files": self.files,
-                "large": {
-                    "limit": LARGE_OUTPUT_CHARS,
-                    "prefix": self.prefix,
-                    "extensions": mime.EXTENSIONS,
-                    "binary": sorted(mime.BINARY),
-                },
+                "large": {**_LARGE_RULES, "prefix": self.prefix},
             }
         }
 
