@@ -10,20 +10,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
+import importlib.util
 import socket
+import ssl
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
-from jupyter_exec import InvalidArgument, KernelStartError, NetworkPolicy, Session, SessionOptions
+from jupyter_exec import (
+    InvalidArgument,
+    KernelStartError,
+    MissingDependency,
+    NetworkPolicy,
+    Session,
+    SessionOptions,
+)
 from jupyter_exec.network import forwarder, proxy
 from jupyter_exec.network.policy import NetworkRequest, parse_rule
 from jupyter_exec.network.proxy import NetworkProxy
+from tests.tls_servers import SECRET, Echo, Upstream, der_of, https_server
 
 # -- the policy ----------------------------------------------------------------------------
 
@@ -471,3 +485,249 @@ async def test_connections_beyond_the_cap_are_closed(web_server: int, tmp_path: 
             await asyncio.sleep(0.01)  # until the proxy has seen the idle ones go
         status, _body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
         assert status == 200  # the proxy serves again
+
+
+# -- HTTPS: interception for hosts with secrets, tunnels for the others --------------------
+
+
+@dataclass
+class TLSRoute:
+    route: Route
+    upstream: Upstream
+    ports: dict[str, int]
+    """Host name -> the port of its HTTPS server (all on loopback)."""
+
+    def context(self, trusted: bool = True) -> ssl.SSLContext:
+        """What the kernel verifies with: its bundle's extra part (the session's CA and the
+        policy's extra_ca), or the system's alone."""
+        folder = self.route.proxy.folder
+        assert folder is not None
+        if not trusted:
+            return ssl.create_default_context()
+        return ssl.create_default_context(cafile=str(folder / proxy.TRUST_NAME))
+
+    def get(self, host: str, path: str = "/", trusted: bool = True) -> tuple[int, str, bytes]:
+        """GET ``https://host:port/path`` with urllib through the proxy: (status, body, the DER
+        certificate the client was shown)."""
+        port = self.route.port
+        shown: list[bytes] = []
+
+        class Handler(urllib.request.HTTPSHandler):
+            def https_open(self, req: Any) -> Any:
+                response = super().https_open(req)
+                shown.append(response.fp.raw._sock.getpeercert(True))
+                return response
+
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({"https": f"http://127.0.0.1:{port}"}),
+            Handler(context=self.context(trusted)),
+        )
+        url = f"https://{host}:{self.ports[host]}{path}"
+        request = urllib.request.Request(url, headers={"Authorization": "from the kernel"})
+        try:
+            with opener.open(request, timeout=30) as response:
+                return response.status, response.read().decode(), shown[0]
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read().decode(), b""
+
+
+@pytest.fixture
+async def tls_route(tmp_path: Path) -> AsyncIterator[TLSRoute]:
+    upstream = Upstream(tmp_path)
+    certs = {
+        "secure.test": upstream.issue("secure.test"),
+        "plain.test": upstream.issue("plain.test"),
+        "bad.test": upstream.self_signed("bad.test"),
+    }
+    policy = NetworkPolicy(
+        allow=[*certs, "127.0.0.1"],
+        secrets={"secure.test": {"Authorization": SECRET}, "bad.test": {"X-Key": "k" * 16}},
+        extra_ca=upstream.ca_file,
+    )
+    Echo.seen.clear()
+    with contextlib.ExitStack() as stack:
+        servers = {name: stack.enter_context(https_server(c)) for name, c in certs.items()}
+        proxy.resolver_overrides.update(dict.fromkeys(servers, "127.0.0.1"))
+        try:
+            async with _route(policy, tmp_path) as route:
+                ports = {name: s.server_address[1] for name, s in servers.items()}
+                yield TLSRoute(route, upstream, ports)
+        finally:
+            proxy.resolver_overrides.clear()
+
+
+async def test_https_to_a_host_with_secrets_is_intercepted_and_recorded(
+    tls_route: TLSRoute, tmp_path: Path
+) -> None:
+    status, body, shown = await asyncio.to_thread(tls_route.get, "secure.test", "/a?b=1")
+    assert (status, body) == (200, "hello /a?b=1")
+    assert Echo.seen[-1]["Authorization"] == SECRET  # the kernel's own header was replaced
+    assert Echo.seen[-1]["Connection"] == "close"
+    # the kernel was shown the session's certificate for the host, not the server's
+    issued = x509.load_der_x509_certificate(shown)
+    assert issued.issuer.rfc4514_string() == "CN=jupyter-exec session CA s1"
+    assert shown != der_of(tmp_path / "secure.test.pem")
+    # a second request is a second record
+    await asyncio.to_thread(tls_route.get, "secure.test", "/again")
+    port = tls_route.ports["secure.test"]
+    assert [c.to_dict() for c in tls_route.route.proxy.connections] == [
+        {
+            "host": "secure.test",
+            "port": port,
+            "decision": "allowed",
+            "reason": "allowed by rule 'secure.test'; HTTPS intercepted",
+            "secret": True,
+        }
+    ] * 2
+    assert SECRET not in repr(tls_route.route.proxy.connections)
+
+
+async def test_https_to_a_host_without_secrets_is_tunnelled(
+    tls_route: TLSRoute, tmp_path: Path
+) -> None:
+    status, body, shown = await asyncio.to_thread(tls_route.get, "plain.test")
+    assert (status, body) == (200, "hello /")
+    assert shown == der_of(tmp_path / "plain.test.pem")  # the server's own certificate
+    assert Echo.seen[-1]["Authorization"] == "from the kernel"  # untouched: TLS end to end
+    [entry] = tls_route.route.proxy.connections
+    assert (entry.host, entry.decision, entry.secret) == ("plain.test", "allowed", False)
+    assert "secret" not in entry.to_dict()
+
+
+async def test_an_invalid_upstream_certificate_fails_naming_the_host(
+    tls_route: TLSRoute,
+) -> None:
+    port = tls_route.ports["bad.test"]
+    with pytest.raises(urllib.error.URLError) as failed:
+        await asyncio.to_thread(tls_route.get, "bad.test")
+    message = str(failed.value)
+    assert f"Tunnel connection failed: 502 the certificate of bad.test:{port} is not valid" in (
+        message
+    )
+    assert "self-signed certificate" in message
+    [entry] = tls_route.route.proxy.connections
+    assert (entry.host, entry.decision, entry.secret) == ("bad.test", "denied", False)
+    assert entry.reason.startswith(f"the certificate of bad.test:{port} is not valid")
+    assert Echo.seen == []
+
+
+async def test_a_kernel_that_does_not_trust_the_session_ca_sends_nothing(
+    tls_route: TLSRoute,
+) -> None:
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        await asyncio.to_thread(tls_route.get, "secure.test", "/", False)
+    [entry] = tls_route.route.proxy.connections
+    assert "the kernel did not complete TLS" in entry.reason
+    assert not entry.secret
+    assert Echo.seen == []
+
+
+async def test_a_request_for_another_name_inside_the_tunnel_is_misdirected(
+    tls_route: TLSRoute,
+) -> None:
+    port = tls_route.ports["secure.test"]
+
+    def send() -> bytes:
+        with socket.create_connection(("127.0.0.1", tls_route.route.port), timeout=30) as raw:
+            raw.sendall(f"CONNECT secure.test:{port} HTTP/1.1\r\n\r\n".encode())
+            assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+            with tls_route.context().wrap_socket(raw, server_hostname="secure.test") as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: plain.test\r\n\r\n")
+                data = b""
+                with contextlib.suppress(ssl.SSLError):
+                    while chunk := sock.recv(65536):
+                        data += chunk
+                return data
+
+    reply = await asyncio.to_thread(send)
+    assert reply.startswith(b"HTTP/1.1 421 Misdirected Request")
+    assert b"names 'plain.test'" in reply
+    [entry] = tls_route.route.proxy.connections
+    assert (entry.decision, entry.secret) == ("denied", False)
+    assert Echo.seen == []
+
+
+async def test_the_kernel_gets_certificates_only_and_the_ca_is_constrained(
+    tls_route: TLSRoute,
+) -> None:
+    folder = tls_route.route.proxy.folder
+    assert folder is not None
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "forwarder.py",
+        "proxy.sock",
+        proxy.TRUST_NAME,
+    ]
+    trusted = (folder / proxy.TRUST_NAME).read_bytes()
+    assert b"PRIVATE KEY" not in trusted
+    ours, theirs = x509.load_pem_x509_certificates(trusted)
+    assert theirs == tls_route.upstream.cert  # the policy's extra_ca, for tunnelled hosts
+    constraints = ours.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical
+    assert sorted(n.value for n in constraints.value.permitted_subtrees or []) == [
+        "bad.test",
+        "secure.test",
+    ]
+
+
+def test_the_kernel_bundle_is_the_image_bundle_and_the_trusted_certificates(
+    tmp_path: Path,
+) -> None:
+    from jupyter_exec.network.bundle import needs_bundle, write_bundle
+
+    assert not needs_bundle(tmp_path)
+    (tmp_path / proxy.TRUST_NAME).write_bytes(b"-----OURS-----\n")
+    assert needs_bundle(tmp_path)
+    write_bundle(tmp_path, b"-----SYSTEM-----\n\n")
+    assert (tmp_path / proxy.BUNDLE_NAME).read_bytes() == b"-----SYSTEM-----\n-----OURS-----\n"
+    assert (tmp_path / proxy.BUNDLE_NAME).stat().st_mode & 0o777 == 0o644
+    env = proxy.ca_env()
+    assert set(env) == {
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "NODE_EXTRA_CA_CERTS",
+    }
+    assert set(env.values()) == {f"{proxy.CONTAINER_DIR}/{proxy.BUNDLE_NAME}"}
+
+
+def test_extra_ca_is_checked_when_the_policy_is_made(tmp_path: Path) -> None:
+    upstream = Upstream(tmp_path)
+    policy = NetworkPolicy(allow=["a.test"], extra_ca=upstream.ca_file)
+    assert policy.extra_ca == str(upstream.ca_file)
+    assert policy.to_dict()["extra_ca"] == str(upstream.ca_file)
+    assert NetworkPolicy.from_value(policy.to_dict() | {"ask": None}) == policy
+    assert "extra_ca" not in NetworkPolicy().to_dict()
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    for bad in (tmp_path / "missing.pem", tmp_path / "junk.pem", 42, ""):
+        with pytest.raises(InvalidArgument, match="extra_ca"):
+            NetworkPolicy(extra_ca=bad)  # type: ignore[arg-type]
+
+
+def test_secrets_without_the_network_extra_are_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any) -> Any:
+        return None if name == "cryptography" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    NetworkPolicy(allow=["api.test"])  # no secrets: no interception, no extra needed
+    with pytest.raises(MissingDependency, match=r"pip install 'jupyter-exec\[network\]'"):
+        NetworkPolicy(allow=["api.test"], secrets={"api.test": {"Authorization": "x"}})
+
+
+def test_the_core_does_not_import_the_tls_dependency() -> None:
+    code = (
+        "import sys, jupyter_exec\n"
+        "from jupyter_exec.network import proxy\n"
+        "from jupyter_exec.docker import provisioner\n"
+        "jupyter_exec.NetworkPolicy(secrets={'a.test': {'X': 'y'}})\n"
+        "print(sorted(m for m in ('cryptography', 'jupyter_exec.network.tls') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

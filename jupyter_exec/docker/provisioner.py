@@ -72,7 +72,8 @@ from jupyter_exec.docker.ownership import KernelUser, choose_user, lend
 from jupyter_exec.docker.watchdog import ensure_watchdog
 from jupyter_exec.docker.watcher import ExitWatcher
 from jupyter_exec.exceptions import KernelNotAliveError, KernelStartError
-from jupyter_exec.network.proxy import CONTAINER_DIR, forwarder_command, kernel_env
+from jupyter_exec.network.bundle import image_bundle, needs_bundle, write_bundle
+from jupyter_exec.network.proxy import CONTAINER_DIR, ca_env, forwarder_command, kernel_env
 from jupyter_exec.safefs import Folder
 
 __all__ = ["DockerProvisioner"]
@@ -157,7 +158,8 @@ class DockerProvisioner(KernelProvisionerBase):
         "",
         help="A jupyter-exec network proxy's folder (its Unix socket and the forwarder script), "
         f"mounted read-only at {CONTAINER_DIR}: the kernel's HTTP(S) clients go through it while "
-        "the container keeps no network. Set by Session(network=NetworkPolicy(...)).",
+        "the container keeps no network; its CA bundle (the image's, plus the session's "
+        "certificate authority) is there too. Set by Session(network=NetworkPolicy(...)).",
     ).tag(config=True)
     init = Bool(True, help="Run docker-init as PID 1 (needed for reliable interrupts).").tag(
         config=True
@@ -387,6 +389,8 @@ class DockerProvisioner(KernelProvisionerBase):
         env.update(forwarded_env(requested, os.environ, always=spec_env))
         if self.network_proxy:
             env.update(kernel_env())
+            if needs_bundle(self.network_proxy):
+                env.update(ca_env())
         env.update(self.env)
         return env
 
@@ -450,6 +454,9 @@ class DockerProvisioner(KernelProvisionerBase):
                     f"of its own, but network={self.network!r}; drop the network option"
                 )
             cmd = forwarder_command(cmd)
+            if needs_bundle(self.network_proxy):  # the image's CA bundle + the session's CA
+                system = await asyncio.to_thread(image_bundle, client, self._image_tag)
+                write_bundle(self.network_proxy, system)
         return dict(await super().pre_launch(cmd=cmd, **kwargs))
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:

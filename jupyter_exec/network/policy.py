@@ -13,17 +13,24 @@ so a pool can key kernels by it. The proxy (:mod:`jupyter_exec.network.proxy`) a
 
 Nothing is allowed unless a rule allows it; ``deny`` wins over ``allow``; a connection neither
 list decides goes to ``ask`` when there is one, else it is refused.
+
+A policy with ``secrets`` needs the ``network`` extra (``cryptography``): HTTPS to a host with
+secrets is intercepted with a per-session certificate authority. Without it the policy is a
+:class:`~jupyter_exec.MissingDependency` when it is made, before any kernel starts.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
+import os
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.exceptions import InvalidArgument, MissingDependency
 
 __all__ = ["Connection", "Decision", "NetworkPolicy", "NetworkRequest", "Rule", "parse_rule"]
 
@@ -63,14 +70,21 @@ class Connection:
     decision: str
     """``"allowed"`` or ``"denied"``."""
     reason: str
+    secret: bool = False
+    """Whether the proxy added the policy's secret headers to this request (never their values).
+    An intercepted HTTPS connection is recorded once per request, a tunnelled one once."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The record as JSON-able data; ``"secret": true`` only where a secret was added."""
+        data: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
             "decision": self.decision,
             "reason": self.reason,
         }
+        if self.secret:
+            data["secret"] = True
+        return data
 
 
 @dataclass(frozen=True)
@@ -201,15 +215,19 @@ class NetworkPolicy:
     """Which hosts a Docker kernel may reach; see the module docstring for the rules.
 
     ``secrets`` maps a host name to headers (``{"api.example.org": {"Authorization": "..."}}``)
-    that the proxy adds to that host's requests; they never enter the kernel. Their values are
-    kept out of ``repr`` and :meth:`to_dict`. ``ask`` decides connections no rule decides.
+    that the proxy adds to that host's requests, plain HTTP and HTTPS (intercepted); they never
+    enter the kernel. Their values are kept out of ``repr`` and :meth:`to_dict`. ``ask`` decides
+    connections no rule decides. ``extra_ca`` is a PEM file of certificate authorities trusted
+    besides the system's, for HTTPS hosts: by the proxy when it connects to a host with secrets,
+    and by the kernel (its CA bundle includes them) for the hosts it reaches through a tunnel.
     """
 
-    __slots__ = ("_allow", "_ask", "_deny", "_secrets")
+    __slots__ = ("_allow", "_ask", "_deny", "_extra_ca", "_secrets")
     _allow: tuple[Rule, ...]
     _deny: tuple[Rule, ...]
     _secrets: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
     _ask: AskCallback | None
+    _extra_ca: str | None
 
     def __init__(
         self,
@@ -217,6 +235,8 @@ class NetworkPolicy:
         deny: Iterable[str] = (),
         secrets: Mapping[str, Mapping[str, str]] | None = None,
         ask: AskCallback | None = None,
+        *,
+        extra_ca: str | os.PathLike[str] | None = None,
     ) -> None:
         set_ = object.__setattr__
         set_(self, "_allow", _rules(allow, "allow"))
@@ -225,6 +245,12 @@ class NetworkPolicy:
         if ask is not None and not callable(ask):
             raise InvalidArgument("NetworkPolicy ask must be a callable ask(request) -> bool")
         set_(self, "_ask", ask)
+        set_(self, "_extra_ca", _extra_ca(extra_ca))
+        if self._secrets and importlib.util.find_spec("cryptography") is None:
+            raise MissingDependency(
+                "NetworkPolicy secrets need the 'network' extra, which intercepts HTTPS to the "
+                "hosts with secrets: pip install 'jupyter-exec[network]'"
+            )
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("NetworkPolicy is immutable; make a new one")
@@ -247,6 +273,16 @@ class NetworkPolicy:
     def ask(self) -> AskCallback | None:
         return self._ask
 
+    @property
+    def extra_ca(self) -> str | None:
+        """The PEM file of extra certificate authorities (an absolute path), or None."""
+        return self._extra_ca
+
+    @property
+    def secret_hosts(self) -> tuple[str, ...]:
+        """The hosts whose requests get secret headers (whose HTTPS is intercepted)."""
+        return tuple(host for host, _ in self._secrets)
+
     def headers_for(self, host: str) -> tuple[tuple[str, str], ...]:
         """The secret headers to add to requests to ``host`` (a normalised name)."""
         return next((headers for name, headers in self._secrets if name == host), ())
@@ -256,7 +292,7 @@ class NetworkPolicy:
         return tuple(value for _, headers in self._secrets for _, value in headers)
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.allow, self.deny, self._secrets, self._ask)
+        return (self.allow, self.deny, self._secrets, self._ask, self._extra_ca)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, NetworkPolicy) and self._key() == other._key()
@@ -273,16 +309,22 @@ class NetworkPolicy:
             parts.append(f"secrets=<headers {hidden!r}>")
         if self._ask is not None:
             parts.append(f"ask={self._ask!r}")
+        if self._extra_ca is not None:
+            parts.append(f"extra_ca={self._extra_ca!r}")
         return f"NetworkPolicy({', '.join(parts)})"
 
     def to_dict(self) -> dict[str, Any]:
-        """The rules as JSON-able data; secret header *names* only, never their values."""
-        return {
+        """The rules as JSON-able data; secret header *names* only, never their values
+        (``extra_ca`` only when one is given)."""
+        data: dict[str, Any] = {
             "allow": list(self.allow),
             "deny": list(self.deny),
             "secrets": {host: [name for name, _ in headers] for host, headers in self._secrets},
             "ask": self._ask is not None,
         }
+        if self._extra_ca is not None:
+            data["extra_ca"] = self._extra_ca
+        return data
 
     @classmethod
     def from_value(cls, value: Any) -> NetworkPolicy:
@@ -293,17 +335,18 @@ class NetworkPolicy:
             raise InvalidArgument(
                 f"network must be a NetworkPolicy or a mapping with allow/deny, not {value!r}"
             )
-        unknown = sorted(set(value) - {"allow", "deny", "secrets", "ask"})
+        unknown = sorted(set(value) - {"allow", "deny", "secrets", "ask", "extra_ca"})
         if unknown:
             raise InvalidArgument(
                 f"unknown network policy key(s) {', '.join(map(repr, unknown))}; "
-                "known: allow, deny, secrets, ask"
+                "known: allow, deny, secrets, ask, extra_ca"
             )
         return cls(
             allow=value.get("allow", ()),
             deny=value.get("deny", ()),
             secrets=value.get("secrets"),
             ask=value.get("ask"),
+            extra_ca=value.get("extra_ca"),
         )
 
     # -- deciding --------------------------------------------------------------------
@@ -416,3 +459,19 @@ def _secrets(
             pairs.append((header, text))
         result.append((name, tuple(sorted(pairs))))
     return tuple(sorted(result))
+
+
+def _extra_ca(value: str | os.PathLike[str] | None) -> str | None:
+    """The absolute path of a PEM file OpenSSL can load as trusted authorities."""
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike) or not str(value):
+        raise InvalidArgument("NetworkPolicy extra_ca must be the path of a PEM file")
+    path = os.path.abspath(os.fspath(value))
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidArgument(
+            f"NetworkPolicy extra_ca {path!r} is not a readable PEM file of certificates ({exc})"
+        ) from None
+    return path

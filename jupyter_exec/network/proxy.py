@@ -6,8 +6,11 @@ proxy, mounted into the container next to the forwarder (:mod:`jupyter_exec.netw
 which listens on the container's loopback; ``HTTP(S)_PROXY`` point the kernel's clients at it.
 The proxy speaks the two forms clients use through a proxy:
 
-* ``CONNECT host:port`` (HTTPS): decided on the CONNECT host, then a byte tunnel. No TLS
-  interception: secrets are not added to tunnelled requests.
+* ``CONNECT host:port`` (HTTPS): decided on the CONNECT host, then a byte tunnel, TLS end to
+  end between the kernel and the host. For a host with secrets, instead, the connection is
+  intercepted (:mod:`jupyter_exec.network.intercept`) with the session's certificate authority
+  (:mod:`jupyter_exec.network.tls`), whose certificate is the one thing of it the kernel gets:
+  in :data:`TRUST_NAME`, which the provisioner joins to the image's CA bundle.
 * ``GET http://host/path`` (plain HTTP, absolute form): decided on the URL's host, sent on as an
   origin-form request with ``Connection: close`` and the policy's secret headers for that host.
 
@@ -30,13 +33,16 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from jupyter_exec.exceptions import KernelStartError
 from jupyter_exec.network import forwarder
+from jupyter_exec.network.intercept import intercept
 from jupyter_exec.network.policy import (
     Connection,
     Decision,
@@ -44,11 +50,18 @@ from jupyter_exec.network.policy import (
     NetworkRequest,
     normalise_host,
 )
+from jupyter_exec.network.wire import CHUNK, pipe, printable, refuse, request_head
+
+if TYPE_CHECKING:
+    from jupyter_exec.network.tls import Authority
 
 __all__ = [
+    "BUNDLE_NAME",
     "CONTAINER_DIR",
     "FORWARDER_PORT",
+    "TRUST_NAME",
     "NetworkProxy",
+    "ca_env",
     "forwarder_command",
     "kernel_env",
     "resolver_overrides",
@@ -60,6 +73,12 @@ log = logging.getLogger(__name__)
 CONTAINER_DIR = "/run/jxnet"
 SOCKET_NAME = "proxy.sock"
 FORWARDER_NAME = "forwarder.py"
+TRUST_NAME = "trust.pem"
+"""The certificates the kernel must trust besides its image's own: the session's authority (when
+the policy has secrets) and the policy's ``extra_ca``. Public certificates only."""
+BUNDLE_NAME = "ca-bundle.pem"
+"""The kernel's CA bundle: its image's system bundle and :data:`TRUST_NAME`, written by the
+provisioner (it knows the image) into the proxy's folder, mounted read-only."""
 #: The forwarder's port on the container's own loopback.
 FORWARDER_PORT = 3128
 
@@ -67,7 +86,6 @@ MAX_SOCKET_PATH = 107
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
-CHUNK = 65536
 MAX_CONNECTIONS = 256
 """Open connections per session; more are closed at once (the kernel could otherwise open the
 socket thousands of times and use up this process's file descriptors)."""
@@ -77,9 +95,6 @@ MAX_KEPT = 10_000
 resolver_overrides: dict[str, str] = {}
 """Host name -> address, consulted before the host's resolver: like an ``/etc/hosts`` for the
 proxy alone. For tests that reach a local server by a name."""
-
-_HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
-                "trailer", "upgrade"}  # fmt: skip
 
 
 def kernel_env(port: int = FORWARDER_PORT) -> dict[str, str]:
@@ -96,6 +111,15 @@ def kernel_env(port: int = FORWARDER_PORT) -> dict[str, str]:
         "NO_PROXY": no_proxy,
         "no_proxy": no_proxy,
     }
+
+
+def ca_env() -> dict[str, str]:
+    """The variables that make the kernel's clients verify with its CA bundle (OpenSSL and so
+    urllib and httpx, requests, curl, pip, Node), set when the proxy folder has one."""
+    path = f"{CONTAINER_DIR}/{BUNDLE_NAME}"
+    names = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT",
+             "NODE_EXTRA_CA_CERTS")  # fmt: skip
+    return dict.fromkeys(names, path)
 
 
 def forwarder_command(command: Iterable[str], port: int = FORWARDER_PORT) -> list[str]:
@@ -129,6 +153,8 @@ class NetworkProxy:
         self._asked: dict[str, bool] = {}
         self._ask_lock = asyncio.Lock()
         self._closed = False
+        self._authority: Authority | None = None
+        self._upstream: ssl.SSLContext | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -183,6 +209,7 @@ class NetworkProxy:
             script = folder / FORWARDER_NAME
             script.write_bytes(Path(forwarder.__file__).read_bytes())
             script.chmod(0o644)
+            self._trust(folder)
             self.folder, self._private = folder, private
             self._server = await asyncio.start_unix_server(
                 self._handle, path=str(folder / SOCKET_NAME), limit=MAX_HEAD
@@ -193,6 +220,22 @@ class NetworkProxy:
             self.folder = self._private = None
             raise
         return self
+
+    def _trust(self, folder: Path) -> None:
+        """Make the session's authority (a policy with secrets) and write what the kernel must
+        trust; the authority's key stays in this process."""
+        trusted = b""
+        if self.policy.secret_hosts:
+            from jupyter_exec.network import tls  # the 'network' extra, checked by the policy
+
+            self._authority = tls.Authority(self.policy.secret_hosts, self.session)
+            self._upstream = tls.upstream_context(self.policy.extra_ca)
+            trusted = self._authority.certificate_pem
+        if self.policy.extra_ca is not None:
+            trusted += b"\n" + Path(self.policy.extra_ca).read_bytes()
+        if trusted:
+            (folder / TRUST_NAME).write_bytes(trusted)
+            (folder / TRUST_NAME).chmod(0o644)
 
     async def close(self) -> None:
         """Stop listening, cut every open connection and remove the folder. Idempotent."""
@@ -222,13 +265,15 @@ class NetworkProxy:
     def connections(self) -> tuple[Connection, ...]:
         return tuple(c for _, c in self._kept)
 
-    def _record(self, host: str, port: int, decision: Decision) -> None:
-        entry = Connection(host, port, "allowed" if decision.allowed else "denied", decision.reason)
+    def _record(self, host: str, port: int, decision: Decision, secret: bool = False) -> None:
+        entry = Connection(
+            host, port, "allowed" if decision.allowed else "denied", decision.reason, secret
+        )
         self._kept.append((self._count, entry))
         self._count += 1
         level = logging.DEBUG if decision.allowed else logging.INFO
-        log.log(level, "session %s: %s:%d %s (%s)", self.session, host, port, entry.decision,
-                decision.reason)  # fmt: skip
+        log.log(level, "session %s: %s:%d %s (%s)%s", self.session, host, port, entry.decision,
+                decision.reason, " [secret added]" if secret else "")  # fmt: skip
 
     # -- deciding --------------------------------------------------------------------
     async def decide(self, host: str, port: int) -> Decision:
@@ -286,7 +331,7 @@ class NetworkProxy:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            await _refuse(writer, 400, "Bad Request", "not an HTTP proxy request")
+            await refuse(writer, 400, "Bad Request", "not an HTTP proxy request")
             return
         method, target, version = parts
         if method == "CONNECT":
@@ -295,14 +340,14 @@ class NetworkProxy:
         else:
             url = urlsplit(target)
             if url.scheme.lower() != "http" or not url.hostname:
-                await _refuse(writer, 400, "Bad Request", "send absolute http:// URLs or CONNECT")
+                await refuse(writer, 400, "Bad Request", "send absolute http:// URLs or CONNECT")
                 return
             host, port = url.hostname, url.port or 80
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         if not host or not 0 < port < 65536:
-            await _refuse(writer, 400, "Bad Request", f"bad target {_printable(target)}")
+            await refuse(writer, 400, "Bad Request", f"bad target {printable(target)}")
             return
-        shown = f"{_printable(host)}:{port}"
+        shown = f"{printable(host)}:{port}"
         decision = await self.decide(host, port)
         addresses: list[str] = []
         if decision.allowed:
@@ -315,27 +360,44 @@ class NetworkProxy:
             else:
                 decision = self.policy.check_addresses(host, port, addresses) or decision
         if not decision.allowed:
-            self._record(_printable(host), port, decision)
+            self._record(printable(host), port, decision)
             message = (
                 f"connection to {shown} denied by the session's network policy "
                 f"({self.policy.describe()}): {decision.reason}"
             )
-            await _refuse(writer, 403, message, message)
+            await refuse(writer, 403, message, message)
+            return
+        secret = self.policy.headers_for(host)
+        if method == "CONNECT" and secret and self._authority is not None:
+            assert self._upstream is not None
+            await intercept(
+                reader,
+                writer,
+                host=host,
+                port=port,
+                addresses=addresses,
+                reason=decision.reason,
+                headers=secret,
+                server=self._authority.server_context(host),
+                upstream=self._upstream,
+                record=lambda d, added: self._record(host, port, d, added),
+            )
             return
         upstream = await self._open(addresses, port)
         if upstream is None:
             decision = Decision(True, f"{decision.reason}; could not connect")
             self._record(host, port, decision)
-            await _refuse(writer, 502, f"cannot reach {shown}", f"cannot reach {shown}")
+            await refuse(writer, 502, f"cannot reach {shown}", f"cannot reach {shown}")
             return
-        self._record(host, port, decision)
         up_reader, up_writer = upstream
         try:
             if method == "CONNECT":
+                self._record(host, port, decision)
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
-                up_writer.write(self._request_head(method, path, version, host, lines[1:]))
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+                self._record(host, port, decision, bool(secret))
+                up_writer.write(request_head(method, path, version, lines[1:], secret))
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
             up_writer.close()
 
@@ -351,51 +413,9 @@ class NetworkProxy:
                 continue
         return None
 
-    def _request_head(
-        self, method: str, path: str, version: str, host: str, headers: list[str]
-    ) -> bytes:
-        secret = dict(self.policy.headers_for(host))
-        replaced = {name.lower() for name in secret}
-        kept = [
-            line
-            for line in headers
-            if line and line.partition(":")[0].strip().lower() not in _HOP_HEADERS | replaced
-        ]
-        added = [f"{name}: {value}" for name, value in secret.items()]
-        lines = [f"{method} {path} {version}", *kept, *added, "Connection: close", "", ""]
-        return "\r\n".join(lines).encode("latin-1")
-
 
 def _authority(target: str) -> tuple[str, int]:
     host, _, port = target.rpartition(":")
     if not port.isdigit():
         return "", 0
     return host.strip("[]"), int(port)
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() and c not in "\r\n" else "?" for c in text)[:300]
-
-
-async def _refuse(writer: asyncio.StreamWriter, status: int, phrase: str, body: str) -> None:
-    data = (body + "\n").encode()
-    writer.write(
-        f"HTTP/1.1 {status} {_printable(phrase)}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-        + data
-    )
-    with contextlib.suppress(OSError):
-        await writer.drain()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError, RuntimeError):
-            if writer.can_write_eof():
-                writer.write_eof()

@@ -1,0 +1,141 @@
+"""Test HTTPS servers on loopback with certificates of their own, for the network policy's tests.
+
+``Upstream`` is a certificate authority of the tests (standing for the public ones a real host
+chains to) that signs a certificate per host name; ``self_signed`` is a certificate nobody
+trusts. Each server is a real ``http.server`` behind the standard library's TLS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.server
+import ssl
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+SECRET = "Bearer jx-test-7f3a9c-secret"
+
+
+class Echo(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ``hello <path>`` (``/echo`` quotes the Authorization header back);
+    remembers each request's headers in ``seen``. ``/big?n=BYTES`` sends that many bytes."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self) -> None:
+        Echo.seen.append(dict(self.headers.items()))
+        body = f"hello {self.path}".encode()
+        if self.path == "/echo":
+            body = f"you sent {self.headers.get('Authorization')}".encode()
+        elif self.path.startswith("/big?n="):
+            body = b"x" * int(self.path.split("=", 1)[1])
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _name(text: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _certificate(
+    subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, Any], ca: bool
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer[0])
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()),
+            critical=False,
+        )
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+    else:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False
+        )
+    return builder.sign(issuer[1], hashes.SHA256())
+
+
+class Upstream:
+    """The tests' own certificate authority, written to ``folder/upstream-ca.pem``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._subject = _name("jupyter-exec tests upstream CA")
+        self.cert = _certificate(
+            "jupyter-exec tests upstream CA", self._key, (self._subject, self._key), ca=True
+        )
+        self.ca_file = folder / "upstream-ca.pem"
+        self.ca_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(self, host: str) -> tuple[Path, Path]:
+        """A certificate for ``host`` signed by this authority: (cert file, key file)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _certificate(host, key, (self._subject, self._key), ca=False)
+        return self._write(host, cert, key)
+
+    def self_signed(self, host: str) -> tuple[Path, Path]:
+        """A certificate for ``host`` that signs itself: trusted by nobody."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _certificate(host, key, (_name(host), key), ca=False)
+        return self._write(f"{host}-self", cert, key)
+
+    def _write(self, stem: str, cert: x509.Certificate, key: Any) -> tuple[Path, Path]:
+        cert_file, key_file = self.folder / f"{stem}.pem", self.folder / f"{stem}.key"
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(_pem_key(key))
+        return cert_file, key_file
+
+
+@contextlib.contextmanager
+def https_server(cert: tuple[Path, Path]) -> Iterator[http.server.ThreadingHTTPServer]:
+    """An :class:`Echo` server on loopback speaking TLS with ``cert`` (an ephemeral port)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*cert)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def der_of(pem_file: Path) -> bytes:
+    """The DER bytes of the first certificate in a PEM file (what ``getpeercert(True)`` gives)."""
+    return x509.load_pem_x509_certificate(pem_file.read_bytes()).public_bytes(
+        serialization.Encoding.DER
+    )
