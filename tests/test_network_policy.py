@@ -617,6 +617,9 @@ async def test_a_kernel_that_does_not_trust_the_session_ca_sends_nothing(
 ) -> None:
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
         await asyncio.to_thread(tls_route.get, "secure.test", "/", False)
+    deadline = asyncio.get_running_loop().time() + 30
+    while not tls_route.route.proxy.connections and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)  # the proxy sees the kernel give up after the kernel does
     [entry] = tls_route.route.proxy.connections
     assert "the kernel did not complete TLS" in entry.reason
     assert not entry.secret

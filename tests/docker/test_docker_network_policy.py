@@ -7,10 +7,9 @@ resolver (the proxy runs on the host, so loopback is reachable from it, never fr
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
-import shutil
-import ssl
 import subprocess
 import threading
 import zipfile
@@ -19,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from jupyter_exec import AsyncSession, NetworkPolicy, Session
 from jupyter_exec.network import NetworkRequest, proxy
+from tests.tls_servers import Echo, Upstream, der_of, https_server
 
 pytestmark = pytest.mark.docker
 
@@ -166,6 +167,7 @@ async def test_policy_allows_denies_records_and_cannot_be_bypassed(
                 "port": web_port,
                 "decision": "allowed",
                 "reason": "allowed by rule 'web.test'",
+                "secret": True,
             }
         ]
         assert [c["decision"] for c in recorded[2]] == ["denied", "denied"]
@@ -210,59 +212,141 @@ def test_blocking_session_keeps_its_policy_across_a_restart(
 
 
 @pytest.fixture
-def tls_port(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """An HTTPS server for ``secure.test`` on loopback, with its own self-signed certificate."""
+def tls_servers(tmp_path: Path) -> Iterator[tuple[Upstream, dict[str, int]]]:
+    """HTTPS servers on loopback, each with a certificate of its own: ``secure.test`` and
+    ``plain.test`` signed by the tests' authority, ``bad.test`` self-signed."""
     certs = tmp_path / "certs"
     certs.mkdir()
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=secure.test", "-addext", "subjectAltName=DNS:secure.test",
-         "-keyout", str(certs / "key.pem"), "-out", str(certs / "cert.pem")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certs / "cert.pem", certs / "key.pem")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Handler.seen.clear()
-    proxy.resolver_overrides["secure.test"] = "127.0.0.1"
+    upstream = Upstream(certs)
+    issued = {
+        "secure.test": upstream.issue("secure.test"),
+        "plain.test": upstream.issue("plain.test"),
+        "bad.test": upstream.self_signed("bad.test"),
+    }
+    Echo.seen.clear()
+    with contextlib.ExitStack() as stack:
+        servers = {name: stack.enter_context(https_server(c)) for name, c in issued.items()}
+        proxy.resolver_overrides.update(dict.fromkeys(servers, "127.0.0.1"))
+        try:
+            yield upstream, {name: s.server_address[1] for name, s in servers.items()}
+        finally:
+            proxy.resolver_overrides.clear()
+
+
+HTTPS = """
+import json, ssl, urllib.request, http.client
+from pip._vendor import requests  # the image's requests: REQUESTS_CA_BUNDLE, as pip uses it
+def fetch(url):
     try:
-        yield server.server_address[1], certs / "cert.pem"
-    finally:
-        proxy.resolver_overrides.clear()
-        server.shutdown()
-        server.server_close()
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return [r.status, r.read().decode()]
+    except Exception as e:
+        return ["error", f"{type(e).__name__}: {e}"]
+def shown(host, port):
+    # the certificate a client is shown for host through the proxy (verified by the bundle)
+    c = http.client.HTTPSConnection('127.0.0.1', 3128, timeout=30)
+    c.set_tunnel(host, port)
+    c.connect()
+    der = c.sock.getpeercert(True)
+    c.close()
+    return der.hex()
+"""
 
 
-async def test_https_is_tunnelled_end_to_end_without_secrets(
-    kernel_image: str, tmp_path: Path, tls_port: tuple[int, Path]
+async def test_https_secrets_reach_the_server_and_never_the_kernel(
+    kernel_image: str, tmp_path: Path, tls_servers: tuple[Upstream, dict[str, int]]
 ) -> None:
-    port, cert = tls_port
-    work = tmp_path / "w"
-    work.mkdir()
-    shutil.copy(cert, work / "ca.pem")  # the kernel verifies the server's own certificate
+    upstream, ports = tls_servers
     policy = NetworkPolicy(
-        allow=["secure.test", "127.0.0.1"], secrets={"secure.test": {"Authorization": SECRET}}
+        allow=[*ports, "127.0.0.1"],
+        secrets={"secure.test": {"Authorization": SECRET}, "bad.test": {"Authorization": SECRET}},
+        extra_ca=upstream.ca_file,
     )
+    work = tmp_path / "w"
     async with AsyncSession(
         work_dir=work, backend="docker", docker={"image": kernel_image}, network=policy
     ) as session:
-        fetched = await session.execute(
-            "import ssl, urllib.request\n"
-            "ctx = ssl.create_default_context(cafile='ca.pem')\n"
-            f"with urllib.request.urlopen('https://secure.test:{port}/', context=ctx,"
-            " timeout=30) as r:\n"
-            "    print(r.status, r.read().decode())"
+        (await session.execute(HTTPS)).raise_for_error()
+        secure, plain, bad = (f"https://{h}:{ports[h]}" for h in ports)
+
+        # urllib and requests, configured by nothing but the kernel's environment
+        run = await session.execute(
+            f"print(json.dumps([fetch('{secure}/u'), requests.get('{secure}/r', timeout=30).text,"
+            " ssl.get_default_verify_paths().cafile]))",
         )
-        fetched.raise_for_error()
-        assert fetched.stdout.strip() == "200 hello through the policy"
-        assert [(c.host, c.port, c.decision) for c in fetched.connections] == [
-            ("secure.test", port, "allowed")
+        got = json.loads(run.stdout)
+        assert got == [[200, "hello /u"], "hello /r", "/run/jxnet/ca-bundle.pem"]
+        assert [seen["Authorization"] for seen in Echo.seen] == [SECRET, SECRET]
+        records = run.connections
+        assert [(c.host, c.decision, c.secret) for c in records] == [
+            ("secure.test", "allowed", True),
+            ("secure.test", "allowed", True),
         ]
-    # TLS end to end, verified against the server's own name: nothing in between read it,
-    # so no secret was added either (that needs interception, a later release)
-    assert "Authorization" not in _Handler.seen[-1]
+        assert records[0].reason == "allowed by rule 'secure.test'; HTTPS intercepted"
+
+        # intercepted: the kernel is shown the session's certificate; tunnelled: the server's own
+        seen_certs = await _json(
+            session,
+            f"print(json.dumps([shown('secure.test', {ports['secure.test']}),"
+            f" shown('plain.test', {ports['plain.test']}), fetch('{plain}/p')]))",
+        )
+        assert seen_certs[1] == der_of(upstream.folder / "plain.test.pem").hex()
+        issuer = x509.load_der_x509_certificate(bytes.fromhex(seen_certs[0])).issuer
+        assert issuer.rfc4514_string().startswith("CN=jupyter-exec session CA")
+        assert seen_certs[2] == [200, "hello /p"]
+        assert "Authorization" not in Echo.seen[-1]  # no secret for a tunnelled host
+
+        # an upstream certificate nobody trusts: the request fails, naming the host
+        run = await session.execute(f"print(json.dumps(fetch('{bad}/')))")
+        refused = json.loads(run.stdout)
+        assert refused[0] == "error"
+        assert (
+            f"Tunnel connection failed: 502 the certificate of bad.test:{ports['bad.test']} "
+            "is not valid (self-signed certificate)"
+        ) in refused[1]
+        assert [c.decision for c in run.connections] == ["denied"]
+        assert len(Echo.seen) == 3  # bad.test never got a request
+
+        # the secret and the authority's key: nowhere in the kernel
+        leak = await session.execute(
+            "import os, subprocess\n"
+            f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
+            "print('environ', needle in repr(dict(os.environ)))\n"
+            "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
+            "      for p in os.listdir('/proc') if p.isdigit()\n"
+            "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
+            "for n in (needle, 'PRIVATE' + ' KEY'):\n"
+            "    r = subprocess.run(['grep', '-rlsF', n, '/run', '/tmp', '/work',"
+            " '/opt/packages'], capture_output=True, text=True)\n"
+            "    print('files', repr(r.stdout))\n"
+            "print('bundle', open('/run/jxnet/ca-bundle.pem').read().count('BEGIN CERTIFICATE')"
+            " > 100)"
+        )
+        assert leak.stdout.splitlines() == [
+            "environ False",
+            "proc False",
+            "files ''",
+            "files ''",
+            "bundle True",
+        ]
+        echoed = await session.execute(f"print(fetch('{secure}/echo'))")
+        assert echoed.stdout.strip() == "[200, 'you sent [secret redacted]']"
+
+        # the proxy's socket disappears: the next cell is intercepted by the revived proxy
+        kernel = session._kernel
+        assert kernel is not None
+        kernel.network.socket_path.unlink()
+        revived = await _json(session, f"print(json.dumps(fetch('{secure}/again')))")
+        assert revived == [200, "hello /again"]
+        assert Echo.seen[-1]["Authorization"] == SECRET
+
+        notebook = Path(session.notebook_path or "").read_text()
+        cells = json.loads(notebook)["cells"]
+        assert cells[1]["metadata"]["jupyter_exec"]["network"][0]["secret"] is True
+    assert SECRET not in notebook
+    assert "jx-test-7f3a9c" not in notebook
+    on_host = subprocess.run(["grep", "-rlsF", "PRIVATE KEY", str(work)], capture_output=True)
+    assert on_host.stdout == b""
 
 
 def _wheel(folder: Path) -> str:
