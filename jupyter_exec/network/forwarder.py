@@ -63,6 +63,10 @@ def serve(listener: socket.socket, path: str) -> None:
             client, _ = listener.accept()
         except InterruptedError:
             continue
+        # What the proxy sends in several writes (a TLS handshake's records) must not wait for
+        # the kernel's delayed ACK of the previous one: no Nagle on this loopback hop.
+        with contextlib.suppress(OSError):
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             threading.Thread(target=_relay, args=(client, path), daemon=True).start()
         except RuntimeError:  # no thread to spare (the container's pids limit): refuse this one
