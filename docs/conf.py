@@ -147,6 +147,10 @@ jx_layers = [
             "inkernel_fork",
             "network.proxy",
             "network.forwarder",
+            "network.wire",
+            "network.intercept",
+            "network.tls",
+            "network.bundle",
         ],
     },
     {
