@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import http.server
 import importlib.util
+import logging
 import socket
 import ssl
 import subprocess
@@ -496,15 +497,15 @@ class TLSRoute:
     upstream: Upstream
     ports: dict[str, int]
     """Host name -> the port of its HTTPS server (all on loopback)."""
+    trusted: bytes
+    """What the proxy asked the kernel to trust (its folder's TRUST_NAME)."""
 
     def context(self, trusted: bool = True) -> ssl.SSLContext:
         """What the kernel verifies with: its bundle's extra part (the session's CA and the
         policy's extra_ca), or the system's alone."""
-        folder = self.route.proxy.folder
-        assert folder is not None
         if not trusted:
             return ssl.create_default_context()
-        return ssl.create_default_context(cafile=str(folder / proxy.TRUST_NAME))
+        return ssl.create_default_context(cadata=self.trusted.decode())
 
     def get(self, host: str, path: str = "/", trusted: bool = True) -> tuple[int, str, bytes]:
         """GET ``https://host:port/path`` with urllib through the proxy: (status, body, the DER
@@ -552,14 +553,17 @@ async def tls_route(tmp_path: Path) -> AsyncIterator[TLSRoute]:
         try:
             async with _route(policy, tmp_path) as route:
                 ports = {name: s.server_address[1] for name, s in servers.items()}
-                yield TLSRoute(route, upstream, ports)
+                assert route.proxy.folder is not None
+                trusted = (route.proxy.folder / proxy.TRUST_NAME).read_bytes()
+                yield TLSRoute(route, upstream, ports, trusted)
         finally:
             proxy.resolver_overrides.clear()
 
 
 async def test_https_to_a_host_with_secrets_is_intercepted_and_recorded(
-    tls_route: TLSRoute, tmp_path: Path
+    tls_route: TLSRoute, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     status, body, shown = await asyncio.to_thread(tls_route.get, "secure.test", "/a?b=1")
     assert (status, body) == (200, "hello /a?b=1")
     assert Echo.seen[-1]["Authorization"] == SECRET  # the kernel's own header was replaced
@@ -581,6 +585,16 @@ async def test_https_to_a_host_with_secrets_is_intercepted_and_recorded(
         }
     ] * 2
     assert SECRET not in repr(tls_route.route.proxy.connections)
+    assert "secure.test" in caplog.text
+    assert SECRET not in caplog.text
+    assert SECRET.split()[-1] not in caplog.text
+
+
+async def test_https_fails_closed_when_the_proxy_is_gone(tls_route: TLSRoute) -> None:
+    await tls_route.route.proxy.close()
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        await asyncio.to_thread(tls_route.get, "secure.test")
+    assert Echo.seen == []
 
 
 async def test_https_to_a_host_without_secrets_is_tunnelled(
