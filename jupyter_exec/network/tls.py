@@ -14,8 +14,8 @@ removed at once. The authority is *name-constrained* to the hosts that have secr
 copy of its key could not vouch for any other name to a client that honours the constraint
 (OpenSSL does).
 
-This module imports ``cryptography``: import it only when a policy has secrets (the
-``network`` extra), so the core stays light.
+``cryptography`` (the ``network`` extra) is imported when an authority is made, that is when a
+policy has secrets, so importing this module (and the core) stays light.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ import ssl
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from jupyter_exec.exceptions import MissingDependency
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 __all__ = ["Authority", "upstream_context"]
 
@@ -45,6 +46,9 @@ SKEW = datetime.timedelta(hours=1)
 
 
 def _name(text: str) -> x509.Name:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text[:64])])
 
 
@@ -52,6 +56,15 @@ class Authority:
     """One session's certificate authority, for ``hosts`` (normalised names) only."""
 
     def __init__(self, hosts: Iterable[str], session: str = "") -> None:
+        try:
+            from cryptography import x509
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.asymmetric import ec
+        except ImportError as exc:
+            raise MissingDependency(
+                "intercepting HTTPS for a policy's secrets needs 'cryptography': "
+                "pip install 'jupyter-exec[network]'"
+            ) from exc
         self.hosts = tuple(sorted(set(hosts)))
         if not self.hosts:
             raise ValueError("an authority needs at least one host to vouch for")
@@ -83,10 +96,14 @@ class Authority:
     @property
     def certificate_pem(self) -> bytes:
         """The authority's certificate (public: this is what the kernel's trust store gets)."""
+        from cryptography.hazmat.primitives import serialization
+
         return self.certificate.public_bytes(serialization.Encoding.PEM)
 
     def server_context(self, host: str) -> ssl.SSLContext:
         """The context that presents ``host``'s certificate to the kernel (made once per host)."""
+        from cryptography.hazmat.primitives import serialization
+
         context = self._contexts.get(host)
         if context is None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -103,6 +120,10 @@ class Authority:
         return context
 
     def _leaf(self, host: str) -> x509.Certificate:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+
         if host not in self.hosts:
             raise ValueError(f"{host!r} has no secrets: its connections are not intercepted")
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -129,6 +150,8 @@ class Authority:
 
 
 def _usage(*, cert_sign: bool) -> x509.KeyUsage:
+    from cryptography import x509
+
     return x509.KeyUsage(
         digital_signature=True,
         content_commitment=False,
