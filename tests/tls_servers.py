@@ -120,11 +120,13 @@ class Upstream:
 
 
 @contextlib.contextmanager
-def https_server(cert: tuple[Path, Path]) -> Iterator[http.server.ThreadingHTTPServer]:
-    """An :class:`Echo` server on loopback speaking TLS with ``cert`` (an ephemeral port)."""
+def https_server(
+    cert: tuple[Path, Path], handler: type[http.server.BaseHTTPRequestHandler] = Echo
+) -> Iterator[http.server.ThreadingHTTPServer]:
+    """A ``handler`` server on loopback speaking TLS with ``cert`` (an ephemeral port)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*cert)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -454,3 +454,68 @@ async def test_ask_decides_an_unlisted_host_for_the_rest_of_the_session(
         ("web.test", "asking", 1),
         ("evil.test", "asking", 1),
     ]
+
+
+async def test_pip_installs_from_a_private_https_index_with_a_secret(
+    kernel_image: str, tmp_path: Path
+) -> None:
+    """An index that wants a token: pip gets it from the proxy, verifies the session's
+    certificate through PIP_CERT, and is given neither the token nor any option."""
+    root = tmp_path / "index"
+    (root / "simple" / "jxdemo").mkdir(parents=True)
+    (root / "files").mkdir()
+    wheel = _wheel(root / "files")
+    (root / "simple" / "jxdemo" / "index.html").write_text(
+        f'<html><body><a href="../../files/{wheel}">{wheel}</a></body></html>'
+    )
+    tokens: list[str | None] = []
+
+    class Private(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self) -> None:
+            tokens.append(self.headers.get("Authorization"))
+            if tokens[-1] != SECRET:
+                self.send_error(401, "a token is needed")
+                return
+            super().do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    upstream = Upstream(tmp_path)
+    with https_server(upstream.issue("index.test"), Private) as server:
+        port = server.server_address[1]
+        proxy.resolver_overrides["index.test"] = "127.0.0.1"
+        policy = NetworkPolicy(
+            allow=["index.test", "127.0.0.1"],
+            secrets={"index.test": {"Authorization": SECRET}},
+            extra_ca=upstream.ca_file,
+        )
+        try:
+            async with AsyncSession(
+                work_dir=tmp_path / "w",
+                backend="docker",
+                docker={"image": kernel_image},
+                network=policy,
+                timeout=240,
+            ) as session:
+                installed = await session.execute(
+                    "import subprocess, sys\n"
+                    "r = subprocess.run([sys.executable, '-m', 'pip', 'install', "
+                    "'--no-cache-dir', '--disable-pip-version-check', '--index-url',"
+                    f" 'https://index.test:{port}/simple/', 'jxdemo'],"
+                    " capture_output=True, text=True)\n"
+                    "print(r.returncode, r.stderr[-2000:])"
+                )
+                assert installed.stdout.startswith("0 "), installed.stdout
+                assert {(c.host, c.decision, c.secret) for c in installed.connections} == {
+                    ("index.test", "allowed", True)
+                }
+                assert len(installed.connections) == len(tokens) >= 2  # page, then wheel
+                imported = await session.execute("import jxdemo; jxdemo.VALUE")
+                assert imported.text == "42"
+        finally:
+            proxy.resolver_overrides.clear()
+    assert tokens == [SECRET] * len(tokens)
