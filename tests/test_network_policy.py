@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -748,3 +749,15 @@ def test_the_core_does_not_import_the_tls_dependency() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+async def test_interception_on_python_3_10_without_streamwriter_start_tls(
+    tls_route: TLSRoute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback for Python 3.10 (the loop's start_tls and a new writer), run here."""
+    from jupyter_exec.network import intercept
+
+    monkeypatch.setattr(intercept, "sys", SimpleNamespace(version_info=(3, 10)))
+    status, body, _shown = await asyncio.to_thread(tls_route.get, "secure.test", "/old")
+    assert (status, body) == (200, "hello /old")
+    assert Echo.seen[-1]["Authorization"] == SECRET
