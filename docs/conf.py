@@ -114,6 +114,7 @@ jx_layers = [
             "options",
             "network",
             "network.policy",
+            "network.rules",
         ],
     },
     {

@@ -27,7 +27,8 @@ import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from jupyter_exec.network.policy import Decision, normalise_host
+from jupyter_exec.network.policy import Decision
+from jupyter_exec.network.rules import normalise_host
 from jupyter_exec.network.wire import CHUNK, host_of, pipe, printable, refuse, request_head
 
 __all__ = ["intercept"]

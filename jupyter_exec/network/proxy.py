@@ -43,13 +43,8 @@ from urllib.parse import urlsplit
 from jupyter_exec.exceptions import KernelStartError
 from jupyter_exec.network import forwarder
 from jupyter_exec.network.intercept import intercept
-from jupyter_exec.network.policy import (
-    Connection,
-    Decision,
-    NetworkPolicy,
-    NetworkRequest,
-    normalise_host,
-)
+from jupyter_exec.network.policy import Connection, Decision, NetworkPolicy, NetworkRequest
+from jupyter_exec.network.rules import normalise_host
 from jupyter_exec.network.wire import CHUNK, pipe, printable, refuse, request_head
 
 if TYPE_CHECKING:
