@@ -723,6 +723,14 @@ def test_extra_ca_is_checked_when_the_policy_is_made(tmp_path: Path) -> None:
             NetworkPolicy(extra_ca=bad)  # type: ignore[arg-type]
 
 
+async def test_an_extra_ca_gone_before_the_proxy_starts_is_a_clear_error(tmp_path: Path) -> None:
+    upstream = Upstream(tmp_path)
+    policy = NetworkPolicy(secrets={"a.test": {"X-Key": "v"}}, extra_ca=upstream.ca_file)
+    upstream.ca_file.unlink()
+    with pytest.raises(KernelStartError, match=r"extra_ca .* cannot be used"):
+        await NetworkProxy(policy).start()
+
+
 def test_secrets_without_the_network_extra_are_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -220,14 +220,19 @@ class NetworkProxy:
         """Make the session's authority (a policy with secrets) and write what the kernel must
         trust; the authority's key stays in this process."""
         trusted = b""
-        if self.policy.secret_hosts:
-            from jupyter_exec.network import tls  # the 'network' extra, checked by the policy
+        try:
+            if self.policy.secret_hosts:
+                from jupyter_exec.network import tls  # the 'network' extra, checked by the policy
 
-            self._authority = tls.Authority(self.policy.secret_hosts, self.session)
-            self._upstream = tls.upstream_context(self.policy.extra_ca)
-            trusted = self._authority.certificate_pem
-        if self.policy.extra_ca is not None:
-            trusted += b"\n" + Path(self.policy.extra_ca).read_bytes()
+                self._authority = tls.Authority(self.policy.secret_hosts, self.session)
+                self._upstream = tls.upstream_context(self.policy.extra_ca)
+                trusted = self._authority.certificate_pem
+            if self.policy.extra_ca is not None:
+                trusted += b"\n" + Path(self.policy.extra_ca).read_bytes()
+        except (OSError, ssl.SSLError) as exc:  # extra_ca changed since the policy was made
+            raise KernelStartError(
+                f"the network policy's extra_ca {self.policy.extra_ca!r} cannot be used: {exc}"
+            ) from None
         if trusted:
             (folder / TRUST_NAME).write_bytes(trusted)
             (folder / TRUST_NAME).chmod(0o644)
