@@ -27,6 +27,7 @@ from jupyter_core.utils import ensure_async
 
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
+from jupyter_exec.server.network import SharedProxy
 from jupyter_exec.state import Checkpoint
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ class Branches:
         assert child.handle is not None
         kernel_id = adopt(mkm, child.handle, parent.kernel_name, str(notebook))
         child.rebind(mkm.get_kernel(kernel_id))
+        if parent.proxy is not None:  # in the parent's container, behind its proxy
+            child.handle.network = SharedProxy(parent.proxy)
         entry = ServerSession(
             id=uuid.uuid4().hex,
             session=child,
@@ -106,6 +109,7 @@ class Branches:
             work_dir=parent.work_dir,
             created=datetime.now(timezone.utc).isoformat(),
             parent=parent.id,
+            policy=parent.policy,
         )
         child.on_close = lambda: self._release(entry)
         try:
@@ -174,6 +178,8 @@ class Branches:
         kernel_id = kernel_id_of(mkm, handle.km)
         if kernel_id is None:
             kernel_id = adopt(mkm, handle, entry.kernel_name, str(entry.notebook))
+        if entry.proxy is not None and handle.network is None:
+            handle.network = SharedProxy(entry.proxy)
         if kernel_id == entry.kernel_id:
             return
         old, entry.kernel_id = entry.kernel_id, kernel_id

@@ -264,3 +264,84 @@ async def test_ask_is_answered_over_rest_and_no_secret_is_ever_shown(
     assert SECRET not in notebook.read_text()
     assert SECRET[7:] not in notebook.read_text()
     assert len(seen) > 10
+
+
+def _our_containers() -> int:
+    from jupyter_exec.docker.reap import L_PID, LABEL
+
+    client = connect()
+    try:
+        found = client.containers.list(
+            all=True, filters={"label": [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]}
+        )
+        return len(found)
+    finally:
+        client.close()
+
+
+@pytest.mark.docker
+async def test_docker_forks_and_undo_keep_the_policy_and_end_with_their_session(
+    call: Api, docker_kernelspec: str, web_port: int, root: Path, jp_fetch: Any
+) -> None:
+    before = _our_containers()
+    network = {
+        "allow": ["web.test", "127.0.0.1"],
+        "secrets": {"web.test": {"Authorization": SECRET}},
+    }
+    status, model = await call(
+        "POST",
+        "sessions",
+        body={"name": "box", "backend": "docker", "network": network, "undo_steps": 2},
+    )
+    assert status == 201, model
+    sid = model["id"]
+    first_kernel = model["kernel"]["id"]
+
+    async def run(session_id: str, code: str) -> dict[str, Any]:
+        status, out = await call("POST", "sessions", session_id, "execute", body={"code": code})
+        assert status == 200, out
+        return dict(out)
+
+    await run(sid, FETCH)
+    await run(sid, "x = 1")
+    await run(sid, "x = 2")
+    echo = f"print(fetch('http://web.test:{web_port}/echo'))"
+
+    # A fork runs in the session's container, behind the same proxy: allowed, recorded, redacted.
+    status, forks = await call("POST", "sessions", sid, "fork", body={})
+    assert status == 201, forks
+    fork = forks[0]
+    assert fork["network"] == model["network"]
+    out = await run(fork["id"], echo)
+    assert out["stdout"].strip() == "[200, 'you sent [secret redacted]']"
+    assert [c["decision"] for c in out["connections"]] == ["allowed"]
+    await run(fork["id"], "x = 'fork'")
+    assert (await run(sid, "x"))["text"] == "2"
+
+    # Undo: a kernel from the snapshot serves the session; the container's first kernel stays.
+    status, undone = await call("POST", "sessions", sid, "undo", body={"n": 2})
+    assert status == 200, undone
+    assert (await run(sid, "x"))["text"] == "1"
+    kernels = {k["id"] for k in json.loads((await jp_fetch("api", "kernels")).body)}
+    assert {undone["kernel"]["id"], first_kernel, fork["kernel"]["id"]} <= kernels
+    bound = {
+        s["path"]: s["kernel"]["id"] for s in json.loads((await jp_fetch("api", "sessions")).body)
+    }
+    assert bound[model["notebook"]["path"]] == undone["kernel"]["id"] != first_kernel
+    out = await run(sid, echo)
+    assert out["stdout"].strip() == "[200, 'you sent [secret redacted]']"
+
+    # The session ends: its Docker forks end with it, every kernel and the container go.
+    assert (await call("DELETE", "sessions", sid))[0] == 204
+    assert (await call("GET", "sessions", fork["id"]))[0] == 404
+    kernels = {k["id"] for k in json.loads((await jp_fetch("api", "kernels")).body)}
+    assert kernels.isdisjoint({undone["kernel"]["id"], first_kernel, fork["kernel"]["id"]})
+    for _ in range(100):
+        if _our_containers() == before:
+            break
+        await asyncio.sleep(0.1)
+    assert _our_containers() == before
+    for notebook in (model["notebook"]["path"], fork["notebook"]["path"]):
+        text = (root / notebook).read_text()
+        assert SECRET not in text
+        assert SECRET[7:] not in text
