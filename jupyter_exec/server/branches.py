@@ -21,19 +21,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_core.utils import ensure_async
 
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
+from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
 from jupyter_exec.server.network import SharedProxy
 from jupyter_exec.state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
     from jupyter_exec.server.paths import ServerRoot
-    from jupyter_exec.server.sessions import ServerSession, _ServerAsyncSession
 
 __all__ = ["Branches", "CheckpointNotFound"]
 
@@ -78,7 +78,7 @@ class Branches:
                     f"(max_sessions={limit})"
                 )
             )
-        children: list[_ServerAsyncSession] = await parent.session.fork(n, name)  # type: ignore[assignment]
+        children = cast("list[ServerAsyncSession]", await parent.session.fork(n, name))
         made: list[ServerSession] = []
         try:
             for child in children:
@@ -89,9 +89,7 @@ class Branches:
             raise
         return made
 
-    async def _hold_fork(self, parent: ServerSession, child: _ServerAsyncSession) -> ServerSession:
-        from jupyter_exec.server.sessions import ServerSession
-
+    async def _hold_fork(self, parent: ServerSession, child: ServerAsyncSession) -> ServerSession:
         mkm = self.serverapp.kernel_manager
         notebook = child.notebook_path
         assert notebook is not None  # forks of a recording session record too
@@ -121,7 +119,7 @@ class Branches:
             )
             entry.jupyter_session_id = model.get("id")
 
-            async def given() -> _ServerAsyncSession:
+            async def given() -> ServerAsyncSession:
                 return child
 
             await self.manager.add(entry.id, given, backend=parent.backend)
