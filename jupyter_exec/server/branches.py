@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_core.utils import ensure_async
 
-from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
+from jupyter_exec.exceptions import ForkError, InvalidArgument, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
 from jupyter_exec.server.network import SharedProxy
@@ -161,6 +161,11 @@ class Branches:
 
     async def restart(self, session_id: str) -> ServerSession:
         entry = self.live(session_id)
+        if entry.parent is not None and entry.backend == "docker":
+            raise ForkError(
+                "a fork of a Docker session cannot be restarted: it runs in its parent's "
+                "container and would need one of its own; delete it and fork the parent again"
+            )
         await entry.session.restart()
         await self._follow_kernel(entry)
         return entry

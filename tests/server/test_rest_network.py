@@ -316,6 +316,9 @@ async def test_docker_forks_and_undo_keep_the_policy_and_end_with_their_session(
     assert out["stdout"].strip() == "[200, 'you sent [secret redacted]']"
     assert [c["decision"] for c in out["connections"]] == ["allowed"]
     await run(fork["id"], "x = 'fork'")
+    status, error = await call("POST", "sessions", fork["id"], "restart")
+    assert (status, error["error"]) == (409, "ForkError")
+    assert "cannot be restarted" in error["message"]
     assert (await run(sid, "x"))["text"] == "2"
 
     # Undo: a kernel from the snapshot serves the session; the container's first kernel stays.

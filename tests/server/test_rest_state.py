@@ -148,6 +148,13 @@ async def test_a_busy_session_forks_after_its_cell_and_names_are_checked(api: Ap
     assert (await slow)[0] == 200
     assert (await _run(api, forks[0]["id"], "done"))["text"] == "'yes'"  # the fork has the cell
 
+    # A fork restarts like any session: same kernel id, an empty kernel, still bound.
+    status, restarted = await api("POST", "sessions", forks[0]["id"], "restart")
+    assert (status, restarted["kernel"]["id"]) == (200, forks[0]["kernel"]["id"])
+    assert restarted["kernel"]["alive"]
+    assert (await _run(api, forks[0]["id"], "done"))["error"]["ename"] == "NameError"
+    assert (await _run(api, forks[0]["id"], "6 * 7"))["text"] == "42"
+
     status, error = await api("POST", "sessions", sid, "fork", body={"name": "after"})
     assert (status, error["error"]) == (400, "InvalidArgument"), error
     status, error = await api("POST", "sessions", sid, "fork", body={"n": 0})
