@@ -23,7 +23,8 @@ from traitlets.config import Config
 
 from jupyter_exec.docker.engine import connect
 from jupyter_exec.exceptions import DockerUnavailable
-from jupyter_exec.network import proxy
+from jupyter_exec.network import NetworkRequest, proxy
+from jupyter_exec.server.approvals import ApprovalNotFound, Approvals
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -110,6 +111,28 @@ async def test_answering_unknown_approvals(call: Api) -> None:
     assert (status, error["error"]) == (400, "InvalidRequest")
     status, error = await call("GET", "sessions", "nope", "approvals")
     assert (status, error["error"]) == (404, "SessionNotFound")
+
+
+async def test_approvals_time_out_as_denied_and_a_closing_session_denies_its_own() -> None:
+    approvals = Approvals(timeout=0.5)
+    request = NetworkRequest("web.test", 80, "agent", 3)
+    assert await approvals.wait("s1", request) is False  # nobody answered
+    assert approvals.list() == []
+
+    approvals.timeout = 60.0
+    waiting = [asyncio.ensure_future(approvals.wait(s, request)) for s in ("s1", "s2")]
+    while len(approvals.list()) < 2:
+        await asyncio.sleep(0.01)
+    assert [p.session for p in approvals.list("s2")] == ["s2"]
+    approvals.deny_all("s1")
+    assert await waiting[0] is False
+    assert not waiting[1].done()
+    pending = approvals.list()[0]
+    assert pending.model()["cell"] == 3
+    approvals.answer(pending.id, True)
+    assert await waiting[1] is True
+    with pytest.raises(ApprovalNotFound):
+        approvals.answer(pending.id, False)
 
 
 # -- a real Docker kernel ------------------------------------------------------------------
