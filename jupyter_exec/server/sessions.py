@@ -21,6 +21,9 @@ apply: the kernels must be the server's own.
 
 The kernel belongs to the server: deleting (or culling) a session shuts it
 down through the server's managers; stopping the extension only disconnects.
+Forks, undo, checkpoints and restart are in :mod:`~jupyter_exec.server.branches`
+(which keeps the server's kernels in step with the engine's); a Docker session's
+network policy starts its proxy here, before the kernel, and ends with the session.
 """
 
 from __future__ import annotations
@@ -525,9 +528,9 @@ class ServerSessions(Branches):
         """A checkpoint as JSON (the ``Checkpoint`` schema); a durable one's file as an API path."""
         path = getattr(checkpoint, "path", None)
         shown = None
-        if isinstance(path, Path):
+        if isinstance(path, (str, os.PathLike)):  # a checkpoint kept on disk
             with contextlib.suppress(JupyterExecError, ValueError):
-                shown = self.root.api_path(path)
+                shown = self.root.api_path(Path(path))
         return {
             "name": checkpoint.name,
             "cell_index": checkpoint.cell_index,
