@@ -29,7 +29,7 @@ from jupyter_exec.exceptions import ForkError, InvalidArgument, SessionLimitErro
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
 from jupyter_exec.server.network import SharedProxy
-from jupyter_exec.state import Checkpoint
+from jupyter_exec.state import MAX_FORKS, Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
@@ -71,7 +71,7 @@ class Branches:
         """``n`` new sessions from the live state of ``session_id``, each bound to its notebook."""
         parent = self.live(session_id)
         limit = self.manager.max_sessions
-        if limit and len(self.manager) + n > limit:
+        if limit and 1 <= n <= MAX_FORKS and len(self.manager) + n > limit:  # (else: the engine)
             raise self._limit_reached(
                 SessionLimitError(
                     f"{n} fork(s) would make {len(self.manager) + n} sessions "

@@ -128,7 +128,9 @@ async def test_forks_diverge_are_the_servers_kernels_and_link_their_parent(
     assert {k["id"] for k in await _jupyter(jp_fetch, "kernels")}.isdisjoint(ids)
 
 
-async def test_a_busy_session_forks_after_its_cell_and_names_are_checked(api: Api) -> None:
+async def test_a_busy_session_forks_after_its_cell_and_names_are_checked(
+    api: Api, jp_serverapp: Any
+) -> None:
     status, parent = await api("POST", "sessions", body={"name": "busy"})
     assert status == 201, parent
     sid = parent["id"]
@@ -156,6 +158,13 @@ async def test_a_busy_session_forks_after_its_cell_and_names_are_checked(api: Ap
     assert (await _run(api, forks[0]["id"], "6 * 7"))["text"] == "42"
 
     status, error = await api("POST", "sessions", sid, "fork", body={"name": "after"})
+    assert (status, error["error"]) == (400, "InvalidArgument"), error
+    kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    jp_serverapp.web_app.settings["jupyter_exec_sessions"].max_sessions = 3
+    status, error = await api("POST", "sessions", sid, "fork", body={"n": 2})
+    assert (status, error["error"]) == (429, "SessionLimitReached"), error
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels  # nothing forked
+    status, error = await api("POST", "sessions", sid, "fork", body={"n": 33})
     assert (status, error["error"]) == (400, "InvalidArgument"), error
     status, error = await api("POST", "sessions", sid, "fork", body={"n": 0})
     assert (status, error["error"]) == (400, "InvalidArgument"), error
