@@ -424,6 +424,9 @@ class DockerProvisioner(KernelProvisionerBase):
         if km is None:
             raise KernelStartError("DockerProvisioner must be created by a kernel manager")
         kwargs.pop("transport_encryption", None)
+        proxy = kwargs.pop("network_proxy", None)  # per kernel (a jupyter_server's start_kernel)
+        if proxy:
+            self.network_proxy = str(proxy)
         extra_arguments = list(kwargs.pop("extra_arguments", None) or [])
         work_dir = Path(kwargs.pop("cwd", None) or os.getcwd()).resolve()
         client = await asyncio.to_thread(self._client)

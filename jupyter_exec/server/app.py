@@ -60,6 +60,13 @@ class JupyterExecApp(ExtensionApp):
 
     startup_timeout = Float(60.0, help="Seconds a new kernel has to answer.").tag(config=True)
 
+    approval_timeout = Float(
+        120.0,
+        help="Seconds a Docker kernel's request to a host its network policy leaves to a "
+        'person ("ask": true) waits as a pending approval (GET /api/exec/approvals) before '
+        "it is denied.",
+    ).tag(config=True)
+
     max_sessions = Integer(
         20,
         help="Most sessions at once (0: no limit); each holds a kernel. Sets the session "
@@ -79,6 +86,7 @@ class JupyterExecApp(ExtensionApp):
             kernel_names={"local": self.kernel_name, "docker": self.docker_kernel_name},
             timeout=self.timeout,
             startup_timeout=self.startup_timeout,
+            approval_timeout=self.approval_timeout,
         )
         self.settings[SETTINGS_KEY] = self.sessions
         assert self.serverapp is not None

@@ -6,7 +6,8 @@ request, can fix it in one go. What is refused, and why:
 
 * a body that is not UTF-8 (JSON on the wire is UTF-8), not JSON, nested
   deeper than the decoder goes, or not an object (values nested at all are
-  of the wrong type: every field is a string or a number);
+  of the wrong type, except in the one object field, ``network``, whose
+  shape :mod:`~jupyter_exec.server.network` checks);
 * unknown fields (a typo such as ``"timout"`` is an error, not ignored),
   missing required fields, and values of the wrong type (``true`` is not a number);
 * text with a lone surrogate anywhere (valid JSON, but not text: it cannot
@@ -28,11 +29,15 @@ from typing import Any
 from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = [
+    "ANSWER",
+    "CHECKPOINT",
     "CREATE",
     "EXECUTE",
+    "FORK",
     "MAX_TIMEOUT",
     "NO_FIELDS",
     "REPLAY",
+    "UNDO",
     "Field",
     "InvalidRequest",
     "parse_body",
@@ -51,12 +56,18 @@ class Field:
     """One field of a request body: its JSON type and whether it must be there."""
 
     kind: str
-    """``"string"``, ``"integer"`` or ``"number"``."""
+    """``"string"``, ``"integer"``, ``"number"``, ``"boolean"`` or ``"object"``."""
     required: bool = False
+    nullable: bool = False
+    """Whether ``null`` is accepted (as if the field were left out)."""
 
     def accepts(self, value: Any) -> bool:
+        if self.kind == "boolean":
+            return isinstance(value, bool)
         if isinstance(value, bool):
             return False
+        if self.kind == "object":
+            return isinstance(value, dict)
         if self.kind == "string":
             return isinstance(value, str)
         if self.kind == "integer":
@@ -72,6 +83,8 @@ CREATE: Fields = {
     "backend": Field("string"),
     "kernel_name": Field("string"),
     "timeout": Field("number"),
+    "undo_steps": Field("integer"),
+    "network": Field("object"),
 }
 EXECUTE: Fields = {"code": Field("string", required=True), "timeout": Field("number")}
 REPLAY: Fields = {
@@ -80,6 +93,10 @@ REPLAY: Fields = {
     "timeout": Field("number"),
     "kernel_name": Field("string"),
 }
+FORK: Fields = {"n": Field("integer"), "name": Field("string", nullable=True)}
+UNDO: Fields = {"n": Field("integer")}
+CHECKPOINT: Fields = {"name": Field("string", nullable=True)}
+ANSWER: Fields = {"allow": Field("boolean", required=True)}
 NO_FIELDS: Fields = {}
 
 
@@ -149,6 +166,9 @@ def parse_body(raw: bytes, fields: Fields) -> dict[str, Any]:
                 raise InvalidRequest(f"the field {key!r} is required ({field.kind})")
             continue
         value = body[key]
+        if value is None and field.nullable:
+            del body[key]
+            continue
         if not field.accepts(value):
             raise InvalidRequest(f"{key!r} must be {_article(field.kind)}, not {_json_type(value)}")
         position = _lone_surrogate(value)

@@ -24,6 +24,7 @@ from tornado.web import HTTPError
 
 from jupyter_exec.exceptions import (
     BackendError,
+    ForkError,
     InvalidArgument,
     JupyterExecError,
     KernelError,
@@ -35,16 +36,21 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
+from jupyter_exec.server.approvals import ApprovalNotFound
+from jupyter_exec.server.branches import CheckpointNotFound
 
 __all__ = ["STATUS", "clip", "error_body", "status_of"]
 
 STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (SessionNotFound, 404),
+    (CheckpointNotFound, 404),  # a checkpoint named in the URL that the session does not have
+    (ApprovalNotFound, 404),  # answered already, timed out, or never asked
     (InvalidArgument, 400),  # a bad field, name, path or value (InvalidRequest is one)
     (WorkDirError, 400),  # a path that escapes the root, or a folder that cannot be made
     (SessionConflict, 409),
     (KernelNotAliveError, 409),  # the kernel was shut down outside the API
     (SessionClosedError, 409),
+    (ForkError, 409),  # this kernel cannot fork (remote, not IPython), or the fork failed
     (SessionLimitError, 429),
     (StorageError, 507),  # the server's disk, not the client
     (KernelError, 503),  # a kernel that would not start or died

@@ -241,6 +241,97 @@ class RestartHandler(ExecAPIHandler):
         self.write_json(self.sessions.model(entry))
 
 
+class ForkHandler(ExecAPIHandler):
+    """``/api/exec/sessions/{id}/fork``: new sessions from this one's live state (201)."""
+
+    body_fields = bodies.FORK
+
+    @web.authenticated
+    @exec_authorized("execute")
+    async def post(self, session_id: str) -> None:
+        body = self.body()
+        forks = await self.sessions.fork(session_id, body.get("n", 1), body.get("name"))
+        urls = [self.session_url(e.id) for e in forks]
+        self.set_header("Location", urls[0])
+        self.set_header("Link", ", ".join(f'<{url}>; rel="item"' for url in urls))
+        self.write_json([self.sessions.model(e) for e in forks], status=201)
+
+
+class UndoHandler(ExecAPIHandler):
+    """``/api/exec/sessions/{id}/undo``: the state from before the last ``n`` cells."""
+
+    body_fields = bodies.UNDO
+
+    @web.authenticated
+    @exec_authorized("execute")
+    async def post(self, session_id: str) -> None:
+        entry = await self.sessions.undo(session_id, self.body().get("n", 1))
+        self.write_json(self.sessions.model(entry))
+
+
+class CheckpointsHandler(ExecAPIHandler):
+    """``/api/exec/sessions/{id}/checkpoints``: list them, or take one (201)."""
+
+    body_fields = bodies.CHECKPOINT
+
+    @web.authenticated
+    @exec_authorized()
+    async def get(self, session_id: str) -> None:
+        made = self.sessions.checkpoints(session_id)
+        self.write_json([self.sessions.checkpoint_model(c) for c in made])
+
+    @web.authenticated
+    @exec_authorized("execute")
+    async def post(self, session_id: str) -> None:
+        made = await self.sessions.checkpoint(session_id, self.body().get("name"))
+        url = url_path_join(self.session_url(session_id), "checkpoints", url_escape(made.name))
+        self.set_header("Location", url)
+        self.write_json(self.sessions.checkpoint_model(made), status=201)
+
+
+class RestoreHandler(ExecAPIHandler):
+    """``/api/exec/sessions/{id}/checkpoints/{name}/restore``: back to that checkpoint."""
+
+    @web.authenticated
+    @exec_authorized("execute")
+    async def post(self, session_id: str, name: str) -> None:
+        self.body()
+        entry = await self.sessions.restore(session_id, name)
+        self.write_json(self.sessions.model(entry))
+
+
+class ApprovalsHandler(ExecAPIHandler):
+    """``/api/exec/approvals``: network requests waiting for a person, of every session."""
+
+    @web.authenticated
+    @exec_authorized()
+    async def get(self) -> None:
+        self.write_json([p.model() for p in self.sessions.approvals.list()])
+
+
+class SessionApprovalsHandler(ExecAPIHandler):
+    """``/api/exec/sessions/{id}/approvals``: the pending approvals of one session."""
+
+    @web.authenticated
+    @exec_authorized()
+    async def get(self, session_id: str) -> None:
+        self.sessions.get(session_id)
+        self.write_json([p.model() for p in self.sessions.approvals.list(session_id)])
+
+
+class ApprovalHandler(ExecAPIHandler):
+    """``/api/exec/approvals/{id}``: allow or deny one (``{"allow": true}``)."""
+
+    body_fields = bodies.ANSWER
+
+    @web.authenticated
+    @exec_authorized("execute")
+    async def post(self, approval_id: str) -> None:
+        allow = self.body()["allow"]
+        answered = self.sessions.approvals.answer(approval_id, allow)
+        self.write_json({**answered.model(), "allow": allow})
+
+
 class ReplayHandler(ExecAPIHandler):
     """``/api/exec/replay``: re-run a notebook on a fresh kernel, report cell by cell."""
 
@@ -255,6 +346,8 @@ class ReplayHandler(ExecAPIHandler):
 
 
 _ID = r"(?P<session_id>[^/]+)"  # any id: an unknown one gets a JSON 404 from the sessions
+_NAME = r"(?P<name>[^/]+)"
+_APPROVAL = r"(?P<approval_id>[^/]+)"
 
 default_handlers: list[tuple[str, type[ExecAPIHandler]]] = [
     (r"/api/exec/sessions", SessionsHandler),
@@ -263,5 +356,12 @@ default_handlers: list[tuple[str, type[ExecAPIHandler]]] = [
     (rf"/api/exec/sessions/{_ID}/execute/stream", ExecuteStreamHandler),
     (rf"/api/exec/sessions/{_ID}/interrupt", InterruptHandler),
     (rf"/api/exec/sessions/{_ID}/restart", RestartHandler),
+    (rf"/api/exec/sessions/{_ID}/fork", ForkHandler),
+    (rf"/api/exec/sessions/{_ID}/undo", UndoHandler),
+    (rf"/api/exec/sessions/{_ID}/checkpoints", CheckpointsHandler),
+    (rf"/api/exec/sessions/{_ID}/checkpoints/{_NAME}/restore", RestoreHandler),
+    (rf"/api/exec/sessions/{_ID}/approvals", SessionApprovalsHandler),
     (r"/api/exec/replay", ReplayHandler),
+    (r"/api/exec/approvals", ApprovalsHandler),
+    (rf"/api/exec/approvals/{_APPROVAL}", ApprovalHandler),
 ]

@@ -21,20 +21,22 @@ apply: the kernels must be the server's own.
 
 The kernel belongs to the server: deleting (or culling) a session shuts it
 down through the server's managers; stopping the extension only disconnects.
+Forks, undo, checkpoints and restart are in :mod:`~jupyter_exec.server.branches`
+(which keeps the server's kernels in step with the engine's); a Docker session's
+network policy starts its proxy here, before the kernel, and ends with the session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 
@@ -51,12 +53,20 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import default_session_name, validate_name
+from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.options import MAX_UNDO_STEPS
 from jupyter_exec.recorder import read_notebook
-from jupyter_exec.server.activity import KernelActivity
+from jupyter_exec.server.approvals import Approvals
 from jupyter_exec.server.bodies import InvalidRequest
+from jupyter_exec.server.branches import Branches
+from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
+from jupyter_exec.server.network import checked_policy, policy_model
 from jupyter_exec.server.paths import ServerRoot
-from jupyter_exec.server.recorder import MergingRecorder
 from jupyter_exec.session import AsyncSession, Backend, OutputCallback
+from jupyter_exec.state import Checkpoint
+
+if TYPE_CHECKING:
+    from jupyter_exec.network.proxy import NetworkProxy
 
 __all__ = [
     "InvalidRequest",
@@ -77,95 +87,7 @@ class SessionLimitReached(SessionLimitError):
     """
 
 
-class _ServerAsyncSession(AsyncSession):
-    """An AsyncSession on a server kernel, whose notebook merges with a person's edits.
-
-    The server kernel is shared with whoever opens the notebook in JupyterLab,
-    so :attr:`busy` and :attr:`last_activity` also count what others run on it
-    (:class:`~jupyter_exec.server.activity.KernelActivity` watches the kernel's
-    execute requests, whoever sends them; the server's own state and last
-    activity count too): the manager's culler must not close a session a
-    person is working in. ``on_close``
-    runs after :meth:`close`, so however the session ends (a DELETE, the
-    culler, shutdown), the server's side of it is cleaned up in one place.
-    """
-
-    recorder_class = MergingRecorder
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.server_kernel: Any = kwargs.get("kernel_manager")
-        self.on_close: Callable[[], Awaitable[None]] | None = None
-        self.activity = KernelActivity(self.server_kernel)
-
-    async def start(self) -> _ServerAsyncSession:
-        await super().start()
-        if not self.activity.start():
-            log.info("jupyter-exec: kernel messages cannot be watched; using the server's state")
-        return self
-
-    @property
-    def recorder(self) -> MergingRecorder | None:
-        recorder = self._recorder
-        return recorder if isinstance(recorder, MergingRecorder) else None
-
-    @property
-    def busy(self) -> bool:
-        """Ours or anyone's code is running (or queued) on the kernel."""
-        return (
-            super().busy
-            or self.activity.busy
-            or getattr(self.server_kernel, "execution_state", None) == "busy"
-        )
-
-    @property
-    def last_activity(self) -> float:
-        """When we or anyone else last used the kernel, as ``time.monotonic()``."""
-        ours = max(super().last_activity, self.activity.last_activity or 0.0)
-        stamp = getattr(self.server_kernel, "last_activity", None)
-        if not isinstance(stamp, datetime):
-            return ours
-        if stamp.tzinfo is None:  # jupyter_server's are aware; be lenient with others
-            stamp = stamp.replace(tzinfo=timezone.utc)
-        ago = max((datetime.now(timezone.utc) - stamp).total_seconds(), 0.0)
-        return max(ours, time.monotonic() - ago)
-
-    async def close(self) -> None:
-        if self.closed:
-            return
-        self.activity.close()
-        try:
-            await super().close()
-        finally:
-            if self.on_close is not None:
-                await self.on_close()
-
-
-@dataclass
-class ServerSession:
-    """One session of the extension: the AsyncSession plus where the server knows it."""
-
-    id: str
-    session: _ServerAsyncSession
-    backend: Backend
-    kernel_name: str
-    kernel_id: str
-    work_dir: Path
-    created: str
-    jupyter_session_id: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.session.name
-
-    @property
-    def notebook(self) -> Path:
-        path = self.session.notebook_path
-        assert path is not None  # the extension always records
-        return path
-
-
-class ServerSessions:
+class ServerSessions(Branches):
     """The sessions of one Jupyter server, keyed by id, held by an :class:`AsyncSessionManager`.
 
     ``serverapp`` supplies the managers (kernel, session, contents) and the
@@ -184,6 +106,7 @@ class ServerSessions:
         kernel_names: dict[str, str],
         timeout: float | None,
         startup_timeout: float = 60.0,
+        approval_timeout: float = 120.0,
     ) -> None:
         self.serverapp = serverapp
         self.root = ServerRoot(
@@ -196,6 +119,7 @@ class ServerSessions:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.manager = manager
+        self.approvals = Approvals(approval_timeout)
         self._sessions: dict[str, ServerSession] = {}
         self._reserved: set[Path] = set()  # notebooks of sessions being created
         self._background: set[asyncio.Task[Any]] = set()
@@ -265,8 +189,14 @@ class ServerSessions:
         backend: Backend = "local",
         kernel_name: str | None = None,
         timeout: float | None = None,
+        undo_steps: int = 0,
+        network: Any = None,
     ) -> ServerSession:
-        """Start a kernel on the server, attach a recording session, bind its notebook."""
+        """Start a kernel on the server, attach a recording session, bind its notebook.
+
+        ``network`` (the body's policy object) is checked before anything starts; for
+        a Docker session it starts the proxy that is the kernel's only way out.
+        """
         if backend not in self.kernel_names:
             raise InvalidRequest(
                 f"unknown backend {backend!r}: use one of {', '.join(sorted(self.kernel_names))}"
@@ -276,6 +206,17 @@ class ServerSessions:
                 validate_name(name)
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
+        if not 0 <= undo_steps <= MAX_UNDO_STEPS:
+            raise InvalidRequest(
+                f"'undo_steps' must be from 0 to {MAX_UNDO_STEPS} (cells that undo can take "
+                f"back), not {undo_steps}"
+            )
+        session_id = uuid.uuid4().hex
+        policy = (
+            None
+            if network is None
+            else checked_policy(network, backend, self.approvals.asker(session_id))
+        )
         await self.start()
         kernel_name = kernel_name or self.kernel_names[backend]
         await self._check_kernelspec(kernel_name)
@@ -283,11 +224,11 @@ class ServerSessions:
         self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
-        session_id = uuid.uuid4().hex
         started: list[ServerSession] = []
+        launch = _Launch(backend, kernel_name, timeout, undo_steps, policy)
 
         async def start() -> AsyncSession:
-            entry = await self._start(session_id, folder, name, backend, kernel_name, timeout)
+            entry = await self._start(session_id, folder, name, launch)
             started.append(entry)
             return entry.session
 
@@ -295,15 +236,18 @@ class ServerSessions:
             # The manager checks its limits before start() runs: no kernel for a refused session.
             await self.manager.add(session_id, start, backend=backend)
         except SessionLimitError as exc:
-            raise SessionLimitReached(
-                f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
-                "JupyterExecApp.max_sessions); delete a session first"
-            ) from None
+            raise self._limit_reached(exc) from None
         finally:
             self._reserved.discard(notebook)
         entry = started[0]
         self._sessions[entry.id] = entry
         return entry
+
+    def _limit_reached(self, exc: SessionLimitError) -> SessionLimitError:
+        return SessionLimitReached(
+            f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
+            "JupyterExecApp.max_sessions); delete a session first"
+        )
 
     def _make_folder(self, folder: Path) -> None:
         """Create the work dir (an existing one is fine); a path that cannot be one is refused."""
@@ -318,28 +262,32 @@ class ServerSessions:
             ) from exc
 
     async def _start(
-        self,
-        session_id: str,
-        folder: Path,
-        name: str,
-        backend: Backend,
-        kernel_name: str,
-        timeout: float | None,
+        self, session_id: str, folder: Path, name: str, launch: _Launch
     ) -> ServerSession:
         kernel_manager = self.serverapp.kernel_manager
         notebook = folder / f"{name}.ipynb"
         notebook_api = self.root.api_path(notebook)
         env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
-        kernel_id = await self._start_server_kernel(kernel_name, folder, env)
-        session = _ServerAsyncSession(
+        proxy = await _start_proxy(launch.policy, name)
+        try:
+            kernel_id = await self._start_server_kernel(
+                launch.kernel_name, folder, env, network_proxy=proxy
+            )
+        except BaseException:
+            if proxy is not None:
+                await proxy.close()
+            raise
+        session = ServerAsyncSession(
             work_dir=folder,
             name=name,
-            kernel_name=kernel_name,
-            backend=backend,
-            timeout=self.timeout if timeout is None else timeout,
+            kernel_name=launch.kernel_name,
+            backend=launch.backend,
+            timeout=self.timeout if launch.timeout is None else launch.timeout,
             startup_timeout=self.startup_timeout,
+            undo_steps=launch.undo_steps,
             kernel_manager=kernel_manager.get_kernel(kernel_id),
         )
+        session.network_proxy = proxy
         try:
             await session.start()
             model = await self.serverapp.session_manager.create_session(
@@ -348,28 +296,42 @@ class ServerSessions:
         except BaseException:
             await session.close()
             await self._shutdown_kernel(kernel_id)
+            if proxy is not None:
+                await proxy.close()
             raise
         entry = ServerSession(
             id=session_id,
             session=session,
-            backend=backend,
-            kernel_name=kernel_name,
+            backend=launch.backend,
+            kernel_name=launch.kernel_name,
             kernel_id=kernel_id,
             work_dir=folder,
             created=datetime.now(timezone.utc).isoformat(),
             jupyter_session_id=model.get("id"),
+            policy=launch.policy,
+            proxy=proxy,
         )
         session.on_close = lambda: self._release(entry)
         log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
         return entry
 
     async def _start_server_kernel(
-        self, kernel_name: str, folder: Path, env: dict[str, str] | None = None
+        self,
+        kernel_name: str,
+        folder: Path,
+        env: dict[str, str] | None = None,
+        *,
+        network_proxy: NetworkProxy | None = None,
     ) -> str:
-        """A kernel from the server's own kernel manager (so JupyterLab lists it); its id."""
+        """A kernel from the server's own kernel manager (so JupyterLab lists it); its id.
+
+        ``network_proxy``: the Docker provisioner mounts it as the kernel's only way out.
+        """
         kwargs: dict[str, Any] = {"kernel_name": kernel_name, "path": self.root.api_path(folder)}
         if env is not None:
             kwargs["env"] = env
+        if network_proxy is not None:
+            kwargs["network_proxy"] = str(network_proxy.folder)
         try:
             return str(await ensure_async(self.serverapp.kernel_manager.start_kernel(**kwargs)))
         except JupyterExecError:
@@ -415,19 +377,24 @@ class ServerSessions:
         await self.manager.close(session_id)  # the session's on_close: _release
 
     async def _release(self, entry: ServerSession) -> None:
-        """The server's side of a closed session: its Jupyter session and kernel go too.
+        """The server's side of a closed session: its Jupyter session and kernels go too.
 
         Runs however the session was closed (DELETE, the manager's culler). Not
         while the extension stops: the server shuts its kernels down itself.
         """
         self._sessions.pop(entry.id, None)
-        if self._stopping:
-            return
-        sessions = await self.serverapp.session_manager.list_sessions()
-        bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
-        for jupyter_session_id in bound:  # shuts the kernel down too
-            await self.serverapp.session_manager.delete_session(jupyter_session_id)
-        await self._shutdown_kernel(entry.kernel_id)
+        self.approvals.deny_all(entry.id)
+        try:
+            if self._stopping:
+                return
+            sessions = await self.serverapp.session_manager.list_sessions()
+            bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
+            for jupyter_session_id in bound:  # shuts the kernel down too
+                await self.serverapp.session_manager.delete_session(jupyter_session_id)
+            await self._stop_kernels(entry)
+        finally:
+            if entry.proxy is not None:
+                await entry.proxy.close()
 
     async def _shutdown_kernel(self, kernel_id: str) -> None:
         kernel_manager = self.serverapp.kernel_manager
@@ -473,11 +440,6 @@ class ServerSessions:
 
     async def interrupt(self, session_id: str) -> None:
         await self.live(session_id).session.interrupt()
-
-    async def restart(self, session_id: str) -> ServerSession:
-        entry = self.live(session_id)
-        await entry.session.restart()
-        return entry
 
     async def replay(
         self,
@@ -555,6 +517,26 @@ class ServerSessions:
             "jupyter_session_id": entry.jupyter_session_id,
             "created": entry.created,
             "cells": len(recorder) if (recorder := entry.session.recorder) is not None else 0,
+            "busy": entry.session.busy,
+            "parent": entry.parent,
+            "forks": [f for f in entry.forks if f in self._sessions],
+            "undo_steps": entry.session.options.undo_steps,
+            "network": policy_model(entry.policy),
+        }
+
+    def checkpoint_model(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        """A checkpoint as JSON (the ``Checkpoint`` schema); a durable one's file as an API path."""
+        path = getattr(checkpoint, "path", None)
+        shown = None
+        if isinstance(path, (str, os.PathLike)):  # a checkpoint kept on disk
+            with contextlib.suppress(JupyterExecError, ValueError):
+                shown = self.root.api_path(Path(path))
+        return {
+            "name": checkpoint.name,
+            "cell_index": checkpoint.cell_index,
+            "created": checkpoint.created.isoformat(),
+            "session": checkpoint.session,
+            "path": shown,
         }
 
     def execution_model(self, execution: Execution) -> dict[str, Any]:
@@ -576,6 +558,26 @@ class ServerSessions:
     def _file(self, path: Path) -> dict[str, str]:
         api = self.root.api_path(path)
         return {"path": api, "url": self.root.url_of(api)}
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What a new session's kernel is started with."""
+
+    backend: Backend
+    kernel_name: str
+    timeout: float | None
+    undo_steps: int
+    policy: NetworkPolicy | None
+
+
+async def _start_proxy(policy: NetworkPolicy | None, name: str) -> NetworkProxy | None:
+    """The host-side proxy a Docker kernel with ``policy`` reaches the network through."""
+    if policy is None:
+        return None
+    from jupyter_exec.network.proxy import NetworkProxy
+
+    return await NetworkProxy(policy, session=name).start()
 
 
 def _kernelspec_of(notebook: Any) -> str | None:

@@ -71,12 +71,18 @@ _ANY_TYPE: list[tuple[str, Any]] = [
 ]
 
 
-def _wrong_types(kind: str) -> list[tuple[str, Any]]:
+def _wrong_types(kind: str, nullable: bool = False) -> list[tuple[str, Any]]:
     def fits(value: Any) -> bool:
-        if isinstance(value, bool) or value is None:
+        if value is None:
+            return nullable
+        if kind == "boolean":
+            return isinstance(value, bool)
+        if isinstance(value, bool):
             return False
         if kind == "string":
             return isinstance(value, str)
+        if kind == "object":
+            return isinstance(value, dict)
         if kind == "integer":
             return isinstance(value, int)
         return isinstance(value, (int, float))
@@ -143,6 +149,29 @@ _BAD_INTEGERS: list[tuple[str, bytes]] = [
 ]
 
 
+def _bad_objects(schema: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """Objects of the wrong shape for an object field: unknown keys, members of wrong types."""
+    yield "an object with an unknown key", {"zzz-unknown": 1}
+    yield "an object with a lone surrogate key", {"\ud800": 1}
+    deep: Any = "x"
+    for _ in range(500):
+        deep = {"a": deep}
+    yield "an object nested 500 deep", deep
+    for member, prop in (schema.get("properties") or {}).items():
+        kind = prop.get("type", "string")
+        for name, value in _wrong_types(kind):
+            yield f"member {member!r} is {name}", {member: value}
+        if kind == "array":
+            yield f"member {member!r} holds a number", {member: [1]}
+            yield f"member {member!r} holds a lone surrogate", {member: ["a\ud800.test"]}
+            yield f"member {member!r} holds a URL", {member: ["https://a.test/"]}
+            yield f"member {member!r} holds a 5,000-label host", {member: ["a." * 5_000 + "a"]}
+        if kind == "object":
+            yield f"member {member!r} maps to a string", {member: {"a.test": "text"}}
+            yield f"member {member!r} maps to a number", {member: {"a.test": {"X-Key": 1}}}
+            yield f"member {member!r} with a newline", {member: {"a.test": {"X-Key": "a\nb"}}}
+
+
 def _with(valid: dict[str, Any], key: str, raw: bytes) -> bytes:
     """``valid`` with ``key`` set to the raw JSON text ``raw`` (which json.dumps cannot make)."""
     rest = {k: v for k, v in valid.items() if k != key}
@@ -189,7 +218,7 @@ def bad_bodies(schema: dict[str, Any], valid: dict[str, Any]) -> Iterator[tuple[
         yield "no body at all", b""
     for key, prop in fields.items():
         kind = prop.get("type", "string")
-        for name, value in _wrong_types(kind):
+        for name, value in _wrong_types(kind, bool(prop.get("nullable"))):
             yield f"{key!r} is {name}", _dumps({**valid, key: value})
         nested: Any = "x"
         for _ in range(500):
@@ -201,7 +230,10 @@ def bad_bodies(schema: dict[str, Any], valid: dict[str, Any]) -> Iterator[tuple[
         elif kind == "integer":
             for name, raw in _BAD_INTEGERS:
                 yield f"{key!r} {name}", _with(valid, key, raw)
-        else:
+        elif kind == "object":
+            for name, value in _bad_objects(prop):
+                yield f"{key!r} {name}", _dumps({**valid, key: value})
+        elif kind == "string":
             for name, text in _bad_texts(key):
                 yield f"{key!r} {name}", _dumps({**valid, key: text})
 
@@ -223,18 +255,25 @@ BAD_IDS: list[tuple[str, str]] = [
 ]
 
 
+PLACEHOLDERS = {"name": "probe-checkpoint", "approval_id": "probe-approval"}
+"""What the path parameters other than ``session_id`` are filled with: none that exists."""
+
+
 def probes(session_id: str, valid_bodies: dict[str, dict[str, Any]]) -> Iterator[Probe]:
     """Every malformed request for every route of the spec.
 
     ``valid_bodies`` maps a spec path (``/api/exec/replay``) to a body that
     would be accepted, which the probes spoil one way at a time; routes with
-    ``{session_id}`` are probed on ``session_id`` (a live session) and on bad ids.
+    ``{session_id}`` are probed on ``session_id`` (a live session) and on bad ids,
+    other path parameters on :data:`PLACEHOLDERS` and on the same bad ids.
     """
     spec = _spec()
     for spec_path, item in spec["paths"].items():
         served = {m.upper(): op for m, op in item.items() if m.upper() in METHODS}
         path = spec_path.removeprefix("/api/exec/")
         live = path.replace("{session_id}", session_id)
+        for key, value in PLACEHOLDERS.items():
+            live = live.replace(f"{{{key}}}", value)
         for method in METHODS:
             if method not in served:
                 body = b"{}" if method in ("POST", "PUT", "PATCH") else None
@@ -249,10 +288,15 @@ def probes(session_id: str, valid_bodies: dict[str, dict[str, Any]]) -> Iterator
                 yield Probe("a field where none is taken", method, live, b'{"force": true}')
                 yield Probe("not JSON", method, live, b"{")
                 yield Probe("a JSON array", method, live, b"[1]")
-            if "{session_id}" in path:
-                body = _dumps(valid) if method == "POST" else None
+            body = _dumps(valid) if method == "POST" else None
+            for key in ("session_id", *PLACEHOLDERS):
+                if f"{{{key}}}" not in path:
+                    continue
                 for what, bad in BAD_IDS:
-                    yield Probe(f"id: {what}", method, path.replace("{session_id}", bad), body)
+                    spoilt = live.replace(
+                        session_id if key == "session_id" else PLACEHOLDERS[key], bad, 1
+                    )
+                    yield Probe(f"{key}: {what}", method, spoilt, body)
 
 
 def bad_notebooks() -> list[tuple[str, str, bytes]]:

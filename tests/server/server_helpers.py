@@ -50,7 +50,8 @@ def served_operations(serverapp: Any) -> set[tuple[str, str]]:
 
 
 def call_path(path: str) -> str:
-    return path.replace("{session_id}", "0" * 32)
+    """A spec path with its parameters filled: the session id as 32 zeros, others as ``probe``."""
+    return re.sub(r"\{\w+\}", "probe", path.replace("{session_id}", "0" * 32))
 
 
 def tiny_png(width: int = 3, height: int = 2) -> bytes:

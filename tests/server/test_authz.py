@@ -30,7 +30,7 @@ Api = Callable[..., Awaitable[tuple[int, Any]]]
 def _routes() -> list[tuple[str, str, type[ExecAPIHandler]]]:
     found = []
     for pattern, handler in default_handlers:
-        path = re.sub(r"\(\?P<session_id>[^)]*\)", "{session_id}", pattern)
+        path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern)
         for method in handler.allowed_methods():
             found.append((path, method, handler))
     return found
@@ -44,6 +44,10 @@ _BODIES = {
     "/api/exec/sessions/{session_id}/execute": {"code": "open('pwned', 'w').write('x')"},
     "/api/exec/sessions/{session_id}/execute/stream": {"code": "open('pwned', 'w').write('x')"},
     "/api/exec/replay": {"notebook": "replay-me.ipynb"},
+    "/api/exec/sessions/{session_id}/fork": {"name": "intruder"},
+    "/api/exec/sessions/{session_id}/undo": {"n": 1},
+    "/api/exec/sessions/{session_id}/checkpoints": {"name": "intruder"},
+    "/api/exec/approvals/{approval_id}": {"allow": True},
 }
 
 
@@ -161,6 +165,8 @@ async def test_every_route_refuses_strangers_and_does_nothing(
     assert not list(root.rglob("pwned"))
     assert not list(root.rglob("*.replayed.ipynb"))
     assert not list(root.rglob("intruder*"))
+    assert await api("GET", "sessions", sid, "checkpoints") == (200, [])
+    assert model["kernel"]["id"] == session["kernel"]["id"]  # no undo or restore swapped it
 
 
 def test_the_spec_documents_every_refusal() -> None:

@@ -101,6 +101,12 @@ async def test_unknown_sessions_and_bad_creates(api, session, jp_serverapp) -> N
         ("POST", "sessions", "nope", "execute", "stream"),
         ("POST", "sessions", "nope", "interrupt"),
         ("POST", "sessions", "nope", "restart"),
+        ("POST", "sessions", "nope", "fork"),
+        ("POST", "sessions", "nope", "undo"),
+        ("GET", "sessions", "nope", "checkpoints"),
+        ("POST", "sessions", "nope", "checkpoints"),
+        ("POST", "sessions", "nope", "checkpoints", "any", "restore"),
+        ("GET", "sessions", "nope", "approvals"),
     ]:
         body = {"code": "1"} if parts[-1] in ("execute", "stream") else None
         status, error = await api(method, *parts, body=body)
@@ -173,6 +179,10 @@ async def test_every_malformed_request_gets_a_4xx_that_says_what_to_fix(
         "/api/exec/sessions/{session_id}/execute": {"code": "1"},
         "/api/exec/sessions/{session_id}/execute/stream": {"code": "1"},
         "/api/exec/replay": {"notebook": "replay-me.ipynb"},
+        "/api/exec/sessions/{session_id}/fork": {"n": 1, "name": "probe-fork"},
+        "/api/exec/sessions/{session_id}/undo": {"n": 1},
+        "/api/exec/sessions/{session_id}/checkpoints": {"name": "probe"},
+        "/api/exec/approvals/{approval_id}": {"allow": True},
     }
     replays = []
     for what, name, content in bad_notebooks():
@@ -205,6 +215,7 @@ async def test_every_malformed_request_gets_a_4xx_that_says_what_to_fix(
     assert [s["id"] for s in (await api("GET", "sessions"))[1]] == [session["id"]]
     assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels
     assert _files_under(root) == files
+    assert await api("GET", "sessions", session["id"], "checkpoints") == (200, [])
     status, out = await api("POST", "sessions", session["id"], "execute", body={"code": "6 * 7"})
     assert (status, out["text"]) == (200, "42")
 

@@ -1,0 +1,115 @@
+"""A REST session's network policy: the body's ``"network"`` object made a checked policy.
+
+``{"allow": [...], "deny": [...], "secrets": {host: {header: value}}, "ask": true}`` is
+checked here before any kernel starts (the shape, then the engine's own rules through
+:class:`~jupyter_exec.options.SessionOptions`, whose refusal of a policy for a local kernel
+is the one the Python API gives). ``"ask": true`` becomes the server's pending approvals
+(:mod:`~jupyter_exec.server.approvals`). Messages name fields, hosts and header names,
+never a secret's value; :func:`policy_model` is what responses show of a policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jupyter_exec.network import NetworkPolicy, NetworkRequest
+from jupyter_exec.options import SessionOptions
+from jupyter_exec.server.bodies import InvalidRequest
+
+__all__ = ["SharedProxy", "checked_policy", "policy_model"]
+
+_KEYS = ("allow", "deny", "secrets", "ask")
+
+
+def _text(value: Any) -> bool:
+    """A string that is valid text (no lone surrogate)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shape(value: Any) -> None:
+    """The policy object's shape; a mistake names the key, never a secret's value."""
+    if not isinstance(value, dict):
+        raise InvalidRequest(
+            "'network' must be an object: "
+            '{"allow": [hosts], "deny": [hosts], "secrets": {host: {header: value}}, "ask": bool}'
+        )
+    unknown = [k for k in value if k not in _KEYS]
+    if unknown:
+        shown = ", ".join(repr(k[:40]) if _text(k) else "(not text)" for k in unknown[:5])
+        raise InvalidRequest(f"unknown 'network' key(s) {shown}; accepted: {', '.join(_KEYS)}")
+    for key in ("allow", "deny"):
+        rules = value.get(key, [])
+        if not isinstance(rules, list) or not all(_text(r) for r in rules):
+            raise InvalidRequest(f"'network.{key}' must be an array of host rules (strings)")
+    secrets = value.get("secrets", {})
+    if not isinstance(secrets, dict) or not all(
+        _text(host)
+        and isinstance(headers, dict)
+        and all(_text(k) and _text(v) for k, v in headers.items())
+        for host, headers in secrets.items()
+    ):
+        raise InvalidRequest(
+            "'network.secrets' must map host names to objects of header names to text values"
+        )
+    if not isinstance(value.get("ask", False), bool):
+        raise InvalidRequest("'network.ask' must be true or false")
+
+
+def checked_policy(
+    value: Any,
+    backend: str,
+    ask: Callable[[NetworkRequest], Awaitable[bool]],
+) -> NetworkPolicy:
+    """The policy ``value`` describes, for a session of ``backend``; :class:`InvalidRequest`
+    when it is malformed, or when the engine refuses it (a local kernel cannot be held to one).
+
+    ``ask`` is the session's pending-approval callback, used when ``value["ask"]`` is true.
+    """
+    _shape(value)
+    try:
+        policy = NetworkPolicy(
+            allow=value.get("allow", ()),
+            deny=value.get("deny", ()),
+            secrets=value.get("secrets") or None,
+            ask=ask if value.get("ask") else None,
+        )
+        SessionOptions(backend=backend, network=policy)  # type: ignore[arg-type]
+    except InvalidRequest:
+        raise
+    except ValueError as exc:  # InvalidArgument: the engine's own message, secrets unquoted
+        raise InvalidRequest(f"'network': {exc}") from None
+    return policy
+
+
+def policy_model(policy: NetworkPolicy | None) -> dict[str, Any] | None:
+    """What a response shows of a policy: rules, secret header *names*, whether it asks."""
+    return None if policy is None else policy.to_dict()
+
+
+class SharedProxy:
+    """A session's network proxy as seen by a kernel that does not own it.
+
+    A fork of a Docker session, and the kernel an undo or restore starts, run in the
+    session's container and go out through its proxy. Given this view as their
+    ``network``, their cells record their connections and redact the policy's secrets
+    like the first kernel's; stopping such a kernel leaves the proxy to its session.
+    """
+
+    def __init__(self, proxy: Any) -> None:
+        object.__setattr__(self, "_proxy", proxy)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._proxy, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._proxy, name, value)
+
+    async def close(self) -> None:
+        """Not this kernel's to close: the proxy ends with its session."""
