@@ -183,6 +183,7 @@ jx_layers = [
             "server",
             "server.*",
             "mcp_server",
+            "mcp_state",
             "e2b",
             "e2b.*",
             "integrations",

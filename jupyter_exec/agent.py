@@ -16,8 +16,9 @@ framework's type. The rules therefore hold the same everywhere:
   ...) is only saved, and refused with a notice when it names no file.
 * **What the model reads.** :func:`jupyter_exec.llm.render`: outputs in order,
   rich outputs (plots, HTML, DataFrames' HTML) named by the file they were
-  saved to, a short traceback, the budget; then, after a failing block, how
-  many blocks were not run.
+  saved to, a short traceback, the budget, the connections the session's
+  network policy refused (once per host, with the policy's rules); then,
+  after a failing block, how many blocks were not run.
 * **The exit code.** 0 when every block ran cleanly, 124 for a timeout, a
   failed shell block's own status, 1 for anything else.
 * **Files and images.** Every file a block produced (saved rich outputs and
@@ -251,7 +252,11 @@ async def run_block(
         return BlockResult(f"[not run: {exc}]", 1)
     execution = await execute_to_the_end(session, kernel_source(block), timeout)
     text = render(
-        execution, work_dir=work_dir, max_chars=max_output_chars, save_dir=session.files_dir
+        execution,
+        work_dir=work_dir,
+        max_chars=max_output_chars,
+        save_dir=session.files_dir,
+        network=session.options.network,
     )
     return BlockResult(
         text.text,

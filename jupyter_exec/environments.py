@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -41,6 +42,7 @@ from typing import Any
 
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 from jupyter_exec.kernel import resolve_python
+from jupyter_exec.network import NetworkPolicy
 
 __all__ = [
     "DockerEnv",
@@ -49,6 +51,7 @@ __all__ = [
     "SystemPython",
     "VirtualEnv",
     "parse_environment",
+    "with_network",
 ]
 
 ProgressCallback = Callable[[str], None]
@@ -188,19 +191,28 @@ class DockerEnv(Environment):
     ``pip_packages``, ``requirements_file`` and ``dockerfile`` are baked into
     an image built on first use (its tag derived from that content, so it is
     built once); ``image`` names a ready image instead. ``network`` is off by
-    default. ``options`` passes any other Docker backend option (``memory``,
-    ``cpus``, ``volumes``, ...) through unchanged.
+    default; ``True`` gives the container the whole network, a
+    :class:`~jupyter_exec.NetworkPolicy` (or its mapping form) only the hosts
+    it allows. ``options`` passes any other Docker backend option
+    (``memory``, ``cpus``, ``volumes``, ...) through unchanged.
     """
 
     image: str = ""
     pip_packages: tuple[str, ...] = ()
     requirements_file: str = ""
     dockerfile: str = ""
-    network: bool | str = False
+    network: bool | str | NetworkPolicy | Mapping[str, Any] = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pip_packages", tuple(self.pip_packages))
+        if isinstance(self.network, Mapping):  # a policy's mapping form: checked now
+            object.__setattr__(self, "network", NetworkPolicy.from_value(self.network))
+
+    @property
+    def policy(self) -> NetworkPolicy | None:
+        """The network policy the kernel's connections go through, if one was given."""
+        return self.network if isinstance(self.network, NetworkPolicy) else None
 
     @property
     def backend(self) -> str:
@@ -213,7 +225,7 @@ class DockerEnv(Environment):
 
     def docker_options(self) -> dict[str, Any]:
         """The Docker backend options (traits of ``DockerProvisioner``)."""
-        options: dict[str, Any] = {"network": self.network}
+        options: dict[str, Any] = {"network": False if self.policy else self.network}
         if self.image:
             options["image"] = self.image
         if self.pip_packages:
@@ -228,7 +240,10 @@ class DockerEnv(Environment):
     def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
         # Image builds happen in the provisioner when the kernel starts; it
         # streams the build log to stderr itself.
-        return {"backend": "docker", "docker": self.docker_options()}
+        found: dict[str, Any] = {"backend": "docker", "docker": self.docker_options()}
+        if self.policy is not None:
+            found["network"] = self.policy
+        return found
 
 
 def parse_environment(
@@ -238,7 +253,7 @@ def parse_environment(
     python_version: str | None = None,
     requirements_file: str | None = None,
     dockerfile: str | None = None,
-    network: bool = False,
+    network: bool | NetworkPolicy | Mapping[str, Any] | None = False,
 ) -> Environment:
     """An :class:`Environment` from a short string, as the CLI and the MCP server take it.
 
@@ -246,8 +261,19 @@ def parse_environment(
     ``venv`` (a cached venv), ``venv:<path>``, ``docker``,
     ``docker:<image>``; a bare path to a venv or an interpreter works too.
     ``packages``, ``requirements_file`` apply to venvs and Docker,
-    ``python_version`` to venvs, ``dockerfile`` and ``network`` to Docker.
+    ``python_version`` to venvs, ``dockerfile`` and ``network`` (``True``, or a
+    :class:`~jupyter_exec.NetworkPolicy`) to Docker; a policy for any other
+    environment is an :class:`~jupyter_exec.InvalidArgument`.
     """
+    if network is not None and not isinstance(network, bool):
+        plain = parse_environment(
+            spec,
+            packages=packages,
+            python_version=python_version,
+            requirements_file=requirements_file,
+            dockerfile=dockerfile,
+        )
+        return with_network(plain, network)
     if isinstance(spec, Environment):
         return spec
     text = (spec or "local").strip()
@@ -274,7 +300,7 @@ def parse_environment(
             pip_packages=tuple(packages),
             requirements_file=requirements_file or "",
             dockerfile=dockerfile or "",
-            network=network,
+            network=bool(network),
         )
     candidate = Path(text).expanduser()
     if (candidate / "pyvenv.cfg").exists():
@@ -285,6 +311,24 @@ def parse_environment(
         f"unknown environment {text!r}: use local, python:<interpreter>, venv, venv:<path>, "
         "docker or docker:<image>"
     )
+
+
+def with_network(
+    environment: Environment, policy: NetworkPolicy | Mapping[str, Any]
+) -> Environment:
+    """``environment`` with its kernel's connections going through ``policy``: Docker only."""
+    if not isinstance(environment, DockerEnv):
+        raise InvalidArgument(
+            f"a network policy is enforced only for Docker kernels, not for "
+            f"{environment.describe()}, which has this machine's whole network: use "
+            "environment='docker' (or a DockerEnv)"
+        )
+    if environment.network is True or (environment.network and environment.policy is None):
+        raise InvalidArgument(
+            "this Docker environment already has the whole network (network=True); "
+            "a policy allows only some hosts: give one or the other"
+        )
+    return dataclasses.replace(environment, network=policy)
 
 
 # -- making virtual environments ---------------------------------------------------------
