@@ -47,8 +47,9 @@ from pathlib import Path
 
 from jupyter_exec.codeblocks import CodeBlock, cell_source, save_block
 from jupyter_exec.exceptions import InvalidArgument, WorkDirError
-from jupyter_exec.llm import DEFAULT_LLM_CHARS, exit_code, render
+from jupyter_exec.llm import DEFAULT_LLM_CHARS, denied_connections, exit_code, render
 from jupyter_exec.models import Execution, ScriptResult
+from jupyter_exec.network import Connection
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.sources import check_text
@@ -321,7 +322,14 @@ def _script_name(block: CodeBlock) -> str:
     return f"tmp_code_{digest}{suffix}"
 
 
-def _script_text(result: ScriptResult, timeout: float | None, work_dir: Path, limit: int) -> str:
+def _refusals(session: AsyncSession, connections: Sequence[Connection]) -> list[str]:
+    """The network policy's refusals while a process ran, as the model reads them."""
+    return [f"[{line}]" for line in denied_connections(connections, session.options.network)]
+
+
+def _script_text(
+    result: ScriptResult, timeout: float | None, work_dir: Path, limit: int, refused: list[str]
+) -> str:
     text = strip_ansi(result.output)
     if len(text) > limit:
         head = limit * 3 // 5
@@ -337,6 +345,7 @@ def _script_text(result: ScriptResult, timeout: float | None, work_dir: Path, li
     if result.files:
         listed = ", ".join(_relative(p, work_dir) for p in result.files[:30])
         notes.append(f"Files written (relative to the work dir): {listed}")
+    notes += refused
     return "\n".join(part.rstrip("\n") for part in (text, *notes) if part.strip())
 
 
@@ -389,7 +398,9 @@ async def run_script_block(
     _record_script(session, block, result)
     limit = timeout if timeout is not None else session.timeout
     return BlockResult(
-        _script_text(result, limit, work_dir, max_output_chars),
+        _script_text(
+            result, limit, work_dir, max_output_chars, _refusals(session, result.connections)
+        ),
         result.exit_code,
         result.files,
         code_file=result.path,
@@ -405,11 +416,21 @@ async def run_command(
     session's) it is killed and exits 124. The notebook gets a ``%%bash``
     cell holding the command and its output (the temporary script file is
     removed: the cell is the record). The output is returned whole: sandbox
-    protocols parse it, and their frameworks cut it for the model.
+    protocols parse it, and their frameworks cut it for the model. Connections the
+    session's network policy refused meanwhile are named after it, one line per host
+    (the notebook keeps the output as the process wrote it).
     """
     result = await session.run_script(command, "sh", timeout=timeout)
     result.path.unlink(missing_ok=True)
     _record_process(session, f"%%bash\n{command}", result)
+    refused = _refusals(session, result.connections)
+    if refused:
+        lead = (
+            result.output
+            if not result.output or result.output.endswith("\n")
+            else (result.output + "\n")
+        )
+        result = dataclasses.replace(result, output=lead + "\n".join(refused) + "\n")
     return result
 
 

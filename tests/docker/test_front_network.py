@@ -22,11 +22,19 @@ from typing import Any
 import pytest
 
 from jupyter_exec import AsyncSession, NetworkPolicy
-from jupyter_exec.agent import run_block
+from jupyter_exec.agent import run_block, run_command
 from jupyter_exec.codeblocks import CodeBlock
+from jupyter_exec.environments import DockerEnv
+from jupyter_exec.integrations.ag2 import SessionCodeExecutor
+from jupyter_exec.integrations.ag2_sandbox import JupyterSandbox as AG2Sandbox
+from jupyter_exec.integrations.deepagents import JupyterSandbox
 from jupyter_exec.network import proxy
+from jupyter_exec.sync import _LoopThread
 
 pytestmark = pytest.mark.docker
+
+AG2Block = pytest.importorskip("autogen.coding.base").CodeBlock  # (its import warns)
+BaseSandbox = pytest.importorskip("deepagents.backends.sandbox").BaseSandbox
 
 WRAPPER = """\
 import sys
@@ -219,3 +227,48 @@ def test_e2b_sandboxes_follow_the_servers_policy(
             server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 128 + signal.SIGTERM
     assert _Handler.hits == 1
+
+
+def test_every_adapter_tells_the_model(kernel_image: str, tmp_path: Path, web_port: int) -> None:
+    """AG2 0.x (cells), Deep Agents and AG2 1.x's Sandbox (commands, as processes beside the
+    kernel): the refusal is in what each hands its framework, once per host."""
+    policy = {"allow": ["web.test", "127.0.0.1"]}
+    line = (
+        f"[connection to evil.test:{web_port} denied by the session's network policy "
+        "(allowed: web.test, 127.0.0.1): not in the allow list]"
+    )
+    evil = _fetch(f"http://evil.test:{web_port}/")
+    image = DockerEnv(image=kernel_image)
+    (tmp_path / "ag2").mkdir()
+    with SessionCodeExecutor(tmp_path / "ag2", environment=image, network=policy) as executor:
+        result = executor.execute_code_blocks([AG2Block(code=evil, language="python")])
+        assert result.exit_code == 0
+        assert result.output == f"refused 403\n{line}"
+
+    sandbox = JupyterSandbox(tmp_path / "deep", environment=DockerEnv(image=kernel_image,
+                             network=policy))  # fmt: skip
+    assert isinstance(sandbox, BaseSandbox)
+    try:
+        command = f'python -c "{evil}" && python -c "{evil}"'
+        response = sandbox.execute(command)
+        assert response.exit_code == 0
+        assert response.output == f"refused 403\nrefused 403\n{line}\n"
+        notebook = json.loads(sandbox.session.notebook_path.read_text(encoding="utf-8"))
+        recorded = notebook["cells"][-1]
+        assert "".join(recorded["outputs"][0]["text"]) == "refused 403\nrefused 403\n"  # as written
+        clean = sandbox.execute("echo fine")
+        assert clean.output == "fine\n"
+    finally:
+        sandbox.session.close()
+
+    async def shell() -> Any:
+        box = AG2Sandbox(tmp_path / "ag2-1", environment=image, network=policy)
+        try:
+            session = await box.session()
+            return await run_command(session, f'python -c "{evil}"')
+        finally:
+            await box.aclose()
+
+    ran = _LoopThread.run(shell())
+    assert ran.output == f"refused 403\n{line}\n"
+    assert [(c.host, c.decision) for c in ran.connections] == [("evil.test", "denied")]
