@@ -259,15 +259,19 @@ class SessionRegistry:
                 "notebook": str(info.notebook_path),
                 "from_pool": info.from_pool,
                 "idle_seconds": info.idle_seconds,
-                "network": self._network(info.name),
+                "network": self._network(info),
             }
             for info in sorted(self.manager.list(), key=lambda i: i.name)
         ]
 
-    def _network(self, name: str) -> str | None:
-        """The session's network policy, as a model should read it (None: none)."""
-        policy = self.manager.get(name).options.network if name in self.manager else None
-        return policy.describe() if policy is not None else None
+    def _network(self, info: SessionInfo) -> str | None:
+        """The session's network policy, as a model should read it (None: none).
+
+        The server's: only its own environment carries one (and every session runs in it).
+        """
+        environment = self.environment
+        policy = environment.policy if isinstance(environment, DockerEnv) else None
+        return policy.describe() if policy is not None and info.backend == "docker" else None
 
     def pools(self) -> list[tuple[str, int, int]]:
         """Each warm pool: its label, kernels ready, and its size."""
