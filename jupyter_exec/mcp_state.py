@@ -111,7 +111,7 @@ def register_state_tools(tool: Register, registry: SessionRegistry) -> None:
         names = [child.name for child in children]
         return (
             f"forked session {session!r} into {len(names)} new session(s): {_listed(names)}\n"
-            f"Each starts with {session!r}'s variables and imports and goes its own way; "
+            f"Each starts with the variables and imports of {session!r} and goes its own way; "
             f"run code in one with execute_code(session=...). {session!r} is unchanged."
         )
 
