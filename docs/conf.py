@@ -138,6 +138,7 @@ jx_layers = [
             "launch",
             "backends",
             "environments",
+            "venvs",
             "docker",
             "docker.*",
             "remote",
