@@ -191,3 +191,12 @@ def test_written_secrets_in_a_file_others_can_read_are_warned_about(
     warned = capsys.readouterr().err
     assert "other users may read it" in warned
     assert SECRET not in warned
+
+
+def test_the_mcp_registry_refuses_a_warm_pool_for_a_policy(tmp_path: Path) -> None:
+    from jupyter_exec.environments import DockerEnv
+    from jupyter_exec.mcp_server import SessionRegistry
+
+    with pytest.raises(InvalidArgument, match="a warm pool cannot hold kernels"):
+        SessionRegistry(tmp_path, DockerEnv(network={"allow": ["pypi.org"]}), pool_size=1)
+    assert SessionRegistry(tmp_path, DockerEnv(), pool_size=1).pool_size == 1
