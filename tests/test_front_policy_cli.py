@@ -98,13 +98,16 @@ def test_missing_file_folder_and_bad_flags(tmp_path: Path) -> None:
         ["run", "{script}"],
         ["run", "{script}", "--env", "venv"],
         ["run", "{script}", "--python", sys.executable],
+        ["run", "{script}", "--backend", "remote", "--url", "http://127.0.0.1:9"],
         ["demo"],
         ["mcp"],
         ["mcp", "--env", "local"],
         ["e2b", "--port", "0", "--envd-port", "0"],
     ],
 )
-def test_a_policy_with_a_local_kernel_is_refused(tmp_path: Path, command: list[str]) -> None:
+def test_a_policy_with_a_local_or_remote_kernel_is_refused(
+    tmp_path: Path, command: list[str]
+) -> None:
     script = tmp_path / "job.py"
     script.write_text("print('ran')\n", encoding="utf-8")
     args = [part.format(script=script) for part in command]

@@ -330,10 +330,15 @@ def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> N
             "--network-policy) only some hosts: give one or the other"
         )
     if backend != "docker":
+        whole = (
+            "its server's network, which jupyter-exec does not control"
+            if backend == "remote"
+            else "this machine's whole network"
+        )
         raise InvalidArgument(
             f"a network policy is enforced only for Docker kernels, and this {backend or 'local'} "
-            "kernel would have this machine's whole network: add --backend docker (or "
-            "--env docker), or drop --allow/--deny/--network-policy"
+            f"kernel would have {whole}: add --backend docker (or --env docker), or drop "
+            "--allow/--deny/--network-policy"
         )
     return policy
 
