@@ -25,7 +25,6 @@ from jupyter_exec.cli.options import (
     non_negative_int,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
-from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["add_e2b_parser"]
 
@@ -66,11 +65,6 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         options["python"] = args.python
     policy = network_policy_from_args(args, args.backend)
     if policy is not None:
-        if args.pool_size:
-            raise InvalidArgument(
-                "--pool-size and a network policy: a pooled kernel starts before it has a "
-                "sandbox, and each sandbox's proxy starts with its kernel; drop --pool-size"
-            )
         options["network"] = policy  # every sandbox's kernels (code contexts) go through it
     ports = (args.port,) if args.envd_port in (0, args.port) else (args.port, args.envd_port)
     config = E2BConfig(

@@ -63,19 +63,13 @@ Local sessions run with your rights; use --env docker for code you do not trust.
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Run the MCP server until its client leaves (stdio) or a signal stops it."""
     from jupyter_exec.environments import with_network
-    from jupyter_exec.exceptions import InvalidArgument
     from jupyter_exec.mcp_server import SessionRegistry, _check_loopback, new_token, serve
 
     environment = environment_from_args(args)
     policy = network_policy_from_args(args, environment.backend)
     if policy is not None:
-        if args.pool_size:
-            raise InvalidArgument(
-                "--pool-size and a network policy: a pooled kernel starts before it has a "
-                "session, and each session's proxy starts with its kernel; drop --pool-size"
-            )
         environment = with_network(environment, policy)
-    undo = session_kwargs(args, ("timeout", "undo_steps"))
+    defaults = session_kwargs(args, ("timeout", "undo_steps"))
     root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
     token: str | None = None
     if args.transport == "http":
@@ -90,11 +84,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     registry = SessionRegistry(
         root,
         environment,
-        timeout=undo.pop("timeout"),
+        timeout=defaults.pop("timeout"),
         max_sessions=args.max_sessions,
         pool_size=args.pool_size,
         cull_idle_timeout=args.cull_idle,
-        session_options=undo,
+        session_options=defaults,
     )
     asyncio.run(
         serve_until_stopped(

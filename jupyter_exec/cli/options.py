@@ -314,8 +314,9 @@ def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> N
     """The policy the flags say (``None``: none), refused unless ``backend`` is ``docker``.
 
     Read and checked here, before any kernel starts: a malformed file or rule,
-    a policy beside ``--network`` (the whole network), or a policy for a kernel
-    it could not be enforced on are each an :class:`InvalidArgument` (exit 2).
+    a policy beside ``--network`` (the whole network) or ``--pool-size``, or for
+    a kernel it could not be enforced on, are each an :class:`InvalidArgument`
+    (exit 2).
     """
     from jupyter_exec.cli.policy import load_policy_file, merged
 
@@ -328,6 +329,11 @@ def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> N
         raise InvalidArgument(
             "--network gives the kernel the whole network, a policy (--allow, --deny, "
             "--network-policy) only some hosts: give one or the other"
+        )
+    if getattr(args, "pool_size", 0):
+        raise InvalidArgument(
+            "--pool-size and a network policy: a pooled kernel starts before its session, "
+            "and each session's proxy starts with its kernel; drop --pool-size"
         )
     if backend != "docker":
         whole = (
