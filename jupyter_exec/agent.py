@@ -425,12 +425,10 @@ async def run_command(
     _record_process(session, f"%%bash\n{command}", result)
     refused = _refusals(session, result.connections)
     if refused:
-        lead = (
-            result.output
-            if not result.output or result.output.endswith("\n")
-            else (result.output + "\n")
-        )
-        result = dataclasses.replace(result, output=lead + "\n".join(refused) + "\n")
+        output = result.output
+        if output and not output.endswith("\n"):
+            output += "\n"
+        result = dataclasses.replace(result, output=output + "\n".join(refused) + "\n")
     return result
 
 

@@ -147,7 +147,7 @@ class SessionRegistry:
         cull_idle_timeout: float = 0.0,
         session_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if pool_size > 0 and isinstance(environment, DockerEnv) and environment.policy:
+        if pool_size > 0 and isinstance(environment, DockerEnv) and environment.policy is not None:
             raise InvalidArgument(
                 "a warm pool cannot hold kernels for a network policy (each session's proxy "
                 "starts with its kernel): use a pool size of 0 with a policy"
