@@ -272,3 +272,28 @@ def test_every_adapter_tells_the_model(kernel_image: str, tmp_path: Path, web_po
     ran = _LoopThread.run(shell())
     assert ran.output == f"refused 403\n{line}\n"
     assert [(c.host, c.decision) for c in ran.connections] == [("evil.test", "denied")]
+
+
+def test_smolagents_and_langchain_tell_the_model(
+    kernel_image: str, tmp_path: Path, web_port: int
+) -> None:
+    """The same line through smolagents' executor (its logs and its AgentError) and LangChain's
+    tool, with the policy given in the environment (``DockerEnv(network=...)``)."""
+    smolagents = pytest.importorskip("smolagents")
+    from jupyter_exec.integrations.langchain import JupyterSessions, python_tool
+    from jupyter_exec.integrations.smolagents import JupyterExecutor
+
+    environment = DockerEnv(image=kernel_image, network={"allow": ["web.test", "127.0.0.1"]})
+    line = (
+        f"[connection to evil.test:{web_port} denied by the session's network policy "
+        "(allowed: web.test, 127.0.0.1): not in the allow list]"
+    )
+    caught = _fetch(f"http://evil.test:{web_port}/")
+    raised = f"import urllib.request\nurllib.request.urlopen('http://evil.test:{web_port}/')"
+    with JupyterExecutor(work_dir=tmp_path / "smol", environment=environment, timeout=60) as ex:
+        assert ex(caught).logs == f"refused 403\n{line}"
+        with pytest.raises(smolagents.utils.AgentError) as failed:
+            ex(raised)
+        assert str(failed.value).endswith(line)
+    with JupyterSessions(tmp_path / "lc", environment=environment, per_thread=False) as sessions:
+        assert python_tool(sessions).invoke({"code": caught}) == f"refused 403\n{line}"
