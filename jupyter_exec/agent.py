@@ -16,8 +16,9 @@ framework's type. The rules therefore hold the same everywhere:
   ...) is only saved, and refused with a notice when it names no file.
 * **What the model reads.** :func:`jupyter_exec.llm.render`: outputs in order,
   rich outputs (plots, HTML, DataFrames' HTML) named by the file they were
-  saved to, a short traceback, the budget; then, after a failing block, how
-  many blocks were not run.
+  saved to, a short traceback, the budget, the connections the session's
+  network policy refused (once per host, with the policy's rules); then,
+  after a failing block, how many blocks were not run.
 * **The exit code.** 0 when every block ran cleanly, 124 for a timeout, a
   failed shell block's own status, 1 for anything else.
 * **Files and images.** Every file a block produced (saved rich outputs and
@@ -46,8 +47,9 @@ from pathlib import Path
 
 from jupyter_exec.codeblocks import CodeBlock, cell_source, save_block
 from jupyter_exec.exceptions import InvalidArgument, WorkDirError
-from jupyter_exec.llm import DEFAULT_LLM_CHARS, exit_code, render
+from jupyter_exec.llm import DEFAULT_LLM_CHARS, denied_connections, exit_code, render
 from jupyter_exec.models import Execution, ScriptResult
+from jupyter_exec.network import Connection
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.sources import check_text
@@ -251,7 +253,11 @@ async def run_block(
         return BlockResult(f"[not run: {exc}]", 1)
     execution = await execute_to_the_end(session, kernel_source(block), timeout)
     text = render(
-        execution, work_dir=work_dir, max_chars=max_output_chars, save_dir=session.files_dir
+        execution,
+        work_dir=work_dir,
+        max_chars=max_output_chars,
+        save_dir=session.files_dir,
+        network=session.options.network,
     )
     return BlockResult(
         text.text,
@@ -316,7 +322,14 @@ def _script_name(block: CodeBlock) -> str:
     return f"tmp_code_{digest}{suffix}"
 
 
-def _script_text(result: ScriptResult, timeout: float | None, work_dir: Path, limit: int) -> str:
+def _refusals(session: AsyncSession, connections: Sequence[Connection]) -> list[str]:
+    """The network policy's refusals while a process ran, as the model reads them."""
+    return [f"[{line}]" for line in denied_connections(connections, session.options.network)]
+
+
+def _script_text(
+    result: ScriptResult, timeout: float | None, work_dir: Path, limit: int, refused: list[str]
+) -> str:
     text = strip_ansi(result.output)
     if len(text) > limit:
         head = limit * 3 // 5
@@ -332,6 +345,7 @@ def _script_text(result: ScriptResult, timeout: float | None, work_dir: Path, li
     if result.files:
         listed = ", ".join(_relative(p, work_dir) for p in result.files[:30])
         notes.append(f"Files written (relative to the work dir): {listed}")
+    notes += refused
     return "\n".join(part.rstrip("\n") for part in (text, *notes) if part.strip())
 
 
@@ -384,7 +398,9 @@ async def run_script_block(
     _record_script(session, block, result)
     limit = timeout if timeout is not None else session.timeout
     return BlockResult(
-        _script_text(result, limit, work_dir, max_output_chars),
+        _script_text(
+            result, limit, work_dir, max_output_chars, _refusals(session, result.connections)
+        ),
         result.exit_code,
         result.files,
         code_file=result.path,
@@ -400,11 +416,19 @@ async def run_command(
     session's) it is killed and exits 124. The notebook gets a ``%%bash``
     cell holding the command and its output (the temporary script file is
     removed: the cell is the record). The output is returned whole: sandbox
-    protocols parse it, and their frameworks cut it for the model.
+    protocols parse it, and their frameworks cut it for the model. Connections the
+    session's network policy refused meanwhile are named after it, one line per host
+    (the notebook keeps the output as the process wrote it).
     """
     result = await session.run_script(command, "sh", timeout=timeout)
     result.path.unlink(missing_ok=True)
     _record_process(session, f"%%bash\n{command}", result)
+    refused = _refusals(session, result.connections)
+    if refused:
+        output = result.output
+        if output and not output.endswith("\n"):
+            output += "\n"
+        result = dataclasses.replace(result, output=output + "\n".join(refused) + "\n")
     return result
 
 

@@ -15,32 +15,33 @@ requested packages into it) once, showing progress. The same is reachable from
 a string (``parse_environment("venv:.venv")``), which the command line's
 ``--env`` flags build on.
 
-Virtual environments are made with ``uv`` when it is on PATH (fast, and it can
-fetch a Python version that is not installed), otherwise with ``python -m
-venv`` and pip. Managed ones live in ``~/.cache/jupyter-exec/venvs/<hash>``
-(``$JUPYTER_EXEC_CACHE`` overrides the root), where the hash covers the Python
-version, the packages and the requirements file's content, so the same request
-reuses the same venv and a changed one gets a new venv.
+Virtual environments are made (by :mod:`jupyter_exec.venvs`) with ``uv`` when it
+is on PATH (fast, and it can fetch a Python version that is not installed),
+otherwise with ``python -m venv`` and pip. Managed ones live in
+``~/.cache/jupyter-exec/venvs/<hash>`` (``$JUPYTER_EXEC_CACHE`` overrides the
+root), where the hash covers the Python version, the packages and the
+requirements file's content, so the same request reuses the same venv and a
+changed one gets a new venv.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 from jupyter_exec.kernel import resolve_python
+from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.venvs import VenvMaker, locked, read_marker, venv_python
 
 __all__ = [
     "DockerEnv",
@@ -49,13 +50,11 @@ __all__ = [
     "SystemPython",
     "VirtualEnv",
     "parse_environment",
+    "with_network",
 ]
 
 ProgressCallback = Callable[[str], None]
 """Receives one line of progress at a time (venv creation, pip's output)."""
-
-_MARKER = ".jupyter-exec.json"
-"""Written into a venv once ipykernel and the requested packages are in; holds what was asked."""
 
 
 def stderr_progress(line: str) -> None:
@@ -167,18 +166,18 @@ class VirtualEnv(Environment):
 
     def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
         progress = on_progress or stderr_progress
-        maker = _VenvMaker(progress)
-        existing = _venv_python(Path(self.path).expanduser()) if self.path is not None else None
+        maker = VenvMaker(progress)
+        existing = venv_python(Path(self.path).expanduser()) if self.path is not None else None
         if existing is not None:
             spec = self.spec(maker.version_of(existing))
             venv = existing.parent.parent
         else:
             spec = self.spec(maker.version_of(maker.base_interpreter(self.python)))
             venv = self.location(spec)
-        with _locked(venv):
-            if _read_marker(venv) != spec:
+        with locked(venv):
+            if read_marker(venv) != spec:
                 maker.ensure(venv, self.python, spec, self.requirements_file)
-        return {"python": str(_venv_python(venv))}
+        return {"python": str(venv_python(venv))}
 
 
 @dataclass(frozen=True)
@@ -188,19 +187,28 @@ class DockerEnv(Environment):
     ``pip_packages``, ``requirements_file`` and ``dockerfile`` are baked into
     an image built on first use (its tag derived from that content, so it is
     built once); ``image`` names a ready image instead. ``network`` is off by
-    default. ``options`` passes any other Docker backend option (``memory``,
-    ``cpus``, ``volumes``, ...) through unchanged.
+    default; ``True`` gives the container the whole network, a
+    :class:`~jupyter_exec.NetworkPolicy` (or its mapping form) only the hosts
+    it allows. ``options`` passes any other Docker backend option
+    (``memory``, ``cpus``, ``volumes``, ...) through unchanged.
     """
 
     image: str = ""
     pip_packages: tuple[str, ...] = ()
     requirements_file: str = ""
     dockerfile: str = ""
-    network: bool | str = False
+    network: bool | str | NetworkPolicy | Mapping[str, Any] = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pip_packages", tuple(self.pip_packages))
+        if isinstance(self.network, Mapping):  # a policy's mapping form: checked now
+            object.__setattr__(self, "network", NetworkPolicy.from_value(self.network))
+
+    @property
+    def policy(self) -> NetworkPolicy | None:
+        """The network policy the kernel's connections go through, if one was given."""
+        return self.network if isinstance(self.network, NetworkPolicy) else None
 
     @property
     def backend(self) -> str:
@@ -213,7 +221,7 @@ class DockerEnv(Environment):
 
     def docker_options(self) -> dict[str, Any]:
         """The Docker backend options (traits of ``DockerProvisioner``)."""
-        options: dict[str, Any] = {"network": self.network}
+        options: dict[str, Any] = {"network": False if self.policy else self.network}
         if self.image:
             options["image"] = self.image
         if self.pip_packages:
@@ -228,7 +236,10 @@ class DockerEnv(Environment):
     def session_options(self, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
         # Image builds happen in the provisioner when the kernel starts; it
         # streams the build log to stderr itself.
-        return {"backend": "docker", "docker": self.docker_options()}
+        found: dict[str, Any] = {"backend": "docker", "docker": self.docker_options()}
+        if self.policy is not None:
+            found["network"] = self.policy
+        return found
 
 
 def parse_environment(
@@ -238,7 +249,7 @@ def parse_environment(
     python_version: str | None = None,
     requirements_file: str | None = None,
     dockerfile: str | None = None,
-    network: bool = False,
+    network: bool | NetworkPolicy | Mapping[str, Any] | None = False,
 ) -> Environment:
     """An :class:`Environment` from a short string, as the CLI and the MCP server take it.
 
@@ -246,8 +257,19 @@ def parse_environment(
     ``venv`` (a cached venv), ``venv:<path>``, ``docker``,
     ``docker:<image>``; a bare path to a venv or an interpreter works too.
     ``packages``, ``requirements_file`` apply to venvs and Docker,
-    ``python_version`` to venvs, ``dockerfile`` and ``network`` to Docker.
+    ``python_version`` to venvs, ``dockerfile`` and ``network`` (``True``, or a
+    :class:`~jupyter_exec.NetworkPolicy`) to Docker; a policy for any other
+    environment is an :class:`~jupyter_exec.InvalidArgument`.
     """
+    if network is not None and not isinstance(network, bool):
+        plain = parse_environment(
+            spec,
+            packages=packages,
+            python_version=python_version,
+            requirements_file=requirements_file,
+            dockerfile=dockerfile,
+        )
+        return with_network(plain, network)
     if isinstance(spec, Environment):
         return spec
     text = (spec or "local").strip()
@@ -274,7 +296,7 @@ def parse_environment(
             pip_packages=tuple(packages),
             requirements_file=requirements_file or "",
             dockerfile=dockerfile or "",
-            network=network,
+            network=bool(network),
         )
     candidate = Path(text).expanduser()
     if (candidate / "pyvenv.cfg").exists():
@@ -287,162 +309,19 @@ def parse_environment(
     )
 
 
-# -- making virtual environments ---------------------------------------------------------
-
-
-def _venv_python(venv: Path) -> Path | None:
-    if not (venv / "pyvenv.cfg").exists():
-        return None
-    for sub in ("bin/python", "Scripts/python.exe"):
-        if (venv / sub).exists():
-            return (venv / sub).absolute()
-    return None
-
-
-def _read_marker(venv: Path) -> Any:
-    try:
-        return json.loads((venv / _MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-@contextlib.contextmanager
-def _locked(venv: Path) -> Iterator[None]:
-    """Serialise work on one venv across processes (two sessions asking for it at once)."""
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; concurrent first use is unlikely
-        yield
-        return
-    with open(venv.parent / f".{venv.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-class _VenvMaker:
-    """Creates venvs and installs into them, streaming every step to ``progress``."""
-
-    def __init__(self, progress: ProgressCallback) -> None:
-        self.progress = progress
-        self.uv = shutil.which("uv")
-
-    def base_interpreter(self, python: str | None) -> Path:
-        """The interpreter a new venv is made from: this one, a version, a command or a path."""
-        if python is None:
-            return Path(sys.executable)
-        if _looks_like_version(python):
-            found = shutil.which(f"python{python}")
-            if found:
-                return Path(found)
-            if self.uv:
-                return self._uv_find(python)
-            raise KernelStartError(
-                f"no Python {python} found (no python{python} on PATH, and uv, which could "
-                "download it, is not installed). Install that version, install uv, or name "
-                "an interpreter instead."
-            )
-        return resolve_python(python)
-
-    def _uv_find(self, version: str) -> Path:
-        assert self.uv is not None
-        self.progress(f"finding (or downloading) Python {version} with uv")
-        found = self._run([self.uv, "python", "find", version], "finding Python", capture=True)
-        if not found.strip():
-            self._run([self.uv, "python", "install", version], f"installing Python {version}")
-            found = self._run([self.uv, "python", "find", version], "finding Python", capture=True)
-        return Path(found.strip().splitlines()[-1])
-
-    def version_of(self, exe: Path) -> str:
-        """``3.12`` for an interpreter (the part of the version a venv is tied to)."""
-        try:
-            out = subprocess.run(
-                [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise InvalidArgument(f"cannot run the interpreter {exe}: {exc}") from None
-        return out.stdout.strip()
-
-    def ensure(
-        self, venv: Path, python: str | None, spec: Mapping[str, Any], requirements: str | None
-    ) -> None:
-        """Create ``venv`` if needed, install ipykernel and the packages, write the marker."""
-        created = False
-        if _venv_python(venv) is None:
-            if venv.exists() and any(venv.iterdir()):
-                raise KernelStartError(f"{venv} exists and is not a virtual environment")
-            base = self.base_interpreter(python)
-            self.progress(f"creating a virtual environment at {venv} (Python {spec['python']})")
-            if self.uv:
-                self._run(
-                    [self.uv, "venv", "--seed", "--python", str(base), str(venv)],
-                    "creating the venv",
-                )
-            else:
-                self._run([str(base), "-m", "venv", str(venv)], "creating the venv")
-            created = True
-        exe = _venv_python(venv)
-        assert exe is not None
-        wanted = ["ipykernel", *spec["packages"]]
-        if requirements:
-            wanted += ["-r", str(Path(requirements).absolute())]
-        self.progress(f"installing {' '.join(wanted)} into {venv}")
-        try:
-            if self.uv:
-                self._run([self.uv, "pip", "install", "--python", str(exe), *wanted], "installing")
-            else:
-                self._run(
-                    [str(exe), "-m", "pip", "install", "--disable-pip-version-check", *wanted],
-                    "installing",
-                )
-        except KernelStartError:
-            if created:  # half-made: do not leave it to be mistaken for a good one
-                shutil.rmtree(venv, ignore_errors=True)
-            raise
-        (venv / _MARKER).write_text(json.dumps(dict(spec), sort_keys=True), encoding="utf-8")
-        self.progress(f"virtual environment ready: {venv}")
-
-    def _run(self, argv: list[str], what: str, *, capture: bool = False) -> str:
-        """Run a command, forwarding its output line by line; raise with its tail on failure."""
-        tail: deque[str] = deque(maxlen=25)
-        captured: list[str] = []
-        try:
-            process = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                env={**os.environ, "PIP_PROGRESS_BAR": "off"},
-            )
-        except OSError as exc:
-            raise KernelStartError(f"{what} failed: cannot run {argv[0]}: {exc}") from exc
-        assert process.stdout is not None
-        with process:
-            for raw in process.stdout:
-                line = raw.rstrip()
-                if not line:
-                    continue
-                tail.append(line)
-                if capture:
-                    captured.append(line)
-                else:
-                    self.progress(line)
-        if process.returncode != 0:
-            raise KernelStartError(
-                f"{what} failed (exit status {process.returncode}): {' '.join(argv)}\n"
-                + "\n".join(tail)
-            )
-        return "\n".join(captured)
-
-
-def _looks_like_version(text: str) -> bool:
-    parts = text.split(".")
-    return 1 <= len(parts) <= 3 and all(p.isdigit() for p in parts)
+def with_network(
+    environment: Environment, policy: NetworkPolicy | Mapping[str, Any]
+) -> Environment:
+    """``environment`` with its kernel's connections going through ``policy``: Docker only."""
+    if not isinstance(environment, DockerEnv):
+        raise InvalidArgument(
+            f"a network policy is enforced only for Docker kernels, not for "
+            f"{environment.describe()}, which has this machine's whole network: use "
+            "environment='docker' (or a DockerEnv)"
+        )
+    if environment.network is True or (environment.network and environment.policy is None):
+        raise InvalidArgument(
+            "this Docker environment already has the whole network (network=True); "
+            "a policy allows only some hosts: give one or the other"
+        )
+    return dataclasses.replace(environment, network=policy)

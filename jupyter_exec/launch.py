@@ -52,6 +52,7 @@ async def resolve_environment(options: SessionOptions) -> SessionOptions:
         python=found.get("python", options.python),
         backend=found.get("backend", options.backend),
         docker={**found.get("docker", {}), **options.docker},
+        network=options.network if options.network is not None else found.get("network"),
     )
 
 

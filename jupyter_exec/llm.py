@@ -14,7 +14,12 @@ needs to carry on has to be in it, and nothing that wastes its context:
   how much was cut and which file holds all of it;
 * errors condensed to a short traceback: the model's own frames in full,
   library frames as one line each, a long chain of frames elided in the
-  middle, and a failed shell block reported by its exit status alone.
+  middle, and a failed shell block reported by its exit status alone;
+* connections the session's network policy refused while the code ran,
+  once per host, with the policy's rules (:func:`denied_connections`): the
+  code may have caught the error, or a library may have reported it vaguely
+  ("ProxyError", "403"), and the model should learn which host is off limits
+  and which are allowed, rather than retry.
 
 :func:`render` is shared by every agent front end (AG2 executors, the MCP
 server), so they all show a model the same thing.
@@ -32,6 +37,7 @@ from typing import Any
 from jupyter_exec.mime import MODEL_IMAGES
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import output_file_name
+from jupyter_exec.network import Connection, NetworkPolicy
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.safefs import write_bytes
 from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
@@ -42,6 +48,7 @@ __all__ = [
     "EXIT_TIMEOUT",
     "LLMText",
     "condense_traceback",
+    "denied_connections",
     "exit_code",
     "render",
     "shell_exit_status",
@@ -54,6 +61,9 @@ MAX_ERROR_CHARS = 3_000
 """Characters an error may take on top of the budget: the error is never cut for output."""
 
 MAX_LISTED_FILES = 30
+
+MAX_DENIED_HOSTS = 10
+"""Denied hosts named per execution; more are counted (the notebook lists them all)."""
 
 EXIT_TIMEOUT = TIMEOUT_EXIT_CODE
 """Exit code reported for code stopped at its timeout (as coreutils ``timeout`` reports it)."""
@@ -205,6 +215,31 @@ def _error_text(execution: Execution) -> str:
     return _cap(plain + f"\n{error}" if plain else str(error), MAX_ERROR_CHARS)
 
 
+def denied_connections(
+    connections: Sequence[Connection], policy: NetworkPolicy | None = None
+) -> list[str]:
+    """One line per host the network policy refused, first refusal of each host, in order.
+
+    ``connection to evil.example:443 denied by the session's network policy
+    (allowed: pypi.org, files.pythonhosted.org): not in the allow list``: the
+    words of the proxy's own refusal, so the model reads the same thing whether
+    or not the code let the error through.
+    """
+    first: dict[str, Connection] = {}
+    for connection in connections:
+        if connection.decision == "denied":
+            first.setdefault(connection.host, connection)
+    rules = f" ({policy.describe()})" if policy is not None else ""
+    lines = [
+        f"connection to {c.host}:{c.port} denied by the session's network policy{rules}: {c.reason}"
+        for c in list(first.values())[:MAX_DENIED_HOSTS]
+    ]
+    more = len(first) - len(lines)
+    if more > 0:
+        lines.append(f"... and {more} more host{'s' if more > 1 else ''} denied")
+    return lines
+
+
 def _data_text(value: Any) -> str:
     if isinstance(value, list):
         return "".join(str(v) for v in value)
@@ -269,6 +304,7 @@ def render(
     work_dir: str | os.PathLike[str] | None = None,
     max_chars: int = DEFAULT_LLM_CHARS,
     save_dir: str | os.PathLike[str] | None = None,
+    network: NetworkPolicy | None = None,
 ) -> LLMText:
     """The text a model should see for ``execution``.
 
@@ -276,14 +312,15 @@ def render(
     is cut in the middle; the text then names the file holding all of it:
     the session's own overflow file when the stream was already spilled, else
     ``<save_dir>/cell-NNN-output.txt``, written here (inside ``work_dir``). The
-    error and the file list are never cut for output.
+    error, the refused connections (``network``: the session's policy, whose
+    rules they quote) and the file list are never cut for output.
     """
     if max_chars < 200:
         raise ValueError(f"max_chars must be at least 200, not {max_chars}")
     root = Path(work_dir).absolute() if work_dir is not None else None
     body = "".join(_body_parts(execution, root))
     error = _error_text(execution)
-    notes: list[str] = []
+    notes = [f"[{line}]" for line in denied_connections(execution.connections, network)]
     if execution.state_lost:
         notes.append("[the kernel was restarted: variables and imports from earlier code are gone]")
     written = _written_files(execution)

@@ -19,6 +19,10 @@ Tools::
     read_notebook(session)   the session's notebook as readable text
     list_files(session, path=".") / read_file(session, path)
                          the session's work dir (paths confined to it)
+    fork_session(session, n=1, name) / undo(session, n=1) / checkpoint(session, name)
+    restore_checkpoint(session, checkpoint) / list_checkpoints(session)
+                         a session's state: branches, undo, named checkpoints
+                         (:mod:`jupyter_exec.mcp_state`)
 
 Code runs through the agent runner (:mod:`jupyter_exec.agent`), as for every
 agent front end: its text, images a cell displayed or saved as MCP image
@@ -27,7 +31,11 @@ session has its own work dir ``<root>/<session>`` holding its files and its
 notebook. The sessions are held by an
 :class:`~jupyter_exec.manager.AsyncSessionManager` rooted at the work dir, which
 brings ``--max-sessions``, ``--cull-idle`` and a warm pool (``--pool-size``)
-of kernels of the server's environment.
+of kernels of the server's environment. With a network policy (a
+:class:`~jupyter_exec.environments.DockerEnv` whose ``network`` is a
+:class:`~jupyter_exec.NetworkPolicy`), every session is a Docker kernel that
+reaches only the hosts the policy allows, and the text of a cell that tried
+another says so (the agent runner lists the denied connections).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +69,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
+from jupyter_exec.mcp_state import register_state_tools
 from jupyter_exec.naming import validate_name
 from jupyter_exec.outputs import strip_ansi
 from jupyter_exec.recorder import read_notebook
@@ -87,6 +96,8 @@ files the code writes and plots it shows are saved; every call is recorded in th
 notebook. Shell code (language="bash") runs in the same environment, so `pip install x` there
 makes `import x` work next. A first line `# filename: <name>` also saves the code to that file.
 Long-running code is interrupted at its timeout and the session keeps its state.
+To explore, fork_session copies a session's live state into new sessions; checkpoint and
+restore_checkpoint go back to a named state; undo takes back the last cells (when enabled).
 """
 
 
@@ -134,7 +145,13 @@ class SessionRegistry:
         max_sessions: int = 16,
         pool_size: int = 0,
         cull_idle_timeout: float = 0.0,
+        session_options: Mapping[str, Any] | None = None,
     ) -> None:
+        if pool_size > 0 and isinstance(environment, DockerEnv) and environment.policy is not None:
+            raise InvalidArgument(
+                "a warm pool cannot hold kernels for a network policy (each session's proxy "
+                "starts with its kernel): use a pool size of 0 with a policy"
+            )
         self.root = root.absolute()
         self.environment = environment
         self.timeout = timeout
@@ -143,7 +160,7 @@ class SessionRegistry:
             root_dir=str(self.root),
             max_sessions=max_sessions,
             cull_idle_timeout=cull_idle_timeout,
-            session_defaults={"timeout": timeout},
+            session_defaults={"timeout": timeout, **(session_options or {})},
             pools=[],  # the environment's pool is added once its options are known: start()
             handle_sigterm=False,  # the server's transport owns the process's signals
         )
@@ -242,9 +259,19 @@ class SessionRegistry:
                 "notebook": str(info.notebook_path),
                 "from_pool": info.from_pool,
                 "idle_seconds": info.idle_seconds,
+                "network": self._network(info),
             }
             for info in sorted(self.manager.list(), key=lambda i: i.name)
         ]
+
+    def _network(self, info: SessionInfo) -> str | None:
+        """The session's network policy, as a model should read it (None: none).
+
+        The server's: only its own environment carries one (and every session runs in it).
+        """
+        environment = self.environment
+        policy = environment.policy if isinstance(environment, DockerEnv) else None
+        return policy.describe() if policy is not None and info.backend == "docker" else None
 
     def pools(self) -> list[tuple[str, int, int]]:
         """Each warm pool: its label, kernels ready, and its size."""
@@ -389,6 +416,7 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
             f"{s['name']}: {s['backend']}, {'alive' if s['alive'] else 'dead'}, "
             f"work dir {s['work_dir']}, notebook {s['notebook']}"
             + (", kernel from the warm pool" if s["from_pool"] else "")
+            + (f", network policy ({s['network']})" if s["network"] else "")
             for s in sessions
         ] or ["no sessions yet (execute_code creates one)"]
         lines += [f"warm pool {name}: {ready}/{size} kernels ready" for name, ready, size in pools]
@@ -457,6 +485,7 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
             )
         return [text(content)]
 
+    register_state_tools(tool, registry)
     return server
 
 

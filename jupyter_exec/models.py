@@ -257,6 +257,9 @@ class ScriptResult:
     timed_out: bool = False
     files: tuple[Path, ...] = ()
     """Files the script created or changed in the work dir (the script itself excluded)."""
+    connections: tuple[Connection, ...] = ()
+    """The connections tried through the session's network policy while it ran (a Docker
+    session with a policy: its processes share the kernel's proxy); empty without one."""
 
     @property
     def ok(self) -> bool:
@@ -270,4 +273,5 @@ class ScriptResult:
             "duration": self.duration,
             "timed_out": self.timed_out,
             "files": [str(p) for p in self.files],
+            "connections": [c.to_dict() for c in self.connections],
         }

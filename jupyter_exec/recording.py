@@ -332,6 +332,8 @@ class Recording:
         self.scripts_run += 1
         path = script_path(work_dir, self.store.folder, self.scripts_run, language, filename)
         self.tracker.changes()  # what changed before this run is not the script's doing
+        network = getattr(kernel, "network", None)  # the proxy a Docker process goes through
+        mark = network.mark() if network is not None else 0
         spec = kernel.spec
         result = await run_script(
             path,
@@ -344,7 +346,8 @@ class Recording:
             timeout=timeout,
         )
         produced = tuple(p for p in self.tracker.changes() if p != path.resolve())
-        return dataclasses.replace(result, files=produced)
+        connections = network.since(mark) if network is not None else ()
+        return dataclasses.replace(result, files=produced, connections=connections)
 
     def adopt(self, recorder: NotebookRecorder) -> None:
         """Record into ``recorder`` from now on (saved at once, so the notebook exists)."""

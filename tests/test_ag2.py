@@ -161,3 +161,27 @@ def test_restart_clears_state(executor: SessionCodeExecutor) -> None:
     result = executor.execute_code_blocks([coding.CodeBlock(code="gone", language="python")])
     assert result.exit_code == 1
     assert "NameError" in result.output
+
+
+def test_a_network_policy_is_given_with_the_environment(tmp_path: Path) -> None:
+    from jupyter_exec import InvalidArgument, NetworkPolicy
+    from jupyter_exec.integrations.ag2_sandbox import JupyterSandbox
+    from jupyter_exec.integrations.ag2_tools import JupyterCodeEnvironment
+
+    policy = {"allow": ["pypi.org", "files.pythonhosted.org"]}
+    executor = SessionCodeExecutor(tmp_path, environment="docker", network=policy)
+    assert executor.environment is not None
+    assert executor.environment.session_options()["network"] == NetworkPolicy(**policy)
+    assert JupyterCodeEnvironment(environment="docker", network=policy).environment.backend == (
+        "docker"
+    )
+    # refused when made, not mid-conversation: a local kernel has the whole network
+    for make in (
+        lambda: SessionCodeExecutor(tmp_path, network=policy),
+        lambda: JupyterCodeEnvironment(environment="venv", network=policy),
+        lambda: JupyterSandbox(environment="local", network=policy),
+    ):
+        with pytest.raises(InvalidArgument, match="enforced only for Docker kernels"):
+            make()
+    with pytest.raises(InvalidArgument, match="not both"):
+        SessionCodeExecutor(tmp_path, kernel_name="python3", network=policy)

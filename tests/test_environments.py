@@ -127,3 +127,32 @@ def test_venv_on_demand_and_pip_in_a_shell_block(tmp_path: Path) -> None:
     assert executions[1].ok, executions[1].error
     assert executions[1].stdout.strip() == str(venv)
     assert executions[1].text == "'a = 1\\n'"
+
+
+async def test_a_network_policy_goes_with_a_docker_environment_only() -> None:
+    from jupyter_exec import NetworkPolicy
+    from jupyter_exec.environments import with_network
+    from jupyter_exec.launch import resolve_environment
+    from jupyter_exec.options import SessionOptions
+
+    policy = NetworkPolicy(allow=["pypi.org", "files.pythonhosted.org"])
+    env = DockerEnv(network={"allow": ["pypi.org", "files.pythonhosted.org"]})  # mapping form
+    assert env.policy == policy
+    assert env.session_options() == {
+        "backend": "docker",
+        "docker": {"network": False},  # the container has no network: the proxy is its way out
+        "network": policy,
+    }
+    assert parse_environment("docker:img", network=policy) == DockerEnv(image="img", network=policy)
+    assert parse_environment("docker", network=True) == DockerEnv(network=True)
+    # Session(environment=DockerEnv(network=policy)) keeps the policy when the environment resolves
+    resolved = await resolve_environment(SessionOptions(environment=env))
+    assert resolved.backend == "docker"
+    assert resolved.network == policy
+    for where in (None, "local", "venv", f"python:{sys.executable}"):
+        with pytest.raises(InvalidArgument, match="enforced only for Docker kernels"):
+            parse_environment(where, network=policy)
+    with pytest.raises(InvalidArgument, match="already has the whole network"):
+        with_network(DockerEnv(network=True), policy)
+    with pytest.raises(InvalidArgument, match="not a URL"):
+        DockerEnv(network={"allow": ["https://pypi.org"]})

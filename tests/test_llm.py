@@ -106,3 +106,49 @@ def test_timeout_says_where_it_stopped(fresh_session) -> None:  # type: ignore[n
 
 def test_no_output(session: Session) -> None:
     assert _render(session, "y_llm = 1") == "(no output)"
+
+
+def test_denied_connections_are_named_once_per_host_with_the_policy(session: Session) -> None:
+    import dataclasses
+
+    from jupyter_exec import NetworkPolicy
+    from jupyter_exec.network import Connection
+
+    policy = NetworkPolicy(allow=["pypi.org", "files.pythonhosted.org"], deny=["*.internal"])
+    tried = (
+        Connection("pypi.org", 443, "allowed", "allowed by rule 'pypi.org'"),
+        Connection("evil.example", 443, "denied", "not in the allow list"),
+        Connection("evil.example", 80, "denied", "not in the allow list"),
+        Connection("db.internal", 5432, "denied", "denied by rule '*.internal'"),
+    )
+    execution = dataclasses.replace(session.execute("print('caught it')"), connections=tried)
+    text = render(execution, work_dir=session.work_dir, network=policy).text
+    rules = "(allowed: pypi.org, files.pythonhosted.org; denied: *.internal)"
+    assert text == (
+        "caught it\n"
+        f"[connection to evil.example:443 denied by the session's network policy {rules}: "
+        "not in the allow list]\n"
+        f"[connection to db.internal:5432 denied by the session's network policy {rules}: "
+        "denied by rule '*.internal']"
+    )
+    # never cut for output, and without the policy the reason still reaches the model
+    flood = dataclasses.replace(session.execute("print('x' * 5000)"), connections=tried[1:2])
+    cut = render(flood, max_chars=300).text
+    assert "characters of output cut" in cut
+    assert cut.endswith(
+        "[connection to evil.example:443 denied by the session's network policy: "
+        "not in the allow list]"
+    )
+
+
+def test_many_denied_hosts_are_counted() -> None:
+    from jupyter_exec.llm import MAX_DENIED_HOSTS, denied_connections
+    from jupyter_exec.network import Connection
+
+    tried = [Connection(f"h{i}.example", 443, "denied", "not in the allow list") for i in range(13)]
+    lines = denied_connections(tried)
+    assert len(lines) == MAX_DENIED_HOSTS + 1
+    assert lines[-1] == "... and 3 more hosts denied"
+    assert (
+        denied_connections([Connection("a.org", 443, "allowed", "allowed by rule 'a.org'")]) == []
+    )

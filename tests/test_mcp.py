@@ -225,7 +225,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_streamable_http_round_trip(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def _http(
+    work_root: Path, *extra: str, refusals: bool = False
+) -> AsyncIterator[ClientSession]:
+    """A server over streamable HTTP in its own process, and the SDK's client connected to it."""
     port = _free_port()
     process = subprocess.Popen(
         [
@@ -237,7 +241,8 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
             "--port",
             str(port),
             "--work-dir",
-            str(tmp_path),
+            str(work_root),
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -252,7 +257,8 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
             await asyncio.sleep(0.2)
         url = f"http://127.0.0.1:{port}/mcp"
-        await _refusals(url, port)
+        if refusals:
+            await _refusals(url, port)
         try:
             from mcp.client.streamable_http import streamable_http_client as connect
         except ImportError:  # mcp 1.x
@@ -268,10 +274,7 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
             ClientSession(streams[0], streams[1]) as client,
         ):
             await client.initialize()
-            result = await client.call_tool("execute_code", {"code": "print(2 + 3)"})
-            assert _texts(result).strip() == "5"
-            assert not _is_error(result)
-            assert "default: local, alive" in _texts(await client.call_tool("list_sessions", {}))
+            yield client
     finally:
         process.terminate()
         try:
@@ -281,6 +284,14 @@ async def test_streamable_http_round_trip(tmp_path: Path) -> None:
             process.wait()
         if process.stderr is not None:
             process.stderr.close()
+
+
+async def test_streamable_http_round_trip(tmp_path: Path) -> None:
+    async with _http(tmp_path, refusals=True) as client:
+        result = await client.call_tool("execute_code", {"code": "print(2 + 3)"})
+        assert _texts(result).strip() == "5"
+        assert not _is_error(result)
+        assert "default: local, alive" in _texts(await client.call_tool("list_sessions", {}))
 
 
 async def _refusals(url: str, port: int) -> None:
@@ -326,3 +337,98 @@ def test_help_has_examples() -> None:
     ).stdout
     assert "examples:" in out
     assert "mcpServers" in out
+
+
+# -- a session's state: fork, undo, checkpoint, restore -----------------------------------------
+
+
+async def _value(client: ClientSession, session: str, expression: str) -> str:
+    result = await client.call_tool("execute_code", {"code": expression, "session": session})
+    assert not _is_error(result), _texts(result)
+    return _texts(result).strip()
+
+
+async def _fails(client: ClientSession, tool: str, arguments: dict[str, Any], words: str) -> str:
+    """The call is a failed tool result (isError) whose text says ``words``."""
+    result = await client.call_tool(tool, arguments)
+    assert _is_error(result), (tool, _texts(result))
+    assert words in _texts(result), _texts(result)
+    return _texts(result)
+
+
+async def test_state_tools_over_stdio(tmp_path: Path) -> None:
+    async with _stdio(tmp_path, "--undo-steps", "3") as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert tools >= {"fork_session", "undo", "checkpoint", "restore_checkpoint",
+                         "list_checkpoints"}  # fmt: skip
+
+        # fork: two sessions from p's live state; each diverges, p stays as it was
+        await _value(client, "p", "x = 1\ndata = list(range(5))")
+        forked = await client.call_tool("fork_session", {"session": "p", "n": 2})
+        assert not _is_error(forked), _texts(forked)
+        assert "'p-fork-1', 'p-fork-2'" in _texts(forked)
+        await _value(client, "p-fork-1", "x += 10; data.append('one')")
+        await _value(client, "p-fork-2", "x += 100")
+        assert await _value(client, "p", "x, len(data)") == "(1, 5)"
+        assert await _value(client, "p-fork-1", "x, len(data)") == "(11, 6)"
+        assert await _value(client, "p-fork-2", "x, len(data)") == "(101, 5)"
+        listing = _texts(await client.call_tool("list_sessions", {}))
+        assert "p-fork-1: local, alive" in listing
+        assert "p-fork-2: local, alive" in listing
+        assert (tmp_path / "p" / "p-fork-1.ipynb").is_file()  # its own notebook, in p's work dir
+        named = await client.call_tool("fork_session", {"session": "p", "name": "alt"})
+        assert "'alt'" in _texts(named)
+        assert await _value(client, "alt", "x") == "1"
+        await _fails(client, "fork_session", {"session": "p", "name": "alt"}, "alt")
+        await _fails(client, "fork_session", {"session": "p", "n": 0}, "n must be")
+        await _fails(client, "fork_session", {"session": "nobody"}, "no session named 'nobody'")
+
+        # undo: the state from before the last cells
+        await _value(client, "u", "y = 1")
+        await _value(client, "u", "y = 2")
+        undone = await client.call_tool("undo", {"session": "u"})
+        assert not _is_error(undone), _texts(undone)
+        assert await _value(client, "u", "y") == "1"
+        await _fails(client, "undo", {"session": "u", "n": 9}, "step(s) available")
+        await _fails(client, "undo", {"session": "nobody"}, "no session named 'nobody'")
+
+        # checkpoint and restore, by name
+        await _value(client, "c", "z = [1]")
+        taken = await client.call_tool("checkpoint", {"session": "c", "name": "start"})
+        assert not _is_error(taken), _texts(taken)
+        await _value(client, "c", "z.append(2)")
+        listed = _texts(await client.call_tool("list_checkpoints", {"session": "c"}))
+        assert listed.startswith("start: after 1 cell(s), taken ")
+        restored = await client.call_tool(
+            "restore_checkpoint", {"session": "c", "checkpoint": "start"}
+        )
+        assert not _is_error(restored), _texts(restored)
+        assert await _value(client, "c", "z") == "[1]"
+        auto = _texts(await client.call_tool("checkpoint", {"session": "c"}))
+        assert "'checkpoint-2'" in auto  # numbered after the checkpoints it has
+        await _fails(client, "checkpoint", {"session": "c", "name": "start"}, "exists")
+        await _fails(client, "restore_checkpoint", {"session": "c", "checkpoint": "nope"}, "'nope'")
+        await _fails(client, "list_checkpoints", {"session": "nobody"}, "no session named")
+        empty = _texts(await client.call_tool("list_checkpoints", {"session": "u"}))
+        assert "no checkpoints yet" in empty
+
+
+async def test_state_tools_over_http(tmp_path: Path) -> None:
+    async with _http(tmp_path, "--max-sessions", "3") as client:
+        await _value(client, "h", "w = 'parent'")
+        forked = _texts(await client.call_tool("fork_session", {"session": "h", "name": "h2"}))
+        assert "'h2'" in forked
+        await _value(client, "h2", "w = 'child'")
+        assert await _value(client, "h", "w") == "'parent'"
+        # the server's limit counts forks: two more would make four sessions
+        await _fails(client, "fork_session", {"session": "h", "n": 2}, "--max-sessions")
+        assert "h2-1" not in _texts(await client.call_tool("list_sessions", {}))
+        # undo is off unless the server was started with --undo-steps
+        await _fails(client, "undo", {"session": "h"}, "--undo-steps")
+        assert not _is_error(await client.call_tool("checkpoint", {"session": "h2"}))
+        await _value(client, "h2", "w = 'later'")
+        back = await client.call_tool(
+            "restore_checkpoint", {"session": "h2", "checkpoint": "checkpoint-1"}
+        )
+        assert not _is_error(back), _texts(back)
+        assert await _value(client, "h2", "w") == "'child'"

@@ -18,7 +18,9 @@ from typing import Any
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
+    add_network_policy,
     formatter,
+    network_policy_from_args,
     non_negative_float,
     non_negative_int,
 )
@@ -32,6 +34,8 @@ examples:
                                          E2B code with E2B_DEBUG=true (Sandbox.create(),
                                          run_code, files, commands: all on this server)
   jupyter-exec e2b --backend docker      every sandbox's kernel in a hardened container
+  jupyter-exec e2b --backend docker --allow pypi.org --allow files.pythonhosted.org
+                                         ... that may reach the package index, nothing else
   E2B_API_KEY=k jupyter-exec e2b --port 49999
                                          many sandboxes, each with its own access token;
                                          clients set E2B_API_KEY=k,
@@ -59,6 +63,9 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         options["backend"] = args.backend
     if args.python:
         options["python"] = args.python
+    policy = network_policy_from_args(args, args.backend)
+    if policy is not None:
+        options["network"] = policy  # every sandbox's kernels (code contexts) go through it
     ports = (args.port,) if args.envd_port in (0, args.port) else (args.port, args.envd_port)
     config = E2BConfig(
         root_dir=Path(args.root_dir).expanduser(),
@@ -135,4 +142,5 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     sandboxes.add_argument("--sandbox-timeout", type=non_negative_float, default=300.0,
                            metavar="S", help="a sandbox's life when create() gives none "
                            "(default 300; 0: no end)")  # fmt: skip
+    add_network_policy(parser)
     parser.set_defaults(func=cmd_e2b)

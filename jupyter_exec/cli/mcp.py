@@ -17,9 +17,11 @@ from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
+    add_network_policy,
     add_session_options,
     environment_from_args,
     formatter,
+    network_policy_from_args,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -40,6 +42,11 @@ examples:
   jupyter-exec mcp --env venv --python-version 3.12 --package pandas
   jupyter-exec mcp --transport http --port 8765     streamable HTTP on 127.0.0.1:8765/mcp
   jupyter-exec mcp --pool-size 2 --cull-idle 3600   2 warm kernels; idle sessions closed after 1 h
+  jupyter-exec mcp --undo-steps 5                   the undo tool can take back 5 cells
+  jupyter-exec mcp --env docker --allow pypi.org --allow files.pythonhosted.org
+                                                    containers that reach the package index only
+  jupyter-exec mcp --env docker --network-policy policy.json
+                                                    the hosts (and API keys) a JSON file allows
 
 A client configuration (Claude Desktop, Cursor, ...):
   {{"mcpServers": {{"jupyter": {{"command": "jupyter-exec",
@@ -55,9 +62,14 @@ Local sessions run with your rights; use --env docker for code you do not trust.
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Run the MCP server until its client leaves (stdio) or a signal stops it."""
+    from jupyter_exec.environments import with_network
     from jupyter_exec.mcp_server import SessionRegistry, _check_loopback, new_token, serve
 
     environment = environment_from_args(args)
+    policy = network_policy_from_args(args, environment.backend)
+    if policy is not None:
+        environment = with_network(environment, policy)
+    defaults = session_kwargs(args, ("timeout", "undo_steps"))
     root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
     token: str | None = None
     if args.transport == "http":
@@ -72,10 +84,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     registry = SessionRegistry(
         root,
         environment,
-        timeout=session_kwargs(args, ("timeout",))["timeout"],
+        timeout=defaults.pop("timeout"),
         max_sessions=args.max_sessions,
         pool_size=args.pool_size,
         cull_idle_timeout=args.cull_idle,
+        session_options=defaults,
     )
     asyncio.run(
         serve_until_stopped(
@@ -99,9 +112,10 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         "mcp",
         help="serve stateful Jupyter sessions to AI agents over MCP (stdio or HTTP)",
         description="Run an MCP server whose tools execute code in named, stateful Jupyter "
-        "sessions (created on first use), list/restart/interrupt/close them, read a session's "
+        "sessions (created on first use), list/restart/interrupt/close them, fork a session "
+        "into new ones, undo cells, take and restore checkpoints, read a session's "
         "notebook, and list and fetch the files in its work dir. Images come back as image "
-        "content; a call whose code fails is marked as an error (isError).",
+        "content; a call that fails is marked as an error (isError).",
         epilog=EPILOG,
         formatter_class=formatter,
     )
@@ -166,7 +180,7 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
     )
     add_session_options(
         parser,
-        ("timeout", "python", "backend"),
+        ("timeout", "python", "backend", "undo_steps"),
         title="session",
         helps={
             "timeout": "Seconds a call may run before it is interrupted; the session keeps "
@@ -174,4 +188,5 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         },
     )
     add_environment(parser)
+    add_network_policy(parser)
     parser.set_defaults(func=cmd_mcp, exit_at_once=True)

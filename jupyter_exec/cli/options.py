@@ -8,7 +8,8 @@ words. :func:`session_kwargs` reads them back and validates them through
 ``SessionOptions`` (a bad value exits 2 with what to fix). Beside it:
 :func:`add_environment` (where code runs, as ``--env`` and its package
 flags, for which ``--python`` and ``--backend`` are short forms) and
-:func:`add_quiet`.
+:func:`add_quiet`, and :func:`add_network_policy` (``--allow``, ``--deny``,
+``--network-policy``: which hosts a Docker kernel may reach).
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ from typing import Any, get_args
 
 from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import Backend, SessionOptions, option_fields
 
 __all__ = [
     "add_environment",
+    "add_network_policy",
     "add_quiet",
     "add_session_options",
+    "backend_of",
     "environment_from_args",
     "formatter",
+    "network_policy_from_args",
     "non_negative_float",
     "non_negative_int",
     "positive_int",
@@ -266,3 +271,87 @@ def environment_from_args(args: argparse.Namespace) -> Environment:
         raise
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+
+
+NETWORK_POLICY_HELP = """\
+A Docker kernel has no network. With a policy it reaches the hosts the policy
+allows, and nothing else, through a proxy jupyter-exec runs on this machine;
+every connection is recorded in the notebook. For example:
+  --backend docker --allow pypi.org --allow files.pythonhosted.org
+FILE is JSON ({"allow": [...], "deny": [...], "secrets": {...}}); a secret
+header's value is text in the file or {"env": "VARIABLE", "prefix": "Bearer "}:
+  {"allow": ["api.example.org"], "secrets": {"api.example.org":
+    {"Authorization": {"env": "API_TOKEN", "prefix": "Bearer "}}}}
+Secrets come only from the file or the environment, never from the command line."""
+
+
+def add_network_policy(parser: argparse.ArgumentParser) -> None:
+    """``--allow``, ``--deny``, ``--network-policy``: one group for every command with kernels."""
+    group = parser.add_argument_group("network policy (Docker kernels)", NETWORK_POLICY_HELP)
+    group.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host the kernel may reach: pypi.org, pypi.org:443, *.example.org, 10.0.0.0/8 "
+        "(repeatable)",
+    )
+    group.add_argument(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a host the kernel may not reach, even if allowed (repeatable; wins over --allow)",
+    )
+    group.add_argument(
+        "--network-policy",
+        metavar="FILE",
+        help="a JSON policy file; --allow and --deny add to its rules",
+    )
+
+
+def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> NetworkPolicy | None:
+    """The policy the flags say (``None``: none), refused unless ``backend`` is ``docker``.
+
+    Read and checked here, before any kernel starts: a malformed file or rule,
+    a policy beside ``--network`` (the whole network) or ``--pool-size``, or for
+    a kernel it could not be enforced on, are each an :class:`InvalidArgument`
+    (exit 2).
+    """
+    from jupyter_exec.cli.policy import load_policy_file, merged
+
+    path = getattr(args, "network_policy", None)
+    policy = load_policy_file(path) if path else None
+    policy = merged(policy, getattr(args, "allow", ()), getattr(args, "deny", ()))
+    if policy is None:
+        return None
+    if getattr(args, "network", False):
+        raise InvalidArgument(
+            "--network gives the kernel the whole network, a policy (--allow, --deny, "
+            "--network-policy) only some hosts: give one or the other"
+        )
+    if getattr(args, "pool_size", 0):
+        raise InvalidArgument(
+            "--pool-size and a network policy: a pooled kernel starts before its session, "
+            "and each session's proxy starts with its kernel; drop --pool-size"
+        )
+    if backend != "docker":
+        whole = (
+            "its server's network, which jupyter-exec does not control"
+            if backend == "remote"
+            else "this machine's whole network"
+        )
+        raise InvalidArgument(
+            f"a network policy is enforced only for Docker kernels, and this {backend or 'local'} "
+            f"kernel would have {whole}: add --backend docker (or --env docker), or drop "
+            "--allow/--deny/--network-policy"
+        )
+    return policy
+
+
+def backend_of(kwargs: Mapping[str, Any]) -> str:
+    """Where the session ``kwargs`` (after :func:`with_environment`) run a kernel."""
+    environment = kwargs.get("environment")
+    if isinstance(environment, Environment):
+        return environment.backend
+    return str(kwargs.get("backend") or "local")

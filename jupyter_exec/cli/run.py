@@ -22,9 +22,12 @@ from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP, EXIT_
 from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
+    add_network_policy,
     add_quiet,
     add_session_options,
+    backend_of,
     formatter,
+    network_policy_from_args,
     said_environment,
     session_kwargs,
     with_environment,
@@ -44,6 +47,10 @@ examples:
   jupyter-exec run job.py --python .venv    another interpreter or virtual environment
   jupyter-exec run job.py --backend docker  a hardened, network-less container
   jupyter-exec run job.py --env venv --package polars   a venv made on demand
+  jupyter-exec run job.py --backend docker --allow pypi.org --allow files.pythonhosted.org
+                                            a container that reaches the package index only
+  jupyter-exec run job.py --backend docker --network-policy policy.json
+                                            the hosts (and API keys) a JSON file allows
   jupyter-exec run job.py -k                run every cell, even after one failed
 
 A .py file honours its coding declaration (PEP 263); other files are UTF-8.
@@ -54,6 +61,8 @@ DEMO_EPILOG = """\
 examples:
   jupyter-exec demo                         in ./jupyter-exec-demo
   jupyter-exec demo --backend docker        the same in a container
+  jupyter-exec demo --backend docker --allow pypi.org --allow files.pythonhosted.org
+                                            a container that may pip install, nothing else
 """
 
 
@@ -119,6 +128,9 @@ def _session_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The session's options: flags as given, or ``--env`` and its package flags resolved."""
     kwargs = session_kwargs(args, SESSION_OPTIONS)
     with_environment(args, kwargs)
+    policy = network_policy_from_args(args, backend_of(kwargs))
+    if policy is not None:
+        kwargs["network"] = policy
     kwargs["overwrite"] = True
     return kwargs
 
@@ -255,6 +267,7 @@ def _session_groups(parser: argparse.ArgumentParser, work_dir_help: str) -> None
     add_session_options(parser, SESSION_OPTIONS, helps={"work_dir": work_dir_help})
     add_quiet(parser)
     add_environment(parser)
+    add_network_policy(parser)
 
 
 def add_run_parser(subparsers: Subparsers) -> None:

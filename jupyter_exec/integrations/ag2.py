@@ -38,6 +38,7 @@ from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["MarkdownBlockExtractor", "SessionCodeExecutor", "SessionCommandLineExecutor"]
@@ -117,6 +118,11 @@ class SessionCodeExecutor:
         Seconds per code block before it is interrupted (``None``: no limit).
     max_output_chars:
         The text budget of ``CodeResult.output`` per block.
+    network:
+        A :class:`~jupyter_exec.NetworkPolicy` (or its mapping form,
+        ``{"allow": ["pypi.org"]}``) for a Docker ``environment``: the
+        hosts the kernel may reach. Refused at once for any other environment.
+        A refused connection is named in ``CodeResult.output``.
     session_options:
         Anything else :class:`~jupyter_exec.Session` takes (``name``,
         ``notebook``, ``env``, ...).
@@ -135,21 +141,25 @@ class SessionCodeExecutor:
         timeout: float | None = 60.0,
         max_output_chars: int = DEFAULT_LLM_CHARS,
         output_dir: str | os.PathLike[str] | None = None,
+        network: NetworkPolicy | Mapping[str, Any] | None = None,
         **session_options: Any,
     ) -> None:
         coding = _coding()  # fail now, with the install hint, rather than mid-conversation
         self._result_class: Any = coding.IPythonCodeResult
         if output_dir is not None and work_dir is not None:
             raise InvalidArgument("give work_dir or output_dir (its AG2 name), not both")
-        if kernel_name is not None and environment is not None:
+        if kernel_name is not None and (environment is not None or network is not None):
             raise InvalidArgument(
-                "give environment or kernel_name, not both: a kernelspec says where it runs"
+                "give environment (and network) or kernel_name, not both: a kernelspec says "
+                "where it runs"
             )
         self._work_dir = check_work_dir(work_dir if work_dir is not None else output_dir)
         if kernel_name is not None:
             check_kernel_name(kernel_name)
         self.kernel_name = kernel_name
-        self.environment = None if kernel_name is not None else parse_environment(environment)
+        self.environment = (
+            None if kernel_name is not None else parse_environment(environment, network=network)
+        )
         self.timeout = timeout
         self.max_output_chars = max_output_chars
         self._session_options = session_options

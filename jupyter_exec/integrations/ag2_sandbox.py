@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -40,6 +40,7 @@ from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.integrations import require
 from jupyter_exec.integrations.ag2_tools import JupyterCodeEnvironment
+from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.safefs import write_bytes
 from jupyter_exec.session import AsyncSession
 from jupyter_exec.store import confined_path
@@ -82,17 +83,21 @@ class JupyterSandbox:
         timeout: float | None = 60.0,
         max_output: int = 100_000,
         share: JupyterCodeEnvironment | None = None,
+        network: NetworkPolicy | Mapping[str, Any] | None = None,
         **session_options: Any,
     ) -> None:
-        if share is not None and (work_dir is not None or environment or session_options):
+        given = work_dir is not None or environment or network is not None or session_options
+        if share is not None and given:
             raise InvalidArgument(
-                "share= uses that environment's session: give work_dir, environment and "
-                "session options to it, not here"
+                "share= uses that environment's session: give work_dir, environment, network "
+                "and session options to it, not here"
             )
         self.timeout = timeout
         self.max_output = max_output
         self._share = share
-        self._environment = parse_environment(share.environment if share else environment)
+        self._environment = (
+            share.environment if share else parse_environment(environment, network=network)
+        )
         self._work_dir = Path(work_dir) if work_dir is not None else None
         self._session_options = session_options
         self._session: AsyncSession | None = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,6 +36,7 @@ from jupyter_exec.codeblocks import CodeBlock
 from jupyter_exec.environments import Environment, parse_environment
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.session import AsyncSession
 
 __all__ = ["JupyterCodeEnvironment"]
@@ -53,7 +55,8 @@ class JupyterCodeEnvironment:
     Parameters are as for :class:`~jupyter_exec.integrations.ag2.SessionCodeExecutor`:
     ``work_dir``, ``environment`` (an
     :class:`~jupyter_exec.environments.Environment` or its string form),
-    ``timeout`` per call, ``max_output_chars``, and any other
+    ``timeout`` per call, ``max_output_chars``, ``network`` (a
+    :class:`~jupyter_exec.NetworkPolicy` for a Docker environment), and any other
     :class:`~jupyter_exec.AsyncSession` option. The kernel starts on the first
     ``run`` (or ``async with``) and stops with :meth:`aclose`.
     """
@@ -65,9 +68,10 @@ class JupyterCodeEnvironment:
         environment: Environment | str | None = None,
         timeout: float | None = 60.0,
         max_output_chars: int = DEFAULT_LLM_CHARS,
+        network: NetworkPolicy | Mapping[str, Any] | None = None,
         **session_options: Any,
     ) -> None:
-        self.environment = parse_environment(environment)
+        self.environment = parse_environment(environment, network=network)
         self.timeout = timeout
         self.max_output_chars = max_output_chars
         self._work_dir = work_dir

@@ -189,6 +189,7 @@ class JupyterExecutor(_remote_executor_base()):  # type: ignore[misc]
             work_dir=self.work_dir,
             max_chars=self.max_output_chars,
             save_dir=self.session.files_dir,
+            network=self.session.async_session.options.network,
         ).text
         return "" if text == "(no output)" else text
 
