@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_exec import AsyncSession, SessionClosedError, SessionNotFound
+from jupyter_exec import AsyncSession, NetworkPolicy, SessionClosedError, SessionNotFound
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 from jupyter_exec.manager import AsyncSessionManager, PoolKey, SessionManager
 
@@ -236,6 +236,27 @@ def test_pool_keys_ignore_options_that_do_not_shape_the_kernel() -> None:
     assert remote is not None
     assert "secret" not in repr(remote)
     assert "secret" not in remote.label
+
+
+def test_pool_keys_tell_network_policies_apart() -> None:
+    docker = {"backend": "docker"}
+    a = NetworkPolicy(allow=["pypi.org"], secrets={"pypi.org": {"Authorization": "s3cret"}})
+    keys = [
+        PoolKey.of({**docker, "network": a}),
+        PoolKey.of({**docker, "network": {"allow": ["pypi.org"]}}),  # no secrets: another key
+        PoolKey.of({**docker, "network": {"allow": ["example.org"]}}),
+        PoolKey.of(docker),
+    ]
+    assert len(set(keys)) == 4
+    assert keys[0] == PoolKey.of({**docker, "network": NetworkPolicy.from_value(a)})
+    assert keys[1] == PoolKey.of({**docker, "network": NetworkPolicy(allow=["pypi.org"])})
+    asking = PoolKey.of({**docker, "network": NetworkPolicy(allow=["pypi.org"], ask=print)})
+    assert asking not in keys  # a policy that asks someone is not one that does not
+    assert keys[0] is not None
+    assert keys[0].options()["network"] == a
+    assert "s3cret" not in repr(keys[0]) + keys[0].label
+    assert "pypi.org" in keys[0].label
+    assert PoolKey.of({"environment": "docker"}) is None  # resolved first, then keyed
 
 
 def test_blocking_manager(tmp_path: Path) -> None:

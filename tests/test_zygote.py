@@ -1,0 +1,219 @@
+"""Zygote pools with real kernels: sessions forked ahead of time from a preloaded template."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_exec import KernelStartError
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.manager.zygote import Preload, ZygotePool
+from tests.conftest import read_valid_notebook
+
+SETUP = "import pandas as pd\nrows = 3"
+
+
+def zygote_of(manager: AsyncSessionManager) -> ZygotePool:
+    pool = manager.pool()
+    assert isinstance(pool, ZygotePool)
+    return pool
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """The live processes that share ``pid``'s command line: the zygote's kernel's, inherited
+    by the zygote and every kernel forked from it (its connection file is in it)."""
+    cmdline = psutil.Process(pid).cmdline()
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if process.info["cmdline"] == cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+@pytest.fixture
+async def zygote(tmp_path: Path) -> AsyncIterator[AsyncSessionManager]:
+    """A manager whose sessions come from a zygote that imported pandas and ran SETUP."""
+    async with AsyncSessionManager(
+        root_dir=str(tmp_path / "root"),
+        zygote_size=2,
+        zygote_preload=["pandas", "json"],
+        zygote_setup=SETUP,
+    ) as manager:
+        await manager.wait_for_pools(timeout=180)
+        yield manager
+
+
+async def test_a_session_starts_with_the_preload_and_records_it(
+    zygote: AsyncSessionManager,
+) -> None:
+    s = await zygote.session("a")
+    assert zygote.list()[0].from_pool
+    first = await s.execute(
+        "import sys; ('pandas' in sys.modules, int(pd.DataFrame({'x': range(rows)}).x.sum()))"
+    )
+    assert first.ok, first.error
+    assert first.text == "(True, 3)"
+    assert first.execution_count == 1  # the zygote's silent requests left no trace
+    here = str(zygote.root / "a")
+    cwd = await s.execute(f"import os; os.getcwd() == {here!r}, sys.path.count(os.getcwd()) <= 1")
+    assert cwd.text == "(True, True)"
+    assert s.notebook_path is not None
+    nb = read_valid_notebook(s.notebook_path)
+    assert nb.metadata["jupyter_exec"]["preload"] == {"modules": ["pandas", "json"], "setup": SETUP}
+    setup_cell, *cells = nb.cells
+    assert setup_cell.source == SETUP
+    assert setup_cell.metadata["jupyter_exec"] == {"preload": True}
+    assert [c.source for c in cells][:1] == [first.code]
+
+
+async def test_two_sessions_are_independent_and_the_pool_refills(
+    zygote: AsyncSessionManager,
+) -> None:
+    pool = zygote_of(zygote)
+    assert pool.ready == 2
+    a = await zygote.session("a")
+    b = await zygote.session("b")
+    c = await zygote.session("c")  # the pool was empty: forked on demand, same preload
+    assert len({a.kernel_id, b.kernel_id, c.kernel_id}) == 3
+    await a.execute("rows = 'changed in a'; open('mine.txt', 'w').write('a')")
+    seen = await b.execute("rows, os.path.exists('mine.txt') if 'os' in dir() else None")
+    assert seen.text == "(3, None)"
+    assert (await c.execute("__import__('os').listdir('.')")).text.count("mine.txt") == 0
+    assert (zygote.root / "a" / "mine.txt").read_text() == "a"
+    assert {a.work_dir, b.work_dir, c.work_dir} == {zygote.root / n for n in "abc"}
+    await pool.wait_ready(timeout=120)
+    assert pool.ready == 2
+
+
+async def test_a_name_used_again_gets_a_kernel_forked_into_its_folder(
+    zygote: AsyncSessionManager,
+) -> None:
+    s = await zygote.session("again")
+    await s.execute("open('kept.txt', 'w').write('x')")
+    await zygote.close("again")
+    again = await zygote.session("again")
+    here = str(zygote.root / "again")
+    found = await again.execute(
+        f"import os; os.getcwd() == {here!r}, open('kept.txt').read(), rows"
+    )
+    assert found.text == "(True, 'x', 3)"
+
+
+async def test_a_killed_zygote_is_restarted_and_sessions_go_on(
+    zygote: AsyncSessionManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = zygote_of(zygote)
+    before = await zygote.session("before")
+    old = pool.zygote_pid
+    assert old is not None
+    with caplog.at_level(logging.WARNING, logger="jupyter_exec.manager"):
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while pool.zygote_pid in (old, None) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+    assert pool.zygote_pid not in (old, None)
+    assert pool.restarts == 1
+    assert any(f"zygote (pid {old}) died" in r.getMessage() for r in caplog.records)
+    assert (await before.execute("int(pd.Series([1, rows]).sum())")).text == "4"
+    sessions = [await zygote.session(f"after{i}") for i in range(3)]  # more than were ready
+    for s in sessions:
+        assert (await s.execute("rows")).text == "3"
+
+
+async def test_closing_the_manager_leaves_no_process(tmp_path: Path) -> None:
+    manager = await AsyncSessionManager(
+        root_dir=str(tmp_path), zygote_size=2, zygote_preload=["json"]
+    ).start()
+    try:
+        await manager.wait_for_pools(timeout=180)
+        pool = zygote_of(manager)
+        s = await manager.session("s")
+        await s.execute("x = 1")
+        await pool.wait_ready(timeout=120)
+        assert pool.zygote_pid is not None
+        processes = family(pool.zygote_pid)
+        assert len(processes) == 4  # the zygote, two ready kernels, the session's kernel
+    finally:
+        await manager.shutdown()
+    gone, alive = psutil.wait_procs(processes, timeout=10)
+    assert alive == []
+    assert len(gone) == 4
+    assert not (tmp_path / ".pool").exists() or not any((tmp_path / ".pool").iterdir())
+
+
+async def test_a_failing_preload_is_a_clear_error(tmp_path: Path) -> None:
+    async with AsyncSessionManager(
+        root_dir=str(tmp_path), zygote_size=1, zygote_preload=["json", "no_such_module_here"]
+    ) as manager:
+        with pytest.raises(KernelStartError, match="import no_such_module_here failed"):
+            await manager.wait_for_pools(timeout=180)
+        with pytest.raises(KernelStartError, match="no_such_module_here"):
+            await manager.session("s")
+        assert "s" not in manager
+        assert zygote_of(manager).zygote_pid is None
+    async with AsyncSessionManager(
+        root_dir=str(tmp_path), zygote_size=1, zygote_preload=[], zygote_setup="1 / 0"
+    ) as manager:
+        with pytest.raises(KernelStartError, match="setup code failed: ZeroDivisionError"):
+            await manager.session("t")
+
+
+async def test_bad_zygote_configuration_is_refused_before_any_kernel(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="not a module name"):
+        Preload(("pandas; import os",))
+    with pytest.raises(InvalidArgument, match="not a string"):
+        Preload("pandas")  # type: ignore[arg-type]
+    manager = AsyncSessionManager(
+        root_dir=str(tmp_path),
+        zygote_size=1,
+        session_defaults={"backend": "docker"},
+    )
+    with pytest.raises(InvalidArgument, match="share its container"):
+        await manager.start()
+    await manager.shutdown()
+
+
+async def test_a_zygote_session_forks_undoes_and_restarts(zygote: AsyncSessionManager) -> None:
+    s = await zygote.session("f")
+    await s.execute("frame = pd.DataFrame({'x': [1, 2]})")
+    [child] = await s.fork(name="f-child")
+    try:
+        assert (await child.execute("int(frame.x.sum()) + rows")).text == "6"
+    finally:
+        await child.close()
+    await s.restart()  # a fresh kernel from the kernelspec: the preload is not in it
+    here = str(zygote.root / "f")
+    cwd = await s.execute(f"import os, sys; os.getcwd() == {here!r}, 'pandas' in sys.modules")
+    assert cwd.text == "(True, False)"
+
+
+async def test_replay_of_a_zygote_session_reproduces(zygote: AsyncSessionManager) -> None:
+    s = await zygote.session("r")
+    await s.execute("frame = pd.DataFrame({'x': range(rows)})")
+    await s.execute("print(int(frame.x.sum()))")
+    await s.execute("frame.shape")
+    assert s.notebook_path is not None
+    out = s.notebook_path.with_name("replayed.ipynb")
+    command = [sys.executable, "-m", "jupyter_exec", "replay", str(s.notebook_path)]
+    done = subprocess.run(
+        [*command, "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    replayed = read_valid_notebook(out)
+    assert replayed.cells[0].source == SETUP
+    assert [o.get("text") for o in replayed.cells[2].outputs] == ["3\n"]
