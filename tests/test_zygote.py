@@ -17,8 +17,7 @@ import pytest
 
 from jupyter_exec import KernelStartError
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.manager import AsyncSessionManager
-from jupyter_exec.manager.zygote import Preload, ZygotePool
+from jupyter_exec.manager import AsyncSessionManager, Preload, SessionManager, ZygotePool
 from tests.conftest import read_valid_notebook
 
 SETUP = "import pandas as pd\nrows = 3"
@@ -217,3 +216,13 @@ async def test_replay_of_a_zygote_session_reproduces(zygote: AsyncSessionManager
     replayed = read_valid_notebook(out)
     assert replayed.cells[0].source == SETUP
     assert [o.get("text") for o in replayed.cells[2].outputs] == ["3\n"]
+
+
+def test_the_blocking_manager_takes_the_same_traits(tmp_path: Path) -> None:
+    with SessionManager(
+        root_dir=str(tmp_path), zygote_size=1, zygote_preload=["json"], handle_sigterm=False
+    ) as manager:
+        manager.wait_for_pools(timeout=180)
+        s = manager.session("b")
+        assert s.execute("import sys; 'json' in sys.modules").text == "True"
+        assert manager.list()[0].from_pool

@@ -29,7 +29,6 @@ import builtins
 import contextlib
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -50,10 +49,11 @@ from jupyter_exec.exceptions import (
 )
 from jupyter_exec.manager.adopt import adopt
 from jupyter_exec.manager.entries import Entry, SessionInfo, incarnation
-from jupyter_exec.manager.pool import POOL_DIR, KernelPool, PoolKey
+from jupyter_exec.manager.pool import POOL_DIR, PoolKey
+from jupyter_exec.manager.pools import AnyPool, Pools
 from jupyter_exec.manager.signals import LoopSigterm
-from jupyter_exec.manager.starter import PooledKernelStarter
-from jupyter_exec.manager.zygote import DEFAULT_PRELOAD, Preload, ZygotePool
+from jupyter_exec.manager.zygote import DEFAULT_PRELOAD, Preload
+from jupyter_exec.manager.zygote_pool import ZygotePool
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import validate_name
 from jupyter_exec.options import SessionOptions
@@ -147,11 +147,8 @@ class AsyncSessionManager(LoggingConfigurable):
         self._sessions: dict[str, Entry] = {}
         self._creating: dict[str, tuple[str, asyncio.Future[AsyncSession]]] = {}
         self._closing: set[asyncio.Future[None]] = set()
-        self._pools: dict[PoolKey, KernelPool | ZygotePool] = {}
+        self._pools: Pools | None = None
         self._root: Path | None = None
-        self._pool_root: Path | None = None
-        self._starts: asyncio.Semaphore | None = None
-        self._starter = PooledKernelStarter()
         self._culler: asyncio.Task[None] | None = None
         self._state = "new"  # new -> running -> closing -> closed
         self._sigterm = LoopSigterm(self.shutdown)
@@ -177,9 +174,12 @@ class AsyncSessionManager(LoggingConfigurable):
         else:
             self._root = Path(tempfile.mkdtemp(prefix="jupyter-exec-sessions-"))
             log.warning("jupyter-exec: sessions in %s (temporary, kept)", self._root)
-        self._pool_root = self._root / POOL_DIR / f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._starts = asyncio.Semaphore(max(1, self.pool_start_concurrency))
-        self._starter = PooledKernelStarter(float(self.session_defaults.get("startup_timeout", 60)))
+        self._pools = Pools(
+            self._root,
+            self._root / POOL_DIR / f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            self.pool_start_concurrency,
+            float(self.session_defaults.get("startup_timeout", 60)),
+        )
         self._state = "running"
         if self.zygote_size > 0:
             preload = Preload(tuple(self.zygote_preload), self.zygote_setup)
@@ -206,17 +206,13 @@ class AsyncSessionManager(LoggingConfigurable):
         pending = [future for _, future in self._creating.values()]
         await asyncio.gather(*pending, return_exceptions=True)
         names = list(self._sessions)
-        log.info("shutting down %d session(s) and %d pool(s)", len(names), len(self._pools))
+        pools = self._pools
+        log.info("shutting down %d session(s) and %d pool(s)", len(names), len(pools or ()))
         await asyncio.gather(
             *(self._close_entry(n, "manager shutdown") for n in names),
-            *(pool.close() for pool in self._pools.values()),
+            *([pools.close()] if pools is not None else []),
         )
         await asyncio.gather(*self._closing, return_exceptions=True)  # e.g. cut-off culls
-        self._pools.clear()
-        if self._pool_root is not None:
-            await asyncio.to_thread(shutil.rmtree, self._pool_root, True)
-            with contextlib.suppress(OSError):  # only if no other manager uses it
-                self._pool_root.parent.rmdir()
         self._sigterm.remove()
         self._state = "closed"
 
@@ -411,7 +407,7 @@ class AsyncSessionManager(LoggingConfigurable):
         target = self.root / name
         session_name = incarnation(target, name, opts)
         key = PoolKey.of(opts)
-        pool = self._pools.get(key) if key is not None else None
+        pool = self._pools.get(key) if self._pools is not None else None
         if isinstance(pool, ZygotePool):  # every session of its key starts with the preload
             session = await adopt(await pool.take(target), target, session_name, opts)
             if session is None:
@@ -436,63 +432,28 @@ class AsyncSessionManager(LoggingConfigurable):
 
     # -- pools -------------------------------------------------------------------------------
 
-    def _add_pool(self, options: dict[str, Any], size: int) -> KernelPool | ZygotePool:
+    def _key(self, options: dict[str, Any], what: str) -> PoolKey:
         merged = {**self.session_defaults, **options}
         SessionOptions.from_mapping(merged)  # a misspelt option is refused, not ignored
         key = PoolKey.of(merged)
         if key is None:
-            raise InvalidArgument("a pool cannot be made from a given kernel_manager")
-        pool = self._pools.get(key)
-        if isinstance(pool, ZygotePool):
-            log.info("pool %s: its sessions come from the zygote pool instead", key.label)
-            return pool
-        if pool is not None:
-            pool.size = size
-            pool.start()
-            return pool
-        assert self._pool_root is not None
-        assert self._starts is not None
-        folder = self._pool_root / f"p{len(self._pools) + 1}"
-        pool = KernelPool(key, size, folder, self._starter, self._starts, self.root)
-        self._pools[key] = pool
-        pool.start()
-        log.info("pool %s: keeping %d kernel(s) warm", key.label, size)
-        return pool
+            raise InvalidArgument(
+                f"a {what} cannot be made for a given kernel_manager or an unresolved environment"
+            )
+        return key
 
-    async def add_pool(self, size: int | None = None, **options: Any) -> KernelPool | ZygotePool:
+    def _add_pool(self, options: dict[str, Any], size: int) -> AnyPool:
+        assert self._pools is not None
+        return self._pools.add(self._key(options, "pool"), size)
+
+    async def add_pool(self, size: int | None = None, **options: Any) -> AnyPool:
         """Keep ``size`` (default ``pool_size``) kernels warm for sessions with ``options``."""
         self._check_running()
         return self._add_pool(options, self.pool_size if size is None else size)
 
     def _add_zygote(self, options: dict[str, Any], size: int, preload: Preload) -> ZygotePool:
-        merged = {**self.session_defaults, **options}
-        SessionOptions.from_mapping(merged)
-        key = PoolKey.of(merged)
-        if key is None:
-            raise InvalidArgument("a zygote cannot be made from a given kernel_manager")
-        existing = self._pools.get(key)
-        if isinstance(existing, ZygotePool) and existing.preload == preload:
-            existing.size = size
-            existing.start()
-            return existing
-        if existing is not None:
-            raise InvalidArgument(
-                f"the sessions of {key.label} already have a pool; a zygote for them must be "
-                "set before (zygote_size) and only once"
-            )
-        assert self._pool_root is not None
-        assert self._starts is not None
-        folder = self._pool_root / f"z{len(self._pools) + 1}"
-        pool = ZygotePool(key, size, preload, folder, self._starter, self._starts, self.root)
-        self._pools[key] = pool
-        pool.start()
-        log.info(
-            "zygote pool %s: %d kernel(s) forked from a zygote with %s",
-            key.label,
-            size,
-            ", ".join(preload.modules) or "no modules",
-        )
-        return pool
+        assert self._pools is not None
+        return self._pools.add_zygote(self._key(options, "zygote"), size, preload)
 
     async def add_zygote(
         self,
@@ -511,18 +472,21 @@ class AsyncSessionManager(LoggingConfigurable):
         return self._add_zygote(options, self.zygote_size if size is None else size, chosen)
 
     @property
-    def kernel_pools(self) -> builtins.list[KernelPool | ZygotePool]:
-        """Every warm pool (``pool.key.label``, ``.ready``, ``.size``), e.g. for a status page."""
-        return builtins.list(self._pools.values())
+    def kernel_pools(self) -> builtins.list[AnyPool]:
+        """Every pool (``pool.key.label``, ``.ready``, ``.size``), e.g. for a status page."""
+        return self._pools.all() if self._pools is not None else []
 
-    def pool(self, **options: Any) -> KernelPool | ZygotePool | None:
+    def pool(self, **options: Any) -> AnyPool | None:
         """The pool serving sessions with these options, if there is one."""
-        key = PoolKey.of({**self.session_defaults, **options})
-        return self._pools.get(key) if key is not None else None
+        if self._pools is None:
+            return None
+        return self._pools.get(PoolKey.of({**self.session_defaults, **options}))
 
     async def wait_for_pools(self, timeout: float = 120.0) -> None:
-        """Wait until every pool is full (tests, benchmarks, a server warming up)."""
-        await asyncio.gather(*(p.wait_ready(timeout=timeout) for p in self._pools.values()))
+        """Wait until every pool is full (tests, benchmarks, a server warming up); a zygote
+        pool whose preload failed raises :class:`~jupyter_exec.KernelStartError`."""
+        if self._pools is not None:
+            await self._pools.wait(timeout)
 
     # -- culling -----------------------------------------------------------------------------
 
