@@ -226,3 +226,49 @@ def test_the_blocking_manager_takes_the_same_traits(tmp_path: Path) -> None:
         s = manager.session("b")
         assert s.execute("import sys; 'json' in sys.modules").text == "True"
         assert manager.list()[0].from_pool
+
+
+# -- front ends: the MCP server, the E2B server and the command line --------------------------
+
+
+async def test_the_mcp_server_serves_sessions_from_a_zygote(tmp_path: Path) -> None:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    argv = ["-m", "jupyter_exec.mcp_server", "--work-dir", str(tmp_path), "--zygote-size", "1"]
+    params = StdioServerParameters(command=sys.executable, args=[*argv, "--preload", "json"])
+    async with stdio_client(params) as streams, ClientSession(*streams) as client:
+        await client.initialize()
+        deadline = time.monotonic() + 180
+        while "1/1 kernels ready" not in (listing := await _listing(client)):
+            assert time.monotonic() < deadline, listing
+            await asyncio.sleep(0.2)
+        code = "import sys; print('json' in sys.modules, 'pandas' in sys.modules)"
+        result = await client.call_tool("execute_code", {"code": code, "session": "a"})
+        assert "True False" in "".join(c.text for c in result.content if c.type == "text")
+        assert "kernel from the warm pool" in await _listing(client)
+
+
+async def _listing(client: object) -> str:
+    result = await client.call_tool("list_sessions", {})  # type: ignore[attr-defined]
+    return "".join(c.text for c in result.content if c.type == "text")
+
+
+def test_front_ends_take_the_zygote_options(tmp_path: Path) -> None:
+    from jupyter_exec.cli import build_parser
+    from jupyter_exec.cli.options import zygote_kwargs
+    from jupyter_exec.e2b.app import E2BConfig, E2BServer
+    from jupyter_exec.environments import DockerEnv
+    from jupyter_exec.mcp_server import SessionRegistry
+
+    for command in ("mcp", "e2b"):
+        args = build_parser().parse_args(
+            [command, "--zygote-size", "3", "--preload", "numpy", "--preload", "scipy"]
+        )
+        assert zygote_kwargs(args) == {"zygote_size": 3, "zygote_preload": ["numpy", "scipy"]}
+        alone = build_parser().parse_args([command, "--preload", "numpy"])
+        with pytest.raises(InvalidArgument, match="give --zygote-size too"):
+            zygote_kwargs(alone)
+    server = E2BServer(E2BConfig(root_dir=tmp_path, zygote={"zygote_size": 2}))
+    assert server.manager.zygote_size == 2
+    with pytest.raises(InvalidArgument, match="local kernels only"):
+        SessionRegistry(tmp_path, DockerEnv(), zygote={"zygote_size": 1})

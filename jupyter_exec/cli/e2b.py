@@ -18,9 +18,11 @@ from typing import Any
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
+    add_zygote,
     formatter,
     non_negative_float,
     non_negative_int,
+    zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
 
@@ -68,6 +70,7 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         api_key=api_key,
         session_options=options,
         pool_size=args.pool_size,
+        zygote=zygote_kwargs(args),
         max_sessions=args.max_sessions,
         sandbox_timeout=args.sandbox_timeout,
     )
@@ -135,4 +138,5 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     sandboxes.add_argument("--sandbox-timeout", type=non_negative_float, default=300.0,
                            metavar="S", help="a sandbox's life when create() gives none "
                            "(default 300; 0: no end)")  # fmt: skip
+    add_zygote(parser)
     parser.set_defaults(func=cmd_e2b)

@@ -18,12 +18,14 @@ from jupyter_exec.cli.options import (
     Subparsers,
     add_environment,
     add_session_options,
+    add_zygote,
     environment_from_args,
     formatter,
     non_negative_float,
     non_negative_int,
     positive_int,
     session_kwargs,
+    zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
@@ -76,6 +78,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         pool_size=args.pool_size,
         cull_idle_timeout=args.cull_idle,
+        zygote=zygote_kwargs(args),
     )
     asyncio.run(
         serve_until_stopped(
@@ -174,4 +177,5 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         },
     )
     add_environment(parser)
+    add_zygote(parser)
     parser.set_defaults(func=cmd_mcp, exit_at_once=True)

@@ -26,6 +26,7 @@ __all__ = [
     "add_environment",
     "add_quiet",
     "add_session_options",
+    "add_zygote",
     "environment_from_args",
     "formatter",
     "non_negative_float",
@@ -34,6 +35,7 @@ __all__ = [
     "said_environment",
     "session_kwargs",
     "with_environment",
+    "zygote_kwargs",
 ]
 
 Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth importing
@@ -266,3 +268,38 @@ def environment_from_args(args: argparse.Namespace) -> Environment:
         raise
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+
+
+def add_zygote(parser: argparse.ArgumentParser) -> None:
+    """The zygote pool's flags (``AsyncSessionManager.zygote_size`` / ``zygote_preload``)."""
+    from jupyter_exec.manager.zygote import DEFAULT_PRELOAD
+
+    group = parser.add_argument_group("zygote pool (local kernels)")
+    group.add_argument(
+        "--zygote-size",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="kernels forked ahead of time from a zygote that imported the --preload modules "
+        "once: a new session starts with them imported, in tens of milliseconds, sharing their "
+        "memory (0: no zygote; default 0)",
+    )
+    group.add_argument(
+        "--preload",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help=f"a module the zygote imports (repeatable; default {', '.join(DEFAULT_PRELOAD)})",
+    )
+
+
+def zygote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``AsyncSessionManager`` traits from :func:`add_zygote`'s flags (only those given)."""
+    kwargs: dict[str, Any] = {}
+    if args.zygote_size:
+        kwargs["zygote_size"] = args.zygote_size
+    if args.preload is not None:
+        if not args.zygote_size:
+            raise InvalidArgument("--preload is what the zygote imports: give --zygote-size too")
+        kwargs["zygote_preload"] = list(args.preload)
+    return kwargs
