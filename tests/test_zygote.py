@@ -91,6 +91,9 @@ async def test_two_sessions_are_independent_and_the_pool_refills(
     assert (await c.execute("__import__('os').listdir('.')")).text.count("mine.txt") == 0
     assert (zygote.root / "a" / "mine.txt").read_text() == "a"
     assert {a.work_dir, b.work_dir, c.work_dir} == {zygote.root / n for n in "abc"}
+    draw = "import random, numpy; (random.random(), float(numpy.random.random()))"
+    draws = {(await s.execute(draw)).text for s in (a, b, c)}
+    assert len(draws) == 3  # each child reseeded: no two sessions draw the same numbers
     await pool.wait_ready(timeout=120)
     assert pool.ready == 2
 

@@ -81,9 +81,16 @@ shell = get_ipython()
 history = shell.user_ns.get('_dh') if shell is not None else None
 if isinstance(history, list):
     history[:] = [type(history[0])(new) if history else new]
+import random
+random.seed()
+numpy = sys.modules.get('numpy')
+if numpy is not None:
+    numpy.random.seed()
 """
 """Run in a fresh child: its own folder as working directory, in ``sys.path`` and ``%cd``'s
-history, instead of the zygote's (a namespace of its own: no name is left in the user's)."""
+history, instead of the zygote's; and its own random numbers (``random``'s and numpy's global
+generators were copied from the zygote: every child would draw the same ones). It runs in a
+namespace of its own: no name is left in the user's."""
 
 
 @dataclass(frozen=True)
