@@ -201,7 +201,11 @@ class Zygote:
                         "AsyncSessionManager.zygote_preload / zygote_setup)"
                     )
             snapshot = await take_snapshot(handle, timeout=timeout)
-            await _own_session(snapshot.pid)
+            try:
+                await _own_session(snapshot.pid)
+            except BaseException:
+                await drop(snapshot)
+                raise
         finally:
             await handle.shutdown(now=True)  # the snapshot keeps the state; no kernel is needed
         return cls(snapshot, folder)

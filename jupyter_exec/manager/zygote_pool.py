@@ -103,7 +103,7 @@ class ZygotePool:
                 warm = self._ready.popleft()
                 if await _alive(warm.km):
                     return warm
-                log.warning("zygote pool %s: a forked kernel had died; discarding it", self.key)
+                log.warning("zygote pool %s: a ready kernel had died", self.key.label)
                 await discard(warm)
         for attempt in (1, 2):
             zygote = await self._live_zygote()
