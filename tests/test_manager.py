@@ -336,3 +336,24 @@ async def test_misspelt_options_are_refused_before_any_kernel_starts(tmp_path: P
             await manager.add_pool(size=1, pythn="python3")
         assert manager.list() == []
         assert manager.kernel_pools == []
+
+
+async def test_a_kernel_started_with_a_policy_is_attached_only_with_that_policy() -> None:
+    from jupyter_exec.launch import launch_kernel, lend_network, network_of
+    from jupyter_exec.options import SessionOptions
+
+    class Proxy:
+        policy = NetworkPolicy(allow=["pypi.org"])
+
+    class Manager:  # what a pool hands out; never reached: refused before any attach
+        pass
+
+    km = Manager()
+    lend_network(km, Proxy())
+    assert network_of(km) is not None
+    assert network_of(Manager()) is None
+    with pytest.raises(InvalidArgument, match="started with a network policy"):
+        await launch_kernel(SessionOptions(kernel_manager=km), None)
+    other = SessionOptions(backend="docker", network={"allow": ["example.org"]}, kernel_manager=km)
+    with pytest.raises(InvalidArgument, match="not to a given kernel"):
+        await launch_kernel(other, None)  # another policy: this kernel's proxy decides otherwise
