@@ -4,7 +4,9 @@
 
     AsyncSessionManager(root_dir=..., pool_size=2, max_sessions=20, cull_idle_timeout=600)
       session("a") ─► exists? return it
-                  ─► limits ─► pool of its kernel options has a warm kernel?
+                  ─► limits ─► its kernel options have a zygote pool (zygote_size)?
+                        yes: a kernel forked from the zygote (ready, or forked now), as below
+                  ─► pool of its kernel options has a warm kernel?
                         yes: rename <root>/.pool/<m>/<k> ─► <root>/a, attach (one round trip)
                         no:  start a kernel in <root>/a (and the pool refills meanwhile)
       culler (background): close sessions idle longer than cull_idle_timeout
