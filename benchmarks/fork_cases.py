@@ -306,9 +306,8 @@ def _ready_pids(pool: Any) -> list[int]:
     return [int(w.km.provisioner.process.pid) for w in pool._ready]
 
 
-async def _measure_zygote(repeats: int, root: Path) -> list[Row]:
+async def _measure_zygote(repeats: int, root: Path, size: int) -> list[Row]:
     """Zygote pool vs warm pool vs cold start, each a manager of its own, in turns."""
-    size = 4
     managers = {
         "zygote": AsyncSessionManager(root_dir=str(root / "zygote"), zygote_size=size),
         "warm": AsyncSessionManager(root_dir=str(root / "warm"), pool_size=size),
@@ -399,4 +398,5 @@ async def _measure_zygote(repeats: int, root: Path) -> list[Row]:
 def zygote_case(cfg: Config) -> list[Row]:
     """A session from a zygote pool (pandas imported) vs a warm pool and a cold start."""
     with scratch_dir("zygote") as root:
-        return asyncio.run(_measure_zygote(3 if cfg.quick else 7, root))
+        repeats, size = (3, 2) if cfg.quick else (7, 4)
+        return asyncio.run(_measure_zygote(repeats, root, size))
