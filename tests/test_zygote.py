@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_exec import KernelStartError
+from jupyter_exec import AsyncSession, KernelStartError
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager, Preload, SessionManager, ZygotePool
 from tests.conftest import read_valid_notebook
@@ -228,6 +228,11 @@ async def test_replay_of_a_zygote_session_reproduces(zygote: AsyncSessionManager
     replayed = read_valid_notebook(out)
     assert replayed.cells[0].source == SETUP
     assert [o.get("text") for o in replayed.cells[2].outputs] == ["3\n"]
+    await zygote.close("r")
+    async with AsyncSession.resume(s.notebook_path) as resumed:  # a plain kernel: setup re-run
+        assert (await resumed.execute("type(pd).__name__, int(frame.x.sum())")).text == (
+            "('module', 3)"
+        )
 
 
 def test_the_blocking_manager_takes_the_same_traits(tmp_path: Path) -> None:
