@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_exec import AsyncSession, KernelStartError
+from jupyter_exec import AsyncSession, KernelStartError, SessionClosedError
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager, Preload, SessionManager, ZygotePool
 from tests.conftest import read_valid_notebook
@@ -192,7 +192,8 @@ async def test_bad_zygote_configuration_is_refused_before_any_kernel(tmp_path: P
     )
     with pytest.raises(InvalidArgument, match="share its container"):
         await manager.start()
-    await manager.shutdown()
+    with pytest.raises(SessionClosedError):  # shut down by the failed start, nothing left
+        await manager.session("s")
 
 
 async def test_a_zygote_session_forks_undoes_and_restarts(zygote: AsyncSessionManager) -> None:

@@ -183,13 +183,17 @@ class AsyncSessionManager(LoggingConfigurable):
             float(self.session_defaults.get("startup_timeout", 60)),
         )
         self._state = "running"
-        if self.zygote_size > 0:
-            preload = Preload(tuple(self.zygote_preload), self.zygote_setup)
-            self._add_zygote({}, self.zygote_size, preload)
-        for options in self.pools:
-            size = _pool_size(options, self.pool_size)
-            if size > 0:
-                self._add_pool({k: v for k, v in options.items() if k != "size"}, size)
+        try:
+            if self.zygote_size > 0:
+                preload = Preload(tuple(self.zygote_preload), self.zygote_setup)
+                self._add_zygote({}, self.zygote_size, preload)
+            for options in self.pools:
+                size = _pool_size(options, self.pool_size)
+                if size > 0:
+                    self._add_pool({k: v for k, v in options.items() if k != "size"}, size)
+        except BaseException:  # a bad pool configuration: nothing may be left running
+            await self.shutdown()
+            raise
         self._culler = asyncio.create_task(self._cull_loop(), name="jupyter-exec culler")
         if self.handle_sigterm:
             self._sigterm.install()
