@@ -23,6 +23,10 @@ from tests.conftest import read_valid_notebook
 SETUP = "import pandas as pd\nrows = 3"
 
 
+def kernel_pid(session: object) -> int:
+    return int(session._kernel.km.provisioner.process.pid)  # type: ignore[attr-defined]
+
+
 def zygote_of(manager: AsyncSessionManager) -> ZygotePool:
     pool = manager.pool()
     assert isinstance(pool, ZygotePool)
@@ -204,10 +208,16 @@ async def test_a_zygote_session_forks_undoes_and_restarts(zygote: AsyncSessionMa
         assert (await child.execute("int(frame.x.sum()) + rows")).text == "6"
     finally:
         await child.close()
-    await s.restart()  # a fresh kernel from the kernelspec: the preload is not in it
+    pid = kernel_pid(s)
+    await s.restart()  # a new child of the zygote, in place: the preload is in it again
+    assert kernel_pid(s) != pid
     here = str(zygote.root / "f")
-    cwd = await s.execute(f"import os, sys; os.getcwd() == {here!r}, 'pandas' in sys.modules")
-    assert cwd.text == "(True, False)"
+    check = f"import os, sys; os.getcwd() == {here!r}, 'pandas' in sys.modules, rows"
+    assert (await s.execute(check + ", 'frame' in dir()")).text == "(True, True, 3, False)"
+    os.kill(kernel_pid(s), signal.SIGKILL)  # a death: the session restarts it the same way
+    died = await s.execute("1")
+    assert not died.ok
+    assert (await s.execute(check)).text == "(True, True, 3)"
 
 
 async def test_replay_of_a_zygote_session_reproduces(zygote: AsyncSessionManager) -> None:

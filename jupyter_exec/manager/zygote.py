@@ -39,17 +39,30 @@ import os
 import queue
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.session import Session
+
 from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
+from jupyter_exec.forking import AdoptedProvisioner
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.starter import PooledKernelStarter
-from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
+from jupyter_exec.snapshots import Snapshot, _ask, drop, start_from, take_snapshot
 
-__all__ = ["DEFAULT_PRELOAD", "Preload", "PreloadFailed", "Zygote", "run_silent"]
+__all__ = [
+    "DEFAULT_PRELOAD",
+    "Preload",
+    "PreloadFailed",
+    "Zygote",
+    "ZygoteChildProvisioner",
+    "restart_from_zygote",
+    "run_silent",
+]
 
 log = logging.getLogger("jupyter_exec.manager")
 
@@ -214,16 +227,22 @@ class Zygote:
         """A new kernel from the zygote, working in ``folder``, connected and ready."""
         handle = await start_from(self.snapshot, cwd=folder, timeout=timeout)
         try:
-            move = f"exec({_MOVE!r}, {{'new': {str(folder)!r}, 'old': {str(self.folder)!r}}})"
-            reply = await run_silent(handle, move, timeout)
-            if reply.get("status") != "ok":
-                raise ForkError(
-                    f"a forked kernel could not move to {folder}: {reply.get('evalue')}"
-                )
+            await self.move(handle, folder, timeout)
         except BaseException:
             await handle.shutdown(now=True)
             raise
         return handle
+
+    async def fork_into(self, connection_file: str, timeout: float) -> int:
+        """Fork a kernel serving ``connection_file`` (a restart's, in place); its pid."""
+        return await _ask(self.snapshot, connection_file, os.getpid(), time.monotonic() + timeout)
+
+    async def move(self, handle: KernelHandle, folder: Path, timeout: float) -> None:
+        """Move a fresh child into ``folder`` and give it its own random numbers."""
+        move = f"exec({_MOVE!r}, {{'new': {str(folder)!r}, 'old': {str(self.folder)!r}}})"
+        reply = await run_silent(handle, move, timeout)
+        if reply.get("status") != "ok":
+            raise ForkError(f"a forked kernel could not move to {folder}: {reply.get('evalue')}")
 
     async def close(self) -> None:
         await drop(self.snapshot)
@@ -239,3 +258,81 @@ async def _own_session(pid: int) -> None:
                 return
         await asyncio.sleep(0.005)
     raise KernelStartError(f"the zygote (pid {pid}) did not detach from its kernel")
+
+
+LiveZygote = Callable[[], Awaitable[Zygote]]
+"""Waits until the pool's zygote is alive (started again if it died) and returns it."""
+
+
+class ZygoteChildProvisioner(AdoptedProvisioner):
+    """Drives a kernel forked from a zygote; a restart forks the zygote again.
+
+    jupyter_client restarts a kernel in place: same connection file, and the
+    session's client stays connected. A plain adopted kernel restarts from its
+    kernelspec, empty; this one asks the zygote for a new child serving the
+    same connection file and moves it into the session's work dir, so a
+    restarted session starts with the preload, as every session of its pool does.
+    """
+
+    live_zygote: LiveZygote | None = None
+    timeout: float = 60.0
+    _zygote: Zygote | None = None  # from a restart's launch to its post_launch
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        kwargs = await super().pre_launch(**kwargs)
+        kwargs["cmd"] = []  # nothing is executed: the zygote forks
+        return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        km = self.parent
+        if self.live_zygote is None or km is None:
+            return await super().launch_kernel(cmd, **kwargs)
+        try:
+            zygote = await asyncio.wait_for(self.live_zygote(), self.timeout)
+        except asyncio.TimeoutError:
+            raise KernelStartError(
+                f"no live zygote to restart the kernel from within {self.timeout:g} s"
+            ) from None
+        pid = await zygote.fork_into(str(km.connection_file), self.timeout)
+        self.adopt(pid, km.get_connection_info())
+        self._zygote = zygote
+        return self.connection_info
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        await super().post_launch(**kwargs)
+        zygote, self._zygote = self._zygote, None
+        km = self.parent
+        if zygote is None or km is None:
+            return
+        # A client of its own Session: jupyter_client names a client's sockets after its
+        # session id, and the kernel would refuse the session's own client, reconnecting
+        # under the same name, as a duplicate.
+        session = Session(key=km.session.key, signature_scheme=km.session.signature_scheme)
+        kc = km.client(session=session)
+        kc.start_channels()
+        try:
+            handle = KernelHandle(km=km, kc=kc, spec=None)
+            await handle.wait_ready(self.timeout)
+            await zygote.move(handle, Path(kwargs.get("cwd") or zygote.folder), self.timeout)
+        finally:
+            kc.stop_channels()
+
+    async def cleanup(self, restart: bool = False) -> None:
+        # On a restart it stays the manager's provisioner: the next launch forks the zygote.
+        await super().cleanup(restart=restart and self.live_zygote is None)
+
+
+def restart_from_zygote(handle: KernelHandle, live_zygote: LiveZygote, timeout: float) -> None:
+    """Make ``handle``'s kernel (a zygote's child) restart as a new child of the zygote."""
+    km = handle.km
+    adopted = km.provisioner
+    assert isinstance(adopted, AdoptedProvisioner)
+    provisioner = ZygoteChildProvisioner(
+        kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
+    )
+    provisioner.process = adopted.process
+    provisioner.connection_info = adopted.connection_info
+    provisioner.leftovers = list(adopted.leftovers)
+    provisioner.live_zygote = live_zygote
+    provisioner.timeout = timeout
+    km.provisioner = provisioner

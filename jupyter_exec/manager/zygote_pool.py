@@ -20,7 +20,7 @@ from pathlib import Path
 from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
 from jupyter_exec.manager.pool import PoolKey, WarmKernel, _alive, _own_like_root, discard
 from jupyter_exec.manager.starter import PooledKernelStarter
-from jupyter_exec.manager.zygote import Preload, PreloadFailed, Zygote
+from jupyter_exec.manager.zygote import Preload, PreloadFailed, Zygote, restart_from_zygote
 
 __all__ = ["ZygotePool"]
 
@@ -110,6 +110,7 @@ class ZygotePool:
             try:
                 if target is not None and target.exists():
                     handle = await zygote.fork(target, self._timeout)
+                    restart_from_zygote(handle, self._live_zygote, self._timeout)
                     handle.kc.stop_channels()
                     return WarmKernel(handle.km, None, preload=self.preload)
                 return await self._fork_one(zygote)
@@ -160,6 +161,7 @@ class ZygotePool:
         except BaseException:
             await asyncio.to_thread(shutil.rmtree, folder, True)
             raise
+        restart_from_zygote(handle, self._live_zygote, self._timeout)
         handle.kc.stop_channels()
         return WarmKernel(handle.km, folder, preload=self.preload)
 
