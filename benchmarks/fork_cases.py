@@ -16,10 +16,13 @@ copies the process copy-on-write instead. For namespaces of 10, 100 and 500 MB
   page, in memory (the worst case of copy-on-write).
 
 The three are measured alternately in one run. The ``zygote`` case measures the
-pool idea: a kernel from a snapshot of one that imported pandas, until its first
-result, against a cold start and a warm (already started) kernel importing
-pandas, and what each costs in proportional memory (PSS). The ``fork-docker``
-case forks Docker kernels inside their container, against a new container.
+zygote pool (:mod:`jupyter_exec.manager.zygote`): a new session of a manager
+whose kernels are forked ahead of time from a zygote that imported numpy,
+pandas and matplotlib, until the result of a pandas cell, against a manager
+with a plain warm pool and one with no pool (in turns, same run); and the
+proportional memory (PSS) of an idle pooled child against a fresh kernel that
+imported the same. The ``fork-docker`` case forks Docker kernels inside their
+container, against a new container.
 
 ``python -m benchmarks --only fork,zygote,fork-docker``
 """
@@ -30,11 +33,13 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.core import Config, Row, case, median, progress, scratch_dir
 from jupyter_exec.forking import fork_kernel
 from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
-from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
+from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.snapshots import drop, start_from, take_snapshot
 
 __all__ = ["fork_case", "fork_docker_case", "zygote_case"]
 
@@ -282,86 +287,116 @@ def fork_docker_case(cfg: Config) -> list[Row]:
     return rows
 
 
-_PANDAS = "import pandas as pd\nimport numpy as np"
-_FIRST = "int(pd.DataFrame({'x': [1, 2, 3]}).x.sum())"
+_FIRST_CELL = "import pandas as pd\nint(pd.DataFrame({'x': [1, 2, 3]}).x.sum())"
 
 
-async def _first_result_from(snap: Snapshot, cwd: Path) -> tuple[float, float]:
-    """(seconds until the first result, idle PSS of the kernel) for one kernel from ``snap``."""
+async def _first_result(manager: AsyncSessionManager, name: str) -> tuple[float, int]:
+    """(seconds from asking the manager for a new session to its first result, kernel pid)."""
     start = time.perf_counter()
-    kernel = await start_from(snap, cwd=cwd)
+    session = await manager.session(name)
+    execution = await session.execute(_FIRST_CELL)
+    elapsed = time.perf_counter() - start
+    if execution.text != "6":
+        raise RuntimeError(f"benchmark cell failed: {execution.error}")
+    pid = int(session._kernel.km.provisioner.process.pid)  # type: ignore[union-attr]
+    return elapsed, pid
+
+
+def _ready_pids(pool: Any) -> list[int]:
+    return [int(w.km.provisioner.process.pid) for w in pool._ready]
+
+
+async def _measure_zygote(repeats: int, root: Path, size: int) -> list[Row]:
+    """Zygote pool vs warm pool vs cold start, each a manager of its own, in turns."""
+    managers = {
+        "zygote": AsyncSessionManager(root_dir=str(root / "zygote"), zygote_size=size),
+        "warm": AsyncSessionManager(root_dir=str(root / "warm"), pool_size=size),
+        "cold": AsyncSessionManager(root_dir=str(root / "cold"), pools=[]),
+    }
+    times: dict[str, list[float]] = {name: [] for name in managers}
+    pss: dict[str, list[float]] = {"child": [], "zygote": [], "fresh": []}
+    private: dict[str, list[float]] = {"child": [], "fresh": []}
     try:
-        await _run(kernel, _FIRST)
-        elapsed = time.perf_counter() - start
-        return elapsed, _pss(_pid(kernel))
+        for manager in managers.values():
+            await manager.start()
+        for manager in managers.values():
+            await manager.wait_for_pools(timeout=600)
+        zygote_pool = managers["zygote"].pool()
+        assert zygote_pool is not None
+        # Idle children: what each costs while it waits (pages shared with the zygote and
+        # each other), the zygote's own share, and a fresh kernel that imported the same.
+        pss["child"] = [_pss(pid) for pid in _ready_pids(zygote_pool)]
+        private["child"] = [_memory(pid)[0] for pid in _ready_pids(zygote_pool)]
+        pss["zygote"] = [_pss(zygote_pool.zygote_pid)]  # type: ignore[attr-defined]
+        for i in range(repeats):
+            progress(f"zygote: repeat {i + 1}/{repeats}")
+            order = list(managers) if i % 2 == 0 else list(reversed(managers))
+            for which in order:
+                manager = managers[which]
+                elapsed, pid = await _first_result(manager, f"s{i}")
+                times[which].append(elapsed)
+                if which == "cold":
+                    await managers["cold"].get(f"s{i}").execute("import numpy, matplotlib")
+                    pss["fresh"].append(_pss(pid))
+                    private["fresh"].append(_memory(pid)[0])
+                await manager.close(f"s{i}")
+                await manager.wait_for_pools(timeout=600)  # the next take finds a full pool
     finally:
-        await kernel.shutdown(now=True)
-
-
-async def _first_result_cold(cwd: Path) -> tuple[float, float, float]:
-    """(cold seconds, warm seconds, PSS) for a new kernel: start + import + first result;
-    the warm figure leaves out the start (a pooled kernel that was started ahead of time)."""
-    start = time.perf_counter()
-    kernel = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
-    try:
-        started = time.perf_counter()
-        await _run(kernel, _PANDAS)
-        await _run(kernel, _FIRST)
-        done = time.perf_counter()
-        return done - start, done - started, _pss(_pid(kernel))
-    finally:
-        await kernel.shutdown(now=True)
-
-
-async def _measure_zygote(repeats: int, cwd: Path) -> list[Row]:
-    zygote = await start_kernel(spec=kernel_spec_for_python(sys.executable), cwd=cwd)
-    ours: list[tuple[float, float]] = []
-    fresh: list[tuple[float, float, float]] = []
-    try:
-        await _run(zygote, _PANDAS)
-        snap = await take_snapshot(zygote)
-        try:
-            for i in range(repeats):
-                progress(f"zygote: repeat {i + 1}/{repeats}")
-                if i % 2 == 0:
-                    ours.append(await _first_result_from(snap, cwd))
-                    fresh.append(await _first_result_cold(cwd))
-                else:
-                    fresh.append(await _first_result_cold(cwd))
-                    ours.append(await _first_result_from(snap, cwd))
-        finally:
-            await drop(snap)
-    finally:
-        await zygote.shutdown(now=True)
-    first = median([o[0] for o in ours])
+        for manager in managers.values():
+            await manager.shutdown()
+    ms = {name: [t * 1000 for t in values] for name, values in times.items()}
+    first = median(ms["zygote"])
+    notes = (
+        f"n={repeats}; manager.session(new name) until the result of "
+        "'import pandas as pd; pd.DataFrame(...).x.sum()'"
+    )
     return [
         Row(
-            "zygote: first result with pandas, vs cold start (median)",
+            "zygote pool: new session to first result with pandas, vs cold start (median)",
             first,
-            median([f[0] for f in fresh]),
-            "s",
-            f"n={repeats}; ours: a kernel from a snapshot of one that imported pandas, "
-            "until its first result; floor: new kernel + import pandas + the same cell",
+            median(ms["cold"]),
+            "ms",
+            f"{notes}; floor: no pool (kernel start + import)",
+            {"zygote": ms["zygote"], "cold": ms["cold"]},
         ),
         Row(
-            "zygote: first result with pandas, vs a warm kernel (median)",
+            "zygote pool: new session to first result with pandas, vs a warm pool (median)",
             first,
-            median([f[1] for f in fresh]),
-            "s",
-            "floor: an already started kernel importing pandas, then the same cell",
+            median(ms["warm"]),
+            "ms",
+            f"{notes}; floor: a plain warm pool (started kernel, imports pandas)",
+            {"warm": ms["warm"]},
         ),
         Row(
-            "zygote: PSS of a kernel with pandas (median)",
-            median([o[1] for o in ours]) / MB,
-            median([f[2] for f in fresh]) / MB,
+            "zygote pool: PSS of an idle pooled child, vs a fresh kernel (median)",
+            median(pss["child"]) / MB,
+            median(pss["fresh"]) / MB,
             "MB",
-            "proportional set size after the first result; ours shares pages with the zygote",
+            f"{size} idle children of a zygote with numpy, pandas, matplotlib imported; floor: "
+            "a fresh kernel that imported the same three",
+            {"child": pss["child"], "fresh": pss["fresh"]},
+        ),
+        Row(
+            "zygote pool: private memory of an idle pooled child, vs a fresh kernel (median)",
+            median(private["child"]) / MB,
+            median(private["fresh"]) / MB,
+            "MB",
+            "what one more session adds (pages of its own, from smaps_rollup); the rest of a "
+            "child is shared with the zygote and the other children",
+        ),
+        Row(
+            "zygote pool: PSS of the zygote itself",
+            median(pss["zygote"]) / MB,
+            None,
+            "MB",
+            f"paid once per pool, shared with its {size} children",
         ),
     ]
 
 
 @case("zygote")
 def zygote_case(cfg: Config) -> list[Row]:
-    """A kernel forked from a pandas-loaded snapshot vs a cold and a warm kernel importing it."""
+    """A session from a zygote pool (pandas imported) vs a warm pool and a cold start."""
     with scratch_dir("zygote") as root:
-        return asyncio.run(_measure_zygote(2 if cfg.quick else 5, root))
+        repeats, size = (3, 2) if cfg.quick else (7, 4)
+        return asyncio.run(_measure_zygote(repeats, root, size))

@@ -4,7 +4,9 @@ Every way a kernel comes to be, decided in one place::
 
     options.environment ─► resolve_environment: python / backend / docker filled in
                             (a venv may be built: in a worker thread)
-    options.kernel_manager given ─► attach to it (a server's kernel, a pool's warm kernel)
+    options.kernel_manager given ─► attach to it (a server's kernel, a pool's warm kernel;
+                                    with network=, only a pooled kernel started with that
+                                    same policy, whose proxy the session then owns)
     backend="remote"            ─► the remote server starts one; attach to it
     backend="docker"            ─► a kernelspec naming our provisioner
     python=...                  ─► a kernelspec for that interpreter (probed in a thread)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,27 @@ from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 from jupyter_exec.kernel import KernelHandle, attach_kernel, kernel_spec_for_python, start_kernel
 from jupyter_exec.options import SessionOptions
 
-__all__ = ["kernel_spec", "launch_kernel", "resolve_environment"]
+__all__ = ["kernel_spec", "launch_kernel", "lend_network", "network_of", "resolve_environment"]
+
+_NETWORK: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""Kernel managers started (for a pool) with a network proxy, and that proxy."""
+
+
+def lend_network(km: Any, proxy: Any) -> None:
+    """Remember that ``km``'s kernel was started with ``proxy`` (a pooled policy kernel).
+
+    The pool hands out only the kernel manager; the session that attaches to
+    it with the same policy takes the proxy over (see :func:`launch_kernel`).
+    """
+    _NETWORK[km] = proxy
+
+
+def network_of(km: Any) -> Any:
+    """The network proxy ``km``'s kernel was started with (``None``: none)."""
+    try:
+        return _NETWORK.get(km)
+    except TypeError:  # an unhashable manager: it was never lent one
+        return None
 
 
 async def resolve_environment(options: SessionOptions) -> SessionOptions:
@@ -82,10 +105,20 @@ async def launch_kernel(
     """
     if options.environment is not None:
         raise InvalidArgument("resolve the environment first (launch.resolve_environment)")
-    if options.network is not None:
-        return await _launch_with_policy(options, cwd)
     km: Any = options.kernel_manager
+    if options.network is not None:
+        proxy = network_of(km) if km is not None else None
+        if proxy is None or proxy.policy != options.network:
+            return await _launch_with_policy(options, cwd)
+        handle = await attach_kernel(km, options.startup_timeout)
+        handle.network = proxy  # the session owns it now: closed with the kernel
+        return handle
     if km is not None:
+        if network_of(km) is not None:
+            raise InvalidArgument(
+                "this kernel was started with a network policy; attach to it with that "
+                "same network= (a session without one would not be told what it decides)"
+            )
         return await attach_kernel(km, options.startup_timeout)
     if options.backend == "remote":
         from jupyter_exec.remote import start_remote_kernel

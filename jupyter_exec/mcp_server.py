@@ -146,16 +146,20 @@ class SessionRegistry:
         pool_size: int = 0,
         cull_idle_timeout: float = 0.0,
         session_options: Mapping[str, Any] | None = None,
+        zygote: dict[str, Any] | None = None,
     ) -> None:
-        if pool_size > 0 and isinstance(environment, DockerEnv) and environment.policy is not None:
-            raise InvalidArgument(
-                "a warm pool cannot hold kernels for a network policy (each session's proxy "
-                "starts with its kernel): use a pool size of 0 with a policy"
-            )
         self.root = root.absolute()
         self.environment = environment
         self.timeout = timeout
         self.pool_size = pool_size
+        self.zygote = dict(zygote or {})
+        """``AsyncSessionManager`` zygote traits (``zygote_size``, ``zygote_preload``): the
+        environment's sessions are then forked from a zygote (local environments only)."""
+        if self.zygote.get("zygote_size", 0) > 0 and environment.backend != "local":
+            raise InvalidArgument(
+                "a zygote pool forks local kernels only (forks of a Docker kernel would share "
+                "its container); use --pool-size for Docker sessions"
+            )
         self.manager = AsyncSessionManager(
             root_dir=str(self.root),
             max_sessions=max_sessions,
@@ -177,13 +181,22 @@ class SessionRegistry:
         Idempotent, and called on first use too, so a registry works without it.
         """
         await self.manager.start()
-        if self.pool_size > 0 and self._pool_task is None:
+        wanted = self.pool_size > 0 or self.zygote.get("zygote_size", 0) > 0
+        if wanted and self._pool_task is None:
             self._pool_task = asyncio.create_task(self._fill_pool(), name="jupyter-exec mcp pool")
 
     async def _fill_pool(self) -> None:
         try:
             options = await self._options_for(self.environment)
-            await self.manager.add_pool(self.pool_size, **options)
+            if self.zygote.get("zygote_size", 0) > 0:  # first: it serves the environment's key
+                await self.manager.add_zygote(
+                    self.zygote["zygote_size"],
+                    self.zygote.get("zygote_preload"),
+                    self.zygote.get("zygote_setup"),
+                    **options,
+                )
+            if self.pool_size > 0:
+                await self.manager.add_pool(self.pool_size, **options)
         except Exception:  # sessions still start, only without a warm kernel
             log.exception("the warm pool could not be set up")
 

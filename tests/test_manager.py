@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_exec import AsyncSession, SessionClosedError, SessionNotFound
+from jupyter_exec import AsyncSession, NetworkPolicy, SessionClosedError, SessionNotFound
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 from jupyter_exec.manager import AsyncSessionManager, PoolKey, SessionManager
 
@@ -238,6 +238,27 @@ def test_pool_keys_ignore_options_that_do_not_shape_the_kernel() -> None:
     assert "secret" not in remote.label
 
 
+def test_pool_keys_tell_network_policies_apart() -> None:
+    docker = {"backend": "docker"}
+    a = NetworkPolicy(allow=["pypi.org"], secrets={"pypi.org": {"Authorization": "s3cret"}})
+    keys = [
+        PoolKey.of({**docker, "network": a}),
+        PoolKey.of({**docker, "network": {"allow": ["pypi.org"]}}),  # no secrets: another key
+        PoolKey.of({**docker, "network": {"allow": ["example.org"]}}),
+        PoolKey.of(docker),
+    ]
+    assert len(set(keys)) == 4
+    assert keys[0] == PoolKey.of({**docker, "network": NetworkPolicy.from_value(a)})
+    assert keys[1] == PoolKey.of({**docker, "network": NetworkPolicy(allow=["pypi.org"])})
+    asking = PoolKey.of({**docker, "network": NetworkPolicy(allow=["pypi.org"], ask=print)})
+    assert asking not in keys  # a policy that asks someone is not one that does not
+    assert keys[0] is not None
+    assert keys[0].options()["network"] == a
+    assert "s3cret" not in repr(keys[0]) + keys[0].label
+    assert "pypi.org" in keys[0].label
+    assert PoolKey.of({"environment": "docker"}) is None  # resolved first, then keyed
+
+
 def test_blocking_manager(tmp_path: Path) -> None:
     with SessionManager(root_dir=str(tmp_path), pool_size=1, handle_sigterm=False) as manager:
         manager.wait_for_pools()
@@ -315,3 +336,24 @@ async def test_misspelt_options_are_refused_before_any_kernel_starts(tmp_path: P
             await manager.add_pool(size=1, pythn="python3")
         assert manager.list() == []
         assert manager.kernel_pools == []
+
+
+async def test_a_kernel_started_with_a_policy_is_attached_only_with_that_policy() -> None:
+    from jupyter_exec.launch import launch_kernel, lend_network, network_of
+    from jupyter_exec.options import SessionOptions
+
+    class Proxy:
+        policy = NetworkPolicy(allow=["pypi.org"])
+
+    class Manager:  # what a pool hands out; never reached: refused before any attach
+        pass
+
+    km = Manager()
+    lend_network(km, Proxy())
+    assert network_of(km) is not None
+    assert network_of(Manager()) is None
+    with pytest.raises(InvalidArgument, match="started with a network policy"):
+        await launch_kernel(SessionOptions(kernel_manager=km), None)
+    other = SessionOptions(backend="docker", network={"allow": ["example.org"]}, kernel_manager=km)
+    with pytest.raises(InvalidArgument, match="not to a given kernel"):
+        await launch_kernel(other, None)  # another policy: this kernel's proxy decides otherwise

@@ -19,10 +19,12 @@ from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
     add_network_policy,
+    add_zygote,
     formatter,
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
+    zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
 
@@ -75,6 +77,7 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         api_key=api_key,
         session_options=options,
         pool_size=args.pool_size,
+        zygote=zygote_kwargs(args),
         max_sessions=args.max_sessions,
         sandbox_timeout=args.sandbox_timeout,
     )
@@ -143,4 +146,5 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
                            metavar="S", help="a sandbox's life when create() gives none "
                            "(default 300; 0: no end)")  # fmt: skip
     add_network_policy(parser)
+    add_zygote(parser)
     parser.set_defaults(func=cmd_e2b)

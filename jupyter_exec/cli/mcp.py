@@ -19,6 +19,7 @@ from jupyter_exec.cli.options import (
     add_environment,
     add_network_policy,
     add_session_options,
+    add_zygote,
     environment_from_args,
     formatter,
     network_policy_from_args,
@@ -26,6 +27,7 @@ from jupyter_exec.cli.options import (
     non_negative_int,
     positive_int,
     session_kwargs,
+    zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
@@ -89,6 +91,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         pool_size=args.pool_size,
         cull_idle_timeout=args.cull_idle,
         session_options=defaults,
+        zygote=zygote_kwargs(args),
     )
     asyncio.run(
         serve_until_stopped(
@@ -189,4 +192,5 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
     )
     add_environment(parser)
     add_network_policy(parser)
+    add_zygote(parser)
     parser.set_defaults(func=cmd_mcp, exit_at_once=True)

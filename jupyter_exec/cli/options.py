@@ -29,6 +29,7 @@ __all__ = [
     "add_network_policy",
     "add_quiet",
     "add_session_options",
+    "add_zygote",
     "backend_of",
     "environment_from_args",
     "formatter",
@@ -39,6 +40,7 @@ __all__ = [
     "said_environment",
     "session_kwargs",
     "with_environment",
+    "zygote_kwargs",
 ]
 
 Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth importing
@@ -314,7 +316,7 @@ def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> N
     """The policy the flags say (``None``: none), refused unless ``backend`` is ``docker``.
 
     Read and checked here, before any kernel starts: a malformed file or rule,
-    a policy beside ``--network`` (the whole network) or ``--pool-size``, or for
+    a policy beside ``--network`` (the whole network), or for
     a kernel it could not be enforced on, are each an :class:`InvalidArgument`
     (exit 2).
     """
@@ -329,11 +331,6 @@ def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> N
         raise InvalidArgument(
             "--network gives the kernel the whole network, a policy (--allow, --deny, "
             "--network-policy) only some hosts: give one or the other"
-        )
-    if getattr(args, "pool_size", 0):
-        raise InvalidArgument(
-            "--pool-size and a network policy: a pooled kernel starts before its session, "
-            "and each session's proxy starts with its kernel; drop --pool-size"
         )
     if backend != "docker":
         whole = (
@@ -355,3 +352,38 @@ def backend_of(kwargs: Mapping[str, Any]) -> str:
     if isinstance(environment, Environment):
         return environment.backend
     return str(kwargs.get("backend") or "local")
+
+
+def add_zygote(parser: argparse.ArgumentParser) -> None:
+    """The zygote pool's flags (``AsyncSessionManager.zygote_size`` / ``zygote_preload``)."""
+    from jupyter_exec.manager.zygote import DEFAULT_PRELOAD
+
+    group = parser.add_argument_group("zygote pool (local kernels)")
+    group.add_argument(
+        "--zygote-size",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="kernels forked ahead of time from a zygote that imported the --preload modules "
+        "once: a new session starts with them imported, in tens of milliseconds, sharing their "
+        "memory (0: no zygote; default 0)",
+    )
+    group.add_argument(
+        "--preload",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help=f"a module the zygote imports (repeatable; default {', '.join(DEFAULT_PRELOAD)})",
+    )
+
+
+def zygote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``AsyncSessionManager`` traits from :func:`add_zygote`'s flags (only those given)."""
+    kwargs: dict[str, Any] = {}
+    if args.zygote_size:
+        kwargs["zygote_size"] = args.zygote_size
+    if args.preload is not None:
+        if not args.zygote_size:
+            raise InvalidArgument("--preload is what the zygote imports: give --zygote-size too")
+        kwargs["zygote_preload"] = list(args.preload)
+    return kwargs

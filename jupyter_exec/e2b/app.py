@@ -63,6 +63,8 @@ class E2BConfig:
     api_key: str | None = None
     session_options: dict[str, Any] = field(default_factory=dict)
     pool_size: int = 0
+    zygote: dict[str, Any] = field(default_factory=dict)
+    """``AsyncSessionManager`` zygote traits (``zygote_size``, ``zygote_preload``...)."""
     max_sessions: int = 0
     sandbox_timeout: float = 300.0
     execution_timeout: float | None = None
@@ -92,6 +94,7 @@ class E2BServer:
             root_dir=str(config.root_dir),
             pool_size=config.pool_size,
             max_sessions=config.max_sessions,
+            **config.zygote,
             session_defaults={"timeout": None, **config.session_options},
         )
         self.sandboxes = Sandboxes(

@@ -4,7 +4,9 @@
 
     AsyncSessionManager(root_dir=..., pool_size=2, max_sessions=20, cull_idle_timeout=600)
       session("a") ─► exists? return it
-                  ─► limits ─► pool of its kernel options has a warm kernel?
+                  ─► limits ─► its kernel options have a zygote pool (zygote_size)?
+                        yes: a kernel forked from the zygote (ready, or forked now), as below
+                  ─► pool of its kernel options has a warm kernel?
                         yes: rename <root>/.pool/<m>/<k> ─► <root>/a, attach (one round trip)
                         no:  start a kernel in <root>/a (and the pool refills meanwhile)
       culler (background): close sessions idle longer than cull_idle_timeout
@@ -29,11 +31,10 @@ import builtins
 import contextlib
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -43,21 +44,18 @@ from traitlets.config import LoggingConfigurable
 
 from jupyter_exec.exceptions import (
     InvalidArgument,
+    KernelStartError,
     SessionClosedError,
     SessionLimitError,
     SessionNotFound,
 )
+from jupyter_exec.manager.adopt import adopt
 from jupyter_exec.manager.entries import Entry, SessionInfo, incarnation
-from jupyter_exec.manager.pool import (
-    POOL_DIR,
-    KernelPool,
-    PoolKey,
-    WarmKernel,
-    discard,
-    follow_rename,
-)
+from jupyter_exec.manager.pool import POOL_DIR, PoolKey
+from jupyter_exec.manager.pools import AnyPool, Pools
 from jupyter_exec.manager.signals import LoopSigterm
-from jupyter_exec.manager.starter import PooledKernelStarter
+from jupyter_exec.manager.zygote import DEFAULT_PRELOAD, Preload
+from jupyter_exec.manager.zygote_pool import ZygotePool
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import validate_name
 from jupyter_exec.options import SessionOptions
@@ -109,6 +107,24 @@ class AsyncSessionManager(LoggingConfigurable):
         "python, docker, env, url, token), each optionally with its own 'size'. "
         "The default, [{}], is the default local kernel.",
     ).tag(config=True)
+    zygote_size = Int(
+        0,
+        help="Kernels forked ahead of time from a zygote: a template kernel that imported "
+        "zygote_preload once (0: no zygote). It serves the sessions of session_defaults' "
+        "kernel (local kernels only), each starting with those modules already imported, "
+        "in tens of milliseconds, sharing their memory with the zygote.",
+    ).tag(config=True)
+    zygote_preload = List(
+        Unicode(),
+        default_value=list(DEFAULT_PRELOAD),
+        help="Modules the zygote imports (sys.modules only: no name is bound in a session).",
+    ).tag(config=True)
+    zygote_setup = Unicode(
+        "",
+        help="Python code the zygote runs after the imports, in the user namespace (e.g. "
+        "'import pandas as pd'); recorded as the first cell of each session's notebook, so "
+        "replay and resume run it too.",
+    ).tag(config=True)
     pool_start_concurrency = Int(
         2, help="Pooled kernels started at the same time, across all pools."
     ).tag(config=True)
@@ -133,11 +149,8 @@ class AsyncSessionManager(LoggingConfigurable):
         self._sessions: dict[str, Entry] = {}
         self._creating: dict[str, tuple[str, asyncio.Future[AsyncSession]]] = {}
         self._closing: set[asyncio.Future[None]] = set()
-        self._pools: dict[PoolKey, KernelPool] = {}
+        self._pools: Pools | None = None
         self._root: Path | None = None
-        self._pool_root: Path | None = None
-        self._starts: asyncio.Semaphore | None = None
-        self._starter = PooledKernelStarter()
         self._culler: asyncio.Task[None] | None = None
         self._state = "new"  # new -> running -> closing -> closed
         self._sigterm = LoopSigterm(self.shutdown)
@@ -163,14 +176,24 @@ class AsyncSessionManager(LoggingConfigurable):
         else:
             self._root = Path(tempfile.mkdtemp(prefix="jupyter-exec-sessions-"))
             log.warning("jupyter-exec: sessions in %s (temporary, kept)", self._root)
-        self._pool_root = self._root / POOL_DIR / f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._starts = asyncio.Semaphore(max(1, self.pool_start_concurrency))
-        self._starter = PooledKernelStarter(float(self.session_defaults.get("startup_timeout", 60)))
+        self._pools = Pools(
+            self._root,
+            self._root / POOL_DIR / f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            self.pool_start_concurrency,
+            float(self.session_defaults.get("startup_timeout", 60)),
+        )
         self._state = "running"
-        for options in self.pools:
-            size = _pool_size(options, self.pool_size)
-            if size > 0:
-                self._add_pool({k: v for k, v in options.items() if k != "size"}, size)
+        try:
+            if self.zygote_size > 0:
+                preload = Preload(tuple(self.zygote_preload), self.zygote_setup)
+                self._add_zygote({}, self.zygote_size, preload)
+            for options in self.pools:
+                size = _pool_size(options, self.pool_size)
+                if size > 0:
+                    self._add_pool({k: v for k, v in options.items() if k != "size"}, size)
+        except BaseException:  # a bad pool configuration: nothing may be left running
+            await self.shutdown()
+            raise
         self._culler = asyncio.create_task(self._cull_loop(), name="jupyter-exec culler")
         if self.handle_sigterm:
             self._sigterm.install()
@@ -189,17 +212,13 @@ class AsyncSessionManager(LoggingConfigurable):
         pending = [future for _, future in self._creating.values()]
         await asyncio.gather(*pending, return_exceptions=True)
         names = list(self._sessions)
-        log.info("shutting down %d session(s) and %d pool(s)", len(names), len(self._pools))
+        pools = self._pools
+        log.info("shutting down %d session(s) and %d pool(s)", len(names), len(pools or ()))
         await asyncio.gather(
             *(self._close_entry(n, "manager shutdown") for n in names),
-            *(pool.close() for pool in self._pools.values()),
+            *([pools.close()] if pools is not None else []),
         )
         await asyncio.gather(*self._closing, return_exceptions=True)  # e.g. cut-off culls
-        self._pools.clear()
-        if self._pool_root is not None:
-            await asyncio.to_thread(shutil.rmtree, self._pool_root, True)
-            with contextlib.suppress(OSError):  # only if no other manager uses it
-                self._pool_root.parent.rmdir()
         self._sigterm.remove()
         self._state = "closed"
 
@@ -394,11 +413,16 @@ class AsyncSessionManager(LoggingConfigurable):
         target = self.root / name
         session_name = incarnation(target, name, opts)
         key = PoolKey.of(opts)
-        pool = self._pools.get(key) if key is not None else None
+        pool = self._pools.get(key) if self._pools is not None else None
+        if isinstance(pool, ZygotePool):  # every session of its key starts with the preload
+            session = await adopt(await pool.take(target), target, session_name, opts)
+            if session is None:
+                raise KernelStartError("a kernel forked from the zygote could not be used")
+            return Entry(session, backend, from_pool=True)
         if pool is not None and (backend == "remote" or not target.exists()):
             warm = await pool.take()
             if warm is not None:
-                session = await self._adopt(warm, target, session_name, opts)
+                session = await adopt(warm, target, session_name, opts)
                 if session is not None:
                     return Entry(session, backend, from_pool=True)
         session = AsyncSession(
@@ -412,75 +436,63 @@ class AsyncSessionManager(LoggingConfigurable):
             raise
         return Entry(session, backend, from_pool=False)
 
-    async def _adopt(
-        self, warm: WarmKernel, target: Path, session_name: str, opts: dict[str, Any]
-    ) -> AsyncSession | None:
-        """A session on a pooled kernel, its folder renamed to the session's work dir."""
-        if warm.folder is not None:
-            try:
-                os.rename(warm.folder, target)
-            except OSError as exc:
-                log.warning("cannot move pooled kernel dir to %s (%s); starting fresh", target, exc)
-                await discard(warm)
-                return None
-            follow_rename(warm.km, target)
-        options = {**opts, "work_dir": target, "name": session_name}
-        session = AsyncSession(
-            options=SessionOptions.from_mapping(
-                {**options, "kernel_manager": warm.km, "owns_kernel": True}
-            )
-        )
-        try:
-            await session.start()
-        except Exception as exc:
-            log.warning("pooled kernel unusable (%s); starting a fresh one", exc)
-            with contextlib.suppress(Exception):
-                await session.close()
-            with contextlib.suppress(Exception):
-                await warm.km.shutdown_kernel(now=True)
-            return None
-        return session
-
     # -- pools -------------------------------------------------------------------------------
 
-    def _add_pool(self, options: dict[str, Any], size: int) -> KernelPool:
+    def _key(self, options: dict[str, Any], what: str) -> PoolKey:
         merged = {**self.session_defaults, **options}
         SessionOptions.from_mapping(merged)  # a misspelt option is refused, not ignored
         key = PoolKey.of(merged)
         if key is None:
-            raise InvalidArgument("a pool cannot be made from a given kernel_manager")
-        pool = self._pools.get(key)
-        if pool is not None:
-            pool.size = size
-            pool.start()
-            return pool
-        assert self._pool_root is not None
-        assert self._starts is not None
-        folder = self._pool_root / f"p{len(self._pools) + 1}"
-        pool = KernelPool(key, size, folder, self._starter, self._starts, self.root)
-        self._pools[key] = pool
-        pool.start()
-        log.info("pool %s: keeping %d kernel(s) warm", key.label, size)
-        return pool
+            raise InvalidArgument(
+                f"a {what} cannot be made for a given kernel_manager or an unresolved environment"
+            )
+        return key
 
-    async def add_pool(self, size: int | None = None, **options: Any) -> KernelPool:
+    def _add_pool(self, options: dict[str, Any], size: int) -> AnyPool:
+        assert self._pools is not None
+        return self._pools.add(self._key(options, "pool"), size)
+
+    async def add_pool(self, size: int | None = None, **options: Any) -> AnyPool:
         """Keep ``size`` (default ``pool_size``) kernels warm for sessions with ``options``."""
         self._check_running()
         return self._add_pool(options, self.pool_size if size is None else size)
 
-    @property
-    def kernel_pools(self) -> builtins.list[KernelPool]:
-        """Every warm pool (``pool.key.label``, ``.ready``, ``.size``), e.g. for a status page."""
-        return builtins.list(self._pools.values())
+    def _add_zygote(self, options: dict[str, Any], size: int, preload: Preload) -> ZygotePool:
+        assert self._pools is not None
+        return self._pools.add_zygote(self._key(options, "zygote"), size, preload)
 
-    def pool(self, **options: Any) -> KernelPool | None:
+    async def add_zygote(
+        self,
+        size: int | None = None,
+        preload: Sequence[str] | None = None,
+        setup: str | None = None,
+        **options: Any,
+    ) -> ZygotePool:
+        """Keep ``size`` (default ``zygote_size``) kernels forked from a zygote for sessions
+        with ``options``; ``preload`` / ``setup`` default to the ``zygote_*`` traits."""
+        self._check_running()
+        chosen = Preload(
+            tuple(self.zygote_preload if preload is None else preload),
+            self.zygote_setup if setup is None else setup,
+        )
+        return self._add_zygote(options, self.zygote_size if size is None else size, chosen)
+
+    @property
+    def kernel_pools(self) -> builtins.list[AnyPool]:
+        """Every pool (``pool.key.label``, ``.ready``, ``.size``), e.g. for a status page."""
+        return self._pools.all() if self._pools is not None else []
+
+    def pool(self, **options: Any) -> AnyPool | None:
         """The pool serving sessions with these options, if there is one."""
-        key = PoolKey.of({**self.session_defaults, **options})
-        return self._pools.get(key) if key is not None else None
+        if self._pools is None:
+            return None
+        return self._pools.get(PoolKey.of({**self.session_defaults, **options}))
 
     async def wait_for_pools(self, timeout: float = 120.0) -> None:
-        """Wait until every pool is full (tests, benchmarks, a server warming up)."""
-        await asyncio.gather(*(p.wait_ready(timeout=timeout) for p in self._pools.values()))
+        """Wait until every pool is full (tests, benchmarks, a server warming up); a zygote
+        pool whose preload failed raises :class:`~jupyter_exec.KernelStartError`."""
+        if self._pools is not None:
+            await self._pools.wait(timeout)
 
     # -- culling -----------------------------------------------------------------------------
 

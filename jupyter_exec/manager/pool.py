@@ -16,6 +16,10 @@ A remote kernel has no local folder: its pool entries carry none.
 The kernel manager also remembers the cwd it launched with, for restarts;
 :func:`follow_rename` points that at the new path (and tells a provisioner
 that wants to know, through a ``work_dir_moved(path)`` hook).
+
+A Docker kernel with a network policy is pooled with its own proxy, started
+with it; the policy is part of the key, so a session with policy A never gets
+a kernel whose proxy decides with policy B, or one with no proxy at all.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.launch import network_of
+from jupyter_exec.network.policy import NetworkPolicy
+
 __all__ = ["KernelPool", "PoolKey", "WarmKernel", "follow_rename"]
 
 log = logging.getLogger("jupyter_exec.manager")
@@ -40,7 +47,7 @@ log = logging.getLogger("jupyter_exec.manager")
 POOL_DIR = ".pool"
 
 #: Session options that shape the kernel; any other option (timeout, notebook...) does not.
-KERNEL_OPTIONS = ("backend", "kernel_name", "python", "docker", "env", "url", "token")
+KERNEL_OPTIONS = ("backend", "kernel_name", "python", "docker", "network", "env", "url", "token")
 
 
 def _canonical(value: Any) -> str:
@@ -58,13 +65,20 @@ class PoolKey:
     env: str = ""
     url: str = ""
     token: str = field(default="", repr=False)
+    network: NetworkPolicy | None = field(default=None, repr=False)
+    """A Docker kernel's network policy (compared whole: rules, secrets and ``ask``)."""
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> PoolKey | None:
-        """The key for these session options; ``None`` if such a session cannot be pooled."""
-        if options.get("kernel_manager") is not None:
+        """The key for these session options; ``None`` if such a session cannot be pooled.
+
+        Not pooled: a given kernel manager, and an ``environment`` not yet
+        resolved into ``python`` / ``backend`` / ``docker`` (it could name any kernel).
+        """
+        if options.get("kernel_manager") is not None or options.get("environment") is not None:
             return None
         backend = str(options.get("backend") or "local")
+        policy = options.get("network")
         return cls(
             backend=backend,
             kernel_name=str(options.get("kernel_name") or "python3"),
@@ -73,6 +87,7 @@ class PoolKey:
             env=_canonical(options.get("env")),
             url=str(options.get("url") or "") if backend == "remote" else "",
             token=str(options.get("token") or "") if backend == "remote" else "",
+            network=NetworkPolicy.from_value(policy) if policy is not None else None,
         )
 
     def options(self) -> dict[str, Any]:
@@ -87,22 +102,31 @@ class PoolKey:
         if self.url:
             result["url"] = self.url
             result["token"] = self.token or None
+        if self.network is not None:
+            result["network"] = self.network
         return result
 
     @property
     def label(self) -> str:
         """A short readable name for logs and listings (never the token)."""
         extra = self.python or self.url or (f"docker{self.docker}" if self.docker else "")
+        if self.network is not None:  # the policy's repr shows header names, never secrets
+            extra = f"{extra} {self.network!r}".strip()
         return f"{self.backend}:{self.kernel_name}" + (f" {extra}" if extra else "")
 
 
 @dataclass
 class WarmKernel:
-    """A started, ready kernel waiting in a pool: its manager and its folder (if local)."""
+    """A started, ready kernel waiting in a pool: its manager and its folder (if local).
+
+    ``preload``: for a kernel forked from a zygote, what the zygote ran before
+    (a :class:`~jupyter_exec.manager.zygote.Preload`, recorded in the session's notebook).
+    """
 
     km: Any
     folder: Path | None
     started: float = field(default_factory=time.monotonic)
+    preload: Any = None
 
 
 KernelStarter = Callable[[PoolKey, Path | None], Awaitable[Any]]
@@ -124,9 +148,13 @@ def follow_rename(km: Any, folder: Path) -> None:
 
 
 async def discard(warm: WarmKernel) -> None:
-    """Shut a pooled kernel down and remove its (unused) folder."""
+    """Shut a pooled kernel down (and its network proxy) and remove its (unused) folder."""
     with contextlib.suppress(Exception):  # already dead: nothing to stop
         await warm.km.shutdown_kernel(now=True)
+    proxy = network_of(warm.km)
+    if proxy is not None:
+        with contextlib.suppress(Exception):
+            await proxy.close()
     if warm.folder is not None:
         await asyncio.to_thread(shutil.rmtree, warm.folder, True)
 

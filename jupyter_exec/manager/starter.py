@@ -3,7 +3,8 @@
 A pooled kernel is launched by :func:`~jupyter_exec.launch.launch_kernel`, exactly
 as :class:`~jupyter_exec.AsyncSession` would launch it for the same options,
 then warmed up and left without a client: the session that takes it connects
-its own.
+its own. A kernel with a network policy keeps its proxy (lent to its kernel
+manager, :func:`~jupyter_exec.launch.lend_network`) for the session to take over.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.kernel import KernelHandle
-from jupyter_exec.launch import kernel_spec, launch_kernel
+from jupyter_exec.launch import kernel_spec, launch_kernel, lend_network
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.options import DEFAULT_STARTUP_TIMEOUT, SessionOptions
 
@@ -31,6 +32,20 @@ class PooledKernelStarter:
         self._specs: dict[PoolKey, KernelSpec | None] = {}
 
     async def __call__(self, key: PoolKey, folder: Path | None) -> Any:
+        handle = await self.launch(key, folder)
+        try:
+            await warm_up(handle, self.startup_timeout)
+        except BaseException:
+            await handle.shutdown(now=True)
+            raise
+        finally:
+            handle.kc.stop_channels()
+        if handle.network is not None:
+            lend_network(handle.km, handle.network)
+        return handle.km
+
+    async def launch(self, key: PoolKey, folder: Path | None) -> KernelHandle:
+        """A connected, ready kernel for ``key`` in ``folder`` (its kernelspec made once)."""
         options = SessionOptions.from_mapping(
             {**key.options(), "startup_timeout": self.startup_timeout}
         )
@@ -39,12 +54,7 @@ class PooledKernelStarter:
             if key not in self._specs:  # made once: probing an interpreter takes a subprocess
                 self._specs[key] = await kernel_spec(options)
             spec = self._specs[key]
-        handle = await launch_kernel(options, folder, spec=spec)
-        try:
-            await warm_up(handle, self.startup_timeout)
-        finally:
-            handle.kc.stop_channels()
-        return handle.km
+        return await launch_kernel(options, folder, spec=spec)
 
 
 async def warm_up(handle: KernelHandle, timeout: float) -> None:

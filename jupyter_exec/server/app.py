@@ -106,12 +106,18 @@ class JupyterExecApp(ExtensionApp):
         """
         assert self.serverapp is not None
         mine = _config_of(self, "AsyncSessionManager")
-        fixed: dict[str, Any] = {"handle_sigterm": False, "pool_size": 0, "pools": []}
+        fixed: dict[str, Any] = {
+            "handle_sigterm": False,
+            "pool_size": 0,
+            "pools": [],
+            "zygote_size": 0,
+        }
         if "max_sessions" not in mine:
             fixed["max_sessions"] = self.max_sessions
-        if mine.get("pool_size") or mine.get("pools"):
+        if mine.get("pool_size") or mine.get("pools") or mine.get("zygote_size"):
             self.log.warning(
-                "jupyter-exec: c.AsyncSessionManager pools are ignored by the server extension: "
+                "jupyter-exec: c.AsyncSessionManager pools (and zygote_size) are ignored by "
+                "the server extension: "
                 "its sessions run on the Jupyter server's own kernels"
             )
         return AsyncSessionManager(parent=self, root_dir=self.serverapp.root_dir, **fixed)

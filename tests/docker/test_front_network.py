@@ -152,16 +152,18 @@ def _text(result: Any) -> str:
     return "\n".join(c.text for c in result.content if c.type == "text")
 
 
+@pytest.mark.parametrize("pool", ["0", "1"])
 async def test_mcp_server_sessions_follow_the_servers_policy(
-    kernel_image: str, tmp_path: Path, web_port: int
+    kernel_image: str, tmp_path: Path, web_port: int, pool: str
 ) -> None:
+    """With a warm pool too: pooled kernels are keyed by the policy and keep its proxy."""
     wrapper = tmp_path / "cli.py"
     wrapper.write_text(WRAPPER, encoding="utf-8")
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"allow": ["web.test"], "deny": ["evil.test"]}))
     async with _mcp(
         wrapper, "--work-dir", str(tmp_path / "mcp"), "--env", f"docker:{kernel_image}",
-        "--network-policy", str(policy), "--allow", "127.0.0.1",
+        "--network-policy", str(policy), "--allow", "127.0.0.1", "--pool-size", pool,
     ) as client:  # fmt: skip
         allowed = await client.call_tool(
             "execute_code", {"code": _fetch(f"http://web.test:{web_port}/")}
