@@ -142,6 +142,8 @@ class NotebookRecorder:
         for cell in cells or ():
             self._add(cell)
         self._run_seq = max_seq(self._cells)
+        self.next_cell_id: str | None = None
+        """The id the next executed cell takes (the server shows the cell while it runs)."""
 
     def next_run_seq(self, execution_count: int | None = None) -> int:
         """The place in the run order (``jupyter_exec.run.seq``) of a cell that just ran.

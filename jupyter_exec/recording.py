@@ -150,8 +150,6 @@ class Recording:
         self.scripts_run = 0
         self.restart_note: str | None = None
         """Why the kernel was restarted; noted on the next recorded cell."""
-        self.next_cell_id: str | None = None
-        """The id the next recorded cell takes (the server shows it live before it ends)."""
         # display_id -> (cell index, output number in the cell, the output dict in the record)
         self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
 
@@ -293,7 +291,7 @@ class Recording:
         session = (self.recorder.metadata.get("jupyter_exec") or {}).get("session")
         seq = self.recorder.next_run_seq(builder.execution_count)
         ours["run"] = run_stamp(seq, "agent", session if isinstance(session, str) else None)
-        cell_id, self.next_cell_id = self.next_cell_id or new_cell_id(), None
+        cell_id, self.recorder.next_cell_id = self.recorder.next_cell_id or new_cell_id(), None
         return {
             "cell_type": "code",
             "id": cell_id,

@@ -19,11 +19,19 @@ A notebook without any ``seq`` therefore runs top to bottom, as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["PersonRun", "Runner", "max_seq", "run_order", "run_stamp", "seq_of"]
+__all__ = [
+    "PersonRun",
+    "Runner",
+    "match_runs",
+    "max_seq",
+    "run_order",
+    "run_stamp",
+    "seq_of",
+]
 
 Runner = Literal["agent", "person"]
 
@@ -79,3 +87,43 @@ class PersonRun:
     execution_count: int | None
     ok: bool
     user: str = ""
+
+
+def _source(cell: Mapping[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def match_runs(
+    cells: Sequence[Mapping[str, Any]],
+    runs: Sequence[tuple[int, PersonRun]],
+    skip: Set[str] = frozenset(),
+) -> dict[int, dict[str, Any]]:
+    """Which of ``cells`` a person ran: cell position -> its ``jupyter_exec.run`` entry.
+
+    The kernel does not say which cell a request came from, only its code and
+    execution count; so each run (``(seq, run)``) goes to the first code cell
+    with that source, preferring one that shows the run's execution count.
+    Cells whose id is in ``skip`` (the agent's) are not candidates. A cell run
+    several times takes the place of its first run that did not fail (a cell
+    run again unchanged keeps its place), or of its last run if all failed.
+    """
+    claimed: dict[int, list[tuple[int, PersonRun]]] = {}
+    for seq, run in runs:
+        candidates = [
+            i
+            for i, c in enumerate(cells)
+            if c.get("cell_type") == "code" and c.get("id") not in skip and _source(c) == run.code
+        ]
+        exact = [i for i in candidates if cells[i].get("execution_count") == run.execution_count]
+        if candidates:
+            claimed.setdefault((exact or candidates)[0], []).append((seq, run))
+    stamps: dict[int, dict[str, Any]] = {}
+    for index, ran in claimed.items():
+        good = [(seq, run) for seq, run in ran if run.ok]
+        seq, run = min(good, key=lambda r: r[0]) if good else max(ran, key=lambda r: r[0])
+        stamp = run_stamp(seq, "person")
+        if run.user:
+            stamp["user"] = run.user
+        stamps[index] = stamp
+    return stamps

@@ -52,6 +52,7 @@ from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.recorder import read_notebook
+from jupyter_exec.server import live
 from jupyter_exec.server.activity import KernelActivity
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.paths import ServerRoot
@@ -103,6 +104,26 @@ class _ServerAsyncSession(AsyncSession):
         if not self.activity.start():
             log.info("jupyter-exec: kernel messages cannot be watched; using the server's state")
         return self
+
+    async def _execute(
+        self,
+        kernel: Any,
+        code: str,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        *,
+        record: bool = True,
+    ) -> Execution:
+        """One cell, shown live in the notebook a person has open (see server/live.py)."""
+
+        def run(output: OutputCallback | None) -> Awaitable[Execution]:
+            return super(_ServerAsyncSession, self)._execute(
+                kernel, code, timeout, output, record=record
+            )
+
+        if not record:  # a resume re-running recorded cells: nothing to show
+            return await run(on_output)
+        return await live.run_cell(self, code, on_output, run)
 
     @property
     def recorder(self) -> MergingRecorder | None:
@@ -342,6 +363,7 @@ class ServerSessions:
         )
         try:
             await session.start()
+            live.attach(session, self.serverapp, notebook_api)
             model = await self.serverapp.session_manager.create_session(
                 path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
             )
