@@ -349,13 +349,11 @@ class LiveCell:
 
             for name, text in chunks:
                 last = outputs[len(outputs) - 1] if len(outputs) else None
-                if (
-                    isinstance(last, Map)
-                    and last.get("output_type") == "stream"
-                    and last.get("name") == name
-                    and isinstance(last.get("text"), Text)
-                ):
-                    last["text"] += text
+                grown = None
+                if isinstance(last, Map) and last.get("output_type") == "stream":
+                    grown = last.get("text") if last.get("name") == name else None
+                if isinstance(grown, Text):
+                    grown += text  # in place (assigning it back to the map would empty it)
                 else:
                     stream = {"output_type": "stream", "name": name, "text": text}
                     outputs.extend(_outputs([stream]))

@@ -93,25 +93,29 @@ async def test_agent_cell_appears_while_it_runs_and_the_room_saves_it(
 ) -> None:
     path, sid = session["notebook"]["path"], session["id"]
     doc = await open_in_room(jp_serverapp, path)
-    gate = root / session["work_dir"] / "go"
-    code = (
-        "import os, time\nprint('first', flush=True)\n"
-        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\nprint('second')"
+    gates = [root / session["work_dir"] / f"go-{n}" for n in (1, 2)]
+    code = "import os, time\n" + "".join(
+        f"print('line {n}', flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\n"
+        for n, gate in enumerate(gates, start=1)
     )
     call = asyncio.ensure_future(api("POST", "sessions", sid, "execute", body={"code": code}))
-    # The running cell is in the shared document, its first line of output with it.
-    shown = await until(lambda: [c for c in cells(doc) if text(c) == "first\n"], "first output")
+    # The running cell is in the shared document, its output growing as it comes.
+    shown = await until(lambda: [c for c in cells(doc) if text(c) == "line 1\n"], "first output")
     assert not call.done()
     assert shown[0]["source"] == code
     assert shown[0]["execution_count"] is None
-    gate.touch()
+    gates[0].touch()
+    await until(lambda: [c for c in cells(doc) if text(c) == "line 1\nline 2\n"], "more output")
+    assert not call.done()
+    gates[1].touch()
     status, execution = await call
     assert status == 200
     assert execution["status"] == "ok", execution
     # (JupyterLab's room gives an empty notebook one empty cell: the agent's comes after it.)
     (cell,) = [c for c in cells(doc) if c["source"]]
     assert cell == cells(doc)[-1]
-    assert text(cell) == "first\nsecond\n"
+    assert text(cell) == "line 1\nline 2\n"
     assert cell["execution_count"] == execution["execution_count"]
     assert run_of(cell) == {"seq": 1, "by": "agent", "session": "agent"}
     # The agent is present in the room, under the session's name.
@@ -122,7 +126,7 @@ async def test_agent_cell_appears_while_it_runs_and_the_room_saves_it(
         lambda: [c for c in on_disk(root, path)["cells"] if text(c)], "the room's save"
     )
     assert [c["id"] for c in saved] == [cell["id"]]
-    assert text(saved[0]) == "first\nsecond\n"
+    assert text(saved[0]) == "line 1\nline 2\n"
     assert run_of(saved[0]) == run_of(cell)
 
 
@@ -243,6 +247,8 @@ def test_agent_cells_appear_live_in_jupyterlab(lab_rtc: JupyterProcess) -> None:
             cells = panel.locator(".jp-Notebook .jp-Cell")
             indicator = panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
             expect(indicator).to_have_count(1, timeout=60_000)
+            # The shared document is loaded (the room gives an empty notebook one empty cell).
+            expect(cells).to_have_count(1, timeout=60_000)
             dialogs = page.locator(".jp-Dialog")
             page.screenshot(path=ARTIFACTS / "live-1-open.png")
 
@@ -303,8 +309,13 @@ def test_agent_cells_appear_live_in_jupyterlab(lab_rtc: JupyterProcess) -> None:
             )
             assert "agent" in names
 
-            # The person types into the top cell (placed first) and runs it on the agent's kernel.
+            # The person adds a cell at the very top and runs it on the agent's kernel.
+            count = cells.count()
             cells.first.locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Escape")
+            page.keyboard.press("a")
+            expect(cells).to_have_count(count + 1)
+            page.keyboard.press("Enter")
             page.keyboard.type("person_var = agent_var + 1\nprint(person_var)")
             page.keyboard.press("Shift+Enter")
             expect(cells.first.locator(".jp-OutputArea-output")).to_have_text("43", timeout=60_000)
@@ -314,6 +325,7 @@ def test_agent_cells_appear_live_in_jupyterlab(lab_rtc: JupyterProcess) -> None:
             page.screenshot(path=ARTIFACTS / "live-5-person-and-agent.png")
         except Exception:
             page.screenshot(path=ARTIFACTS / "live-failure.png")
+            (ARTIFACTS / "live-failure-lab.log").write_bytes(lab.log.read_bytes())
             raise
         finally:
             browser.close()
@@ -338,7 +350,7 @@ def test_agent_cells_appear_live_in_jupyterlab(lab_rtc: JupyterProcess) -> None:
         time.sleep(0.1)
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    ran = [c for c in nb.cells if c.source]
+    ran = [c for c in nb.cells if c.source]  # (without the room's empty cell)
     assert ran[0].source.startswith("person_var")
     assert [(run_of(c) or {}).get("by") for c in ran] == ["person"] + ["agent"] * 8
     assert [run_of(c)["seq"] for c in ran] == [8, 1, 2, 3, 4, 5, 6, 7, 9]

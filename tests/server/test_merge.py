@@ -17,6 +17,7 @@ from server_helpers import on_disk, run_as_person, run_of
 
 from jupyter_exec.recorder import new_cell_id
 from jupyter_exec.runorder import PersonRun, match_runs
+from jupyter_exec.server.live import collaboration
 from jupyter_exec.server.recorder import MergingRecorder
 
 META = {"language_info": {"name": "python"}, "jupyter_exec": {"session": "t"}}
@@ -189,6 +190,7 @@ async def test_without_collaboration_a_persons_run_is_stamped_in_the_file(
 ) -> None:
     # No collaboration on this server: the person works through the contents API (JupyterLab
     # without real-time collaboration), and the session writes the file, merging.
+    assert collaboration(jp_serverapp) is None
     path, sid = session["notebook"]["path"], session["id"]
     assert (await api("POST", "sessions", sid, "execute", body={"code": "base = 10"}))[0] == 200
     model = json.loads((await jp_fetch("api", "contents", path)).body)["content"]
