@@ -99,6 +99,7 @@ class KernelActivity:
         if stream is not None and not stream.closed():
             stream.close()
         self._running.clear()
+        self._others.clear()
 
     def _on_message(self, frames: list[Any]) -> None:
         assert self._session is not None
