@@ -114,17 +114,29 @@ class LiveNotebook:
         return self._doc
 
     async def refresh(self) -> Any:
-        """Look for the notebook's room; the shared notebook, or None."""
-        room = self._current_room()
+        """Look for the notebook's room; the shared notebook, or None.
+
+        A room that cannot be reached (collaboration failing) is no reason to
+        fail the agent's cell: it then goes to the file, as without one.
+        """
+        try:
+            room = self._current_room()
+            if room is not None and room is not self._room:
+                doc = await self._app.get_document(room_id=self._room_id, copy=False)
+                if doc is None:
+                    return None
+                self._room, self._doc = room, doc
+                self._announce(room)
+        except Exception:
+            log.warning(
+                "jupyter-exec: cannot reach the collaboration room of %s; writing the file instead",
+                self._api_path,
+                exc_info=True,
+            )
+            room = None
         if room is None:
             self._room = self._doc = None
             return None
-        if room is not self._room:
-            doc = await self._app.get_document(room_id=self._room_id, copy=False)
-            if doc is None:
-                return None
-            self._room, self._doc = room, doc
-            self._announce(room)
         return self.doc
 
     def _announce(self, room: Any) -> None:

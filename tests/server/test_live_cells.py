@@ -184,6 +184,26 @@ async def test_a_persons_cell_run_on_the_agents_kernel_takes_its_place_in_the_ru
     assert [c.number for c in report.cells] == [2, 1, 3]
 
 
+async def test_a_failing_room_sends_the_cells_to_the_file(
+    api: Api,
+    session: dict[str, Any],
+    jp_serverapp: Any,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path, sid = session["notebook"]["path"], session["id"]
+    await open_in_room(jp_serverapp, path)
+
+    async def broken(**kwargs: Any) -> Any:
+        raise RuntimeError("the collaboration extension failed")
+
+    monkeypatch.setattr(collaboration(jp_serverapp), "get_document", broken)
+    status, execution = await api("POST", "sessions", sid, "execute", body={"code": "6 * 7"})
+    assert status == 200
+    assert execution["text"] == "42"
+    assert [c["source"] for c in on_disk(root, path)["cells"]] == ["6 * 7"]
+
+
 # -- in a real JupyterLab, in a real browser ---------------------------------------------------
 
 
