@@ -205,3 +205,17 @@ async def test_without_collaboration_a_persons_run_is_stamped_in_the_file(
     assert [c["source"] for c in saved] == [person, "base = 10", "total"]
     assert [(run_of(c) or {}).get("by") for c in saved] == ["person", "agent", "agent"]
     assert [(run_of(c) or {}).get("seq") for c in saved] == [2, 1, 3]
+
+
+def test_the_extension_imports_no_collaboration_package_until_a_room_is_found() -> None:
+    # Without jupyter-collaboration installed the extension must load and run as before.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jupyter_exec.server.app, jupyter_exec.server.live\n"
+        "names = ('pycrdt', 'jupyter_ydoc', 'jupyter_server_ydoc')\n"
+        "loaded = [m for m in names if m in sys.modules]\n"
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
