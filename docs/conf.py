@@ -128,7 +128,7 @@ jx_layers = [
         "title": "Files in the work dir",
         "about": "Everything written on the host: output files, spills, the notebook and its "
         "atomic saves, link-safe writes in folders a kernel can write.",
-        "modules": ["store", "recorder", "safefs", "server.recorder"],
+        "modules": ["store", "recorder", "safefs", "server.recorder", "runorder"],
     },
     {
         "title": "Kernels: launch and backends",

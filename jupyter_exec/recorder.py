@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.mime import is_split
+from jupyter_exec.runorder import max_seq
 from jupyter_exec.safefs import Folder, write_all
 
 if TYPE_CHECKING:
@@ -140,6 +141,19 @@ class NotebookRecorder:
         self._stamp: FileStamp | None = None  # the notebook file as we last wrote it
         for cell in cells or ():
             self._add(cell)
+        self._run_seq = max_seq(self._cells)
+        self.next_cell_id: str | None = None
+        """The id the next executed cell takes (the server shows the cell while it runs)."""
+
+    def next_run_seq(self, execution_count: int | None = None) -> int:
+        """The place in the run order (``jupyter_exec.run.seq``) of a cell that just ran.
+
+        ``execution_count`` is the kernel's number for it: the server's recorder
+        uses it to place a person's cell that ran just before it (see
+        :mod:`jupyter_exec.runorder`).
+        """
+        self._run_seq += 1
+        return self._run_seq
 
     # -- building ----------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from jupyter_exec.options import SessionOptions
 from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
 from jupyter_exec.runner import CellRun, is_interrupt
+from jupyter_exec.runorder import run_stamp
 from jupyter_exec.scripts import run_script, script_path
 from jupyter_exec.store import FileSpill, OutputStore, WorkDirTracker
 
@@ -286,9 +287,14 @@ class Recording:
             self.restart_note = None
         if run.state_lost:
             ours["state_lost"] = True
+        assert self.recorder is not None  # only recorded cells are built
+        session = (self.recorder.metadata.get("jupyter_exec") or {}).get("session")
+        seq = self.recorder.next_run_seq(builder.execution_count)
+        ours["run"] = run_stamp(seq, "agent", session if isinstance(session, str) else None)
+        cell_id, self.recorder.next_cell_id = self.recorder.next_cell_id or new_cell_id(), None
         return {
             "cell_type": "code",
-            "id": new_cell_id(),
+            "id": cell_id,
             "execution_count": builder.execution_count,
             "metadata": {"execution": run.timing, "jupyter_exec": ours},
             "outputs": outputs,

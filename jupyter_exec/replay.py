@@ -12,9 +12,11 @@
              ─► ReplayReport (.reproduced, .to_dict() for the server, .to_markdown())
 
 The work dir defaults to the notebook's folder, so relative paths the cells use
-resolve as they did when the notebook was recorded. Cells run top to bottom
-(not in the record's execution-count order, which is reported when it differs),
-and a failing cell does not stop the replay: every cell gets a verdict.
+resolve as they did when the notebook was recorded. Cells run in the order the
+record says they ran (``jupyter_exec.run``, see :mod:`jupyter_exec.runorder`: a
+notebook a person and an agent shared), else top to bottom (not in the
+execution-count order, which is reported when it differs), and a failing cell
+does not stop the replay: every cell gets a verdict.
 
 A notebook's record is what a person sees at the end: a display a later cell
 updated (``update_display``, a ``DisplayHandle``) shows its last value in
@@ -47,6 +49,7 @@ from jupyter_exec.naming import replayed_notebook_name, safe_name
 from jupyter_exec.options import DEFAULT_TIMEOUT
 from jupyter_exec.recorder import new_cell_id, read_notebook
 from jupyter_exec.recording import is_undone
+from jupyter_exec.runorder import run_order, seq_of
 from jupyter_exec.session import AsyncSession, Backend
 
 __all__ = [
@@ -374,6 +377,12 @@ def _order_warning(cells: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def _followed_note(cells: Sequence[Mapping[str, Any]], order: Sequence[int]) -> str:
+    ran = [i + 1 for i in order if seq_of(cells[i]) is not None]
+    shown = ", ".join(str(n) for n in ran[:12]) + (", ..." if len(ran) > 12 else "")
+    return f"the cells run in the order the record says they ran (cells {shown})"
+
+
 def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | None) -> Path:
     path = (
         work_dir / replayed_notebook_name(source.stem)
@@ -480,18 +489,21 @@ async def replay_async(
     root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
     target = _output_path(source, root, output)
     warnings: list[str] = []
-    if (order := _order_warning(nb.cells)) is not None:
-        warnings.append(order)
+    order = run_order(nb.cells)  # placed order, unless the notebook says how its cells ran
+    if order != sorted(order):
+        warnings.append(_followed_note(nb.cells, order))
+    elif (unordered := _order_warning(nb.cells)) is not None:
+        warnings.append(unordered)
     if kernel_name is None:
         kernel_name = _kernel_name(nb, {**session_kwargs, "backend": backend}, warnings)
 
     runnable = [
-        i
-        for i, c in enumerate(nb.cells)
-        if c.cell_type == "code" and str(c.source).strip() and not is_undone(c)
+        step
+        for step, i in enumerate(order)
+        if (c := nb.cells[i]).cell_type == "code" and str(c.source).strip() and not is_undone(c)
     ]
-    to_run = set(runnable if until is None else runnable[:until])
-    last_run = max(to_run, default=-1)
+    to_run = {order[step] for step in (runnable if until is None else runnable[:until])}
+    last_step = max((s for s in runnable if order[s] in to_run), default=-1)
     bar = None if progress is None else _Progress(progress, len(to_run))
     results: list[CellResult] = []
 
@@ -517,8 +529,9 @@ async def replay_async(
     )
     ran: list[tuple[int, Mapping[str, Any], Execution]] = []
     async with session:
-        for index, cell in enumerate(nb.cells):
-            keep = until is None or index < last_run
+        for step, index in enumerate(order):
+            cell = nb.cells[index]
+            keep = until is None or step < last_step
             if index in to_run:
                 if bar is not None:
                     bar.start(index + 1)

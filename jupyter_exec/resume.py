@@ -18,6 +18,7 @@ from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.naming import backup_notebook_name, safe_name
 from jupyter_exec.recorder import new_cell_id
 from jupyter_exec.recording import is_undone, notebook_metadata
+from jupyter_exec.runorder import run_order
 from jupyter_exec.safefs import Folder
 
 if TYPE_CHECKING:
@@ -71,20 +72,20 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     cells = [dict(c) for c in nb.cells]
     for cell in cells:
         cell.setdefault("id", new_cell_id())  # nbformat < 4.5 had no cell ids
-    positions = [
+    positions = [  # in the order the cells ran (a shared notebook says), else as placed
         i
-        for i, c in enumerate(cells)
-        if c["cell_type"] == "code" and c["source"].strip() and not is_undone(c)
+        for i in run_order(cells)
+        if (c := cells[i])["cell_type"] == "code" and c["source"].strip() and not is_undone(c)
     ]
     entry: dict[str, Any] = {"at": datetime.now(timezone.utc).isoformat()}
     if until is not None:
         if until < len(positions):
-            keep = positions[until - 1] + 1 if until else 0
             backup = path.with_name(backup_notebook_name(path.stem))
             with Folder.open(path.parent) as folder:  # never through a link the kernel made
                 folder.write_atomic(backup.name, [folder.read_bytes(path.name)])
-            entry.update(dropped_cells=len(cells) - keep, backup=backup.name)
-            cells = cells[:keep]
+            kept = _kept(cells, positions, until)
+            entry.update(dropped_cells=len(cells) - len(kept), backup=backup.name)
+            cells = [cells[i] for i in kept]
         positions = positions[:until]
     code_cells = [nb.cells[i] for i in positions]
     for cell in code_cells:
@@ -104,3 +105,12 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     recording.restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
     if failed:
         log.warning("resume of %s: re-run cells %s failed", path, failed)
+
+
+def _kept(cells: list[dict[str, Any]], positions: list[int], until: int) -> list[int]:
+    """The cells that still match the state after re-running the first ``until`` of
+    ``positions``: those, and every cell that does not run placed before the last of them."""
+    rerun = set(positions[:until])
+    last = max(rerun, default=-1)
+    runnable = set(positions)
+    return [i for i in range(len(cells)) if i in rerun or (i not in runnable and i <= last)]

@@ -783,3 +783,58 @@ def test_a_real_difference_in_a_final_state_is_still_reported(
     diff = report.problems[0].diff
     assert f"-{changed.strip()}" in diff
     assert f"+{recorded.strip()}" in diff
+
+
+# -- a shared notebook: cells placed in one order, run in another -----------------------------
+
+
+def _shared_notebook() -> Any:
+    """A person's cell inserted at the top and run last; a markdown cell stays put.
+
+    The order in which they ran is recorded in ``jupyter_exec.run``; the
+    execution counts agree with it (In [3] sits at the top).
+    """
+
+    def ran(count: int, source: str, text: str, by: str) -> Any:
+        cell = nbformat.v4.new_code_cell(source, execution_count=count)
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        run = {"seq": count, "by": by, **({"session": "agent"} if by == "agent" else {})}
+        cell.metadata["jupyter_exec"] = {"run": run}
+        return cell
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        ran(3, "total = base + step\nprint(total)", "12\n", "person"),
+        nbformat.v4.new_markdown_cell("The agent's part"),
+        ran(1, "base = 10\nprint(base)", "10\n", "agent"),
+        ran(2, "step = 2\nprint(step)", "2\n", "agent"),
+        ran(4, "print(total * 2)", "24\n", "agent"),
+    ]
+    return nb
+
+
+def test_run_order_sorts_only_the_cells_that_carry_one() -> None:
+    from jupyter_exec.runorder import run_order
+
+    nb = _shared_notebook()
+    assert run_order(nb.cells) == [2, 1, 3, 0, 4]
+    del nb.cells[4].metadata["jupyter_exec"]  # a cell nobody saw run keeps its place
+    assert run_order(nb.cells) == [2, 1, 3, 0, 4]
+    for cell in nb.cells:
+        cell.metadata.pop("jupyter_exec", None)
+    assert run_order(nb.cells) == [0, 1, 2, 3, 4]
+
+
+async def test_shared_notebook_replays_in_the_order_its_cells_ran(tmp_path: Path) -> None:
+    notebook = tmp_path / "shared.ipynb"
+    nbformat.write(_shared_notebook(), notebook)
+    seen: list[CellResult] = []
+    report = await replay_async(notebook, timeout=60, on_cell=seen.append)
+    assert report.reproduced, report.to_markdown()
+    assert [c.number for c in seen] == [3, 2, 4, 1, 5]
+    assert [c.status for c in seen] == ["same", "skipped", "same", "same", "same"]
+    # The execution counts are out of placed order, but the recorded order was followed.
+    assert not any("out of order" in w for w in report.warnings)
+    assert report.output is not None
+    replayed = nbformat.read(report.output, as_version=4)
+    assert replayed.cells[0].source == "base = 10\nprint(base)"

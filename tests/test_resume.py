@@ -165,3 +165,45 @@ def test_resume_until_keeps_a_backup_of_the_full_record(notebook: Path) -> None:
     resumed = json.loads(notebook.read_text())["metadata"]["jupyter_exec"]["resumed"][-1]
     assert resumed["backup"] == backups[0].name
     assert resumed["dropped_cells"] > 0
+
+
+def _ran(count: int, source: str, by: str) -> Any:
+    cell = nbformat.v4.new_code_cell(source, execution_count=count)
+    cell.metadata["jupyter_exec"] = {"run": {"seq": count, "by": by}}
+    return cell
+
+
+def test_resume_follows_the_recorded_run_order(tmp_path: Path, read_notebook: Any) -> None:
+    # A person's cell placed at the top ran last: resuming top to bottom would fail on it.
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _ran(3, "total = base + step", "person"),
+        nbformat.v4.new_markdown_cell("notes"),
+        _ran(1, "base = 10", "agent"),
+        _ran(2, "step = 2", "agent"),
+    ]
+    notebook = tmp_path / "shared.ipynb"
+    nbformat.write(nb, notebook)
+    with Session.resume(notebook, timeout=60) as session:
+        assert [e.code for e in session.resumed] == ["base = 10", "step = 2", "total = base + step"]
+        assert all(e.ok for e in session.resumed)
+        assert session.execute("total").text == "12"
+    cells = read_notebook(notebook).cells
+    assert cells[-1].metadata.jupyter_exec.run.seq == 4  # numbering goes on after the record's
+    assert cells[-1].metadata.jupyter_exec.run.by == "agent"
+
+
+def test_resume_until_in_run_order_keeps_what_ran(tmp_path: Path, read_notebook: Any) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _ran(3, "total = base + step", "person"),
+        nbformat.v4.new_markdown_cell("notes"),
+        _ran(1, "base = 10", "agent"),
+        _ran(2, "step = 2", "agent"),
+    ]
+    notebook = tmp_path / "shared.ipynb"
+    nbformat.write(nb, notebook)
+    with Session.resume(notebook, until=2, timeout=60) as session:
+        assert [e.code for e in session.resumed] == ["base = 10", "step = 2"]
+    kept = [c.source for c in read_notebook(notebook).cells]
+    assert kept == ["notes", "base = 10", "step = 2"]

@@ -13,21 +13,30 @@ whose ``busy`` status has been seen and whose ``idle`` has not, whoever sent
 them. Other requests' status messages do not touch it. What no one can see
 is a request on its way to the kernel: it counts from the kernel's first
 ``busy``, a few milliseconds after the request is sent.
+
+The same messages tell what a person ran: :meth:`KernelActivity.watch_runs`
+reports each execute request that another client (JupyterLab) sent, with
+its code and execution count, when it ends, so the session's notebook can
+note its place in the run order (:mod:`jupyter_exec.runorder`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.session import Session
+
+from jupyter_exec.runorder import PersonRun
 
 __all__ = ["KernelActivity"]
 
 log = logging.getLogger("jupyter_exec.server")
 
 _RESTART_STATES = frozenset({"starting", "restarting", "dead"})
+_MAX_FOLLOWED = 64  # a person's requests followed at once (they run one after another)
 
 
 class KernelActivity:
@@ -45,6 +54,18 @@ class KernelActivity:
         self._running: dict[str, str | None] = {}  # execute msg_id -> its subshell (None: main)
         self.last_activity: float | None = None
         """``time.monotonic()`` of the last message about an execute request, if any."""
+        self._own: str | None = None  # the session's own client: its requests are not a person's
+        self._on_run: Callable[[PersonRun], None] | None = None
+        self._others: dict[str, dict[str, Any]] = {}  # a person's msg_id -> what was seen
+
+    def watch_runs(self, own_session: str, on_run: Callable[[PersonRun], None]) -> None:
+        """Call ``on_run`` as each execute request not sent by ``own_session`` ends.
+
+        ``own_session`` is the session id in the headers of the agent's own
+        requests (its kernel client's); every other client is a person.
+        Silent requests are not reported: the kernel shows no code for them.
+        """
+        self._own, self._on_run = own_session, on_run
 
     @property
     def busy(self) -> bool:
@@ -78,6 +99,7 @@ class KernelActivity:
         if stream is not None and not stream.closed():
             stream.close()
         self._running.clear()
+        self._others.clear()
 
     def _on_message(self, frames: list[Any]) -> None:
         assert self._session is not None
@@ -88,17 +110,24 @@ class KernelActivity:
             return
         self.observe(msg)
 
-    def observe(self, msg: dict[str, Any]) -> None:
-        """Account for one IOPub message (header, parent header and, for status, content)."""
-        parent = msg.get("parent_header") or {}
-        if msg["header"]["msg_type"] != "status":
-            if parent.get("msg_type") == "execute_request":
-                self.last_activity = time.monotonic()
-            return
+    def _content(self, msg: dict[str, Any]) -> dict[str, Any]:
         content = msg.get("content")
         if not isinstance(content, dict):  # deserialized without content: decode it now
             assert self._session is not None
             content = self._session.unpack(getattr(content, "bytes", content))
+        return content if isinstance(content, dict) else {}
+
+    def observe(self, msg: dict[str, Any]) -> None:
+        """Account for one IOPub message (header, parent header and, for status, content)."""
+        parent = msg.get("parent_header") or {}
+        kind = msg["header"]["msg_type"]
+        if self._on_run is not None and parent.get("msg_type") == "execute_request":
+            self._note_other(msg, kind, parent)
+        if kind != "status":
+            if parent.get("msg_type") == "execute_request":
+                self.last_activity = time.monotonic()
+            return
+        content = self._content(msg)
         state = content.get("execution_state")
         if state in _RESTART_STATES and parent.get("msg_type") != "execute_request":
             self._running.clear()  # a new kernel process: nothing of the old one runs
@@ -118,3 +147,30 @@ class KernelActivity:
             self._running[msg_id] = subshell
         elif state == "idle":
             self._running.pop(msg_id, None)
+
+    def _note_other(self, msg: dict[str, Any], kind: str, parent: dict[str, Any]) -> None:
+        """Follow a person's execute request: its code, whether it failed, its end."""
+        msg_id = parent.get("msg_id")
+        if parent.get("session") == self._own or not isinstance(msg_id, str):
+            return
+        if kind == "execute_input":
+            content = self._content(msg)
+            count = content.get("execution_count")
+            self._others[msg_id] = {
+                "code": str(content.get("code", "")),
+                "count": count if isinstance(count, int) else None,
+                "ok": True,
+                "user": str(parent.get("username") or ""),
+            }
+            while len(self._others) > _MAX_FOLLOWED:  # idles lost in a flood: drop the oldest
+                del self._others[next(iter(self._others))]
+        elif kind == "error" and msg_id in self._others:
+            self._others[msg_id]["ok"] = False
+        elif kind == "status" and self._content(msg).get("execution_state") == "idle":
+            seen = self._others.pop(msg_id, None)
+            if seen is not None and self._on_run is not None:
+                run = PersonRun(seen["code"], seen["count"], seen["ok"], seen["user"])
+                try:
+                    self._on_run(run)
+                except Exception:  # the notebook's bookkeeping must not stop the watching
+                    log.warning("could not note a person's cell in the run order", exc_info=True)

@@ -17,10 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.models import Execution
 from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.server import live
 from jupyter_exec.server.activity import KernelActivity
 from jupyter_exec.server.recorder import MergingRecorder
-from jupyter_exec.session import AsyncSession, Backend
+from jupyter_exec.session import AsyncSession, Backend, OutputCallback
 
 if TYPE_CHECKING:
     from jupyter_exec.kernel import KernelHandle
@@ -63,6 +65,26 @@ class ServerAsyncSession(AsyncSession):
             log.info("jupyter-exec: kernel messages cannot be watched; using the server's state")
         return self
 
+    async def _execute(
+        self,
+        kernel: Any,
+        code: str,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        *,
+        record: bool = True,
+    ) -> Execution:
+        """One cell, shown live in the notebook a person has open (see server/live.py)."""
+
+        def run(output: OutputCallback | None) -> Awaitable[Execution]:
+            return super(ServerAsyncSession, self)._execute(
+                kernel, code, timeout, output, record=record
+            )
+
+        if not record:  # a resume re-running recorded cells: nothing to show
+            return await run(on_output)
+        return await live.run_cell(self, code, on_output, run)
+
     @property
     def handle(self) -> KernelHandle | None:
         """The kernel serving the session now (a fork's, an undo's, or the first one)."""
@@ -73,6 +95,7 @@ class ServerAsyncSession(AsyncSession):
         self.activity.close()
         self.server_kernel = server_kernel
         self.activity = KernelActivity(server_kernel)
+        live.watch_person_runs(self)  # the run order goes on across the swap
         self.activity.start()
 
     @property

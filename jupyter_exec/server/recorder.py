@@ -15,7 +15,16 @@ The rule, applied on every save by the agent:
   never written before is appended at the end, in execution order.
 
 So the agent's record is never lost (a person can't delete an agent cell for
-good, but can edit it), and a person's work is never overwritten. The file
+good, but can edit it), and a person's work is never overwritten.
+
+When the notebook is open in JupyterLab with real-time collaboration, the
+same rule is applied to the shared document instead of the file (see
+:mod:`jupyter_exec.server.live`): :attr:`MergingRecorder.live` writes there,
+and the collaboration room saves the file.
+
+Cells a person runs on the session's kernel take their place in the run
+order (:mod:`jupyter_exec.runorder`): :meth:`MergingRecorder.person_ran`
+numbers them, and each save stamps the person's cells it can match. The file
 is still written atomically (temp + rename), and read and written without
 following links (see :mod:`jupyter_exec.recorder`). JupyterLab notices the newer file
 when the person next saves and asks whether to overwrite it or revert to the
@@ -26,12 +35,13 @@ the notebook) puts back any agent cell the person's save left out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.exceptions import NotebookError, WorkDirError
 from jupyter_exec.recorder import (
     NBFORMAT_MINOR,
     NotebookRecorder,
@@ -39,8 +49,9 @@ from jupyter_exec.recorder import (
     file_stamp,
     split_lines,
 )
+from jupyter_exec.runorder import PersonRun, match_runs
 
-__all__ = ["MergingRecorder"]
+__all__ = ["LiveDocument", "MergingRecorder"]
 
 log = logging.getLogger("jupyter_exec.server")
 
@@ -52,6 +63,21 @@ class _Slot:
     cell_id: str | None
     verbatim: str | None = None
     """The cell's JSON as found on disk; ``None`` for an agent cell rendered from memory."""
+    cell: dict[str, Any] | None = None
+    """The verbatim cell as read (so a person's run can be stamped on it)."""
+
+
+class LiveDocument(Protocol):
+    """Where the cells go while the notebook is open in a collaborative room."""
+
+    def write(self, recorder: MergingRecorder) -> bool:
+        """Apply the two-writers rule to the shared document; False if it is not open."""
+
+    def stamp(self, runs: list[tuple[int, PersonRun]], agent: set[str]) -> None:
+        """Stamp the person's cells in the shared document with their runs."""
+
+    def close(self) -> None:
+        """The session ends: leave the document (the agent's presence goes)."""
 
 
 class MergingRecorder(NotebookRecorder):
@@ -63,6 +89,92 @@ class MergingRecorder(NotebookRecorder):
         self._disk_metadata: dict[str, Any] | None = None
         self._written: set[str] = set()
         self._dirty: set[str] = set()
+        self.live: LiveDocument | None = None
+        """The shared document, when collaboration is installed (see :mod:`.live`)."""
+        self._person_runs: list[tuple[int, PersonRun]] = []  # (seq, run), in run order
+        self._pending: list[PersonRun] = []  # seen while an agent cell was running
+        self._agent_running = False
+
+    # -- what the shared document needs to know ----------------------------------------
+
+    @property
+    def written(self) -> set[str]:
+        """Ids of the agent cells written out before (a missing one was deleted by someone)."""
+        return self._written
+
+    @property
+    def person_runs(self) -> list[tuple[int, PersonRun]]:
+        """The runs of a person's cells seen so far, as (seq, run), in run order."""
+        return self._person_runs
+
+    @property
+    def changed(self) -> set[str]:
+        """Ids of the agent cells changed since the last save, or never saved."""
+        new = {i for c in self._cells if (i := c.get("id")) and i not in self._written}
+        return self._dirty | new
+
+    # -- the run order -----------------------------------------------------------------
+
+    def cell_started(self) -> None:
+        """An agent cell starts: a person's cell seen ending now may have run before it."""
+        self._agent_running = True
+
+    def cell_finished(self) -> None:
+        """The agent cell ended (recorded or not): number what waited for it."""
+        self._agent_running = False
+        pending, self._pending = self._pending, []
+        for run in pending:
+            self._number(run)
+
+    def next_run_seq(self, execution_count: int | None = None) -> int:
+        """The agent cell's place; a person's cell the kernel ran before it comes first."""
+        before = [
+            r
+            for r in self._pending
+            if None not in (r.execution_count, execution_count)
+            and r.execution_count < execution_count  # type: ignore[operator]
+        ]
+        for run in before:
+            self._number(run)
+        self._pending = [r for r in self._pending if r not in before]
+        return super().next_run_seq(execution_count)
+
+    def person_ran(self, run: PersonRun) -> None:
+        """A person's cell ran on the kernel: give it its place in the run order."""
+        if self._agent_running:  # it may have run before the agent's cell: wait for that one
+            self._pending.append(run)
+        else:
+            self._number(run)
+
+    def _number(self, run: PersonRun) -> None:
+        self._person_runs.append((super().next_run_seq(run.execution_count), run))
+        if self.live is not None:
+            self.live.stamp(self._person_runs, {c["id"] for c in self._cells})
+
+    def _stamp_layout(self) -> bool:
+        """Stamp the person's cells in the file layout with their runs; True if any changed."""
+        if not self._person_runs or self._layout is None:
+            return False
+        slots = [s for s in self._layout if s.cell is not None]
+        stamps = match_runs(
+            [s.cell for s in slots if s.cell is not None],
+            self._person_runs,
+            {c["id"] for c in self._cells},
+        )
+        changed = False
+        for position, stamp in stamps.items():
+            slot = slots[position]
+            assert slot.cell is not None
+            metadata = slot.cell.setdefault("metadata", {})
+            ours = metadata.get("jupyter_exec")
+            ours = dict(ours) if isinstance(ours, dict) else {}
+            if ours.get("run") == stamp:
+                continue
+            ours["run"] = stamp
+            metadata["jupyter_exec"] = ours
+            slot.verbatim = _dumps(split_lines(slot.cell), "  ")
+            changed = True
+        return changed
 
     # -- bookkeeping of what changed on our side ---------------------------------------
 
@@ -108,10 +220,11 @@ class MergingRecorder(NotebookRecorder):
             text = _dumps(split_lines(cell), "  ")
             if cid is not None and cid in ours:
                 present.add(cid)
-                if cid in self._dirty or text == self._json[ours[cid]]:
+                fresh = cid in self._dirty or cid not in self._written  # ours is newer
+                if fresh or text == self._json[ours[cid]]:
                     layout.append(_Slot(cid))
                     continue
-            layout.append(_Slot(cid, text))
+            layout.append(_Slot(cid, text, cell))
         # Agent cells the file lacks: restored after their predecessor, or appended if new.
         for index, cell in enumerate(self._cells):
             cid = cell.get("id")
@@ -180,13 +293,42 @@ class MergingRecorder(NotebookRecorder):
         return [text.encode("utf-8")]
 
     def save(self) -> None:
-        """Merge with the file if someone else changed it, then write atomically."""
-        if self.changed_on_disk() and self._stamp is not None:
-            self._merge_from_disk()
-        self._extend_layout()
-        super().save()  # also records the file's new stamp
+        """Merge with the file if someone else changed it, then write atomically.
+
+        While the notebook is open in a collaborative room, the cells go into
+        its shared document instead, and the room writes the file.
+        """
+        if self.live is None or not self.live.write(self):
+            if self.changed_on_disk() and self._stamp is not None:
+                self._merge_from_disk()
+            self._extend_layout()
+            self._stamp_layout()
+            super().save()  # also records the file's new stamp
         self._written.update(c["id"] for c in self._cells if "id" in c)
         self._dirty.clear()
+
+    def close(self) -> None:
+        """Leave the shared document; write what the file still lacks (agent cells, runs)."""
+        live, self.live = self.live, None
+        if live is not None:
+            live.close()
+        with contextlib.suppress(NotebookError):
+            if self._stale_on_disk():
+                self.save()
+        super().close()
+
+    def _stale_on_disk(self) -> bool:
+        """The file lacks an agent cell, or a person's run that could be stamped on it."""
+        if not self.changed_on_disk():
+            return bool(self.changed)
+        disk = self._read_disk()
+        if disk is None:
+            return False
+        on_disk = {c.get("id") for c in disk["cells"] if isinstance(c, dict)}
+        if any(c.get("id") not in on_disk for c in self._cells):
+            return True
+        self._merge_from_disk()
+        return self._stamp_layout()
 
     def resync(self) -> bool:
         """After someone else saved the file: put back agent cells it lacks. True if rewritten.

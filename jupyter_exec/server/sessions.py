@@ -56,6 +56,7 @@ from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import MAX_UNDO_STEPS
 from jupyter_exec.recorder import read_notebook
+from jupyter_exec.server import live
 from jupyter_exec.server.approvals import Approvals
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.branches import Branches
@@ -290,6 +291,7 @@ class ServerSessions(Branches):
         session.network_proxy = proxy
         try:
             await session.start()
+            live.attach(session, self.serverapp, notebook_api)
             model = await self.serverapp.session_manager.create_session(
                 path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
             )

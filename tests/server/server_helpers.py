@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import yaml
+from jupyter_client.session import Session
 
 ENABLE_FILE = (
     Path(__file__).parents[2] / "server_extension" / "jupyter_server_config.d" / "jupyter_exec.json"
@@ -139,8 +141,8 @@ class JupyterProcess:
             (target / ENABLE_FILE.name).write_bytes(ENABLE_FILE.read_bytes())
         self._log = self.log.open("wb")
         self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT
-        )
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.workdir
+        )  # (in workdir: what a server writes beside itself, e.g. a collaboration store)
         self.wait_ready()
         return self
 
@@ -174,3 +176,35 @@ class JupyterProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+
+# -- a notebook two people share (test_live_cells, test_merge) -------------------------------
+
+
+def run_of(cell: dict[str, Any]) -> dict[str, Any] | None:
+    return (cell.get("metadata") or {}).get("jupyter_exec", {}).get("run")
+
+
+def on_disk(root: Path, path: str) -> dict[str, Any]:
+    """The notebook file, validated; no cells while the room is caught writing it in place."""
+    try:
+        nb = nbformat.read(root / path, as_version=4)
+    except (nbformat.reader.NotJSONError, ValueError):
+        return {"cells": []}
+    nbformat.validate(nb)
+    return dict(nb)
+
+
+async def run_as_person(serverapp: Any, kernel_id: str, code: str) -> dict[str, Any]:
+    """Run ``code`` on the agent's kernel from another client (as JupyterLab does); the reply."""
+    km = serverapp.kernel_manager.get_kernel(kernel_id)
+    kc = km.client(session=Session(key=km.session.key, username="ada"))
+    kc.start_channels()
+    try:
+        msg_id = kc.execute(code)
+        while True:
+            reply = await kc.get_shell_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return dict(reply["content"])
+    finally:
+        kc.stop_channels()

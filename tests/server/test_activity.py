@@ -81,3 +81,41 @@ def test_a_kernel_without_iopub_is_not_watched() -> None:
     assert activity.start() is False
     assert not activity.busy
     activity.close()
+
+
+def message(kind: str, parent_id: str, session: str, **content: Any) -> Any:
+    return {
+        "header": {"msg_type": kind},
+        "parent_header": {
+            "msg_type": "execute_request",
+            "msg_id": parent_id,
+            "session": session,
+            "username": "ada",
+        },
+        "content": content,
+    }
+
+
+def test_a_persons_runs_are_reported_when_they_end_and_the_agents_are_not() -> None:
+    from jupyter_exec.runorder import PersonRun
+
+    activity = KernelActivity(kernel=None)
+    runs: list[PersonRun] = []
+    activity.watch_runs("agent-client", runs.append)
+    for msg_id, session, code, fails in [
+        ("a1", "agent-client", "x = 1", False),
+        ("p1", "lab-client", "y = x + 1", False),
+        ("p2", "lab-client", "1 / 0", True),
+    ]:
+        activity.observe(status("busy", "execute_request", msg_id, session=session))
+        activity.observe(message("execute_input", msg_id, session, code=code, execution_count=7))
+        if fails:
+            activity.observe(message("error", msg_id, session, ename="ZeroDivisionError"))
+        assert runs == ([PersonRun("y = x + 1", 7, True, "ada")] if msg_id == "p2" else [])
+        activity.observe(status("idle", "execute_request", msg_id, session=session))
+    assert runs == [PersonRun("y = x + 1", 7, True, "ada"), PersonRun("1 / 0", 7, False, "ada")]
+    assert not activity.busy
+    # A request the kernel showed no code for (silent) is no run of anyone's.
+    activity.observe(status("busy", "execute_request", "p3", session="lab-client"))
+    activity.observe(status("idle", "execute_request", "p3", session="lab-client"))
+    assert len(runs) == 2

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+from server_helpers import on_disk, run_as_person, run_of
 
 from jupyter_exec.recorder import new_cell_id
+from jupyter_exec.runorder import PersonRun, match_runs
+from jupyter_exec.server.live import collaboration
 from jupyter_exec.server.recorder import MergingRecorder
 
 META = {"language_info": {"name": "python"}, "jupyter_exec": {"session": "t"}}
@@ -144,3 +147,75 @@ async def test_person_saving_through_the_server_keeps_agent_cells(api, jp_fetch,
         "written by the person",
         "c = b",
     ]
+
+
+# -- the run order, without collaboration ---------------------------------------------------
+
+
+def test_a_persons_run_seen_during_an_agent_cell_is_placed_by_execution_count(
+    tmp_path: Path,
+) -> None:
+    rec = MergingRecorder(tmp_path / "s.ipynb", META)
+    rec.save()
+    rec.cell_started()
+    rec.person_ran(PersonRun("early = 1", 4, True))  # ran before the agent's In [5]
+    rec.person_ran(PersonRun("late = 1", 6, True))  # queued behind it
+    assert rec.person_runs == []
+    assert rec.next_run_seq(5) == 2
+    rec.cell_finished()
+    assert [(seq, run.code) for seq, run in rec.person_runs] == [(1, "early = 1"), (3, "late = 1")]
+    rec.person_ran(PersonRun("after = 1", 7, True))  # no agent cell running: numbered at once
+    assert rec.person_runs[-1][0] == 4
+
+
+def test_match_runs_prefers_the_shown_count_and_a_cells_first_good_run() -> None:
+    cells = [
+        {"cell_type": "code", "id": "p1", "source": "x = 1", "execution_count": None},
+        {"cell_type": "code", "id": "p2", "source": "x = 1", "execution_count": 9},
+        {"cell_type": "code", "id": "a1", "source": "y = x", "execution_count": 3},
+        {"cell_type": "code", "id": "p3", "source": "y = x", "execution_count": 5},
+    ]
+    runs = [
+        (1, PersonRun("x = 1", 9, True)),
+        (2, PersonRun("y = x", 5, False)),
+        (4, PersonRun("y = x", 8, True)),
+        (6, PersonRun("y = x", 10, True, "ada")),
+    ]
+    stamps = match_runs(cells, runs, skip={"a1"})
+    assert stamps == {1: {"seq": 1, "by": "person"}, 3: {"seq": 4, "by": "person"}}
+
+
+async def test_without_collaboration_a_persons_run_is_stamped_in_the_file(
+    api: Any, session: dict[str, Any], jp_serverapp: Any, jp_fetch: Any, root: Path
+) -> None:
+    # No collaboration on this server: the person works through the contents API (JupyterLab
+    # without real-time collaboration), and the session writes the file, merging.
+    assert collaboration(jp_serverapp) is None
+    path, sid = session["notebook"]["path"], session["id"]
+    assert (await api("POST", "sessions", sid, "execute", body={"code": "base = 10"}))[0] == 200
+    model = json.loads((await jp_fetch("api", "contents", path)).body)["content"]
+    person = "total = base * 2"
+    model["cells"].insert(0, dict(nbformat.v4.new_code_cell(person)))
+    body = json.dumps({"type": "notebook", "format": "json", "content": model})
+    await jp_fetch("api", "contents", path, method="PUT", body=body)
+    assert (await run_as_person(jp_serverapp, session["kernel"]["id"], person))["status"] == "ok"
+    _, execution = await api("POST", "sessions", sid, "execute", body={"code": "total"})
+    assert execution["text"] == "20"
+    saved = on_disk(root, path)["cells"]
+    assert [c["source"] for c in saved] == [person, "base = 10", "total"]
+    assert [(run_of(c) or {}).get("by") for c in saved] == ["person", "agent", "agent"]
+    assert [(run_of(c) or {}).get("seq") for c in saved] == [2, 1, 3]
+
+
+def test_the_extension_imports_no_collaboration_package_until_a_room_is_found() -> None:
+    # Without jupyter-collaboration installed the extension must load and run as before.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jupyter_exec.server.app, jupyter_exec.server.live\n"
+        "names = ('pycrdt', 'jupyter_ydoc', 'jupyter_server_ydoc')\n"
+        "loaded = [m for m in names if m in sys.modules]\n"
+        "assert not loaded, loaded"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
