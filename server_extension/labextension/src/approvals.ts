@@ -1,0 +1,88 @@
+/**
+ * Pending network approvals: a kernel asked to reach a host its session's policy
+ * does not allow yet, and a person decides.  Shown only when the server has the
+ * approvals route (GET /api/exec/approvals); each item has Allow and Deny.
+ */
+import { IApproval } from './api';
+
+function field(approval: IApproval, ...names: string[]): string {
+  for (const name of names) {
+    const value = approval[name];
+    if (typeof value === 'string' && value) {
+      return value;
+    }
+    if (typeof value === 'number') {
+      return String(value);
+    }
+    if (value && typeof value === 'object' && typeof (value as any).name === 'string') {
+      return (value as any).name;
+    }
+  }
+  return '';
+}
+
+/** "GET https://pypi.org/simple", "pypi.org:443", or the raw JSON when the shape is unknown. */
+export function describe(approval: IApproval): string {
+  const method = field(approval, 'method');
+  const url = field(approval, 'url');
+  const host = field(approval, 'host', 'hostname', 'destination', 'target');
+  const port = field(approval, 'port');
+  const where = url || (host ? (port ? `${host}:${port}` : host) : '');
+  if (!where) {
+    const { id: _id, ...rest } = approval;
+    return JSON.stringify(rest);
+  }
+  return method ? `${method} ${where}` : where;
+}
+
+/** Which session asked, by name when the server says it. */
+export function requester(approval: IApproval): string {
+  return field(approval, 'session_name', 'session', 'session_id');
+}
+
+/** Renders the approvals into `list`, each with its two buttons. */
+export function renderApprovals(
+  list: HTMLElement,
+  approvals: IApproval[],
+  decide: (approval: IApproval, allow: boolean) => void
+): void {
+  const wanted = new Set(approvals.map(a => a.id));
+  for (const child of Array.from(list.children) as HTMLElement[]) {
+    if (!wanted.has(child.dataset.approvalId ?? '')) {
+      child.remove();
+    }
+  }
+  const shown = new Set(
+    (Array.from(list.children) as HTMLElement[]).map(c => c.dataset.approvalId)
+  );
+  for (const approval of approvals) {
+    if (shown.has(approval.id)) {
+      continue;
+    }
+    const item = document.createElement('li');
+    item.className = 'jp-ExecSessions-approval';
+    item.dataset.approvalId = approval.id;
+    const text = document.createElement('div');
+    text.className = 'jp-ExecSessions-approvalText';
+    const who = requester(approval);
+    text.textContent = who ? `${who}: ${describe(approval)}` : describe(approval);
+    const bar = document.createElement('div');
+    bar.className = 'jp-ExecSessions-actions';
+    for (const [label, allow] of [
+      ['Allow', true],
+      ['Deny', false]
+    ] as Array<[string, boolean]>) {
+      const button = document.createElement('button');
+      button.className = `jp-Button jp-mod-styled ${allow ? 'jp-mod-accept' : 'jp-mod-warn'}`;
+      button.dataset.action = allow ? 'allow' : 'deny';
+      button.textContent = label;
+      button.addEventListener('click', () => {
+        item.querySelectorAll('button').forEach(b => (b.disabled = true));
+        decide(approval, allow);
+      });
+      bar.appendChild(button);
+    }
+    item.append(text, bar);
+    list.appendChild(item);
+  }
+}
