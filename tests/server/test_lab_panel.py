@@ -233,6 +233,8 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
             flag = lab.root / session["work_dir"] / "running.flag"
             _wait_until(flag.exists, "the long cell to start")
             page.screenshot(path=ARTIFACTS / "panel-2-busy.png")
+            close_up = {"x": 0, "y": 0, "width": 640, "height": 360}
+            page.screenshot(path=ARTIFACTS / "panel-2-busy-close-up.png", clip=close_up)
 
             # Interrupt from the panel: the agent's call returns interrupted, the kernel idles.
             row.locator("button[data-action='interrupt']").click()
