@@ -287,6 +287,9 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
             forgot = agent("POST", f"/{new_id}/execute", code="handed")
             assert forgot["error"]["ename"] == "NameError", forgot
 
+            # Forks and network approvals: shown where the server has them, absent otherwise.
+            _check_forks_and_approvals(lab, agent, panel, sid, expect)
+
             # Shut the agent's session down from the panel (after a confirmation).
             row.locator("button[data-action='shutdown']").click()
             page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
@@ -300,6 +303,41 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
         finally:
             browser.close()
     agent("DELETE", f"/{new_id}", expect=204)
+
+
+def _check_forks_and_approvals(
+    lab: JupyterProcess, agent: Agent, panel: Any, sid: str, expect: Any
+) -> None:
+    """No pending approval: no approvals section. Forks: the button and the tree, if served.
+
+    The fork and approval routes come with other work; until the server has them the panel
+    must simply not offer them (a 404 is no error), and once it has them this checks the tree.
+    """
+    row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
+    approvals = requests.get(f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30)
+    assert approvals.status_code in (200, 404), approvals.text
+    if approvals.status_code == 404 or not approvals.json():
+        expect(panel.locator(".jp-ExecSessions-approvals")).to_be_hidden()
+    model = agent("GET", f"/{sid}")
+    if not {"forks", "parent", "parent_id"} & set(model):
+        expect(row.locator("button[data-action='fork']")).to_be_hidden()
+        return
+    expect(row.locator("button[data-action='fork']")).to_be_visible()
+    forked = requests.post(
+        f"{lab.url}/api/exec/sessions/{sid}/fork", json={}, headers=lab.headers, timeout=300
+    )
+    assert forked.ok, forked.text
+
+    def parent(s: dict[str, Any]) -> Any:
+        ref = s.get("parent") or s.get("parent_id")
+        return ref.get("id") if isinstance(ref, dict) else ref
+
+    children = [s["id"] for s in agent("GET") if parent(s) == sid]
+    assert children, agent("GET")
+    child = panel.locator(f".jp-ExecSessions-item[data-session-id='{children[0]}']")
+    expect(child).to_have_attribute("data-depth", "1", timeout=30_000)
+    for fork in children:
+        agent("DELETE", f"/{fork}", expect=204)
 
 
 def _wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
