@@ -16,10 +16,12 @@ const output = resolve(here, meta.jupyterlab.outputDir);
 const core = mkdtempSync(join(tmpdir(), 'jupyter-exec-core-'));
 try {
   // The builder reads the core's package.json from a folder: give it the pinned snapshot.
-  copyFileSync(require.resolve('@jupyterlab/core-meta/core.package.json'), join(core, 'package.json'));
+  const snapshot = require.resolve('@jupyterlab/core-meta/core.package.json');
+  copyFileSync(snapshot, join(core, 'package.json'));
   rmSync(output, { recursive: true, force: true });
   const builder = require.resolve('@jupyterlab/builder/lib/build-labextension.js');
-  const run = spawnSync(process.execPath, [builder, '--core-path', core, here], { stdio: 'inherit' });
+  const args = [builder, '--core-path', core, here];
+  const run = spawnSync(process.execPath, args, { stdio: 'inherit' });
   if (run.status !== 0) {
     process.exit(run.status ?? 1);
   }

@@ -40,11 +40,14 @@ export function requester(approval: IApproval): string {
   return field(approval, 'session_name', 'session', 'session_id');
 }
 
-/** Renders the approvals into `list`, each with its two buttons. */
+/**
+ * Renders the approvals into `list`, each with its two buttons; `decide` resolves to
+ * whether the server took the decision. Items already shown are kept as they are.
+ */
 export function renderApprovals(
   list: HTMLElement,
   approvals: IApproval[],
-  decide: (approval: IApproval, allow: boolean) => void
+  decide: (approval: IApproval, allow: boolean) => Promise<boolean>
 ): void {
   const wanted = new Set(approvals.map(a => a.id));
   for (const child of Array.from(list.children) as HTMLElement[]) {
@@ -77,8 +80,13 @@ export function renderApprovals(
       button.dataset.action = allow ? 'allow' : 'deny';
       button.textContent = label;
       button.addEventListener('click', () => {
-        item.querySelectorAll('button').forEach(b => (b.disabled = true));
-        decide(approval, allow);
+        const buttons = Array.from(item.querySelectorAll('button'));
+        buttons.forEach(b => (b.disabled = true)); // one decision per request
+        void decide(approval, allow).then(done => {
+          if (!done) {
+            buttons.forEach(b => (b.disabled = false)); // refused: the person may try again
+          }
+        });
       });
       bar.appendChild(button);
     }

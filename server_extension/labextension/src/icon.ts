@@ -1,4 +1,4 @@
-/** The panel's sidebar icon: a notebook page with a play mark, drawn in JupyterLab's icon colours. */
+/** The panel's sidebar icon: a page with a play mark, in JupyterLab's icon colours. */
 import { LabIcon } from '@jupyterlab/ui-components';
 
 const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0 0 24 24">

@@ -9,7 +9,13 @@
  * server push would add a long-lived connection per open panel for a state
  * that a person reads at human speed.
  */
-import { Clipboard, Dialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import {
+  Clipboard,
+  Dialog,
+  Notification,
+  showDialog,
+  showErrorMessage
+} from '@jupyterlab/apputils';
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
@@ -80,11 +86,11 @@ export class SessionsPanel extends Widget implements IRowActions {
   // -- actions (IRowActions) -------------------------------------------------------
 
   open(session: ISession): void {
-    this._run('Cannot open the notebook', () => this._open(session.notebook.path));
+    void this._run('Cannot open the notebook', () => this._open(session.notebook.path));
   }
 
   interrupt(session: ISession): void {
-    this._run('Cannot interrupt', () => this._api.interrupt(session.id));
+    void this._run('Cannot interrupt', () => this._api.interrupt(session.id));
   }
 
   restart(session: ISession): void {
@@ -122,7 +128,7 @@ export class SessionsPanel extends Widget implements IRowActions {
   }
 
   fork(session: ISession): void {
-    this._run('Cannot fork', () => this._api.fork(session.id));
+    void this._run('Cannot fork', () => this._api.fork(session.id));
   }
 
   copyId(session: ISession): void {
@@ -162,7 +168,8 @@ export class SessionsPanel extends Widget implements IRowActions {
     form.addEventListener('submit', event => {
       event.preventDefault();
       start.disabled = true;
-      const body = { backend: backend.value, ...(name.value.trim() ? { name: name.value.trim() } : {}) };
+      const given = name.value.trim();
+      const body = { backend: backend.value, ...(given ? { name: given } : {}) };
       this._api
         .createSession(body)
         .then(session => {
@@ -278,16 +285,26 @@ export class SessionsPanel extends Widget implements IRowActions {
     return result.button.accept;
   }
 
-  /** Do `work`, say `done` if given, look at the listing again; a failure is shown. */
-  private _run(title: string, work: () => Promise<unknown>, done?: string): void {
-    work()
-      .then(() => {
-        if (done) {
-          Notification.success(done, { autoClose: 4000 });
-        }
-        return this._poll.refresh();
-      })
-      .catch(error => showErrorMessage(title, error));
+  /**
+   * Do `work`, say `done` if given, look at the listing again; a failure is shown.
+   * Resolves to whether the work succeeded.
+   */
+  private async _run(
+    title: string,
+    work: () => Promise<unknown>,
+    done?: string
+  ): Promise<boolean> {
+    try {
+      await work();
+    } catch (error) {
+      void showErrorMessage(title, error as Error);
+      return false;
+    }
+    if (done) {
+      Notification.success(done, { autoClose: 4000 });
+    }
+    void this._poll.refresh();
+    return true;
   }
 
   private readonly _api: ExecAPI;
