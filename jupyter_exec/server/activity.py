@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_client.session import Session
@@ -43,6 +44,7 @@ class KernelActivity:
         self._stream: Any = None
         self._session: Session | None = None
         self._running: dict[str, str | None] = {}  # execute msg_id -> its subshell (None: main)
+        self._code: dict[str, tuple[str, str]] = {}  # execute msg_id -> (code, ISO start)
         self.last_activity: float | None = None
         """``time.monotonic()`` of the last message about an execute request, if any."""
 
@@ -50,6 +52,15 @@ class KernelActivity:
     def busy(self) -> bool:
         """An execute request has started on the kernel and not finished."""
         return bool(self._running)
+
+    @property
+    def running(self) -> tuple[str, str] | None:
+        """(code, ISO start time) of the cell the kernel runs now, whoever sent it.
+
+        From the kernel's ``execute_input``; the latest, when subshells run several.
+        """
+        live = [code for msg_id, code in self._code.items() if msg_id in self._running]
+        return live[-1] if live else None
 
     def start(self) -> bool:
         """Subscribe to the kernel's IOPub; ``False`` if this kernel offers no such channel."""
@@ -78,6 +89,7 @@ class KernelActivity:
         if stream is not None and not stream.closed():
             stream.close()
         self._running.clear()
+        self._code.clear()
 
     def _on_message(self, frames: list[Any]) -> None:
         assert self._session is not None
@@ -89,19 +101,20 @@ class KernelActivity:
         self.observe(msg)
 
     def observe(self, msg: dict[str, Any]) -> None:
-        """Account for one IOPub message (header, parent header and, for status, content)."""
+        """Account for one IOPub message (header, parent header; content for status and input)."""
         parent = msg.get("parent_header") or {}
-        if msg["header"]["msg_type"] != "status":
+        kind = msg["header"]["msg_type"]
+        if kind != "status":
             if parent.get("msg_type") == "execute_request":
                 self.last_activity = time.monotonic()
+                if kind == "execute_input":
+                    self._note_code(parent.get("msg_id"), self._content(msg))
             return
-        content = msg.get("content")
-        if not isinstance(content, dict):  # deserialized without content: decode it now
-            assert self._session is not None
-            content = self._session.unpack(getattr(content, "bytes", content))
+        content = self._content(msg)
         state = content.get("execution_state")
         if state in _RESTART_STATES and parent.get("msg_type") != "execute_request":
             self._running.clear()  # a new kernel process: nothing of the old one runs
+            self._code.clear()
             return
         if parent.get("msg_type") != "execute_request":
             return  # another request's busy/idle says nothing about running code
@@ -115,6 +128,22 @@ class KernelActivity:
             # if its idle was lost (a subscriber's queue can overflow under a flood).
             for other in [k for k, s in self._running.items() if s == subshell]:
                 del self._running[other]
+                self._code.pop(other, None)
             self._running[msg_id] = subshell
         elif state == "idle":
             self._running.pop(msg_id, None)
+            self._code.pop(msg_id, None)
+
+    def _content(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A message's content, decoded now if it was deserialized without it."""
+        content = msg.get("content")
+        if not isinstance(content, dict):
+            assert self._session is not None
+            content = self._session.unpack(getattr(content, "bytes", content))
+        return content if isinstance(content, dict) else {}
+
+    def _note_code(self, msg_id: Any, content: dict[str, Any]) -> None:
+        """The code an execute request runs (its ``execute_input``), until its idle."""
+        code = content.get("code")
+        if isinstance(msg_id, str) and isinstance(code, str):
+            self._code[msg_id] = (code, datetime.now(timezone.utc).isoformat())

@@ -97,8 +97,6 @@ class _ServerAsyncSession(AsyncSession):
         self.server_kernel: Any = kwargs.get("kernel_manager")
         self.on_close: Callable[[], Awaitable[None]] | None = None
         self.activity = KernelActivity(self.server_kernel)
-        self.running: tuple[str, str] | None = None
-        """(code, ISO start time) of the cell this session runs now, for the listing."""
 
     async def start(self) -> _ServerAsyncSession:
         await super().start()
@@ -131,14 +129,6 @@ class _ServerAsyncSession(AsyncSession):
             stamp = stamp.replace(tzinfo=timezone.utc)
         ago = max((datetime.now(timezone.utc) - stamp).total_seconds(), 0.0)
         return max(ours, time.monotonic() - ago)
-
-    async def _execute(self, kernel: Any, code: str, *args: Any, **kwargs: Any) -> Execution:
-        """Run one cell (under the session's lock), noting it for the sessions panel."""
-        self.running = (code, datetime.now(timezone.utc).isoformat())
-        try:
-            return await super()._execute(kernel, code, *args, **kwargs)
-        finally:
-            self.running = None
 
     async def close(self) -> None:
         if self.closed:
@@ -565,27 +555,7 @@ class ServerSessions:
             "jupyter_session_id": entry.jupyter_session_id,
             "created": entry.created,
             "cells": len(recorder) if (recorder := entry.session.recorder) is not None else 0,
-            **self._activity_model(entry),
-        }
-
-    def _activity_model(self, entry: ServerSession) -> dict[str, Any]:
-        """What the sessions panel shows live: kernel status, last activity, the running cell."""
-        session = entry.session
-        kernels = self.serverapp.kernel_manager
-        kernel = kernels.get_kernel(entry.kernel_id) if entry.kernel_id in kernels else None
-        state = getattr(kernel, "execution_state", None)
-        if kernel is None or session.closed or state == "dead":
-            status = "dead"
-        elif state in ("restarting", "autorestarting"):
-            status = "restarting"
-        else:
-            status = "busy" if session.busy else "idle"
-        ago = max(time.monotonic() - session.last_activity, 0.0)
-        running = session.running
-        return {
-            "status": status,
-            "last_activity": (datetime.now(timezone.utc) - timedelta(seconds=ago)).isoformat(),
-            "running": None if running is None else {"code": running[0], "started": running[1]},
+            **_live_fields(entry, self.serverapp.kernel_manager),
         }
 
     def execution_model(self, execution: Execution) -> dict[str, Any]:
@@ -614,3 +584,29 @@ def _kernelspec_of(notebook: Any) -> str | None:
     spec = notebook.metadata.get("kernelspec")
     name = spec.get("name") if isinstance(spec, dict) else None
     return name if isinstance(name, str) and name else None
+
+
+def _live_fields(entry: ServerSession, kernel_manager: Any) -> dict[str, Any]:
+    """What the sessions panel shows live: kernel status, last activity, the running cell.
+
+    The running cell is whatever the kernel runs now, the agent's or a person's (seen on
+    the kernel's IOPub by :class:`~jupyter_exec.server.activity.KernelActivity`).
+    """
+    session = entry.session
+    kernel = (
+        kernel_manager.get_kernel(entry.kernel_id) if entry.kernel_id in kernel_manager else None
+    )
+    state = getattr(kernel, "execution_state", None)
+    if kernel is None or session.closed or state == "dead":
+        status = "dead"
+    elif state in ("restarting", "autorestarting"):
+        status = "restarting"
+    else:
+        status = "busy" if session.busy else "idle"
+    ago = max(time.monotonic() - session.last_activity, 0.0)
+    running = session.activity.running
+    return {
+        "status": status,
+        "last_activity": (datetime.now(timezone.utc) - timedelta(seconds=ago)).isoformat(),
+        "running": None if running is None else {"code": running[0], "started": running[1]},
+    }

@@ -131,10 +131,10 @@ async def test_listing_shows_status_running_cell_and_last_activity(api, session,
     )
     model: dict[str, Any] = {}
     for _ in range(600):  # the cell starts within a minute even on a loaded machine
-        if flag.exists():
+        model = (await api("GET", "sessions"))[1][0]
+        if flag.exists() and model["running"] is not None:
             break
         await asyncio.sleep(0.1)
-    model = (await api("GET", "sessions"))[1][0]
     assert model["status"] == "busy", model
     assert model["running"]["code"] == LONG_CELL
     datetime.fromisoformat(model["running"]["started"])
@@ -142,14 +142,44 @@ async def test_listing_shows_status_running_cell_and_last_activity(api, session,
     status, out = await asyncio.wait_for(running, 60)
     assert (status, out["error"]["ename"]) == (200, "KeyboardInterrupt")
     status, model = await api("GET", "sessions", sid)
-    assert model["running"] is None
     for _ in range(600):  # the kernel's idle status follows its reply on another channel
-        if model["status"] == "idle":
+        if model["status"] == "idle" and model["running"] is None:
             break
         await asyncio.sleep(0.1)
         model = (await api("GET", "sessions", sid))[1]
-    assert model["status"] == "idle", model
+    assert (model["status"], model["running"]) == ("idle", None), model
     assert model["last_activity"] >= session["last_activity"]
+
+
+def _message(kind: str, msg_id: str, **content: Any) -> dict[str, Any]:
+    return {
+        "header": {"msg_type": kind},
+        "parent_header": {"msg_type": "execute_request", "msg_id": msg_id},
+        "content": content,
+    }
+
+
+def test_activity_knows_the_running_cells_code_from_its_execute_input() -> None:
+    from jupyter_exec.server.activity import KernelActivity
+
+    activity = KernelActivity(kernel=None)
+    assert activity.running is None
+    activity.observe(_message("status", "a", execution_state="busy"))
+    activity.observe(_message("execute_input", "a", code="slow()", execution_count=1))
+    code, started = activity.running or ("", "")
+    assert code == "slow()"
+    datetime.fromisoformat(started)
+    activity.observe(_message("stream", "a", name="stdout", text="x"))
+    assert (activity.running or ("",))[0] == "slow()"
+    activity.observe(_message("status", "a", execution_state="idle"))
+    assert activity.running is None
+    # A lost idle: the next cell on the same shell ends the old one, and its code with it.
+    activity.observe(_message("status", "b", execution_state="busy"))
+    activity.observe(_message("execute_input", "b", code="first()"))
+    activity.observe(_message("status", "c", execution_state="busy"))
+    activity.observe(_message("execute_input", "c", code="second()"))
+    assert (activity.running or ("",))[0] == "second()"
+    assert activity._code.keys() == {"c"}
 
 
 # -- the panel in a real browser ---------------------------------------------------------
