@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.recorder import read_notebook
 from jupyter_exec.server.activity import KernelActivity
 from jupyter_exec.server.bodies import InvalidRequest
+from jupyter_exec.server.live import live_fields
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.recorder import MergingRecorder
 from jupyter_exec.session import AsyncSession, Backend, OutputCallback
@@ -555,7 +556,7 @@ class ServerSessions:
             "jupyter_session_id": entry.jupyter_session_id,
             "created": entry.created,
             "cells": len(recorder) if (recorder := entry.session.recorder) is not None else 0,
-            **_live_fields(entry, self.serverapp.kernel_manager),
+            **live_fields(entry, self.serverapp.kernel_manager),
         }
 
     def execution_model(self, execution: Execution) -> dict[str, Any]:
@@ -584,29 +585,3 @@ def _kernelspec_of(notebook: Any) -> str | None:
     spec = notebook.metadata.get("kernelspec")
     name = spec.get("name") if isinstance(spec, dict) else None
     return name if isinstance(name, str) and name else None
-
-
-def _live_fields(entry: ServerSession, kernel_manager: Any) -> dict[str, Any]:
-    """What the sessions panel shows live: kernel status, last activity, the running cell.
-
-    The running cell is whatever the kernel runs now, the agent's or a person's (seen on
-    the kernel's IOPub by :class:`~jupyter_exec.server.activity.KernelActivity`).
-    """
-    session = entry.session
-    kernel = (
-        kernel_manager.get_kernel(entry.kernel_id) if entry.kernel_id in kernel_manager else None
-    )
-    state = getattr(kernel, "execution_state", None)
-    if kernel is None or session.closed or state == "dead":
-        status = "dead"
-    elif state in ("restarting", "autorestarting"):
-        status = "restarting"
-    else:
-        status = "busy" if session.busy else "idle"
-    ago = max(time.monotonic() - session.last_activity, 0.0)
-    running = session.activity.running
-    return {
-        "status": status,
-        "last_activity": (datetime.now(timezone.utc) - timedelta(seconds=ago)).isoformat(),
-        "running": None if running is None else {"code": running[0], "started": running[1]},
-    }
