@@ -318,7 +318,7 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
             assert forgot["error"]["ename"] == "NameError", forgot
 
             # Forks and network approvals: shown where the server has them, absent otherwise.
-            _check_forks_and_approvals(lab, agent, panel, sid, expect)
+            _check_forks_and_approvals(lab, agent, page, sid, expect)
 
             # Shut the agent's session down from the panel (after a confirmation).
             row.locator("button[data-action='shutdown']").click()
@@ -326,7 +326,7 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
             expect(row).to_have_count(0, timeout=60_000)
             agent("GET", f"/{sid}", expect=404)
             assert new_id in {s["id"] for s in agent("GET")}
-            page.screenshot(path=ARTIFACTS / "panel-5-shut-down.png")
+            page.screenshot(path=ARTIFACTS / "panel-6-shut-down.png")
         except Exception:
             page.screenshot(path=ARTIFACTS / "panel-failure.png")
             raise
@@ -336,13 +336,14 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
 
 
 def _check_forks_and_approvals(
-    lab: JupyterProcess, agent: Agent, panel: Any, sid: str, expect: Any
+    lab: JupyterProcess, agent: Agent, page: Any, sid: str, expect: Any
 ) -> None:
     """No pending approval: no approvals section. Forks: the button and the tree, if served.
 
     The fork and approval routes come with other work; until the server has them the panel
     must simply not offer them (a 404 is no error), and once it has them this checks the tree.
     """
+    panel = page.locator("#jupyter-exec-sessions")
     row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
     approvals = requests.get(f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30)
     assert approvals.status_code in (200, 404), approvals.text
@@ -366,6 +367,7 @@ def _check_forks_and_approvals(
     assert children, agent("GET")
     child = panel.locator(f".jp-ExecSessions-item[data-session-id='{children[0]}']")
     expect(child).to_have_attribute("data-depth", "1", timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "panel-5-fork.png")
     for fork in children:
         agent("DELETE", f"/{fork}", expect=204)
 
@@ -378,3 +380,72 @@ def _wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
         time.sleep(0.1)
+
+
+ASK = """
+import urllib.request
+try:
+    urllib.request.urlopen("http://asked.test/", timeout=120)
+    print("reached")
+except Exception as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.docker
+def test_person_denies_a_network_approval_from_the_panel(lab: JupyterProcess) -> None:
+    """A Docker kernel whose policy asks: the request waits in the panel; Deny refuses it.
+
+    Needs the approvals routes of the server (``GET /api/exec/approvals``); on a server
+    without them the panel shows no approvals (checked in the test above) and this ends.
+    """
+    agent = Agent(lab)
+    routes = requests.get(f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30)
+    if routes.status_code == 404:
+        return
+    sync_api = _require_browser()
+    expect = sync_api.expect
+    image = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
+    spec = json.loads((REPO / "kernels" / "python3-docker" / "kernel.json").read_text())
+    spec["metadata"]["kernel_provisioner"]["config"]["image"] = image
+    kernels = lab.workdir / "data" / "kernels" / "python3-docker"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps(spec))
+    session = agent("POST", expect=201, name="net", backend="docker", network={"ask": True})
+    sid = session["id"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            page.goto(f"{lab.url}/lab?token={lab.token}")
+            page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+            page.locator(".lm-TabBar-tab[data-id='jupyter-exec-sessions']").click()
+            panel = page.locator("#jupyter-exec-sessions")
+            row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
+            expect(row).to_have_attribute("data-status", "idle", timeout=60_000)
+
+            thread, answer = agent.in_background(f"/{sid}/execute", code=ASK)
+            item = panel.locator(".jp-ExecSessions-approval")
+            expect(item).to_have_count(1, timeout=120_000)
+            expect(item.locator(".jp-ExecSessions-approvalText")).to_contain_text(
+                "net, cell 1 asks for asked.test:80"
+            )
+            page.screenshot(path=ARTIFACTS / "panel-7-approval.png")
+            item.locator("button[data-action='deny']").click()
+            thread.join(180)
+            assert not thread.is_alive()
+            assert answer[0]["stdout"].startswith("refused:"), answer[0]
+            expect(item).to_have_count(0, timeout=30_000)
+            assert (
+                requests.get(
+                    f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30
+                ).json()
+                == []
+            )
+        except Exception:
+            page.screenshot(path=ARTIFACTS / "panel-failure-approval.png")
+            raise
+        finally:
+            browser.close()
+    agent("DELETE", f"/{sid}", expect=204)

@@ -35,9 +35,15 @@ export function describe(approval: IApproval): string {
   return method ? `${method} ${where}` : where;
 }
 
-/** Which session asked, by name when the server says it. */
-export function requester(approval: IApproval): string {
-  return field(approval, 'session_name', 'session', 'session_id');
+/** Which session asked: its name when `nameOf` knows the id the server gives. */
+export function requester(approval: IApproval, nameOf: (id: string) => string | undefined): string {
+  const who = field(approval, 'session_name', 'session', 'session_id');
+  return nameOf(who) ?? who;
+}
+
+/** "cell 3" (counted from 1, as a person counts) when the server gives the index, else "". */
+function cellOf(approval: IApproval): string {
+  return typeof approval.cell === 'number' ? `cell ${approval.cell + 1}` : '';
 }
 
 /**
@@ -47,7 +53,8 @@ export function requester(approval: IApproval): string {
 export function renderApprovals(
   list: HTMLElement,
   approvals: IApproval[],
-  decide: (approval: IApproval, allow: boolean) => Promise<boolean>
+  decide: (approval: IApproval, allow: boolean) => Promise<boolean>,
+  nameOf: (id: string) => string | undefined = () => undefined
 ): void {
   const wanted = new Set(approvals.map(a => a.id));
   for (const child of Array.from(list.children) as HTMLElement[]) {
@@ -67,8 +74,8 @@ export function renderApprovals(
     item.dataset.approvalId = approval.id;
     const text = document.createElement('div');
     text.className = 'jp-ExecSessions-approvalText';
-    const who = requester(approval);
-    text.textContent = who ? `${who}: ${describe(approval)}` : describe(approval);
+    const who = [requester(approval, nameOf), cellOf(approval)].filter(Boolean).join(', ');
+    text.textContent = who ? `${who} asks for ${describe(approval)}` : describe(approval);
     const bar = document.createElement('div');
     bar.className = 'jp-ExecSessions-actions';
     for (const [label, allow] of [

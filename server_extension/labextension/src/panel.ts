@@ -264,10 +264,14 @@ export class SessionsPanel extends Widget implements IRowActions {
       return;
     }
     this._approvals.hidden = approvals.length === 0;
-    renderApprovals(this._approvalList, approvals, (approval, allow) =>
-      this._run(allow ? 'Cannot allow' : 'Cannot deny', () =>
-        this._api.decide(approval.id, allow)
-      )
+    renderApprovals(
+      this._approvalList,
+      approvals,
+      (approval, allow) =>
+        this._run(allow ? 'Cannot allow' : 'Cannot deny', () =>
+          this._api.decide(approval.id, allow)
+        ),
+      id => this._rows.get(id)?.session.name
     );
   }
 
