@@ -41,6 +41,12 @@ LONG_CELL = (
     "for step in range(1200):\n    time.sleep(0.25)"
 )
 
+# One line, so typing it in the notebook's editor adds no indentation of its own; a flag too.
+PERSON_CELL = (
+    "import pathlib, time; pathlib.Path('person.flag').touch(); "
+    "[time.sleep(0.25) for _ in range(2400)]"
+)
+
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -291,6 +297,25 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
             assert paths[session["notebook"]["path"]] == session["kernel"]["id"]
             page.screenshot(path=ARTIFACTS / "panel-3-notebook.png")
 
+            # The person runs a long cell in the notebook: the panel shows it (a person's cell
+            # on the agent's kernel), and interrupt from the panel stops it there too.
+            cells = notebook.locator(".jp-Notebook .jp-Cell")
+            cells.last.locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Escape")
+            page.keyboard.press("b")
+            expect(cells).to_have_count(3)
+            page.keyboard.press("Enter")
+            page.keyboard.type(PERSON_CELL)
+            page.keyboard.press("Shift+Enter")
+            expect(row).to_have_attribute("data-status", "busy", timeout=60_000)
+            expect(row.locator(".jp-ExecSessions-running")).to_have_text(PERSON_CELL)
+            _wait_until((lab.root / session["work_dir"] / "person.flag").exists, "the cell")
+            page.screenshot(path=ARTIFACTS / "panel-3-person-busy.png")
+            row.locator("button[data-action='interrupt']").click()
+            error = cells.nth(2).locator(".jp-OutputArea-output")
+            expect(error).to_contain_text("KeyboardInterrupt", timeout=60_000)
+            expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
+
             # Start a session for an agent from the panel: its id is shown to copy.
             form = panel.locator(".jp-ExecSessions-new")
             form.locator("input[name='name']").fill("for-the-agent")
@@ -432,6 +457,8 @@ def test_person_denies_a_network_approval_from_the_panel(lab: JupyterProcess) ->
                 "net, cell 1 asks for asked.test:80"
             )
             page.screenshot(path=ARTIFACTS / "panel-7-approval.png")
+            close_up = {"x": 0, "y": 0, "width": 640, "height": 440}
+            page.screenshot(path=ARTIFACTS / "panel-7-approval-close-up.png", clip=close_up)
             item.locator("button[data-action='deny']").click()
             thread.join(180)
             assert not thread.is_alive()
