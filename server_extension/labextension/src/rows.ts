@@ -189,7 +189,7 @@ export class SessionRow {
     setText(this._meta, [session.backend, cells, when].filter(Boolean).join(' · '));
     setText(this._workDir, session.work_dir || '/');
     this._workDir.title = `work dir: ${session.work_dir || '(server root)'}`;
-    const code = session.running?.code ?? '';
+    const code = (session.running?.code ?? '').replace(/^(\s*\n)+/, '').trimEnd();
     setText(this._running, code);
     this._running.hidden = !code;
     const dead = status === 'dead';
