@@ -332,6 +332,16 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
             assert agent("POST", f"/{new_id}/execute", code="handed = 1")["status"] == "ok"
             page.screenshot(path=ARTIFACTS / "panel-4-started.png")
 
+            # A name that is taken: the server's own message, in a dialog; nothing is started.
+            form.locator("input[name='name']").fill("for-the-agent")
+            form.locator("button[type='submit']").click()
+            dialog = page.locator(".jp-Dialog")
+            expect(dialog).to_contain_text("Cannot start a session", timeout=60_000)
+            expect(dialog).to_contain_text("exists already")
+            dialog.locator(".jp-Dialog-button").last.click()
+            expect(dialog).to_have_count(0)
+            assert [s["name"] for s in agent("GET")].count("for-the-agent") == 1
+
             # Restart from the panel (after a confirmation): the kernel's state is gone.
             new_row.locator("button[data-action='restart']").click()
             page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
