@@ -18,3 +18,20 @@ echo "installing jupyter-exec[${EXTRAS}] into .venv" >&2
 # .venv loads the extension exactly as for a user who ran `pip install jupyter-exec`.
 install -D -m 0644 server_extension/jupyter_server_config.d/jupyter_exec.json \
   .venv/etc/jupyter/jupyter_server_config.d/jupyter_exec.json
+# The JupyterLab extension (the sessions panel): built from its TypeScript sources when they
+# changed, and linked where a wheel installs it, so JupyterLab in .venv loads it, and loads a
+# rebuild without a reinstall. Without npm it is skipped (LABEXTENSION=required: an error).
+if command -v npm >/dev/null; then
+  scripts/build-labextension
+elif [ "${LABEXTENSION:-}" = required ]; then
+  echo "npm is needed to build the JupyterLab extension (install Node >= 18)" >&2
+  exit 1
+else
+  echo "note: no npm, so the JupyterLab extension is not built (scripts/build-labextension)" >&2
+fi
+if [ -f jupyter_exec/labextension/package.json ]; then
+  LABEXT=.venv/share/jupyter/labextensions/jupyter-exec
+  [ -L "$LABEXT" ] || rm -rf "$LABEXT"
+  mkdir -p "$(dirname "$LABEXT")"
+  ln -sfn "$ROOT/jupyter_exec/labextension" "$LABEXT"
+fi

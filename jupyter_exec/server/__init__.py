@@ -17,3 +17,12 @@ __all__ = ["JupyterExecApp"]
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     return [{"module": "jupyter_exec.server", "app": JupyterExecApp}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the JupyterLab extension (the sessions panel) is, for JupyterLab's tools.
+
+    ``src`` is relative to this module's folder: the build output in the package,
+    which pip installs as ``share/jupyter/labextensions/jupyter-exec``.
+    """
+    return [{"src": "../labextension", "dest": "jupyter-exec"}]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyter_client.session import Session
@@ -52,6 +53,7 @@ class KernelActivity:
         self._stream: Any = None
         self._session: Session | None = None
         self._running: dict[str, str | None] = {}  # execute msg_id -> its subshell (None: main)
+        self._code: dict[str, tuple[str, str]] = {}  # execute msg_id -> (code, ISO start)
         self.last_activity: float | None = None
         """``time.monotonic()`` of the last message about an execute request, if any."""
         self._own: str | None = None  # the session's own client: its requests are not a person's
@@ -71,6 +73,15 @@ class KernelActivity:
     def busy(self) -> bool:
         """An execute request has started on the kernel and not finished."""
         return bool(self._running)
+
+    @property
+    def running(self) -> tuple[str, str] | None:
+        """(code, ISO start time) of the cell the kernel runs now, whoever sent it.
+
+        From the kernel's ``execute_input``; the latest, when subshells run several.
+        """
+        live = [code for msg_id, code in self._code.items() if msg_id in self._running]
+        return live[-1] if live else None
 
     def start(self) -> bool:
         """Subscribe to the kernel's IOPub; ``False`` if this kernel offers no such channel."""
@@ -100,6 +111,7 @@ class KernelActivity:
             stream.close()
         self._running.clear()
         self._others.clear()
+        self._code.clear()
 
     def _on_message(self, frames: list[Any]) -> None:
         assert self._session is not None
@@ -111,14 +123,16 @@ class KernelActivity:
         self.observe(msg)
 
     def _content(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A message's content, decoded now if it was deserialized without it."""
         content = msg.get("content")
-        if not isinstance(content, dict):  # deserialized without content: decode it now
+        if not isinstance(content, dict):
             assert self._session is not None
             content = self._session.unpack(getattr(content, "bytes", content))
+            msg["content"] = content  # decoded once, whoever asks next
         return content if isinstance(content, dict) else {}
 
     def observe(self, msg: dict[str, Any]) -> None:
-        """Account for one IOPub message (header, parent header and, for status, content)."""
+        """Account for one IOPub message (header, parent header; content for status and input)."""
         parent = msg.get("parent_header") or {}
         kind = msg["header"]["msg_type"]
         if self._on_run is not None and parent.get("msg_type") == "execute_request":
@@ -126,11 +140,14 @@ class KernelActivity:
         if kind != "status":
             if parent.get("msg_type") == "execute_request":
                 self.last_activity = time.monotonic()
+                if kind == "execute_input":
+                    self._note_code(parent.get("msg_id"), self._content(msg))
             return
         content = self._content(msg)
         state = content.get("execution_state")
         if state in _RESTART_STATES and parent.get("msg_type") != "execute_request":
             self._running.clear()  # a new kernel process: nothing of the old one runs
+            self._code.clear()
             return
         if parent.get("msg_type") != "execute_request":
             return  # another request's busy/idle says nothing about running code
@@ -144,9 +161,11 @@ class KernelActivity:
             # if its idle was lost (a subscriber's queue can overflow under a flood).
             for other in [k for k, s in self._running.items() if s == subshell]:
                 del self._running[other]
+                self._code.pop(other, None)
             self._running[msg_id] = subshell
         elif state == "idle":
             self._running.pop(msg_id, None)
+            self._code.pop(msg_id, None)
 
     def _note_other(self, msg: dict[str, Any], kind: str, parent: dict[str, Any]) -> None:
         """Follow a person's execute request: its code, whether it failed, its end."""
@@ -174,3 +193,9 @@ class KernelActivity:
                     self._on_run(run)
                 except Exception:  # the notebook's bookkeeping must not stop the watching
                     log.warning("could not note a person's cell in the run order", exc_info=True)
+
+    def _note_code(self, msg_id: Any, content: dict[str, Any]) -> None:
+        """The code an execute request runs (its ``execute_input``), until its idle."""
+        code = content.get("code")
+        if isinstance(msg_id, str) and isinstance(code, str):
+            self._code[msg_id] = (code, datetime.now(timezone.utc).isoformat())

@@ -61,6 +61,7 @@ from jupyter_exec.server.approvals import Approvals
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.branches import Branches
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
+from jupyter_exec.server.listing import live_fields
 from jupyter_exec.server.network import checked_policy, policy_model
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.session import AsyncSession, Backend, OutputCallback
@@ -524,6 +525,7 @@ class ServerSessions(Branches):
             "forks": [f for f in entry.forks if f in self._sessions],
             "undo_steps": entry.session.options.undo_steps,
             "network": policy_model(entry.policy),
+            **live_fields(entry, self.serverapp.kernel_manager),
         }
 
     def checkpoint_model(self, checkpoint: Checkpoint) -> dict[str, Any]:
