@@ -159,9 +159,8 @@ def changed_in_place(code: str) -> set[str]:
             base = target
             while isinstance(base, ast.Attribute | ast.Subscript | ast.Starred):
                 base = base.value
-            if isinstance(base, ast.Name) and (
-                base is not target or isinstance(node, ast.AugAssign)
-            ):
+            whole = isinstance(node, ast.AugAssign | ast.Call)  # x += v, x.append(v)
+            if isinstance(base, ast.Name) and (base is not target or whole):
                 names.add(base.id)
     return names
 

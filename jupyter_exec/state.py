@@ -378,6 +378,7 @@ class SessionState(RecoveryMixin):
     async def restartable(self, session: AsyncSession, kernel: KernelHandle) -> KernelHandle:
         """The kernel a restart should restart: for a Docker session serving a fork, its first
         kernel (a fork in the container cannot restart; the container's kernel can)."""
+        self.durable.installed = None  # the restarted process has none of it
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
             return kernel
