@@ -145,6 +145,7 @@ jx_layers = [
             "forking",
             "snapshots",
             "inkernel_fork",
+            "inkernel_state",
             "network.proxy",
             "network.forwarder",
         ],
@@ -162,7 +163,19 @@ jx_layers = [
         "about": "The engine (``AsyncSession``) and its collaborators (the recording of each "
         "cell, resuming from a notebook), its blocking face (``Session``), and many named "
         "sessions with warm pools, limits and culling.",
-        "modules": ["session", "recording", "resume", "state", "sync", "manager", "manager.*"],
+        "modules": [
+            "session",
+            "recording",
+            "resume",
+            "state",
+            "sync",
+            "manager",
+            "manager.*",
+            "branching",
+            "checkpoints",
+            "durable",
+            "recovery",
+        ],
     },
     {
         "title": "Features on sessions",

@@ -124,9 +124,12 @@ class DurableState:
             recording.tracker.skip_dirs.add(str(folder_path.resolve()))
         return True
 
-    def expressions(self, kernel: KernelHandle) -> dict[str, str]:
-        """What a cell's execute_request asks for besides its code (the names it changed)."""
-        return {CHANGES_KEY: CHANGED_EXPRESSION} if self.installed is kernel else {}
+    def expressions(self, kernel: KernelHandle, needed: bool) -> dict[str, str]:
+        """What a cell's execute_request asks for besides its code: the names it changed,
+        once there is a snapshot or checkpoint they could be lost against (``needed``)."""
+        if self.installed is not kernel or not (needed or self.taken):
+            return {}
+        return {CHANGES_KEY: CHANGED_EXPRESSION}
 
     def after_cell(self, cell_index: int | None, found: Mapping[str, Any] | None) -> None:
         """Note the names the cell ``cell_index`` changed, from its reply."""
@@ -167,13 +170,16 @@ class DurableState:
         meta: dict[str, Any],
         *,
         max_bytes: int = 0,
+        flush: bool = True,
     ) -> Checkpoint:
         """Have the kernel write checkpoint ``name``; read back and checked here."""
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot write a checkpoint to disk: {self.unavailable}")
         relative = f"{checkpoints_folder(session.name)}/{name}"
         body = {**meta, "name": name, "session": session.name}
-        await ask(kernel, "", call_expression("save", relative, body, max_bytes), SAVE_TIMEOUT)
+        await ask(
+            kernel, "", call_expression("save", relative, body, max_bytes, flush), SAVE_TIMEOUT
+        )
         made = read_checkpoint(session.work_dir, relative, verify=False)
         self.taken.append(made)
         return made
@@ -195,7 +201,7 @@ class DurableState:
         try:
             made = await self.save(
                 session, kernel, f"{AUTO_PREFIX}{number}", {**meta, "automatic": True},
-                max_bytes=AUTO_MAX_BYTES,
+                max_bytes=AUTO_MAX_BYTES, flush=False,
             )  # fmt: skip
         except CheckpointError as exc:
             if "TooLarge" in str(exc):  # back off: checked again after ten intervals

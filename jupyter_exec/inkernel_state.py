@@ -90,6 +90,8 @@ root = ""
 changed: list[str] = []
 """The names the last cell changed (rebound, new, deleted or changed in place)."""
 _before: dict[str, tuple[int, type]] = {}
+_flush = True
+_versions: dict[str, str | None] = {}
 
 
 class TooLarge(Exception):
@@ -136,8 +138,11 @@ def _post_run_cell(result: Any = None) -> None:
     found = {n for n, key in now.items() if _before.get(n) != key}
     found |= set(_before) - set(now)
     code = getattr(getattr(result, "info", None), "raw_cell", "") or ""
-    with contextlib.suppress(Exception):
-        found |= changed_in_place(_shell().transform_cell(code)) & set(now)
+    try:
+        found |= changed_in_place(code) & set(now)
+    except SyntaxError:  # IPython syntax (magics, !commands): its Python form
+        with contextlib.suppress(Exception):
+            found |= changed_in_place(_shell().transform_cell(code)) & set(now)
     changed = sorted(found)
 
 
@@ -168,11 +173,18 @@ def changed_in_place(code: str) -> set[str]:
 # -- saving -------------------------------------------------------------------------------
 
 
-def save(relative: str, meta: dict[str, Any], max_bytes: int = 0) -> dict[str, Any]:
+def save(
+    relative: str, meta: dict[str, Any], max_bytes: int = 0, flush: bool = True
+) -> dict[str, Any]:
     """Write the namespace to ``root/relative`` (a new folder); a summary for the host.
 
-    ``max_bytes`` > 0: give up (nothing written) once the files pass it.
+    ``max_bytes`` > 0: give up (nothing written) once the files pass it. ``flush``:
+    every file reaches the disk (fsync) before the folder takes its name; without it
+    (automatic checkpoints, against kernel deaths, which keep the page cache) a power
+    cut may leave the checkpoint damaged, which its checksums then refuse.
     """
+    global _flush
+    _flush = flush
     target = os.path.join(root, relative)
     parent, name = os.path.split(target)
     os.makedirs(parent, exist_ok=True)
@@ -312,8 +324,9 @@ def _write_file(path: str, parts: list[Any]) -> tuple[int, str]:
             digest.update(view)
             f.write(view)
             size += len(view)
-        f.flush()
-        os.fsync(f.fileno())
+        if _flush:
+            f.flush()
+            os.fsync(f.fileno())
     return size, digest.hexdigest()
 
 
@@ -322,12 +335,15 @@ def _write_manifest(folder: str, body: dict[str, Any]) -> None:
     text = json.dumps({"sha256": hashlib.sha256(canonical.encode()).hexdigest(), "body": body})
     with open(os.path.join(folder, MANIFEST), "x", encoding="utf-8") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if _flush:
+            f.flush()
+            os.fsync(f.fileno())
     _fsync_dir(folder)
 
 
 def _fsync_dir(path: str) -> None:
+    if not _flush:
+        return
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -349,11 +365,13 @@ def _version(module: str) -> str | None:
     found = getattr(sys.modules.get(module), "__version__", None)
     if isinstance(found, str):
         return found
-    with contextlib.suppress(Exception):
-        from importlib import metadata
+    if module not in _versions:  # a search of every installed distribution: once
+        _versions[module] = None
+        with contextlib.suppress(Exception):
+            from importlib import metadata
 
-        return metadata.version(module)
-    return None
+            _versions[module] = metadata.version(module)
+    return _versions[module]
 
 
 def environment(libraries: list[str]) -> dict[str, Any]:

@@ -126,7 +126,7 @@ class SessionState(RecoveryMixin):
 
     def cell_expressions(self, kernel: KernelHandle) -> dict[str, str]:
         """The ``user_expressions`` a cell's request carries (the names it changed)."""
-        return self.durable.expressions(kernel)
+        return self.durable.expressions(kernel, bool(self.points or self.checkpoints))
 
     async def after_cell(
         self, session: AsyncSession, kernel: KernelHandle, run: CellRun, index: int | None
