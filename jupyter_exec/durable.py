@@ -271,7 +271,7 @@ class DurableState:
             )
         if relative is None:
             relative = copy_checkpoint(checked, work_dir, session.name)
-        result = await ask(kernel, "", call_expression("load", relative), SAVE_TIMEOUT)
+        result = await ask(kernel, "", call_expression("load", relative, False), SAVE_TIMEOUT)
         return Loaded(checked, tuple(str(n) for n in result.get("names", [])))
 
 
