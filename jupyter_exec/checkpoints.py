@@ -44,6 +44,7 @@ __all__ = [
     "checkpoints_folder",
     "copy_checkpoint",
     "environment_mismatches",
+    "names_on_disk",
     "on_disk",
     "read_checkpoint",
 ]
@@ -241,6 +242,15 @@ def manifest_undone(checkpoint: Checkpoint) -> frozenset[int]:
             body = json.loads(folder.read_bytes(MANIFEST))["body"]
         return frozenset(int(i) for i in body.get("undone", []))
     return frozenset()
+
+
+def names_on_disk(work_dir: Path, session: str) -> set[str]:
+    """The entries of ``work_dir/<session>_checkpoints`` (no link followed; none: empty)."""
+    try:
+        with Folder.open(work_dir, checkpoints_folder(session)) as folder:
+            return {n for n in os.listdir(folder.fd) if not n.startswith(".")}
+    except (FileNotFoundError, StorageError, WorkDirError):
+        return set()
 
 
 def on_disk(work_dir: Path, session: str) -> list[Checkpoint]:

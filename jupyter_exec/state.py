@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, cast
 from jupyter_exec.branching import fork_session, running_kernel
 from jupyter_exec.checkpoints import (
     Checkpoint,
-    checkpoints_folder,
     manifest_undone,
+    names_on_disk,
     on_disk,
 )
 from jupyter_exec.durable import DurableState
@@ -244,9 +244,7 @@ class SessionState(RecoveryMixin):
             return made
 
     def _taken_names(self, session: AsyncSession) -> set[str]:
-        folder = session.work_dir / checkpoints_folder(session.name)
-        on_disk_names = set(os.listdir(folder)) if folder.is_dir() else set()
-        return set(self.checkpoints) | {n for n in on_disk_names if not n.startswith(".")}
+        return set(self.checkpoints) | names_on_disk(session.work_dir, session.name)
 
     def list_checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         mine = [made for made, _ in self.checkpoints.values()]
