@@ -175,6 +175,7 @@ jx_layers = [
             "checkpoints",
             "durable",
             "recovery",
+            "state_api",
         ],
     },
     {
