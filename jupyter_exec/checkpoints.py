@@ -30,6 +30,7 @@ import os
 import secrets
 import stat
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -108,10 +109,12 @@ def read_checkpoint(root: Path, relative: str, *, verify: bool) -> Checkpoint:
     try:
         with Folder.open(root, relative) as folder:
             body = _manifest(folder, where)
-            if verify:
-                for entry in body["variables"]:
-                    if entry["kind"] == "pickle":
-                        _check_file(folder, where, entry)
+            if verify:  # hashlib lets go of the GIL: the files are hashed side by side
+                entries = [e for e in body["variables"] if e["kind"] == "pickle"]
+                workers = max(1, min(len(entries), os.cpu_count() or 1, 4))
+                with ThreadPoolExecutor(workers, thread_name_prefix="jx-hash") as pool:
+                    for done in [pool.submit(_check_file, folder, where, e) for e in entries]:
+                        done.result()
     except FileNotFoundError:
         raise CheckpointError(
             f"no checkpoint at {where} (the folder or a file is missing)"

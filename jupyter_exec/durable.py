@@ -17,6 +17,7 @@ kernel does not, and gets no durable checkpoints)::
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import json
 import logging
@@ -248,7 +249,8 @@ class DurableState:
             raise CheckpointError(f"checkpoint {checkpoint.name!r} was never written to disk")
         work_dir = session.work_dir
         relative = _inside(work_dir, checkpoint.path)
-        checked = read_checkpoint(
+        checked = await asyncio.to_thread(  # hashing 500 MB takes a second: not on the loop
+            read_checkpoint,
             work_dir if relative else checkpoint.path.parent,
             relative or checkpoint.path.name,
             verify=True,
@@ -270,7 +272,7 @@ class DurableState:
                 mismatches,
             )
         if relative is None:
-            relative = copy_checkpoint(checked, work_dir, session.name)
+            relative = await asyncio.to_thread(copy_checkpoint, checked, work_dir, session.name)
         result = await ask(kernel, "", call_expression("load", relative, False), SAVE_TIMEOUT)
         return Loaded(checked, tuple(str(n) for n in result.get("names", [])))
 

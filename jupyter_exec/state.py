@@ -33,6 +33,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.branching import running_kernel
@@ -41,6 +42,7 @@ from jupyter_exec.checkpoints import (
     manifest_undone,
     names_on_disk,
     on_disk,
+    read_checkpoint,
 )
 from jupyter_exec.durable import DurableState
 from jupyter_exec.exceptions import (
@@ -279,8 +281,9 @@ class SessionState(RecoveryMixin):
             raise InvalidArgument(
                 f"this session has no checkpoint {checkpoint!r} (its checkpoints: {known})"
             )
-        if isinstance(checkpoint, str | os.PathLike):
-            return Checkpoint.load(checkpoint), None
+        if isinstance(checkpoint, str | os.PathLike):  # read, not yet hashed (load does it)
+            folder = Path(checkpoint).absolute()
+            return read_checkpoint(folder.parent, folder.name, verify=False), None
         raise InvalidArgument(
             f"restore() takes a Checkpoint, its name or its folder, not {type(checkpoint).__name__}"
         )
