@@ -224,6 +224,14 @@ class DurableState:
             if c.automatic and c.name[len(AUTO_PREFIX) :].isdigit()
         ]
 
+    def rewound(self, cell_index: int | None, to: Checkpoint | None = None) -> None:
+        """The state went back to before cell ``cell_index`` (None: another session's state,
+        ``to``: the checkpoint it came from): later checkpoints are another timeline's."""
+        kept = [c for c in self.taken if cell_index is not None and c.cell_index <= cell_index]
+        if to is not None and to.path not in {c.path for c in kept}:
+            kept.append(to)
+        self.taken = kept
+
     def latest(self) -> Checkpoint | None:
         """The newest durable checkpoint this session took and that is still on disk."""
         self.taken = [c for c in self.taken if c.path is not None and c.path.is_dir()]

@@ -79,6 +79,7 @@ class RecoveryMixin:
             return False
         finally:
             await drop(point.snapshot)
+        self.durable.rewound(point.cell_index)
         assert session._kernel is not None
         names = await user_names(session._kernel)
         self._recovered("snapshot", point.cell_index, names, lost, session)
@@ -98,6 +99,7 @@ class RecoveryMixin:
         except (CheckpointError, KernelNotAliveError) as exc:
             log.warning("session %s: no recovery from %s: %s", session.name, latest.path, exc)
             return
+        self.durable.rewound(latest.cell_index, latest)
         source = f"checkpoint {latest.name!r}"
         self._recovered(source, latest.cell_index, loaded.names, lost, session)
 

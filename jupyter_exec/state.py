@@ -186,6 +186,7 @@ class SessionState(RecoveryMixin):
             gone, self.points = self.points[-n:], self.points[:-n]
             for each in gone:
                 await drop(each.snapshot)
+            self.durable.rewound(point.cell_index)
             note_state_change(
                 session._recording,
                 {"action": "undo", "cells": n, "to_cell_index": point.cell_index},
@@ -304,6 +305,7 @@ class SessionState(RecoveryMixin):
                 self.points = [p for p in self.points if p.serial in keep]
                 for each in gone:
                     await drop(each.snapshot)
+                self.durable.rewound(point.cell_index, made if made.path else None)
                 note_state_change(
                     session._recording,
                     {"action": "restore", "name": made.name, "to_cell_index": point.cell_index},
@@ -337,6 +339,7 @@ class SessionState(RecoveryMixin):
         for each in self.points:  # another timeline now
             await drop(each.snapshot)
         self.points = []
+        self.durable.rewound(made.cell_index if ours else None, loaded.checkpoint if ours else None)
         source = str(loaded.checkpoint.path)
         note_state_change(
             session._recording,

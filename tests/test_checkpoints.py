@@ -353,3 +353,23 @@ def test_changed_in_place_sees_item_attribute_and_method_changes() -> None:
         "g.drop(columns=['x'], inplace=True)\nh.head()\nk = 5\nprint(m)\n"
     )
     assert changed_in_place(code) == {"a", "b", "c", "d", "e", "f", "g"}
+
+
+async def test_after_a_restore_a_death_comes_back_from_the_restored_timeline(
+    sessions: Any,
+) -> None:
+    session = await sessions("t")
+    await session.execute("x = 1")
+    first = await session.checkpoint("first")
+    await session.execute("x = 2")
+    await session.checkpoint("second")  # newer, but of the timeline the restore leaves
+    await session.restore(first)
+    await session.execute("y = x + 10")
+    pid = kernel_pid(session)
+    os.kill(pid, signal.SIGKILL)
+    await wait_gone(pid)
+    died = await session.execute("y")
+    assert died.recovered is not None
+    assert died.recovered.source == "checkpoint 'first'"
+    assert died.recovered.lost == {"y": "changed after it was taken"}
+    assert await value(session, "x") == 1
