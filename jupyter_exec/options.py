@@ -62,7 +62,8 @@ DEFAULT_CHECKPOINT_EVERY = 60.0
 """Seconds between automatic checkpoints on disk. Counted in time, not cells, so the cost is
 bounded whatever the cells' pace (one checkpoint a minute, not one per tiny cell) and so is
 what a kernel death loses (the last minute's work); taken after a cell that changed names,
-only while the namespace is under 64 MB (about 0.1 s to write), so on by default."""
+only while the namespace is under 64 MB (at most about half a second to write, once a
+minute), so on by default."""
 
 MAX_UNDO_STEPS = 100
 """The most snapshots a session may keep for undo (each is a process)."""
