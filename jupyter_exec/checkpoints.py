@@ -143,7 +143,7 @@ def _manifest(folder: Folder, where: Path) -> dict[str, Any]:
         outer = json.loads(raw)
         body, signed = outer["body"], outer["sha256"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise CheckpointError(f"{where / MANIFEST} is truncated or not a checkpoint's") from None
     if hashlib.sha256(canonical.encode()).hexdigest() != signed:
         raise CheckpointError(f"{where / MANIFEST} does not match its own checksum (altered?)")
@@ -214,14 +214,13 @@ def _check_file(folder: Folder, where: Path, entry: Mapping[str, Any]) -> None:
 
 def _from_body(body: Mapping[str, Any], where: Path) -> Checkpoint:
     created = body.get("created")
-    when = (
-        datetime.fromtimestamp(created, timezone.utc)
-        if isinstance(created, int | float)
-        else datetime.fromtimestamp(0, timezone.utc)
-    )
+    when = datetime.fromtimestamp(0, timezone.utc)
+    if isinstance(created, int | float):
+        with contextlib.suppress(ValueError, OverflowError, OSError):
+            when = datetime.fromtimestamp(created, timezone.utc)
     cell_index = body.get("cell_index")
     return Checkpoint(
-        name=str(body.get("name") or where.name),
+        name=where.name,  # a checkpoint is its folder: renamed, it is renamed
         cell_index=cell_index if isinstance(cell_index, int) else 0,
         created=when,
         session=str(body.get("session") or ""),
