@@ -373,3 +373,39 @@ async def test_after_a_restore_a_death_comes_back_from_the_restored_timeline(
     assert died.recovered.source == "checkpoint 'first'"
     assert died.recovered.lost == {"y": "changed after it was taken"}
     assert await value(session, "x") == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"format": "jupyter-exec-checkpoint", "version": 99}, "version 99"),
+        ("[" * 100_000 + "]" * 100_000, "truncated or not"),
+        (
+            {
+                "format": "jupyter-exec-checkpoint",
+                "version": 1,
+                "environment": {"libraries": {}},
+                "variables": [
+                    {"name": "x", "kind": "pickle", "file": "../../etc/passwd", "size": 1,
+                     "sha256": "0", "parts": [1]}
+                ],
+                "skipped": [],
+            },
+            "entry 'x'",
+        ),
+    ],
+)  # fmt: skip
+def test_hostile_manifests_are_refused_without_a_kernel(
+    tmp_path: Path, body: Any, message: str
+) -> None:
+    folder = tmp_path / "cp"
+    folder.mkdir()
+    if isinstance(body, str):
+        text = '{"sha256": "x", "body": ' + body + "}"
+    else:
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode()).hexdigest()
+        text = json.dumps({"sha256": digest, "body": body})
+    (folder / "manifest.json").write_text(text)
+    with pytest.raises(CheckpointError, match=message):
+        Checkpoint.load(folder)
