@@ -47,6 +47,7 @@ class RecoveryMixin:
     """The recovery half of :class:`~jupyter_exec.state.SessionState`."""
 
     points: list[Any]
+    checkpoints: dict[str, tuple[Any, Any]]
     undo_steps: int
     durable: DurableState
     recovered: StateRecovery | None = None
@@ -58,31 +59,47 @@ class RecoveryMixin:
 
     async def recover(self, session: AsyncSession) -> bool:
         """In place of a restart when a cell's kernel died or would not stop: a kernel from
-        the latest snapshot, so the state from before that cell (or the last one that had a
-        snapshot) comes back. False when there is none, or a checkpoint on disk is newer
-        (the caller restarts, then :meth:`recover_from_disk`)."""
+        the latest snapshot (an undo point's, or a checkpoint's), so the state from before that
+        cell (or the last one that had a snapshot) comes back, every object included. False
+        when there is none, or a checkpoint on disk is newer (the caller restarts, then
+        :meth:`recover_from_disk`)."""
         self.points = [p for p in self.points if p.snapshot.alive]
         old = session._kernel
-        if self.undo_steps <= 0 or not self.points or old is None:
+        candidates: list[tuple[Any, str | None]] = []
+        if self.undo_steps > 0:
+            candidates += [(p, None) for p in self.points]
+        timeline = {c.path for c in self.durable.taken}  # undo and restore prune it
+        for made, kept in self.checkpoints.values():
+            if kept is not None and kept.snapshot.alive and made.path in timeline:
+                candidates.append((kept, made.name))
+        if not candidates or old is None:
             return False
+        point, checkpoint = max(candidates, key=lambda c: (c[0].cell_index, c[0].serial))
         latest = self.durable.latest()
-        if latest is not None and latest.cell_index > self.points[-1].cell_index:
+        if latest is not None and latest.cell_index > point.cell_index:
             return False
         if container_of(old) is old.km.provisioner and await old.is_alive():
             return False  # a container's first kernel, running away: only a restart stops it
-        point = self.points.pop()
         lost = self._changed_after(session, point.cell_index)
+        if checkpoint is None:
+            self.points.remove(point)
         try:
             await self._switch(session, point)
         except ForkError as exc:
             log.warning("session %s: no recovery from the snapshot: %s", session.name, exc)
             return False
         finally:
-            await drop(point.snapshot)
+            if checkpoint is None:  # an undo point is used up; a checkpoint is kept
+                await drop(point.snapshot)
+        later = [p for p in self.points if p.cell_index > point.cell_index]
+        self.points = [p for p in self.points if p not in later]
+        for each in later:
+            await drop(each.snapshot)
         self.durable.rewound(point.cell_index)
         assert session._kernel is not None
         names = await user_names(session._kernel)
-        self._recovered("snapshot", point.cell_index, names, lost, session)
+        source = "snapshot" if checkpoint is None else f"checkpoint {checkpoint!r}"
+        self._recovered(source, point.cell_index, names, lost, session)
         return True
 
     async def recover_from_disk(self, session: AsyncSession) -> None:

@@ -138,7 +138,7 @@ class SessionState(RecoveryMixin):
         self.durable.after_cell(index, run.user_expressions)
         if run.status not in ("ok", "error") or session.closed or kernel is not session._kernel:
             return
-        if run.status == "error":  # the reply of a failed cell carries no user_expressions
+        if run.status == "error" and self.cell_expressions(kernel):  # its reply had none
             await self.durable.changes_after_error(kernel, index)
         index_now, undone = self._where(session)
         await self.durable.auto(session, kernel, {"cell_index": index_now, "undone": undone})

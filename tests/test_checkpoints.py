@@ -409,3 +409,20 @@ def test_hostile_manifests_are_refused_without_a_kernel(
     (folder / "manifest.json").write_text(text)
     with pytest.raises(CheckpointError, match=message):
         Checkpoint.load(folder)
+
+
+async def test_names_a_failing_cell_bound_before_its_error_count_as_changed(
+    sessions: Any,
+) -> None:
+    session = await sessions("e")
+    await session.execute("x = 1")
+    await session.checkpoint("c")
+    failed = await session.execute("y = 2\nx = 3\n1 / 0")
+    assert failed.status == "error"
+    pid = kernel_pid(session)
+    os.kill(pid, signal.SIGKILL)
+    await wait_gone(pid)
+    died = await session.execute("x")
+    assert died.recovered is not None
+    assert set(died.recovered.lost) == {"x", "y"}
+    assert await value(session, "x") == 1
