@@ -4,6 +4,7 @@ killed with SIGKILL comes back from them in a new container."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -119,6 +120,18 @@ def test_docker_damaged_checkpoint_and_planted_links_are_refused(
         with pytest.raises(CheckpointError, match="damaged"):
             s.restore(copy)
         assert s.execute("keep").text == "2"
+        # Another environment: the manifest says another numpy (and is signed again).
+        foreign = tmp_path / "foreign"
+        shutil.copytree(mark.path, foreign)
+        body["environment"]["libraries"]["numpy"] = "1.26.4"
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        signed = {"sha256": hashlib.sha256(canonical.encode()).hexdigest(), "body": body}
+        (foreign / "manifest.json").write_text(json.dumps(signed))
+        here = (s.execute("np.__version__").text or "").strip("'")
+        with pytest.raises(CheckpointError, match=f"numpy 1.26.4 in the checkpoint, {here} in"):
+            s.restore(foreign)
+        s.restore(foreign, force=True)
+        assert s.execute("[keep, int(arr.sum())]").text == "[1, 1000]"
         # In the container, the kernel replaces its files with links to host paths (as it
         # sees them they lead nowhere; on the host they would lead out of the work dir).
         plant = (
@@ -132,5 +145,6 @@ def test_docker_damaged_checkpoint_and_planted_links_are_refused(
         for path in (mark.path, work / "h_checkpoints" / "evil"):
             with pytest.raises(CheckpointError, match="symbolic link"):
                 s.restore(path)
-        assert [c.name for c in s.checkpoints()] == ["mark"]  # in memory; disk copies refused
+        # the in-memory one, and the copy restore made of "foreign"; the planted ones refused
+        assert [c.name for c in s.checkpoints()] == ["mark", "foreign"]
     assert outside.read_text() == "host only"
