@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec import inkernel_state
 from jupyter_exec.checkpoints import (
     Checkpoint,
     checkpoints_folder,
@@ -44,7 +45,7 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.inkernel_state import CHANGED_EXPRESSION, call_expression, install_code
+from jupyter_exec.inkernel_state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
 from jupyter_exec.safefs import Folder
 
@@ -332,3 +333,32 @@ async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) 
         except (KeyError, ValueError, SyntaxError, TypeError):
             raise CheckpointError("the kernel's answer could not be read") from None
     raise CheckpointError(f"the kernel did not answer within {timeout:.0f} s")
+
+
+def install_code(probe: str) -> str:
+    """Code that registers this module once in the kernel and installs it (no names left)."""
+    with open(inkernel_state.__file__, encoding="utf-8") as f:
+        text = f.read()
+    body = (
+        "import sys, types\n"
+        f"module = sys.modules.get({MODULE!r})\n"
+        "if module is None:\n"
+        f"    module = types.ModuleType({MODULE!r})\n"
+        "    exec(compile(source, '<jupyter-exec state>', 'exec'), module.__dict__)\n"
+        f"    sys.modules[{MODULE!r}] = module\n"
+        f"module.install({probe!r})\n"
+    )
+    return (
+        f"exec(compile({body!r}, '<jupyter-exec state install>', 'exec'), "
+        f"{{'__name__': '_jupyter_exec_state_install', 'source': {text!r}}})"
+    )
+
+
+def call_expression(function: str, *args: Any) -> str:
+    """A ``user_expressions`` entry that calls ``function`` of the installed module; its
+    value is the result as JSON text (IPython's display of a long list would cut it short)."""
+    arguments = json.dumps(list(args))
+    return (
+        f"__import__('json').dumps(__import__('sys').modules[{MODULE!r}].{function}"
+        f"(*__import__('json').loads({arguments!r})))"
+    )

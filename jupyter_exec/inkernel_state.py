@@ -2,7 +2,7 @@
 names each cell changed.
 
 The host sends this module's source once per kernel process in a silent
-``execute_request`` (:func:`install_code`), with a probe file it made in the
+``execute_request`` (:func:`jupyter_exec.durable.install_code`), with a probe file it made in the
 work dir: finding it proves the kernel's working directory is the host's work
 dir, so every path below is relative to that folder (``root``). A fork or a
 snapshot's kernel inherits the installed module and its hooks.
@@ -221,6 +221,10 @@ def _write_all(folder: str, meta: dict[str, Any], max_bytes: int) -> dict[str, A
     for number, name in enumerate(user_names()):
         value = ns[name]
         if isinstance(value, types.ModuleType):
+            if getattr(value, "__spec__", None) is None:  # made at run time: no import finds it
+                reason = "a module made at run time cannot be imported again"
+                skipped.append({"name": name, "type": "module", "reason": reason})
+                continue
             variables.append({"name": name, "kind": "module", "module": value.__name__})
             modules.add(value.__name__.partition(".")[0])
             continue
@@ -441,32 +445,3 @@ def load(relative: str, verify: bool = True) -> dict[str, Any]:
         del shell.user_ns[name]
     shell.user_ns.update(values)
     return {"names": sorted(values)}
-
-
-def install_code(probe: str) -> str:
-    """Code that registers this module once in the kernel and installs it (no names left)."""
-    with open(__file__, encoding="utf-8") as f:
-        text = f.read()
-    body = (
-        "import sys, types\n"
-        f"module = sys.modules.get({MODULE!r})\n"
-        "if module is None:\n"
-        f"    module = types.ModuleType({MODULE!r})\n"
-        "    exec(compile(source, '<jupyter-exec state>', 'exec'), module.__dict__)\n"
-        f"    sys.modules[{MODULE!r}] = module\n"
-        f"module.install({probe!r})\n"
-    )
-    return (
-        f"exec(compile({body!r}, '<jupyter-exec state install>', 'exec'), "
-        f"{{'__name__': '_jupyter_exec_state_install', 'source': {text!r}}})"
-    )
-
-
-def call_expression(function: str, *args: Any) -> str:
-    """A ``user_expressions`` entry that calls ``function`` of the installed module; its
-    value is the result as JSON text (IPython's display of a long list would cut it short)."""
-    arguments = json.dumps(list(args))
-    return (
-        f"__import__('json').dumps(__import__('sys').modules[{MODULE!r}].{function}"
-        f"(*__import__('json').loads({arguments!r})))"
-    )

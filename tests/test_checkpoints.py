@@ -33,6 +33,8 @@ def square(v):
 gen = (i for i in range(3))
 lock = threading.Lock()
 sock = socket.socket()
+import types
+dyn = types.ModuleType("dyn")
 """
 
 
@@ -82,20 +84,21 @@ async def test_a_checkpoint_on_disk_restores_into_a_new_session(
     made = await first.checkpoint("loaded")
     assert made.path == tmp_path / "work" / "first_checkpoints" / "loaded"
     assert {"arr", "frame", "plain", "square", "np", "pd"} <= set(made.names)
-    assert set(made.skipped) == {"gen", "lock", "sock"}
+    assert set(made.skipped) == {"dyn", "gen", "lock", "sock"}
+    assert "made at run time" in made.skipped["dyn"]
     assert "generator" in made.skipped["gen"]
     assert "lock" in made.skipped["lock"]
     assert "socket" in made.skipped["sock"]
     assert made.environment["libraries"]["numpy"] == np_version()
     manifest = json.loads((made.path / "manifest.json").read_text())
-    assert manifest["body"]["skipped"][0]["name"] == "gen"
+    assert manifest["body"]["skipped"][0]["name"] == "dyn"
     for entry in manifest["body"]["variables"]:
         if entry["kind"] == "pickle":
             data = (made.path / entry["file"]).read_bytes()
             assert hashlib.sha256(data).hexdigest() == entry["sha256"]
     assert not [p for p in made.path.parent.iterdir() if p.name.startswith(".")]  # no temp left
     history = read_valid_notebook(first.notebook_path).metadata["jupyter_exec"]["state"]  # type: ignore[arg-type]
-    assert history[-1]["skipped"].keys() == {"gen", "lock", "sock"}
+    assert history[-1]["skipped"].keys() == {"dyn", "gen", "lock", "sock"}
     # The checkpoint folder is the kernel's own writing, not a file the cell made.
     assert (await first.execute("1")).files == ()
     await first.close()
@@ -108,7 +111,7 @@ async def test_a_checkpoint_on_disk_restores_into_a_new_session(
     assert await value(
         second,
         "[float(arr.sum()), int(frame.a.sum()), frame.b.iloc[3], plain, square(7), "
-        "'leftover' in dir(), 'gen' in dir()]",
+        "'leftover' in dir(), 'gen' in dir() or 'dyn' in dir()]",
     ) == [float(sum(range(100_000))), 499500, "x", plain_value(), 49, False, False]
     # A copy in the new session's own folder, so that a container kernel could read it too.
     copied = tmp_path / "elsewhere" / "second_checkpoints" / "loaded" / "manifest.json"
