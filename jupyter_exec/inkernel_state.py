@@ -188,6 +188,9 @@ def save(
     target = os.path.join(root, relative)
     parent, name = os.path.split(target)
     os.makedirs(parent, exist_ok=True)
+    for stale in os.listdir(parent):  # a write cut short (the kernel died): never read, gone
+        if stale.startswith(".") and stale.endswith(PARTIAL):
+            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
     if os.path.lexists(target):
         raise FileExistsError(f"jupyter-exec: a checkpoint exists at {relative}")
     temp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}{PARTIAL}")

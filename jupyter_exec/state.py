@@ -237,6 +237,10 @@ class SessionState(RecoveryMixin):
                     "session %s: checkpoint %r kept in memory only: %s", session.name, name, exc
                 )
                 made = Checkpoint(name, index, datetime.now(timezone.utc), session.name)
+            except BaseException:  # the kernel died writing it, or the caller gave up
+                if point is not None:
+                    await drop(point.snapshot)
+                raise
             self.checkpoints[name] = (made, point)
             note_state_change(
                 session._recording,

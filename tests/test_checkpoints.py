@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from jupyter_exec import AsyncSession, Checkpoint, CheckpointError, InvalidArgument
+from jupyter_exec import (
+    AsyncSession,
+    Checkpoint,
+    CheckpointError,
+    InvalidArgument,
+    KernelNotAliveError,
+)
 from jupyter_exec.inkernel_state import changed_in_place
 from tests.conftest import read_valid_notebook
 
@@ -429,3 +435,31 @@ async def test_names_a_failing_cell_bound_before_its_error_count_as_changed(
     assert died.recovered is not None
     assert set(died.recovered.lost) == {"x", "y"}
     assert await value(session, "x") == 1
+
+
+async def test_a_kernel_killed_while_writing_leaves_no_checkpoint_behind(
+    sessions: Any, tmp_path: Path
+) -> None:
+    session = await sessions("half")
+    await session.execute("import numpy as np\nkept = np.arange(1000)")
+    await session.checkpoint("before")
+    # The kernel dies after the variables' files, before the manifest (as a crash would).
+    await session.execute(
+        "import os, sys\nsys.modules['_jupyter_exec_state']._write_manifest = "
+        "lambda *a: os._exit(9)"
+    )
+    with pytest.raises(KernelNotAliveError):
+        await session.checkpoint("half")
+    folder = tmp_path / "work" / "half_checkpoints"
+    partial = [p for p in folder.iterdir() if p.name.endswith(".partial")]
+    assert len(partial) == 1
+    assert list(partial[0].glob("*.pkl"))  # written, but never named
+    assert [c.name for c in session.checkpoints()] == ["before"]
+    with pytest.raises(InvalidArgument, match="no checkpoint 'half'"):
+        await session.restore("half")
+    await session.restart()
+    await session.execute("other = 1")
+    await session.checkpoint("after")  # a new write sweeps what the dead one left
+    assert sorted(p.name for p in folder.iterdir()) == ["after", "before"]
+    await session.restore("before")
+    assert await value(session, "kept.tolist()[-1]") == 999
