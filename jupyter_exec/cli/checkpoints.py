@@ -23,6 +23,12 @@ __all__ = ["add_checkpoints_parser"]
 
 SUFFIX = "_checkpoints"
 
+DESCRIPTION = """\
+Sessions write checkpoints (session.checkpoint(), or automatically every
+checkpoint_every seconds) into <work dir>/<session>_checkpoints/<name>/. 'list' reads
+their manifests (nothing is unpickled, no link followed); 'verify' checks one whole
+(every file's sha256), as a restore would, before it is moved to another machine."""
+
 EPILOG = f"""\
 examples:
   jupyter-exec checkpoints list analysis          every session's checkpoints in a work dir
@@ -40,7 +46,7 @@ def add_checkpoints_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "checkpoints",
         help="list and check the durable checkpoints in a work dir",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=formatter,
     )
