@@ -67,6 +67,10 @@ SAVE_TIMEOUT = 3600.0
 """Seconds a checkpoint may take to write or load (500 MB takes a few seconds)."""
 
 
+class TooLarge(Exception):
+    """The namespace is past an automatic checkpoint's budget (the kernel wrote nothing)."""
+
+
 @dataclass(frozen=True)
 class Loaded:
     """What a load from disk brought back."""
@@ -180,9 +184,11 @@ class DurableState:
             raise CheckpointError(f"cannot write a checkpoint to disk: {self.unavailable}")
         relative = f"{checkpoints_folder(session.name)}/{name}"
         body = {**meta, "name": name, "session": session.name}
-        await ask(
+        done = await ask(
             kernel, "", call_expression("save", relative, body, max_bytes, flush), SAVE_TIMEOUT
         )
+        if isinstance(done, dict) and done.get("too_large"):
+            raise TooLarge(f"the namespace is larger than {max_bytes} bytes")
         made = read_checkpoint(session.work_dir, relative, verify=False)
         self.taken.append(made)
         return made
@@ -206,9 +212,10 @@ class DurableState:
                 session, kernel, f"{AUTO_PREFIX}{number}", {**meta, "automatic": True},
                 max_bytes=AUTO_MAX_BYTES, flush=False,
             )  # fmt: skip
+        except TooLarge:  # back off: looked at again after ten intervals
+            self.auto_paused_until = now + 10 * self.every
+            return None
         except CheckpointError as exc:
-            if "TooLarge" in str(exc):  # back off: checked again after ten intervals
-                self.auto_paused_until = now + 10 * self.every
             log.info("session %s: no automatic checkpoint: %s", session.name, exc)
             return None
         for old in self._autos(session):

@@ -201,6 +201,9 @@ def save(
         _write_manifest(temp, body)
         os.rename(temp, target)
         _fsync_dir(parent)
+    except TooLarge:
+        shutil.rmtree(temp, ignore_errors=True)
+        return {"too_large": max_bytes}
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise

@@ -320,6 +320,7 @@ async def test_automatic_checkpoints_stop_past_their_size_budget(
     session._state.durable.last_auto = 0.0
     await session.execute("import numpy as np\nlarge = np.zeros(1_000_000)")
     assert [c.name for c in session.checkpoints()] == ["auto-1"]  # 8 MB: none taken
+    assert session._state.durable.auto_paused_until > 0  # and none tried for a while
     explicit = await session.checkpoint("anyway")  # an explicit one has no budget
     assert explicit.size > 8_000_000
 
