@@ -58,7 +58,7 @@ log = logging.getLogger("jupyter_exec")
 
 AUTO_MAX_BYTES = 64 << 20
 """Automatic checkpoints are taken only while the namespace is under this many bytes: writing
-64 MB costs about half a second (100 MB: 0.8 s, ``--only checkpoint``), at most once per
+64 MB costs about half a second (100 MB: 0.6 to 0.8 s, ``--only checkpoint``), at most once per
 ``checkpoint_every``: under 1 % of a minute."""
 AUTO_PREFIX = "auto-"
 CHANGES_KEY = "jupyter_exec_changed"
