@@ -159,6 +159,11 @@ class DurableState:
             if isinstance(names, list) and names:
                 self.changes.append((cell_index, frozenset(str(n) for n in names)))
 
+    def forget_before(self, cell_index: int) -> None:
+        """Drop what cells before ``cell_index`` changed: no state to come back to is older."""
+        if self.changes and self.changes[0][0] < cell_index:
+            self.changes = [c for c in self.changes if c[0] >= cell_index]
+
     def changed_since(self, cell_index: int, undone: set[int]) -> set[str]:
         """Names changed by the cells from ``cell_index`` on that still count (not undone)."""
         found: set[str] = set()

@@ -142,6 +142,10 @@ class SessionState(RecoveryMixin):
             await self.durable.changes_after_error(kernel, index)
         index_now, undone = self._where(session)
         await self.durable.auto(session, kernel, {"cell_index": index_now, "undone": undone})
+        starts = [p.cell_index for p in self.points]
+        starts += [p.cell_index for _, p in self.checkpoints.values() if p is not None]
+        starts += [c.cell_index for c in self.durable.taken]
+        self.durable.forget_before(min(starts, default=index_now))
 
     def _where(self, session: AsyncSession) -> tuple[int, list[int]]:
         recording = session._recording
