@@ -12,6 +12,7 @@ import traceback
 from pathlib import Path
 
 import benchmarks.cases
+import benchmarks.checkpoint_cases
 import benchmarks.docker_cases
 import benchmarks.e2b_cases
 import benchmarks.fork_cases
@@ -35,6 +36,7 @@ _ = (
     benchmarks.fork_cases,
     benchmarks.e2b_cases,
     benchmarks.network_cases,
+    benchmarks.checkpoint_cases,
 )
 
 

@@ -147,6 +147,7 @@ jx_layers = [
             "forking",
             "snapshots",
             "inkernel_fork",
+            "inkernel_state",
             "network.proxy",
             "network.forwarder",
             "network.wire",
@@ -168,7 +169,20 @@ jx_layers = [
         "about": "The engine (``AsyncSession``) and its collaborators (the recording of each "
         "cell, resuming from a notebook), its blocking face (``Session``), and many named "
         "sessions with warm pools, limits and culling.",
-        "modules": ["session", "recording", "resume", "state", "sync", "manager", "manager.*"],
+        "modules": [
+            "session",
+            "recording",
+            "resume",
+            "state",
+            "sync",
+            "manager",
+            "manager.*",
+            "branching",
+            "checkpoints",
+            "durable",
+            "recovery",
+            "state_api",
+        ],
     },
     {
         "title": "Features on sessions",

@@ -6,6 +6,7 @@ The whole public surface is here; everything else is private and may change.
 from jupyter_exec._version import __version__
 from jupyter_exec.exceptions import (
     BackendError,
+    CheckpointError,
     DockerUnavailable,
     ExecutionError,
     ExecutionTimeout,
@@ -30,7 +31,7 @@ from jupyter_exec.exceptions import (
     WorkDirError,
 )
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo, SessionManager
-from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.models import CellError, Execution, Result, ScriptResult, StateRecovery
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.replay import CellResult, ReplayReport, replay, replay_async
@@ -45,6 +46,7 @@ __all__ = [
     "CellError",
     "CellResult",
     "Checkpoint",
+    "CheckpointError",
     "DockerUnavailable",
     "Execution",
     "ExecutionError",
@@ -74,6 +76,7 @@ __all__ = [
     "SessionManager",
     "SessionNotFound",
     "SessionOptions",
+    "StateRecovery",
     "StorageError",
     "WorkDirError",
     "__version__",

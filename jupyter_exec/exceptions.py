@@ -24,6 +24,8 @@ opt-in ``Execution.raise_for_error()``::
     │                                 (disk full, ...); carries the Execution; the session goes on
     ├── WorkDirError                  a path would escape the work dir (a link, '..'), or the
     │                                 work dir is unusable
+    ├── CheckpointError               a checkpoint on disk is corrupt, partial, or from another
+    │                                 environment (``mismatches`` names what differs)
     └── BackendError                  a kernel backend failed outside the kernel itself
         ├── DockerUnavailable         no Docker engine answers
         ├── ImageError                a kernel image is missing or its build failed
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackendError",
+    "CheckpointError",
     "DockerUnavailable",
     "ExecutionError",
     "ExecutionTimeout",
@@ -229,3 +232,16 @@ class ServerRefused(RemoteError):
         super().__init__(message)
         self.status = status
         self.reason = reason
+
+
+class CheckpointError(JupyterExecError):
+    """A checkpoint on disk cannot be used: corrupt, partial, or from another environment.
+
+    ``mismatches`` lists what differs between the checkpoint's environment and the
+    kernel's (``"numpy 2.1.0 in the checkpoint, 1.26.4 in this kernel"``); empty for a
+    damaged checkpoint. ``restore(..., force=True)`` loads one whose only fault is that.
+    """
+
+    def __init__(self, message: str, mismatches: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.mismatches = mismatches

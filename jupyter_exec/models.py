@@ -25,7 +25,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.mime import BINARY, joined
 from jupyter_exec.network.policy import Connection
 
-__all__ = ["CellError", "Execution", "Result", "ScriptResult", "Status"]
+__all__ = ["CellError", "Execution", "Result", "ScriptResult", "StateRecovery", "Status"]
 
 Status = Literal["ok", "error", "timeout", "died", "cancelled"]
 """How an execution ended: normally, with an exception, past its timeout, with a dead
@@ -137,6 +137,32 @@ class CellError:
 
 
 @dataclass(frozen=True)
+class StateRecovery:
+    """What came back when the kernel died: the state from a snapshot or a checkpoint.
+
+    On the :class:`Execution` that saw the death and on the next one.
+    """
+
+    source: str
+    """Where it came from: ``"snapshot"`` (in memory) or ``"checkpoint 'auto-3'"`` (on disk)."""
+    from_cell_index: int
+    """The state is the one from before this cell (0-based)."""
+    names: tuple[str, ...]
+    """Names that came back as they were when the kernel died."""
+    lost: Mapping[str, str] = field(default_factory=dict)
+    """Names that did not, each with why: changed after the snapshot or checkpoint, or
+    not storable on disk (a generator, a lock...)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "from_cell_index": self.from_cell_index,
+            "names": list(self.names),
+            "lost": dict(self.lost),
+        }
+
+
+@dataclass(frozen=True)
 class Execution:
     """The outcome of running one block of code in a session."""
 
@@ -162,6 +188,9 @@ class Execution:
     connections: tuple[Connection, ...] = ()
     """The connections the kernel tried through its network policy's proxy while this ran
     (host, port, decision, reason); empty without a policy."""
+    recovered: StateRecovery | None = None
+    """When the kernel died during this execution or just before it: which names came back
+    and which were lost (on this execution and on the next one)."""
 
     @property
     def ok(self) -> bool:
@@ -233,6 +262,7 @@ class Execution:
             "truncated": self.truncated,
             "spilled": [str(p) for p in self.spilled],
             "connections": [c.to_dict() for c in self.connections],
+            "recovered": None if self.recovered is None else self.recovered.to_dict(),
         }
 
     def __str__(self) -> str:

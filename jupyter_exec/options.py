@@ -29,6 +29,7 @@ from jupyter_exec.network.policy import NetworkPolicy
 from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
 
 __all__ = [
+    "DEFAULT_CHECKPOINT_EVERY",
     "DEFAULT_INTERRUPT_GRACE",
     "DEFAULT_MAX_OUTPUT_CHARS",
     "DEFAULT_STARTUP_TIMEOUT",
@@ -56,6 +57,13 @@ DEFAULT_UNDO_STEPS = 0
 rewrite (up to ``undo_steps`` times the data one cell rewrites): opt in where undo is worth it."""
 DEFAULT_MAX_OUTPUT_CHARS = DEFAULT_MAX_STREAM_CHARS
 """Stream characters kept per cell (head + tail) before the rest is spilled to a file."""
+
+DEFAULT_CHECKPOINT_EVERY = 60.0
+"""Seconds between automatic checkpoints on disk. Counted in time, not cells, so the cost is
+bounded whatever the cells' pace (one checkpoint a minute, not one per tiny cell) and so is
+what a kernel death loses (the last minute's work); taken after a cell that changed names,
+only while the namespace is under 64 MB (at most about half a second to write, once a
+minute), so on by default."""
 
 MAX_UNDO_STEPS = 100
 """The most snapshots a session may keep for undo (each is a process)."""
@@ -160,6 +168,15 @@ class SessionOptions:
             "undo_steps are kept. 0 (default): undo is off. Local and Docker IPython kernels."
         ),
     )
+    checkpoint_every: float | None = field(
+        default=DEFAULT_CHECKPOINT_EVERY,
+        metadata=_help(
+            "Seconds between automatic checkpoints of the namespace to disk "
+            "(<name>_checkpoints/auto-<k>), taken after a cell that changed names while the "
+            "namespace is under 64 MB; a kernel that dies comes back from the latest one. "
+            "0 or None: off."
+        ),
+    )
     overwrite: bool = field(
         default=False,
         metadata=_help("Replace an existing notebook at the recording path instead of refusing."),
@@ -232,6 +249,12 @@ class SessionOptions:
             raise InvalidArgument("undo_steps must be a whole number of cells")
         if not 0 <= self.undo_steps <= MAX_UNDO_STEPS:
             raise InvalidArgument(f"undo_steps must be from 0 to {MAX_UNDO_STEPS}")
+        if self.checkpoint_every is not None:
+            put(
+                self,
+                "checkpoint_every",
+                _seconds(self.checkpoint_every, "checkpoint_every", zero=True),
+            )
         if not isinstance(self.docker, Mapping):
             raise InvalidArgument("docker must be a mapping of Docker backend options")
         put(self, "docker", dict(self.docker))

@@ -38,7 +38,7 @@ from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.forking import container_of
 from jupyter_exec.guard import CellGuard
 from jupyter_exec.kernel import KernelHandle
-from jupyter_exec.models import CellError, Execution, Result, ScriptResult
+from jupyter_exec.models import CellError, Execution, Result, ScriptResult, StateRecovery
 from jupyter_exec.naming import default_session_name, notebook_name
 from jupyter_exec.network.policy import Connection
 from jupyter_exec.network.redact import redact, secret_needles
@@ -605,17 +605,20 @@ def mark_undone(recorder: NotebookRecorder, from_index: int, undone: frozenset[i
     recorder.save()
 
 
-def mark_recovered(
-    recorder: NotebookRecorder, index: int, from_index: int, names: tuple[str, ...]
-) -> None:
-    """Cell ``index``, whose kernel died, is undone: the state from before cell ``from_index``
-    came back from a snapshot, with ``names``."""
+def mark_recovered(recorder: NotebookRecorder, index: int, recovery: StateRecovery) -> None:
+    """Cell ``index``, whose kernel died, is undone: the state from before another cell came
+    back from a snapshot or a checkpoint, with these names; others were lost (and why)."""
     cells = recorder.cells
     if not 0 <= index < len(cells):
         return
     ours = cells[index].setdefault("metadata", {}).setdefault("jupyter_exec", {})
     ours["undone"] = True
-    ours["recovered"] = {"from_cell_index": from_index, "names": list(names)}
+    ours["recovered"] = {
+        "from_cell_index": recovery.from_cell_index,
+        "names": list(recovery.names),
+        "source": recovery.source,
+        "lost": dict(recovery.lost),
+    }
     recorder.refresh(index)
 
 

@@ -55,6 +55,8 @@ class CellRun:
     """JupyterLab's per-cell timing keys (``iopub.status.busy``, ``shell.execute_reply``, ...)."""
     reply_error: CellError | None = None
     """The error the execute_reply names (the only report of e.g. an unknown ``%magic``)."""
+    user_expressions: dict[str, Any] = field(default_factory=dict)
+    """The execute_reply's ``user_expressions`` (what the session asked besides the code)."""
 
 
 class CellRunner:
@@ -88,12 +90,14 @@ class CellRunner:
         timeout: float | None,
         on_output: OutputCallback | None,
         metadata: dict[str, Any] | None = None,
+        user_expressions: dict[str, str] | None = None,
     ) -> CellRun:
-        """Run ``code``; ``metadata`` goes into the execute_request (the stream guard reads it)."""
+        """Run ``code``; ``metadata`` goes into the execute_request (the stream guard reads it),
+        and so do ``user_expressions`` (their values land in ``CellRun.user_expressions``)."""
         run = CellRun(status="ok")
         generation = self._generation()
         deadline = None if timeout is None else time.monotonic() + timeout
-        msg_id = self._send(code, metadata)
+        msg_id = self._send(code, metadata, user_expressions)
         outcome = await self._collect(msg_id, builder, deadline, on_output, run.timing, generation)
         if outcome == "closed":
             run.status = "cancelled"
@@ -109,6 +113,7 @@ class CellRunner:
             reply = await self._shell_reply(msg_id, run.timing)
             if builder.execution_count is None:
                 builder.execution_count = reply.get("execution_count")
+            run.user_expressions = dict(reply.get("user_expressions") or {})
             if run.status != "timeout":
                 run.status = "ok" if reply.get("status") == "ok" else "error"
             if run.status == "error" and reply.get("ename"):
@@ -123,15 +128,17 @@ class CellRunner:
         run.state_lost = True
         return run
 
-    def _send(self, code: str, metadata: dict[str, Any] | None) -> str:
+    def _send(
+        self, code: str, metadata: dict[str, Any] | None, expressions: dict[str, str] | None
+    ) -> str:
         kc = self.kernel.kc
-        if not metadata:
+        if not metadata and not expressions:
             return str(kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False))
         content = {
             "code": code,
             "silent": False,
             "store_history": True,
-            "user_expressions": {},
+            "user_expressions": dict(expressions or {}),
             "allow_stdin": False,
             "stop_on_error": False,
         }

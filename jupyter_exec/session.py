@@ -36,6 +36,7 @@ from jupyter_exec.launch import launch_kernel, resolve_environment
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.naming import check_encodable, files_folder
 from jupyter_exec.options import (
+    DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_INTERRUPT_GRACE,
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
@@ -95,6 +96,7 @@ class AsyncSession(StateMethods):
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         undo_steps: int = DEFAULT_UNDO_STEPS,
+        checkpoint_every: float | None = DEFAULT_CHECKPOINT_EVERY,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
@@ -118,7 +120,7 @@ class AsyncSession(StateMethods):
         # While a cell runs: a future done once it is recorded, and the task running it.
         self._running: tuple[asyncio.Future[None], asyncio.Task[Any] | None] | None = None
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
-        self._state = SessionState(self._options.undo_steps)
+        self._state = SessionState(self._options.undo_steps, self._options.checkpoint_every)
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
 
@@ -429,16 +431,22 @@ class AsyncSession(StateMethods):
             closing=lambda: self._closed,
         )
         started = time.monotonic()
+        expressions = self._state.cell_expressions(kernel)
         try:
-            run = await runner.run(code, cell.builder, timeout, on_output, cell.metadata)
+            run = await runner.run(
+                code, cell.builder, timeout, on_output, cell.metadata, expressions
+            )
         except BaseException:
             cell.abandon()
             raise
         run.error = self._state.explain_recovery(run.error)
         try:
-            execution = recording.record(code, cell, run, time.monotonic() - started)
+            execution = self._state.annotate(
+                recording.record(code, cell, run, time.monotonic() - started)
+            )
         finally:
             self._state.after_record(self, cell.index if record else None)
+        await self._state.after_cell(self, kernel, run, cell.index)
         return execution
 
     async def _restart_in_cell(self, note: str) -> None:
@@ -446,3 +454,4 @@ class AsyncSession(StateMethods):
         state from before the cell comes back instead of an empty kernel."""
         if not await self._state.recover(self):
             await self.restart(note)
+            await self._state.recover_from_disk(self)

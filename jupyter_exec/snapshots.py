@@ -53,7 +53,7 @@ from jupyter_exec.forking import (
 from jupyter_exec.inkernel_fork import snapshot_code
 from jupyter_exec.kernel import KernelHandle, _ipc_base
 
-__all__ = ["Snapshot", "drop", "start_from", "take_snapshot"]
+__all__ = ["Snapshot", "drop", "fork_into", "start_from", "take_snapshot"]
 
 
 @dataclass
@@ -130,10 +130,10 @@ async def start_from(
 
             connection_file, host_copy = child_connection(docker, km)
             leftovers.append(host_copy)
-            pid = await _ask(snapshot, connection_file, 0, deadline)
+            pid = await fork_into(snapshot, connection_file, 0, deadline)
             pid = await asyncio.to_thread(host_pid, docker, pid)
         else:
-            pid = await _ask(snapshot, str(km.connection_file), os.getpid(), deadline)
+            pid = await fork_into(snapshot, str(km.connection_file), os.getpid(), deadline)
     except BaseException:
         km.cleanup_connection_file()
         km.cleanup_ipc_files()
@@ -146,7 +146,12 @@ async def start_from(
     )
 
 
-async def _ask(snapshot: Snapshot, connection_file: str, host: int, deadline: float) -> int:
+async def fork_into(snapshot: Snapshot, connection_file: str, host: int, deadline: float) -> int:
+    """Ask ``snapshot`` for a child serving ``connection_file``; its pid (as ``host`` sees it).
+
+    ``host`` is the pid the child watches for its parent's death (0: none). Used by
+    :func:`start_from` and by the zygote pool, which forks children into files it chose.
+    """
     request = {"connection_file": connection_file, "host_pid": host}
     try:
         # In a Docker kernel's sockets folder the kernel could put something else there.

@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
+    DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_INTERRUPT_GRACE,
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
@@ -164,6 +165,7 @@ class Session:
         startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         undo_steps: int = DEFAULT_UNDO_STEPS,
+        checkpoint_every: float | None = DEFAULT_CHECKPOINT_EVERY,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
@@ -188,6 +190,7 @@ class Session:
             startup_timeout=startup_timeout,
             max_output_chars=max_output_chars,
             undo_steps=undo_steps,
+            checkpoint_every=checkpoint_every,
             overwrite=overwrite,
             environment=environment,
             url=url,
@@ -285,9 +288,11 @@ class Session:
         """Remember the current state; see :meth:`AsyncSession.checkpoint`."""
         return _LoopThread.run(self._async.checkpoint(name))
 
-    def restore(self, checkpoint: Checkpoint | str) -> None:
-        """Go back to a checkpoint; see :meth:`AsyncSession.restore`."""
-        _LoopThread.run(self._async.restore(checkpoint))
+    def restore(
+        self, checkpoint: Checkpoint | str | os.PathLike[str], *, force: bool = False
+    ) -> None:
+        """Go back to a checkpoint (or load one from disk); see :meth:`AsyncSession.restore`."""
+        _LoopThread.run(self._async.restore(checkpoint, force=force))
 
     def checkpoints(self) -> list[Checkpoint]:
         """This session's checkpoints, oldest first."""

@@ -76,6 +76,8 @@ PUBLIC = {
     "__version__",
     "replay",
     "replay_async",
+    "CheckpointError",
+    "StateRecovery",
 }
 
 
@@ -255,6 +257,7 @@ def test_state_methods(cls: type[Any]) -> None:
     assert _params(cls.undo) == [("n", 1)]
     assert _params(cls.checkpoint) == [("name", None)]
     assert _params(cls.restore) == [("checkpoint", inspect.Parameter.empty)]
+    assert inspect.signature(cls.restore).parameters["force"].default is False
     assert _params(cls.checkpoints) == []
     for method in ("checkpoint", "restore"):
         assert inspect.iscoroutinefunction(getattr(cls, method)) is (cls is AsyncSession)
@@ -266,4 +269,6 @@ def test_checkpoint_and_fork_error() -> None:
 
     assert issubclass(ForkError, KernelError)
     fields = [f.name for f in dataclasses.fields(jupyter_exec.Checkpoint)]
-    assert fields == ["name", "cell_index", "created", "session"]
+    assert fields[:4] == ["name", "cell_index", "created", "session"]
+    assert fields[4:] == ["path", "names", "skipped", "size", "automatic", "environment"]
+    assert issubclass(jupyter_exec.CheckpointError, jupyter_exec.JupyterExecError)

@@ -347,10 +347,13 @@ async def test_checkpoint_restore_round_trip(sessions: Any) -> None:
         await session.checkpoint("loaded")
     with pytest.raises(InvalidArgument, match="checkpoint name"):
         await session.checkpoint("a/b")
+    # Another session's checkpoint is not in this one's memory: it is loaded from its disk copy.
     other = await sessions(name="other")
+    await other.execute("mine = 'other'")
     theirs = await other.checkpoint("loaded")
-    with pytest.raises(InvalidArgument, match="no checkpoint"):
-        await session.restore(theirs)
+    await session.restore(theirs)
+    assert await value(session, "[mine, 'rows' in dir()]") == ["other", False]
+    assert all(undone for _, undone in undone_flags(path)[:-1])  # none of this notebook's cells
 
 
 async def test_replay_and_resume_skip_undone_cells(sessions: Any, work_dir: Path) -> None:
@@ -413,7 +416,12 @@ async def test_a_kernel_that_dies_in_a_cell_comes_back_with_the_state_before_it(
     nb = read_valid_notebook(path)
     ours = nb.cells[2].metadata["jupyter_exec"]
     assert ours["undone"] is True
-    assert ours["recovered"] == {"from_cell_index": 2, "names": ["a", "b"]}
+    assert ours["recovered"] == {
+        "from_cell_index": 2,
+        "names": ["a", "b"],
+        "source": "snapshot",
+        "lost": {},
+    }
     assert nb.cells[3].metadata["jupyter_exec"]["kernel"].startswith("recovered")
     assert nb.metadata["jupyter_exec"]["state"][-1]["action"] == "recover"
 

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from jupyter_exec._version import __version__
+from jupyter_exec.cli.checkpoints import add_checkpoints_parser
 from jupyter_exec.cli.docker import (
     DOCKER_COMMANDS,
     add_image_parser,
@@ -88,6 +89,7 @@ def build_parser(
         "image": add_image_parser,
         "kernels": add_kernels_parser,
         "reap": add_reap_parser,
+        "checkpoints": add_checkpoints_parser,
     }
     for name, register in registry.items():
         if commands is None or name in commands:

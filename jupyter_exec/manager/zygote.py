@@ -52,7 +52,7 @@ from jupyter_exec.forking import AdoptedProvisioner
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.starter import PooledKernelStarter
-from jupyter_exec.snapshots import Snapshot, _ask, drop, start_from, take_snapshot
+from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
 
 __all__ = [
     "DEFAULT_PRELOAD",
@@ -235,7 +235,9 @@ class Zygote:
 
     async def fork_into(self, connection_file: str, timeout: float) -> int:
         """Fork a kernel serving ``connection_file`` (a restart's, in place); its pid."""
-        return await _ask(self.snapshot, connection_file, os.getpid(), time.monotonic() + timeout)
+        return await fork_into(
+            self.snapshot, connection_file, os.getpid(), time.monotonic() + timeout
+        )
 
     async def move(self, handle: KernelHandle, folder: Path, timeout: float) -> None:
         """Move a fresh child into ``folder`` and give it its own random numbers."""

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_core.utils import ensure_async
 
+from jupyter_exec.branching import MAX_FORKS
 from jupyter_exec.exceptions import ForkError, InvalidArgument, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
 from jupyter_exec.server.network import SharedProxy
-from jupyter_exec.state import MAX_FORKS, Checkpoint
+from jupyter_exec.state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager

@@ -1,0 +1,137 @@
+"""``jupyter-exec checkpoints``: the durable checkpoints in a work dir, listed and checked.
+
+Checkpoints are written by sessions (``session.checkpoint()``, or automatically
+with ``checkpoint_every``) into ``<work dir>/<session>_checkpoints/<name>/``.
+``list`` reads their manifests (no file is unpickled, no link followed);
+``verify`` checks one whole (every file's sha256), as a restore would, before
+it is copied to another machine. Restoring is ``session.restore(path)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from jupyter_exec.checkpoints import Checkpoint, on_disk
+from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
+from jupyter_exec.cli.options import Subparsers, formatter
+
+__all__ = ["add_checkpoints_parser"]
+
+SUFFIX = "_checkpoints"
+
+DESCRIPTION = """\
+Sessions write checkpoints (session.checkpoint(), or automatically every
+checkpoint_every seconds) into <work dir>/<session>_checkpoints/<name>/. 'list' reads
+their manifests (nothing is unpickled, no link followed); 'verify' checks one whole
+(every file's sha256), as a restore would, before it is moved to another machine."""
+
+EPILOG = f"""\
+examples:
+  jupyter-exec checkpoints list analysis          every session's checkpoints in a work dir
+  jupyter-exec checkpoints list analysis --json   the same as JSON, one object per checkpoint
+  jupyter-exec checkpoints verify analysis/main_checkpoints/loaded
+                                                  check one whole before moving it
+
+Restore one into a session (on this machine or another with the same Python and
+library versions) with session.restore("<path>"); see the state how-to.
+
+{EXIT_STATUS_HELP}"""
+
+
+def add_checkpoints_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "checkpoints",
+        help="list and check the durable checkpoints in a work dir",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", help="the checkpoints of every session in WORK_DIR", formatter_class=formatter
+    )
+    listing.add_argument("work_dir", type=Path, metavar="WORK_DIR")
+    listing.add_argument("--session", help="only this session's checkpoints")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(func=cmd_list)
+    verify = actions.add_parser(
+        "verify",
+        help="check one checkpoint folder whole (manifest and every file's sha256)",
+        formatter_class=formatter,
+    )
+    verify.add_argument("path", type=Path, metavar="CHECKPOINT")
+    verify.set_defaults(func=cmd_verify)
+
+
+def _sessions(work_dir: Path, only: str | None) -> list[str]:
+    if only is not None:
+        return [only]
+    try:
+        names = sorted(os.listdir(work_dir))
+    except OSError as exc:
+        from jupyter_exec.exceptions import WorkDirError
+
+        raise WorkDirError(f"cannot read the work dir {work_dir}: {exc.strerror}") from None
+    return [n[: -len(SUFFIX)] for n in names if n.endswith(SUFFIX) and len(n) > len(SUFFIX)]
+
+
+def _summary(checkpoint: Checkpoint) -> dict[str, object]:
+    return {
+        "session": checkpoint.session,
+        "name": checkpoint.name,
+        "path": str(checkpoint.path),
+        "cell_index": checkpoint.cell_index,
+        "created": checkpoint.created.isoformat(),
+        "automatic": checkpoint.automatic,
+        "size": checkpoint.size,
+        "names": list(checkpoint.names),
+        "skipped": dict(checkpoint.skipped),
+        "python": checkpoint.environment.get("python"),
+        "libraries": dict(checkpoint.environment.get("libraries") or {}),
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    found = [c for s in _sessions(args.work_dir, args.session) for c in on_disk(args.work_dir, s)]
+    if args.json:
+        json.dump([_summary(c) for c in found], sys.stdout, indent=2)
+        print()
+        return EXIT_OK
+    if not found:
+        print(f"no checkpoints in {args.work_dir}")
+        return EXIT_OK
+    print(f"{'session':16} {'checkpoint':16} {'cell':>5} {'size':>10}  created (UTC)        names")
+    for c in found:
+        names = f"{len(c.names)} stored"
+        if c.skipped:
+            names += f", skipped: {', '.join(c.skipped)}"
+        print(
+            f"{c.session:16} {c.name:16} {c.cell_index + 1:>5} {_size(c.size):>10}  "
+            f"{c.created:%Y-%m-%d %H:%M:%S}  {names}"
+        )
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    checkpoint = Checkpoint.load(args.path)  # CheckpointError: exits with its status
+    env = checkpoint.environment
+    libraries = ", ".join(f"{k} {v}" for k, v in sorted((env.get("libraries") or {}).items()))
+    print(
+        f"{checkpoint.path}: whole ({len(checkpoint.names)} names, {_size(checkpoint.size)}); "
+        f"Python {env.get('python')}; {libraries or 'no third-party libraries'}"
+    )
+    for name, reason in checkpoint.skipped.items():
+        print(f"  not stored: {name}: {reason}")
+    return EXIT_OK
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000  # type: ignore[assignment]
+    return str(size)
