@@ -47,6 +47,7 @@ from typing import Any
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.session import Session
 
+from jupyter_exec import snapshots
 from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
 from jupyter_exec.forking import AdoptedProvisioner
 from jupyter_exec.kernel import KernelHandle
@@ -235,9 +236,8 @@ class Zygote:
 
     async def fork_into(self, connection_file: str, timeout: float) -> int:
         """Fork a kernel serving ``connection_file`` (a restart's, in place); its pid."""
-        return await fork_into(
-            self.snapshot, connection_file, os.getpid(), time.monotonic() + timeout
-        )
+        deadline = time.monotonic() + timeout
+        return await snapshots.fork_into(self.snapshot, connection_file, os.getpid(), deadline)
 
     async def move(self, handle: KernelHandle, folder: Path, timeout: float) -> None:
         """Move a fresh child into ``folder`` and give it its own random numbers."""
