@@ -25,6 +25,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from jupyter_exec.e2b.paths import SandboxPaths
@@ -33,7 +34,7 @@ from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.session import AsyncSession
 
-__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes"]
+__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "with_kernel_formats"]
 
 log = logging.getLogger("jupyter_exec.e2b")
 
@@ -44,6 +45,36 @@ DEFAULT_CONTEXT = "default"
 LANGUAGES = ("python", "python3")
 ENVD_VERSION = "0.6.4"
 """The envd version we answer as: the features we serve (metadata-free uploads, stdin...)."""
+
+
+KERNEL_FILES = ("kernel_startup.py", "kernel_formats.py")
+"""The in-kernel files that give a sandbox's kernels E2B's ``chart`` and ``data`` formats."""
+CONTAINER_FILES = "/opt/jupyter-exec-e2b"
+"""Where a Docker sandbox's container sees them (mounted read-only)."""
+
+
+def with_kernel_formats(options: dict[str, Any]) -> dict[str, Any]:
+    """Session options whose kernels load :mod:`jupyter_exec.e2b.kernel_formats` at start.
+
+    IPython runs ``PYTHONSTARTUP`` in every kernel it starts, pooled or not, so
+    the formats are there before the first cell and no cell is spent (or
+    counted) on them. A Docker kernel gets both files mounted read-only; a
+    remote kernel's machine does not have them, and runs without.
+    """
+    here = Path(__file__).parent
+    backend = str(options.get("backend") or "local")
+    options = dict(options)
+    if backend == "local":
+        env = dict(options.get("env") or os.environ)
+        options["env"] = {**env, "PYTHONSTARTUP": str(here / KERNEL_FILES[0])}
+    elif backend == "docker":
+        docker = dict(options.get("docker") or {})
+        mounts = [f"{here / name}:{CONTAINER_FILES}/{name}:ro" for name in KERNEL_FILES]
+        docker["volumes"] = [*(docker.get("volumes") or ()), *mounts]
+        startup = f"{CONTAINER_FILES}/{KERNEL_FILES[0]}"
+        docker["env"] = {**dict(docker.get("env") or {}), "PYTHONSTARTUP": startup}
+        options["docker"] = docker
+    return options
 
 
 def refuse_language(language: str | None) -> None:
