@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.e2b.paths import SandboxPaths
-from jupyter_exec.e2b.processes import Processes
+from jupyter_exec.e2b.processes import Container, Processes, kernel_container
 from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.session import AsyncSession
@@ -168,7 +168,9 @@ class Sandboxes:
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
         env = {**os.environ, **sandbox.envs} if backend == "local" else dict(sandbox.envs)
-        sandbox.processes = Processes(paths.root, env, backend=backend)
+        sandbox.processes = Processes(
+            paths.root, env, backend=backend, container=lambda: self._container(sandbox)
+        )
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 
@@ -198,6 +200,11 @@ class Sandboxes:
             raise
         log.info("sandbox %s created in %s", sandbox_id, sandbox.paths.root)
         return sandbox
+
+    async def _container(self, sandbox: Sandbox) -> Container:
+        """A Docker sandbox's container: its default context's kernel's (started if need be)."""
+        session = await self.context_session(sandbox, None)
+        return await asyncio.to_thread(kernel_container, session)
 
     def get(self, sandbox_id: str) -> Sandbox:
         """The live sandbox ``sandbox_id`` (the debug one is made on first use in debug mode)."""
