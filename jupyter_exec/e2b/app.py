@@ -28,7 +28,7 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from jupyter_exec.e2b import api, code, envd
-from jupyter_exec.e2b.sandboxes import Sandboxes, with_kernel_formats
+from jupyter_exec.e2b.sandboxes import Sandboxes, sandbox_options
 from jupyter_exec.e2b.web import LOOPBACK_NAMES
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager
@@ -88,7 +88,7 @@ class E2BServer:
         self.api_key = config.api_key
         self.execution_timeout = config.execution_timeout
         self.allowed_hosts = LOOPBACK_NAMES if is_loopback(config.host) else None
-        kernel_options = with_kernel_formats(config.session_options)
+        kernel_options = sandbox_options(config.session_options)
         self.manager = AsyncSessionManager(
             root_dir=str(config.root_dir),
             pool_size=config.pool_size,

@@ -17,8 +17,8 @@ Both are vendor JSON types, so the session's notebook stays valid nbformat
 nbformat refuses). The E2B server maps both to the SDK's fields
 (:mod:`jupyter_exec.e2b.protocol`). Nothing is imported before a figure or a
 frame exists, and a figure that cannot be read gets no chart, never an error.
-The server loads this file through :mod:`jupyter_exec.e2b.kernel_startup`;
-it needs the standard library and IPython only.
+The server loads this file (and :mod:`jupyter_exec.e2b.kernel_images`) through
+:mod:`jupyter_exec.e2b.kernel_startup`; it needs the standard library and IPython only.
 """
 
 from __future__ import annotations

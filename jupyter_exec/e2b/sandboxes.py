@@ -28,13 +28,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.e2b.paths import SandboxPaths
+from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
 from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.session import AsyncSession
 
-__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "with_kernel_formats"]
+__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "sandbox_options"]
 
 log = logging.getLogger("jupyter_exec.e2b")
 
@@ -47,19 +47,22 @@ ENVD_VERSION = "0.6.4"
 """The envd version we answer as: the features we serve (metadata-free uploads, stdin...)."""
 
 
-KERNEL_FILES = ("kernel_startup.py", "kernel_formats.py")
-"""The in-kernel files that give a sandbox's kernels E2B's ``chart`` and ``data`` formats."""
+KERNEL_FILES = ("kernel_startup.py", "kernel_formats.py", "kernel_images.py")
+"""The in-kernel files that give a sandbox's kernels E2B's ``chart`` and ``data`` formats and
+its way of showing PIL images (the first one loads the others)."""
 CONTAINER_FILES = "/opt/jupyter-exec-e2b"
 """Where a Docker sandbox's container sees them (mounted read-only)."""
 
 
-def with_kernel_formats(options: dict[str, Any]) -> dict[str, Any]:
-    """Session options whose kernels load :mod:`jupyter_exec.e2b.kernel_formats` at start.
+def sandbox_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The session options of a sandbox's kernels: E2B's own kernel, as far as it is ours to give.
 
-    IPython runs ``PYTHONSTARTUP`` in every kernel it starts, pooled or not, so
-    the formats are there before the first cell and no cell is spent (or
-    counted) on them. A Docker kernel gets both files mounted read-only; a
-    remote kernel's machine does not have them, and runs without.
+    The kernels load :data:`KERNEL_FILES` at start (``PYTHONSTARTUP``, which
+    IPython runs in every kernel, pooled or not), so the formats are there
+    before the first cell and no cell is spent (or counted) on them; a Docker
+    kernel gets the files mounted read-only, and its work dir at
+    ``/home/user`` - where E2B's is, so paths and ``!pwd`` read the same. A
+    remote kernel's machine does not have the files, and runs without.
     """
     here = Path(__file__).parent
     backend = str(options.get("backend") or "local")
@@ -69,6 +72,7 @@ def with_kernel_formats(options: dict[str, Any]) -> dict[str, Any]:
         options["env"] = {**env, "PYTHONSTARTUP": str(here / KERNEL_FILES[0])}
     elif backend == "docker":
         docker = dict(options.get("docker") or {})
+        docker.setdefault("work_mount", HOME)
         mounts = [f"{here / name}:{CONTAINER_FILES}/{name}:ro" for name in KERNEL_FILES]
         docker["volumes"] = [*(docker.get("volumes") or ()), *mounts]
         startup = f"{CONTAINER_FILES}/{KERNEL_FILES[0]}"

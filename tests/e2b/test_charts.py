@@ -221,3 +221,21 @@ def test_dataframe_data_and_the_notebook_stays_valid(debug_env: Running) -> None
     assert names.text == "[]"  # the startup left nothing in the user's namespace
     notebook = debug_env.root / "debug_sandbox_id" / "debug_sandbox_id.ipynb"
     nbformat.validate(nbformat.read(notebook, as_version=4))
+
+
+def test_pil_images_are_shown_on_show_and_save(debug_env: Running) -> None:
+    sandbox = Sandbox.create()
+    code = (
+        "from PIL import Image\n"
+        "image = Image.new('RGB', (6, 4), 'green')\n"
+        "image.{call}\n"
+        "print('after')"
+    )
+    shown = sandbox.run_code(code.format(call="show()"))  # no desktop viewer is looked for
+    saved = sandbox.run_code(code.format(call="save('green.png')"))
+    for execution in (shown, saved):
+        assert execution.error is None
+        [result] = execution.results
+        assert result.png
+        assert execution.logs.stdout == ["after\n"]
+    assert sandbox.files.read("green.png", format="bytes")[:4] == b"\x89PNG"  # and it was saved

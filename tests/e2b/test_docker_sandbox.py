@@ -70,7 +70,9 @@ def test_run_code_in_the_container(docker_server: Running, sandbox: Sandbox) -> 
                                   envs={"GREETING": "hi there"})  # fmt: skip
     uid, cwd, greeting = result.stdout.splitlines()
     assert uid != "0"
-    assert cwd.endswith("/sub")
+    assert cwd == "/home/user/sub"  # the work dir is where E2B's is
+    assert sandbox.run_code("import os; os.getcwd()").text == "/home/user"
+    assert "".join(sandbox.run_code("!pwd").logs.stdout).strip() == "/home/user"
     assert greeting == "hi there"
     with pytest.raises(CommandExitException) as failed:
         sandbox.commands.run("echo partial; exit 3")
