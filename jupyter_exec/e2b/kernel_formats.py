@@ -360,9 +360,12 @@ def _format(obj: Any, mime: str) -> Any:
 
 def install(shell: Any = None) -> None:
     """Register the two formats with IPython's display formatter (once per kernel)."""
+    ipython = sys.modules.get("IPython")
+    shell = shell or (ipython.get_ipython() if ipython is not None else None)
+    if shell is None:  # PYTHONSTARTUP read by a plain ``python`` the kernel started
+        return
     from IPython.core.formatters import BaseFormatter
 
-    shell = shell or sys.modules["IPython"].get_ipython()
     display = shell.display_formatter
 
     class ExtraFormat(BaseFormatter):

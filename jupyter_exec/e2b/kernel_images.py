@@ -86,6 +86,9 @@ def show_pil_images(image_module: Any) -> None:
 
 def install() -> None:
     """Patch PIL now if it is imported, else when it is (once per kernel)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or ipython.get_ipython() is None:  # not a kernel: nowhere to show
+        return
     if "PIL.Image" in sys.modules:
         show_pil_images(sys.modules["PIL.Image"])
     elif not any(isinstance(f, AfterImport) for f in sys.meta_path):
