@@ -237,5 +237,5 @@ def test_pil_images_are_shown_on_show_and_save(debug_env: Running) -> None:
         assert execution.error is None
         [result] = execution.results
         assert result.png
-        assert execution.logs.stdout == ["after\n"]
+        assert "".join(execution.logs.stdout) == "after\n"
     assert sandbox.files.read("green.png", format="bytes")[:4] == b"\x89PNG"  # and it was saved

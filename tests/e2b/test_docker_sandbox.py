@@ -73,6 +73,12 @@ def test_run_code_in_the_container(docker_server: Running, sandbox: Sandbox) -> 
     assert cwd == "/home/user/sub"  # the work dir is where E2B's is
     assert sandbox.run_code("import os; os.getcwd()").text == "/home/user"
     assert "".join(sandbox.run_code("!pwd").logs.stdout).strip() == "/home/user"
+    plotted = sandbox.run_code(  # the in-kernel formats are mounted into the container
+        "import matplotlib.pyplot as plt\nplt.pie([1, 3], labels=['a', 'b']); plt.show()"
+    )
+    chart = plotted.results[0].chart
+    assert chart is not None
+    assert [(p.label, p.angle) for p in chart.elements] == [("a", 90), ("b", 270)]
     assert greeting == "hi there"
     with pytest.raises(CommandExitException) as failed:
         sandbox.commands.run("echo partial; exit 3")
@@ -83,11 +89,13 @@ def test_run_code_in_the_container(docker_server: Running, sandbox: Sandbox) -> 
 def test_command_output_streams_while_it_runs(docker_server: Running, sandbox: Sandbox) -> None:
     opened = gate(docker_server, "gate-live")
     seen: list[tuple[str, str]] = []
+    opened_at: list[int] = []
 
     def on_stdout(text: str) -> None:
         seen.append(("stdout", text))
-        if "first" in text:
-            opened.touch()  # the command waits for this: the line came before its end
+        if not opened_at and "first\n" in "".join(t for k, t in seen if k == "stdout"):
+            opened_at.append(len(seen))
+            opened.touch()  # the command waits for this: its first line came before its end
 
     result = sandbox.commands.run(
         f"echo first; {wait_on(opened.name)}; echo second >&2; echo third",
@@ -95,8 +103,10 @@ def test_command_output_streams_while_it_runs(docker_server: Running, sandbox: S
         on_stderr=lambda text: seen.append(("stderr", text)),
         timeout=60,
     )
-    assert seen[0] == ("stdout", "first\n")
-    assert sorted(seen[1:]) == [("stderr", "second\n"), ("stdout", "third\n")]
+    assert opened_at  # the gate was opened from a callback...
+    later = seen[opened_at[0] :]  # ...and everything after the gate came after it
+    assert "".join(t for k, t in later if k == "stderr") == "second\n"
+    assert "".join(t for k, t in later if k == "stdout") == "third\n"
     assert (result.stdout, result.stderr, result.exit_code) == ("first\nthird\n", "second\n", 0)
 
 
@@ -109,8 +119,11 @@ def test_background_commands_stdin_wait_connect_kill(
     assert handle.pid in [p.pid for p in commands.list()]
     follower = commands.connect(handle.pid)
 
+    printed: list[str] = []
+
     def on_stdout(text: str) -> None:
-        if "ready" in text:
+        printed.append(text)
+        if "ready\n" in "".join(printed):
             opened.touch()
 
     assert handle.wait(on_stdout=on_stdout).stdout == "ready\ndone\n"
