@@ -54,6 +54,16 @@ CONTAINER_FILES = "/opt/jupyter-exec-e2b"
 """Where a Docker sandbox's container sees them (mounted read-only)."""
 
 
+SERVER_SECRETS = ("E2B_API_KEY", "E2B_ACCESS_TOKEN")
+"""The server's own credentials: never in a sandbox's environment (its code could use them to
+reach other sandboxes through the API)."""
+
+
+def host_env() -> dict[str, str]:
+    """This process's environment for a local sandbox's kernels and commands, less our secrets."""
+    return {k: v for k, v in os.environ.items() if k not in SERVER_SECRETS}
+
+
 def sandbox_options(options: dict[str, Any]) -> dict[str, Any]:
     """The session options of a sandbox's kernels: E2B's own kernel, as far as it is ours to give.
 
@@ -68,7 +78,7 @@ def sandbox_options(options: dict[str, Any]) -> dict[str, Any]:
     backend = str(options.get("backend") or "local")
     options = dict(options)
     if backend == "local":
-        env = dict(options.get("env") or os.environ)
+        env = dict(options.get("env") or host_env())
         options["env"] = {**env, "PYTHONSTARTUP": str(here / KERNEL_FILES[0])}
     elif backend == "docker":
         docker = dict(options.get("docker") or {})
@@ -171,7 +181,7 @@ class Sandboxes:
         paths = SandboxPaths(self.manager.root / sandbox_id)  # made by its first kernel or file
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
-        env = {**os.environ, **sandbox.envs} if backend == "local" else dict(sandbox.envs)
+        env = {**host_env(), **sandbox.envs} if backend == "local" else dict(sandbox.envs)
         sandbox.processes = Processes(
             paths.root, env, backend=backend, container=lambda: self._container(sandbox)
         )
@@ -260,7 +270,7 @@ class Sandboxes:
     def _options(self, sandbox: Sandbox) -> dict[str, Any]:
         options = dict(self.session_options)
         if sandbox.envs:
-            base = dict(os.environ) if options.get("backend", "local") == "local" else {}
+            base = host_env() if options.get("backend", "local") == "local" else {}
             options["env"] = {**base, **dict(options.get("env") or {}), **sandbox.envs}
         return options
 
