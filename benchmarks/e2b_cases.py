@@ -9,7 +9,8 @@ with a warm kernel pool (the way ComputeSDK compares hosted sandboxes:
 sequential create, one trivial command, median and p95), against a direct
 session start to its first result in the same run.
 
-``python -m benchmarks --only e2b-run-code,e2b-create`` (needs the ``e2b`` extra)
+``python -m benchmarks --only e2b-run-code,e2b-create,e2b-create-docker`` (needs the ``e2b``
+extra)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from benchmarks.docker_cases import docker_available, skipped
 from jupyter_exec import Session, SessionManager
 from jupyter_exec.e2b import E2BConfig, E2BServer
 
-__all__ = ["create_case", "run_code_case"]
+__all__ = ["create_case", "create_docker_case", "run_code_case"]
 
 KEY = "benchmark-key"
 
@@ -230,22 +231,31 @@ def _rows(backend: str, pool: int, rounds: int, times: _Times) -> list[Row]:
     return rows
 
 
+def _create_rows(backend: str, cfg: Config) -> list[Row]:
+    rounds = 10 if cfg.quick else 30
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-e2b-") as scratch:
+        for pool in (0, 1):
+            root = Path(scratch) / f"{backend}-{pool}"
+            rows += _rows(backend, pool, rounds, _measure(root, backend, pool, rounds))
+    return rows
+
+
 @case("e2b-create")
 def create_case(cfg: Config) -> list[Row]:
     """``Sandbox.create()`` to the first result (API mode), measured as ComputeSDK measures
     hosted sandboxes: sequential create, one trivial command, kill (not timed); median and p95.
 
-    Local and Docker backends, without and with a warm pool, each against the same engine
-    without E2B (a direct session start to its first result) in the same run.
+    Without and with a warm pool, each against the same engine without E2B (a direct
+    session start to its first result) in the same run. ``e2b-create-docker``: the same
+    for Docker sandboxes.
     """
-    rounds = 10 if cfg.quick else 30
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="bench-e2b-") as scratch:
-        for backend in ("local", "docker"):
-            if backend == "docker" and not docker_available():
-                rows += skipped("e2b create (docker)", "no Docker engine answers")
-                continue
-            for pool in (0, 1):
-                root = Path(scratch) / f"{backend}-{pool}"
-                rows += _rows(backend, pool, rounds, _measure(root, backend, pool, rounds))
-    return rows
+    return _create_rows("local", cfg)
+
+
+@case("e2b-create-docker", group="docker")
+def create_docker_case(cfg: Config) -> list[Row]:
+    """``e2b-create`` for Docker sandboxes (a hardened container per sandbox)."""
+    if not docker_available():
+        return skipped("e2b create (docker)", "no Docker engine answers")
+    return _create_rows("docker", cfg)
