@@ -87,7 +87,7 @@ def _is_dates(axis: Any) -> bool:
     return isinstance(axis.get_major_locator(), dates.DateLocator)
 
 
-def _scale(ax: Any, axis: Any, scale: str) -> str:
+def _scale(axis: Any, scale: str) -> str:
     from matplotlib import category
 
     if _is_dates(axis):
@@ -166,7 +166,7 @@ def _point_chart(ax: Any, kind: str) -> Chart:
     for name, axis, scale in (("x", ax.xaxis, ax.get_xscale()), ("y", ax.yaxis, ax.get_yscale())):
         chart[f"{name}_ticks"] = _ticks(axis)
         chart[f"{name}_tick_labels"] = [t.get_text() for t in axis.get_ticklabels()]
-        chart[f"{name}_scale"] = _scale(ax, axis, scale)
+        chart[f"{name}_scale"] = _scale(axis, scale)
     if kind == "line":
         lines = [line for line in ax.lines if not _is_rule(line)]
         for i, line in enumerate(lines):
