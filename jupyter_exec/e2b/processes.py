@@ -131,11 +131,12 @@ class DockerRunner:
         done = loop.create_future()
 
         def read() -> None:
-            try:
-                for name, chunk in self.live.frames():
-                    loop.call_soon_threadsafe(publish, _data(name, chunk))
-            finally:
-                loop.call_soon_threadsafe(_settle, done)
+            with contextlib.suppress(RuntimeError):  # the loop closed under us: nobody listens
+                try:
+                    for name, chunk in self.live.frames():
+                        loop.call_soon_threadsafe(publish, _data(name, chunk))
+                finally:
+                    loop.call_soon_threadsafe(_settle, done)
 
         threading.Thread(target=read, name="jx-e2b-command", daemon=True).start()
         await done
