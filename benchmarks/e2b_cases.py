@@ -3,11 +3,14 @@
 Both run in the same process and alternate, so machine drift hits both alike:
 the SDK's ``Sandbox.run_code("1 + 1")`` (HTTP, JSON lines, the server's
 handler, the session) against a plain :class:`~jupyter_exec.Session` on the
-same machine. A second row times ``Sandbox.create()`` to its first result in
-API mode, without and with a warm kernel pool (the way hosted sandboxes are
-compared: create, one trivial call, median and p95).
+same machine. ``e2b-create`` times ``Sandbox.create()`` to its first command
+and to its first run_code result in API mode, local and Docker, without and
+with a warm kernel pool (the way ComputeSDK compares hosted sandboxes:
+sequential create, one trivial command, median and p95), against a direct
+session start to its first result in the same run.
 
-``python -m benchmarks --only e2b-run-code,e2b-create`` (needs the ``e2b`` extra)
+``python -m benchmarks --only e2b-run-code,e2b-create,e2b-create-docker`` (needs the ``e2b``
+extra)
 """
 
 from __future__ import annotations
@@ -19,14 +22,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.core import Config, Row, case, median, percentile, progress
-from jupyter_exec import Session
+from benchmarks.docker_cases import docker_available, skipped
+from jupyter_exec import Session, SessionManager
 from jupyter_exec.e2b import E2BConfig, E2BServer
 
-__all__ = ["create_case", "run_code_case"]
+__all__ = ["create_case", "create_docker_case", "run_code_case"]
 
 KEY = "benchmark-key"
 
@@ -121,39 +126,136 @@ def run_code_case(cfg: Config) -> list[Row]:
     ]
 
 
-@case("e2b-create")
-def create_case(cfg: Config) -> list[Row]:
-    """Sandbox.create() to the first run_code result (API mode), with and without a warm pool."""
+HOSTED = "ComputeSDK's hosted TTI (create + first command), median: Daytona 0.11 s, E2B 0.44 s"
+
+
+@dataclass
+class _Times:
+    command: list[float] = field(default_factory=list)
+    run_code: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
+
+
+def _direct(root: Path, backend: str, manager: SessionManager | None, i: int) -> float:
+    """The floor: the same engine without E2B - a session started (from the pool, if any) to
+    its first trivial result. Closing is not timed (as ComputeSDK leaves out destroy)."""
+    start = time.perf_counter()
+    if manager is not None:
+        session = manager.session(f"direct-{i}")
+    else:
+        session = Session(work_dir=root / f"direct-{i}", backend=backend, timeout=120)  # type: ignore[arg-type]
+    assert session.execute("1 + 1").text == "2"
+    elapsed = time.perf_counter() - start
+    if manager is not None:
+        manager.close(f"direct-{i}")
+        manager.wait_for_pools()
+    else:
+        session.close()
+    return elapsed
+
+
+def _sandbox_first(running: _Running, first: str) -> float:
+    """``Sandbox.create()`` to its first command (``echo``) or run_code result; then kill."""
     from e2b_code_interpreter import Sandbox
 
-    rounds = 3 if cfg.quick else 10
-    times: dict[int, list[float]] = {}
+    running.wait_for_pools()  # a full pool, as between a user's sandboxes
+    start = time.perf_counter()
+    sandbox = Sandbox.create()
+    if first == "command":
+        assert sandbox.commands.run('echo "benchmark"').stdout == "benchmark\n"
+    else:
+        assert sandbox.run_code("1 + 1").text == "2"
+    elapsed = time.perf_counter() - start
+    sandbox.kill()
+    return elapsed
+
+
+def _measure(root: Path, backend: str, pool: int, rounds: int) -> _Times:
+    times = _Times()
+    config = E2BConfig(root_dir=root / "e2b", ports=(0,), api_key=KEY, pool_size=pool,
+                       session_options={"backend": backend})  # fmt: skip
+    manager = (
+        SessionManager(
+            root_dir=root / "direct",
+            pool_size=pool,
+            session_defaults={"backend": backend, "timeout": 120},
+        )
+        if pool
+        else None
+    )
+    try:
+        if manager is not None:
+            manager.wait_for_pools()
+        with (
+            _server(config) as running,
+            _sdk_env(
+                E2B_DEBUG=None,
+                E2B_API_KEY=KEY,
+                E2B_API_URL=running.url,
+                E2B_SANDBOX_URL=running.url,
+            ),
+        ):
+            _sandbox_first(running, "command")  # untimed: imports, image and page caches
+            _direct(root, backend, manager, -1)
+            for i in range(rounds):
+                progress(f"e2b-create: {backend}, pool {pool}, {i + 1}/{rounds}")
+                order = ("command", "run_code", "floor")
+                for kind in order if i % 2 == 0 else order[::-1]:  # drift hits all alike
+                    if kind == "floor":
+                        times.floor.append(_direct(root, backend, manager, i))
+                    else:
+                        getattr(times, kind).append(_sandbox_first(running, kind))
+    finally:
+        if manager is not None:
+            manager.shutdown()
+    return times
+
+
+def _rows(backend: str, pool: int, rounds: int, times: _Times) -> list[Row]:
+    label = f"{backend}, {'warm pool of 1' if pool else 'no pool'}"
+    floor = "a pooled manager session" if pool else "Session(...)"
+    rows = []
+    for what, values in (("first command", times.command), ("first run_code", times.run_code)):
+        rows.append(
+            Row(
+                f"e2b create -> {what} ({label})",
+                median(values),
+                median(times.floor),
+                "s",
+                f"median of {rounds}; p95 {percentile(values, 95):.2f} s vs "
+                f"{percentile(times.floor, 95):.2f} s; floor = {floor} to its first result; "
+                + HOSTED,
+                {"ours": values, "floor": times.floor},
+            )
+        )
+    return rows
+
+
+def _create_rows(backend: str, cfg: Config) -> list[Row]:
+    rounds = 10 if cfg.quick else 30
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-e2b-") as scratch:
         for pool in (0, 1):
-            config = E2BConfig(root_dir=Path(scratch) / f"pool{pool}", ports=(0,),
-                               api_key=KEY, pool_size=pool)  # fmt: skip
-            with _server(config) as running, _sdk_env(
-                E2B_DEBUG=None, E2B_API_KEY=KEY, E2B_API_URL=running.url,
-                E2B_SANDBOX_URL=running.url,
-            ):  # fmt: skip
-                times[pool] = []
-                progress(f"e2b-create: pool {pool}, {rounds} sandboxes")
-                for _ in range(rounds):
-                    running.wait_for_pools()  # a full pool, as between a user's sandboxes
-                    start = time.perf_counter()
-                    sandbox = Sandbox.create()
-                    assert sandbox.run_code("1 + 1").text == "2"
-                    times[pool].append(time.perf_counter() - start)
-                    sandbox.kill()
-    return [
-        Row(
-            f"e2b create + first result ({label})",
-            median(times[pool]),
-            None,
-            "s",
-            f"median of {rounds}; p95 {percentile(times[pool], 95):.2f} s; hosted, as "
-            "ComputeSDK measures them: Daytona 0.11 s, E2B 0.44 s (median)",
-            {"seconds": times[pool]},
-        )
-        for pool, label in ((0, "no pool"), (1, "warm pool of 1"))
-    ]
+            root = Path(scratch) / f"{backend}-{pool}"
+            rows += _rows(backend, pool, rounds, _measure(root, backend, pool, rounds))
+    return rows
+
+
+@case("e2b-create")
+def create_case(cfg: Config) -> list[Row]:
+    """``Sandbox.create()`` to the first result (API mode), measured as ComputeSDK measures
+    hosted sandboxes: sequential create, one trivial command, kill (not timed); median and p95.
+
+    Without and with a warm pool, each against the same engine without E2B (a direct
+    session start to its first result) in the same run. ``e2b-create-docker``: the same
+    for Docker sandboxes.
+    """
+    return _create_rows("local", cfg)
+
+
+@case("e2b-create-docker", group="docker")
+def create_docker_case(cfg: Config) -> list[Row]:
+    """``e2b-create`` for Docker sandboxes (a hardened container per sandbox)."""
+    if not docker_available():
+        return skipped("e2b create (docker)", "no Docker engine answers")
+    return _create_rows("docker", cfg)

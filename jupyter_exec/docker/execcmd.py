@@ -1,25 +1,34 @@
-"""Run a one-off command in a kernel's container (``docker exec``): stateless script mode.
+"""Run a one-off command in a kernel's container (``docker exec``): stateless script mode, and
+live commands (:class:`LiveExec`) whose output is read as it is printed.
 
-The command runs beside the kernel, so it shares its image, mounts, uid and limits. Output is
-stdout and stderr *combined in order*: a small Python watchdog (the image always has Python)
-starts the command with stderr joined to stdout in one pipe, and kills its whole process group
-when the timeout passes. The Engine API has no way to kill an exec'd process, which is why the
-watchdog runs *inside* the container.
+The command runs beside the kernel, so it shares its image, mounts, uid and limits. The
+Engine API has no way to signal an exec'd process, so a small Python program (the image always
+has Python) starts the command *inside* the container and stops it there:
+
+* :func:`exec_command` (script mode): output is stdout and stderr *combined in order*; the
+  watchdog kills the command's whole process group when the timeout passes.
+* :class:`LiveExec`: stdout and stderr stay apart and arrive as the command prints them (the
+  Engine's multiplexed attach stream); the supervisor reads small frames from its own stdin
+  (input for the command, end of input, a signal for its process group), and when that stdin
+  closes - the host stopped following, or went away - it kills the group, so no command
+  outlives the one who could stop it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import docker
+from docker.utils import socket as docker_socket
 
 from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
 
-__all__ = ["TIMEOUT_EXIT_CODE", "exec_command", "watchdog_argv"]
+__all__ = ["TIMEOUT_EXIT_CODE", "LiveExec", "exec_command", "watchdog_argv"]
 
 #: The exit code of a command killed for running past its timeout (as coreutils ``timeout``).
 
@@ -113,3 +122,108 @@ def _close_stream(stream: Any) -> None:
         with contextlib.suppress(Exception):
             if closable is not None:
                 closable.close()
+
+
+_SUPERVISOR = """\
+# jupyter-exec: runs one command, passes it input and signals from the host, and kills its
+# process group when the host stops listening
+import os, signal, struct, subprocess, sys, threading
+try:
+    p = subprocess.Popen(sys.argv[2:], start_new_session=True,
+                         stdin=subprocess.PIPE if sys.argv[1] == "1" else subprocess.DEVNULL)
+except OSError as e:
+    print(f"{sys.argv[2]}: {e.strerror}", file=sys.stderr, flush=True)
+    sys.exit(127)
+def control():
+    read = sys.stdin.buffer.read
+    while len(head := read(5)) == 5:
+        kind, body = head[:1], read(struct.unpack(">I", head[1:])[0])
+        try:
+            if kind == b"i" and p.stdin:
+                p.stdin.write(body)
+                p.stdin.flush()
+            elif kind == b"c" and p.stdin:
+                p.stdin.close()
+            elif kind == b"s":
+                os.killpg(p.pid, int(body))
+        except (OSError, ValueError):
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+threading.Thread(target=control, daemon=True).start()
+code = p.wait()
+os._exit(code if code >= 0 else 128 - code)  # not sys.exit: the reader still holds stdin
+"""
+
+STREAMS = {1: "stdout", 2: "stderr"}
+
+
+class LiveExec:
+    """One command in a container: its output as it comes, its stdin, signals to it (blocking).
+
+    :meth:`frames` yields ``("stdout" | "stderr", bytes)`` until the command's output ends;
+    :meth:`exit_code` then says how it ended (a command ended by signal ``n`` exits
+    ``128 + n``). Call :meth:`close` when done: it also stops a command still running.
+    """
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        container_id: str,
+        argv: Sequence[str],
+        *,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+    ) -> None:
+        self._client = client
+        with docker_errors("starting a command in the kernel container"):
+            self._exec_id = client.api.exec_create(
+                container_id,
+                ["python", "-c", _SUPERVISOR, "1" if stdin else "0", *argv],
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                workdir=workdir,
+                environment=dict(env or {}),
+            )["Id"]
+            self._socket: Any = client.api.exec_start(self._exec_id, socket=True)
+        self._send_lock = threading.Lock()
+
+    def frames(self) -> Iterator[tuple[str, bytes]]:
+        """The command's output, as the Engine passes it on, until it ends."""
+        with contextlib.suppress(OSError):
+            frames: Any = docker_socket.frames_iter  # untyped in docker
+            for stream, data in frames(self._socket, tty=False):
+                if data:
+                    yield STREAMS.get(stream, "stdout"), bytes(data)
+
+    def _send(self, kind: bytes, body: bytes = b"") -> None:
+        raw = getattr(self._socket, "_sock", self._socket)
+        with self._send_lock, contextlib.suppress(OSError):
+            raw.sendall(kind + struct.pack(">I", len(body)) + body)
+
+    def write(self, data: bytes) -> None:
+        """Input for the command's stdin (started with ``stdin=True``)."""
+        for start in range(0, len(data), 1 << 16):
+            self._send(b"i", data[start : start + (1 << 16)])
+
+    def close_stdin(self) -> None:
+        self._send(b"c")
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the command's process group."""
+        self._send(b"s", str(int(signum)).encode())
+
+    def exit_code(self) -> int | None:
+        """How the command exited; ``None`` while it runs or if the Engine cannot say."""
+        with docker_errors("reading a command's exit code"):
+            info = self._client.api.exec_inspect(self._exec_id)
+        code = info.get("ExitCode")
+        return None if info.get("Running") or code is None else int(code)
+
+    def close(self) -> None:
+        """Close the connection: a command still running is killed by its supervisor."""
+        _close_stream(self._socket)

@@ -11,7 +11,10 @@ jupyter-exec's own dependencies; the ``e2b`` extra adds the SDK, for its clients
 * :mod:`~jupyter_exec.e2b.protocol`, :mod:`~jupyter_exec.e2b.connect` - the wire formats;
 * :mod:`~jupyter_exec.e2b.files`, :mod:`~jupyter_exec.e2b.paths`,
   :mod:`~jupyter_exec.e2b.processes` - files and commands, confined to a sandbox;
-* :mod:`~jupyter_exec.e2b.errors` - our exceptions to the SDK's statuses, once.
+* :mod:`~jupyter_exec.e2b.errors` - our exceptions to the SDK's statuses, once;
+* :mod:`~jupyter_exec.e2b.kernel_formats`, :mod:`~jupyter_exec.e2b.kernel_images` - code that
+  runs in each sandbox kernel (loaded at start by ``kernel_startup.py``): chart data, a
+  DataFrame's columns, PIL images shown as E2B shows them.
 """
 
 from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT, E2BConfig, E2BServer

@@ -28,7 +28,7 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from jupyter_exec.e2b import api, code, envd
-from jupyter_exec.e2b.sandboxes import Sandboxes
+from jupyter_exec.e2b.sandboxes import Sandboxes, sandbox_options
 from jupyter_exec.e2b.web import LOOPBACK_NAMES
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager
@@ -90,17 +90,18 @@ class E2BServer:
         self.api_key = config.api_key
         self.execution_timeout = config.execution_timeout
         self.allowed_hosts = LOOPBACK_NAMES if is_loopback(config.host) else None
+        kernel_options = sandbox_options(config.session_options)
         self.manager = AsyncSessionManager(
             root_dir=str(config.root_dir),
             pool_size=config.pool_size,
             max_sessions=config.max_sessions,
             **config.zygote,
-            session_defaults={"timeout": None, **config.session_options},
+            session_defaults={"timeout": None, **kernel_options},
         )
         self.sandboxes = Sandboxes(
             self.manager,
             debug=config.debug,
-            session_options=config.session_options,
+            session_options=kernel_options,
             default_timeout=config.sandbox_timeout,
         )
         self._servers: list[HTTPServer] = []

@@ -2,8 +2,8 @@
 process services over Connect RPC (:mod:`jupyter_exec.e2b.connect`).
 
 The handlers only decode, call :class:`~jupyter_exec.e2b.files.SandboxFiles`
-or :class:`~jupyter_exec.e2b.processes.Processes` (a Docker sandbox's commands:
-the session's script mode, in its container), and encode. Watching a
+or :class:`~jupyter_exec.e2b.processes.Processes` (on this host, or in a Docker
+sandbox's container), and encode. Watching a
 folder, ``StreamInput`` and PTY updates are answered ``unimplemented``.
 """
 
@@ -14,7 +14,6 @@ import base64
 import binascii
 import contextlib
 import json
-import shlex
 import signal
 from typing import Any
 
@@ -149,21 +148,6 @@ def _deadline(header: str) -> float | None:
     return int(header) / 1000 if header.isdigit() else None
 
 
-def _shell_script(config: dict[str, Any], cwd: str) -> str:
-    """A ``ProcessConfig`` (the SDK's ``bash -l -c CMD``) as a script: cd, exports, command."""
-    cmd, args = str(config.get("cmd") or ""), [str(a) for a in config.get("args") or []]
-    if cmd.endswith("bash") and args[:1] in (["-l"], ["-c"]) and "-c" in args[:2]:
-        body = args[args.index("-c") + 1] if len(args) > args.index("-c") + 1 else ""
-    else:
-        body = shlex.join([cmd, *args])
-    envs = {str(k): str(v) for k, v in (config.get("envs") or {}).items()}
-    bad = [k for k in envs if not k.isidentifier()]
-    if bad:
-        raise InvalidArgument(f"not an environment variable name: {bad[0]!r}")
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in envs.items())
-    return f"cd {shlex.quote(cwd or '.')}\n{exports}{body}\n"
-
-
 def _input_bytes(request: dict[str, Any]) -> bytes:
     data = (request.get("input") or {}).get("stdin")
     if not isinstance(data, str):
@@ -185,9 +169,6 @@ class ProcessHandler(RPCHandler):
         if not folder.is_dir():
             raise InvalidArgument(f"the cwd {config.get('cwd')!r} is not a folder in the sandbox")
         seconds = _deadline(self.request.headers.get("Connect-Timeout-Ms", ""))
-        if sandbox.processes.backend != "local":
-            await self._run_in_kernel_environment(sandbox, config, request, seconds)
-            return
         process = await sandbox.processes.start(
             config, folder, stdin=bool(request.get("stdin")), tag=request.get("tag")
         )
@@ -200,31 +181,6 @@ class ProcessHandler(RPCHandler):
             raise Deadline(
                 f"the command ran past its {seconds:g} s timeout and was killed"
             ) from None
-
-    async def _run_in_kernel_environment(
-        self, sandbox: Sandbox, config: dict[str, Any], request: dict[str, Any],
-        seconds: float | None,
-    ) -> None:  # fmt: skip
-        """A command of a Docker sandbox: a script run beside its kernel, in its container.
-
-        The session's script mode runs it (``docker exec``, the container's user and
-        limits); its output comes at the end, stdout and stderr combined, and it has no pid
-        to signal or stdin to write to.
-        """
-        if request.get("stdin"):
-            raise InvalidArgument("stdin is not served for commands of Docker sandboxes")
-        script = _shell_script(config, sandbox.paths.relative(config.get("cwd")))
-        session = await self.server.sandboxes.context_session(sandbox, None)
-        result = await session.run_script(script, language="sh", timeout=seconds)
-        if result.timed_out:
-            raise Deadline(f"the command ran past its {seconds:g} s timeout and was killed")
-        await self.send_message({"event": {"start": {"pid": 0}}})
-        if result.output:
-            data = base64.b64encode(result.output.encode()).decode()
-            await self.send_message({"event": {"data": {"stdout": data}}})
-        code = result.exit_code
-        end = {"exitCode": code, "exited": True, "status": f"exit status {code}"}
-        await self.send_message({"event": {"end": end}})
 
     async def rpc_Connect(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
         process = sandbox.processes.get(request.get("process"))
@@ -252,15 +208,10 @@ class ProcessHandler(RPCHandler):
 
     async def rpc_SendInput(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         process = sandbox.processes.get(request.get("process"))
-        stdin = process.proc.stdin
-        if stdin is None:
-            raise InvalidArgument("this process was started without stdin (stdin=True)")
-        stdin.write(_input_bytes(request))
-        await stdin.drain()
+        await process.runner.write(_input_bytes(request))
         return {}
 
     async def rpc_CloseStdin(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         process = sandbox.processes.get(request.get("process"))
-        if process.proc.stdin is not None:
-            process.proc.stdin.close()
+        process.runner.close_stdin()
         return {}

@@ -1,16 +1,14 @@
 """The commands a sandbox runs (``commands.run``): processes, their output as events, signals.
 
-Each command is a process in the sandbox's work dir, in a process group of
-its own (a kill reaches its children). Its stdout and stderr are read as
-they come and handed, as envd's ``ProcessEvent`` JSON, to whoever follows it:
-the ``Start`` stream that made it and any later ``Connect``, which sees the
-output from when it joined. A command runs until it ends, is signalled
-(``SendSignal``: ``handle.kill()``) or its sandbox is killed; a follower that
-leaves (a client timeout) does not stop it, as in envd.
-
-These processes run on this host, so they serve local sandboxes only; a
-Docker sandbox's commands run in its container instead
-(:meth:`jupyter_exec.e2b.envd.ProcessHandler.rpc_Start`).
+Each command is a process in its own process group (a signal reaches its
+children), started in the sandbox's work dir - on this host for a local
+sandbox, or for a Docker sandbox in its container, beside the kernel, through
+:class:`~jupyter_exec.docker.execcmd.LiveExec`. Either way its stdout and
+stderr are read as they come and handed, as envd's ``ProcessEvent`` JSON, to
+whoever follows it: the ``Start`` stream that made it and any later
+``Connect``, which sees the output from when it joined. A command runs until
+it ends, is signalled (``SendSignal``: ``handle.kill()``) or its sandbox is
+killed; a follower that leaves (a client timeout) does not stop it, as in envd.
 """
 
 from __future__ import annotations
@@ -18,37 +16,166 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import logging
 import os
 import signal
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from jupyter_exec.exceptions import BackendError, InvalidArgument, SessionNotFound
 
-__all__ = ["Process", "Processes"]
+__all__ = ["Container", "Process", "Processes", "kernel_container"]
 
 log = logging.getLogger("jupyter_exec.e2b")
 
 Event = dict[str, Any]
+Publish = Callable[[Event], None]
 SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM, 9: signal.SIGKILL,
            15: signal.SIGTERM}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Container:
+    """Where a Docker sandbox's commands run: its kernel's container, its work dir's mount."""
+
+    client: Any
+    container_id: str
+    work_mount: str
+
+
+def kernel_container(session: Any) -> Container:
+    """The container a Docker session's kernel runs in (found by its kernel-id label; blocking)."""
+    from jupyter_exec.docker.engine import connect, docker_errors
+    from jupyter_exec.docker.reap import L_KERNEL_ID
+
+    docker = dict(session.options.docker or {})
+    client = connect(str(docker.get("docker_host") or ""))
+    with docker_errors("finding the sandbox's container"):
+        found = client.containers.list(filters={"label": f"{L_KERNEL_ID}={session.kernel_id}"})
+    if not found:
+        raise BackendError("the sandbox's kernel container is not running")
+    return Container(client, str(found[0].id), str(docker.get("work_mount") or "/work"))
+
+
+class Runner(Protocol):
+    """One started command, wherever it runs."""
+
+    async def pump(self, publish: Publish) -> None:
+        """Publish ``{"data": {stream: base64}}`` events until the output ends."""
+
+    async def wait(self) -> int:
+        """The exit status (negative: ended by that signal)."""
+
+    def signal(self, signum: int) -> None: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    def close_stdin(self) -> None: ...
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _data(name: str, chunk: bytes) -> Event:
+    return {"data": {name: base64.b64encode(chunk).decode()}}
+
+
+class LocalRunner:
+    """A command on this host (a local sandbox)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.pid = int(proc.pid)
+
+    async def pump(self, publish: Publish) -> None:
+        async def read(stream: asyncio.StreamReader | None, name: str) -> None:
+            while stream is not None and (chunk := await stream.read(65536)):
+                publish(_data(name, chunk))
+
+        await asyncio.gather(read(self.proc.stdout, "stdout"), read(self.proc.stderr, "stderr"))
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signum)
+
+    async def write(self, data: bytes) -> None:
+        if self.proc.stdin is None:
+            raise InvalidArgument("this process was started without stdin (stdin=True)")
+        self.proc.stdin.write(data)
+        await self.proc.stdin.drain()
+
+    def close_stdin(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
+
+class DockerRunner:
+    """A command in a Docker sandbox's container, read by a thread as the Engine sends it."""
+
+    def __init__(self, live: Any, *, stdin: bool) -> None:
+        self.live = live
+        self.stdin = stdin
+        self.signalled: int | None = None
+
+    async def pump(self, publish: Publish) -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def read() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed under us: nobody listens
+                try:
+                    for name, chunk in self.live.frames():
+                        loop.call_soon_threadsafe(publish, _data(name, chunk))
+                finally:
+                    loop.call_soon_threadsafe(_settle, done)
+
+        threading.Thread(target=read, name="jx-e2b-command", daemon=True).start()
+        await done
+
+    async def wait(self) -> int:
+        try:
+            code = await asyncio.to_thread(self.live.exit_code)
+        finally:
+            await asyncio.to_thread(self.live.close)
+        if code is None:
+            return -int(signal.SIGKILL)  # the container went away under it
+        if self.signalled is not None and code == 128 + self.signalled:
+            return -self.signalled
+        return int(code)
+
+    def signal(self, signum: int) -> None:
+        self.signalled = int(signum)
+        self.live.signal(signum)
+
+    async def write(self, data: bytes) -> None:
+        if not self.stdin:
+            raise InvalidArgument("this process was started without stdin (stdin=True)")
+        await asyncio.to_thread(self.live.write, data)
+
+    def close_stdin(self) -> None:
+        if self.stdin:
+            self.live.close_stdin()
 
 
 @dataclass
 class Process:
     """One running command and the queues of those following its output."""
 
-    proc: asyncio.subprocess.Process
+    runner: Runner
+    pid: int
     config: dict[str, Any]
     tag: str | None = None
     followers: list[asyncio.Queue[Event | None]] = field(default_factory=list)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def pid(self) -> int:
-        return int(self.proc.pid)
 
     def follow(self) -> asyncio.Queue[Event | None]:
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -66,20 +193,14 @@ class Process:
         for queue in self.followers:
             queue.put_nowait(event)
 
-    async def _pump(self, stream: asyncio.StreamReader | None, name: str) -> None:
-        if stream is None:
-            return
-        while True:
-            chunk = await stream.read(65536)
-            if not chunk:
-                return
-            self._publish({"data": {name: base64.b64encode(chunk).decode()}})
-
     async def run(self) -> None:
         """Forward the output until the process ends, then its exit status."""
-        await asyncio.gather(self._pump(self.proc.stdout, "stdout"),
-                             self._pump(self.proc.stderr, "stderr"))  # fmt: skip
-        code = await self.proc.wait()
+        try:
+            await self.runner.pump(self._publish)
+            code = await self.runner.wait()
+        except Exception as exc:  # the engine failed under it: say so as its end
+            log.warning("command %s failed: %s", self.pid, exc)
+            code = -int(signal.SIGKILL)
         if code < 0:
             end = {
                 "exitCode": -1,
@@ -93,8 +214,7 @@ class Process:
         self.ended.set()
 
     def signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signum)
+        self.runner.signal(signum)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"config": self.config, "pid": self.pid}
@@ -103,41 +223,76 @@ class Process:
         return info
 
 
+def container_argv(cmd: str, args: list[str]) -> list[str]:
+    """The SDK's ``bash -l -c CMD`` without ``-l`` in a container: a login shell would reset
+    ``PATH`` from ``/etc/profile`` and lose the kernel's Python."""
+    if cmd.endswith("bash") and args[:1] == ["-l"]:
+        args = args[1:]
+    return [cmd, *args]
+
+
 class Processes:
     """The commands of one sandbox, by pid."""
 
-    def __init__(self, work_dir: Path, env: dict[str, str], *, backend: str = "local") -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        env: dict[str, str],
+        *,
+        backend: str = "local",
+        container: Callable[[], Awaitable[Container]] | None = None,
+    ) -> None:
         self.work_dir = work_dir
         self.env = env
         self.backend = backend
+        self.container = container
         self._running: dict[int, Process] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pids = itertools.count(1000)  # a container's commands: numbered here
 
     async def start(self, config: dict[str, Any], cwd: Path, *, stdin: bool,
                     tag: str | None = None) -> Process:  # fmt: skip
         """Start ``config`` (envd's ``ProcessConfig``: cmd, args, envs) in ``cwd``."""
-        if self.backend != "local":
-            raise BackendError(
-                f"this {self.backend!r} sandbox's commands run in its container, not on this "
-                "host: kill, send_stdin and connect are not served for them"
-            )
         cmd = config.get("cmd")
         args = config.get("args") or []
         if not isinstance(cmd, str) or not cmd or not all(isinstance(a, str) for a in args):
             raise InvalidArgument("a process needs a 'cmd' string and 'args' strings")
         envs = config.get("envs") or {}
         env = {**self.env, **{str(k): str(v) for k, v in envs.items()}}
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                cmd, *args, cwd=cwd, env=env, start_new_session=True,
-                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-        except OSError as exc:
-            raise InvalidArgument(f"could not start {cmd!r}: {exc.strerror or exc}") from None
-        process = Process(proc, dict(config), tag)
-        self._running[process.pid] = process
+        if self.backend == "docker" and self.container is not None:
+            runner: Runner = await self._in_container(cmd, list(args), cwd, env, stdin)
+            pid = next(self._pids)
+        elif self.backend == "local":
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    cmd, *args, cwd=cwd, env=env, start_new_session=True,
+                    stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+            except OSError as exc:
+                raise InvalidArgument(f"could not start {cmd!r}: {exc.strerror or exc}") from None
+            runner = LocalRunner(proc)
+            pid = runner.pid
+        else:
+            raise BackendError(f"commands are not served for {self.backend!r} sandboxes")
+        process = Process(runner, pid, dict(config), tag)
+        self._running[pid] = process
         return process
+
+    async def _in_container(
+        self, cmd: str, args: list[str], cwd: Path, env: dict[str, str], stdin: bool
+    ) -> DockerRunner:
+        from jupyter_exec.docker.execcmd import LiveExec
+
+        assert self.container is not None
+        where = await self.container()
+        relative = cwd.resolve().relative_to(self.work_dir.resolve()).as_posix()
+        workdir = where.work_mount.rstrip("/") + ("" if relative == "." else f"/{relative}")
+        live = await asyncio.to_thread(
+            LiveExec, where.client, where.container_id, container_argv(cmd, args),
+            workdir=workdir, env=env, stdin=stdin,
+        )  # fmt: skip
+        return DockerRunner(live, stdin=stdin)
 
     def launch(self, process: Process) -> None:
         """Start forwarding ``process``'s output (after its first follower joined)."""

@@ -13,8 +13,8 @@ events) into those objects, and nothing else: no I/O, so the mapping is
 tested without a server. As E2B's server does, a string result's text loses
 its quotes (the notebook keeps the kernel's own ``'bar'``). Formats the SDK
 has no field for go into ``extra`` (which ``Result.formats()`` lists).
-``chart`` and ``data`` are filled when the kernel sends E2B's ``e2b/chart``
-and ``e2b/data`` formats, which a plain IPython kernel does not.
+``chart`` and ``data`` are filled from the formats a sandbox's kernels add for
+matplotlib figures and DataFrames (:mod:`jupyter_exec.e2b.kernel_formats`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 import time
 from typing import Any
 
+from jupyter_exec.e2b.kernel_formats import CHART_MIME, DATA_MIME
 from jupyter_exec.mime import joined
 from jupyter_exec.outputs import strip_ansi
 
@@ -41,9 +42,12 @@ MIME_FIELDS = {
     "application/javascript": "javascript",
     "e2b/data": "data",
     "e2b/chart": "chart",
+    DATA_MIME: "data",
+    CHART_MIME: "chart",
 }
-"""MIME types the SDK's ``Result`` has a field for, and that field's name (``e2b/data`` and
-``e2b/chart`` are what E2B's own kernel adds for DataFrames and matplotlib figures)."""
+"""MIME types the SDK's ``Result`` has a field for, and that field's name: ``chart`` and
+``data`` come from our in-kernel formats (:mod:`jupyter_exec.e2b.kernel_formats`) or, as
+``e2b/chart`` and ``e2b/data``, from E2B's own kernel."""
 
 
 def _unquoted(text: str) -> str:

@@ -25,15 +25,16 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from jupyter_exec.e2b.paths import SandboxPaths
-from jupyter_exec.e2b.processes import Processes
+from jupyter_exec.e2b.paths import HOME, SandboxPaths
+from jupyter_exec.e2b.processes import Container, Processes, kernel_container
 from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.session import AsyncSession
 
-__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes"]
+__all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "sandbox_options"]
 
 log = logging.getLogger("jupyter_exec.e2b")
 
@@ -44,6 +45,50 @@ DEFAULT_CONTEXT = "default"
 LANGUAGES = ("python", "python3")
 ENVD_VERSION = "0.6.4"
 """The envd version we answer as: the features we serve (metadata-free uploads, stdin...)."""
+
+
+KERNEL_FILES = ("kernel_startup.py", "kernel_formats.py", "kernel_images.py")
+"""The in-kernel files that give a sandbox's kernels E2B's ``chart`` and ``data`` formats and
+its way of showing PIL images (the first one loads the others)."""
+CONTAINER_FILES = "/opt/jupyter-exec-e2b"
+"""Where a Docker sandbox's container sees them (mounted read-only)."""
+
+
+SERVER_SECRETS = ("E2B_API_KEY", "E2B_ACCESS_TOKEN")
+"""The server's own credentials: never in a sandbox's environment (its code could use them to
+reach other sandboxes through the API)."""
+
+
+def host_env() -> dict[str, str]:
+    """This process's environment for a local sandbox's kernels and commands, less our secrets."""
+    return {k: v for k, v in os.environ.items() if k not in SERVER_SECRETS}
+
+
+def sandbox_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The session options of a sandbox's kernels: E2B's own kernel, as far as it is ours to give.
+
+    The kernels load :data:`KERNEL_FILES` at start (``PYTHONSTARTUP``, which
+    IPython runs in every kernel, pooled or not), so the formats are there
+    before the first cell and no cell is spent (or counted) on them; a Docker
+    kernel gets the files mounted read-only, and its work dir at
+    ``/home/user`` - where E2B's is, so paths and ``!pwd`` read the same. A
+    remote kernel's machine does not have the files, and runs without.
+    """
+    here = Path(__file__).parent
+    backend = str(options.get("backend") or "local")
+    options = dict(options)
+    if backend == "local":
+        env = dict(options.get("env") or host_env())
+        options["env"] = {**env, "PYTHONSTARTUP": str(here / KERNEL_FILES[0])}
+    elif backend == "docker":
+        docker = dict(options.get("docker") or {})
+        docker.setdefault("work_mount", HOME)
+        mounts = [f"{here / name}:{CONTAINER_FILES}/{name}:ro" for name in KERNEL_FILES]
+        docker["volumes"] = [*(docker.get("volumes") or ()), *mounts]
+        startup = f"{CONTAINER_FILES}/{KERNEL_FILES[0]}"
+        docker["env"] = {**dict(docker.get("env") or {}), "PYTHONSTARTUP": startup}
+        options["docker"] = docker
+    return options
 
 
 def refuse_language(language: str | None) -> None:
@@ -136,8 +181,10 @@ class Sandboxes:
         paths = SandboxPaths(self.manager.root / sandbox_id)  # made by its first kernel or file
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
-        env = {**os.environ, **sandbox.envs} if backend == "local" else dict(sandbox.envs)
-        sandbox.processes = Processes(paths.root, env, backend=backend)
+        env = {**host_env(), **sandbox.envs} if backend == "local" else dict(sandbox.envs)
+        sandbox.processes = Processes(
+            paths.root, env, backend=backend, container=lambda: self._container(sandbox)
+        )
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 
@@ -167,6 +214,11 @@ class Sandboxes:
             raise
         log.info("sandbox %s created in %s", sandbox_id, sandbox.paths.root)
         return sandbox
+
+    async def _container(self, sandbox: Sandbox) -> Container:
+        """A Docker sandbox's container: its default context's kernel's (started if need be)."""
+        session = await self.context_session(sandbox, None)
+        return await asyncio.to_thread(kernel_container, session)
 
     def get(self, sandbox_id: str) -> Sandbox:
         """The live sandbox ``sandbox_id`` (the debug one is made on first use in debug mode)."""
@@ -218,7 +270,7 @@ class Sandboxes:
     def _options(self, sandbox: Sandbox) -> dict[str, Any]:
         options = dict(self.session_options)
         if sandbox.envs:
-            base = dict(os.environ) if options.get("backend", "local") == "local" else {}
+            base = host_env() if options.get("backend", "local") == "local" else {}
             options["env"] = {**base, **dict(options.get("env") or {}), **sandbox.envs}
         return options
 

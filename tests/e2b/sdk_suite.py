@@ -4,7 +4,7 @@ Not part of CI: it needs a copy of that repository, which is read at run time
 and never copied into ours. Give its git directory (a clone or a bare
 mirror) or an unpacked checkout::
 
-    python tests/e2b/sdk_suite.py [--api] /path/to/code-interpreter [pytest args...]
+    python tests/e2b/sdk_suite.py [--api] [--docker] /path/to/code-interpreter [pytest args...]
 
 By default the suite runs in the SDK's debug mode (``E2B_DEBUG=true``, which
 skips the tests marked ``skip_debug``); with ``--api`` it runs in API mode, a
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from io import BytesIO
 from pathlib import Path
 
@@ -45,18 +47,44 @@ def export_tests(repo: Path, into: Path) -> Path:
     return into / "python"
 
 
+def report(junit: Path) -> str:
+    """Passed / failed / skipped per test file, as a Markdown table, then each failure."""
+    counts: dict[str, Counter[str]] = {}
+    failures = []
+    for case in ElementTree.parse(junit).iter("testcase"):
+        name = (case.get("classname") or "?").replace(".", "/") + ".py"
+        failed = case.find("failure")
+        if failed is None:
+            failed = case.find("error")
+        outcome = "skipped" if case.find("skipped") is not None else "passed"
+        if failed is not None:
+            outcome = "failed"
+            first = (failed.get("message") or "").splitlines()[0][:160]
+            failures.append(f"- {name}::{case.get('name')}: {first}")
+        counts.setdefault(name, Counter())[outcome] += 1
+    total: Counter[str] = sum(counts.values(), Counter())
+    lines = ["| SDK test file | passed | failed | skipped |", "|---|---:|---:|---:|"]
+    for name, count in sorted(counts.items()):
+        lines.append(f"| `{name}` | {count['passed']} | {count['failed']} | {count['skipped']} |")
+    lines.append(f"| **all** | {total['passed']} | {total['failed']} | {total['skipped']} |")
+    return "\n".join([*lines, "", *failures])
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    api = argv[0] == "--api"
-    if api:
-        argv = argv[1:]
+    api = "--api" in argv[:2]
+    docker = "--docker" in argv[:2]
+    argv = [a for a in argv[:2] if a not in ("--api", "--docker")] + argv[2:]
     repo, extra = Path(argv[0]), argv[1:]
     with tempfile.TemporaryDirectory(prefix="e2b-sdk-suite-") as scratch:
         suite = export_tests(repo, Path(scratch) / "src")
+        junit = Path(scratch) / "junit.xml"
+        options = {"backend": "docker"} if docker else {}
         config = E2BConfig(root_dir=Path(scratch) / "sandboxes", ports=(0,), debug=not api,
-                           api_key=API_KEY, max_sessions=0)  # fmt: skip
+                           api_key=API_KEY, max_sessions=0,
+                           session_options=options)  # fmt: skip
         for running in run_server(config):
             env = {**os.environ, "E2B_SANDBOX_URL": running.url, "E2B_API_KEY": API_KEY}
             if api:
@@ -67,8 +95,11 @@ def main(argv: list[str]) -> int:
             command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c",
                        str(suite / "pytest.ini"), "--rootdir", str(suite), "-o",
                        "addopts=--import-mode=importlib", "-q", "-rfEs", "--timeout=120",
-                       str(suite / "tests"), *extra]  # fmt: skip
-            return subprocess.run(command, env=env, cwd=suite, check=False).returncode
+                       f"--junitxml={junit}", str(suite / "tests"), *extra]  # fmt: skip
+            code = subprocess.run(command, env=env, cwd=suite, check=False).returncode
+            if junit.exists():
+                print(report(junit))
+            return code
     return 1
 
 

@@ -168,3 +168,24 @@ def test_kill_during_run_code_says_killed(api_env: Running) -> None:
     assert len(failure) == 1
     assert isinstance(failure[0], TimeoutException)
     assert "killed" in str(failure[0])
+
+
+def test_the_servers_key_never_reaches_a_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key the server was started with (``E2B_API_KEY``) stays out of a local sandbox's
+    kernels and commands, which would otherwise inherit this process's environment."""
+    monkeypatch.setenv("E2B_API_KEY", API_KEY)
+    for running in run_server(E2BConfig(root_dir=tmp_path, ports=(0,), debug=True,
+                                        api_key=API_KEY)):  # fmt: skip
+        monkeypatch.setenv("E2B_DEBUG", "true")
+        monkeypatch.setenv("E2B_SANDBOX_URL", running.url)
+        sandbox = Sandbox.create()
+        seen = sandbox.run_code("import os; os.environ.get('E2B_API_KEY', 'absent')")
+        assert seen.text == "absent"
+        context = sandbox.create_code_context()
+        assert sandbox.run_code("import os; 'E2B_API_KEY' in os.environ", context=context).text == (
+            "False"
+        )
+        assert sandbox.commands.run("echo ${E2B_API_KEY:-absent}").stdout == "absent\n"
+        assert sandbox.run_code("import os; os.environ['PATH']").text  # the rest is inherited

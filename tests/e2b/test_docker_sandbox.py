@@ -1,13 +1,20 @@
-"""A sandbox whose kernel runs in the hardened Docker container, through the real SDK."""
+"""A sandbox whose kernel runs in the hardened Docker container, through the real SDK.
+
+Its commands run in the same container, beside the kernel, and stream as they
+print: the tests below hold a command on a gate file that only an output
+callback creates, so a server that sent output only at the end would never
+let it finish (the SDK's timeout would fail the test instead).
+"""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2b import CommandExitException, SandboxException
+from e2b import CommandExitException, TimeoutException
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
@@ -32,10 +39,25 @@ def docker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]
     yield from run_server(config)
 
 
-def test_run_code_in_the_container(docker_server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def sandbox(docker_server: Running, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     monkeypatch.setenv("E2B_DEBUG", "true")
     monkeypatch.setenv("E2B_SANDBOX_URL", docker_server.url)
-    sandbox = Sandbox.create()
+    return Sandbox.create()
+
+
+def gate(docker_server: Running, name: str) -> Path:
+    """A file in the sandbox's work dir (the container sees it at once: a bind mount)."""
+    path = Path(docker_server.root, "debug_sandbox_id", name)
+    path.unlink(missing_ok=True)
+    return path
+
+
+def wait_on(name: str) -> str:
+    return f"while [ ! -e {name} ]; do sleep 0.05; done"
+
+
+def test_run_code_in_the_container(docker_server: Running, sandbox: Sandbox) -> None:
     sandbox.files.write("input.txt", "from the host")
     execution = sandbox.run_code("open('input.txt').read()")
     assert execution.text == "from the host"
@@ -48,11 +70,81 @@ def test_run_code_in_the_container(docker_server: Running, monkeypatch: pytest.M
                                   envs={"GREETING": "hi there"})  # fmt: skip
     uid, cwd, greeting = result.stdout.splitlines()
     assert uid != "0"
-    assert cwd.endswith("/sub")
+    assert cwd == "/home/user/sub"  # the work dir is where E2B's is
+    assert sandbox.run_code("import os; os.getcwd()").text == "/home/user"
+    assert "".join(sandbox.run_code("!pwd").logs.stdout).strip() == "/home/user"
+    plotted = sandbox.run_code(  # the in-kernel formats are mounted into the container
+        "import matplotlib.pyplot as plt\nplt.pie([1, 3], labels=['a', 'b']); plt.show()"
+    )
+    chart = plotted.results[0].chart
+    assert chart is not None
+    assert [(p.label, p.angle) for p in chart.elements] == [("a", 90), ("b", 270)]
     assert greeting == "hi there"
     with pytest.raises(CommandExitException) as failed:
         sandbox.commands.run("echo partial; exit 3")
     assert failed.value.exit_code == 3
-    with pytest.raises(SandboxException, match="stdin"):
-        sandbox.commands.run("cat", stdin=True)
     assert Path(docker_server.root, "debug_sandbox_id", "debug_sandbox_id.ipynb").exists()
+
+
+def test_command_output_streams_while_it_runs(docker_server: Running, sandbox: Sandbox) -> None:
+    opened = gate(docker_server, "gate-live")
+    seen: list[tuple[str, str]] = []
+    opened_at: list[int] = []
+
+    def on_stdout(text: str) -> None:
+        seen.append(("stdout", text))
+        if not opened_at and "first\n" in "".join(t for k, t in seen if k == "stdout"):
+            opened_at.append(len(seen))
+            opened.touch()  # the command waits for this: its first line came before its end
+
+    result = sandbox.commands.run(
+        f"echo first; {wait_on(opened.name)}; echo second >&2; echo third",
+        on_stdout=on_stdout,
+        on_stderr=lambda text: seen.append(("stderr", text)),
+        timeout=60,
+    )
+    assert opened_at  # the gate was opened from a callback...
+    later = seen[opened_at[0] :]  # ...and everything after the gate came after it
+    assert "".join(t for k, t in later if k == "stderr") == "second\n"
+    assert "".join(t for k, t in later if k == "stdout") == "third\n"
+    assert (result.stdout, result.stderr, result.exit_code) == ("first\nthird\n", "second\n", 0)
+
+
+def test_background_commands_stdin_wait_connect_kill(
+    docker_server: Running, sandbox: Sandbox
+) -> None:
+    commands = sandbox.commands
+    opened = gate(docker_server, "gate-background")
+    handle = commands.run(f"echo ready; {wait_on(opened.name)}; echo done", background=True)
+    assert handle.pid in [p.pid for p in commands.list()]
+    follower = commands.connect(handle.pid)
+
+    printed: list[str] = []
+
+    def on_stdout(text: str) -> None:
+        printed.append(text)
+        if "ready\n" in "".join(printed):
+            opened.touch()
+
+    assert handle.wait(on_stdout=on_stdout).stdout == "ready\ndone\n"
+    assert "done\n" in follower.wait().stdout  # it joined late: it sees what came after
+    reader = commands.run("read line; echo got $line", background=True, stdin=True)
+    commands.send_stdin(reader.pid, "ping\n")
+    assert reader.wait().stdout == "got ping\n"
+    sleeper = commands.run("sleep 300", background=True)
+    assert sleeper.kill()
+    with pytest.raises(CommandExitException) as killed:
+        sleeper.wait()
+    assert killed.value.exit_code == -1  # ended by a signal, as envd says it
+    assert sleeper.pid not in [p.pid for p in commands.list()]
+
+
+def test_command_timeout_kills_it_in_the_container(sandbox: Sandbox) -> None:
+    commands = sandbox.commands
+    with pytest.raises(TimeoutException):
+        commands.run("sleep 301 & sleep 302; wait", timeout=3)
+    look = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"
+    deadline = time.monotonic() + 30
+    while "sleep 30" in commands.run(look).stdout and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "sleep 30" not in commands.run(look).stdout  # both, children too, are gone

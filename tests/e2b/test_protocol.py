@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec.e2b.connect import end_stream, envelope, read_request
+from jupyter_exec.e2b.kernel_formats import CHART_MIME, DATA_MIME
 from jupyter_exec.e2b.paths import SandboxPaths
 from jupyter_exec.e2b.protocol import count_line, encode, event_lines, result_line
 from jupyter_exec.exceptions import InvalidArgument, WorkDirError
@@ -38,6 +39,8 @@ def test_string_results_lose_their_quotes_as_in_e2b(text: str, sent: str) -> Non
 def test_e2b_formats_fill_data_and_chart() -> None:
     line = result_line({"e2b/data": {"a": [1]}, "e2b/chart": {"type": "line"}}, main=False)
     assert (line["data"], line["chart"]) == ({"a": [1]}, {"type": "line"})
+    ours = result_line({CHART_MIME: {"type": "pie"}, DATA_MIME: {"b": [2]}}, main=False)
+    assert (ours["data"], ours["chart"], "extra" in ours) == ({"b": [2]}, {"type": "pie"}, False)
 
 
 def test_stream_error_and_ignored_events() -> None:
