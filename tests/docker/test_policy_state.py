@@ -66,7 +66,9 @@ def echo_port() -> Iterator[int]:
 
 
 def _policy() -> NetworkPolicy:
-    return NetworkPolicy(allow=["web.test"], secrets={"web.test": {"Authorization": SECRET}})
+    return NetworkPolicy(
+        allow=["web.test", "127.0.0.1"], secrets={"web.test": {"Authorization": SECRET}}
+    )
 
 
 async def _echoed(session: AsyncSession, port: int) -> Execution:

@@ -95,7 +95,7 @@ async def test_mcp_fork_undo_and_restore_keep_recording_and_redacting(
     policy.write_text(
         json.dumps(
             {
-                "allow": ["web.test"],
+                "allow": ["web.test", "127.0.0.1"],
                 "secrets": {
                     "web.test": {"Authorization": {"env": "JX_STATE_TOKEN", "prefix": "Bearer "}}
                 },
