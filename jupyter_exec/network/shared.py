@@ -23,6 +23,8 @@ class SharedProxy:
         object.__setattr__(self, "_proxy", owner_of(proxy))
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_proxy":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self._proxy, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
