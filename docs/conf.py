@@ -154,6 +154,7 @@ jx_layers = [
             "network.intercept",
             "network.tls",
             "network.bundle",
+            "network.shared",
         ],
     },
     {

@@ -22,6 +22,7 @@ from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError
 from jupyter_exec.forking import fork_kernel, in_docker
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.naming import files_folder, notebook_name, validate_name
+from jupyter_exec.network.shared import shared
 from jupyter_exec.recording import Recording, fork_metadata, note_state_change
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ async def fork_session(session: S, n: int, name: str | None) -> list[S]:
             for child_name in names:
                 handle = await fork_kernel(kernel, cwd=work_dir)
                 handle.stream_guard = kernel.stream_guard
+                handle.network = shared(kernel.network)  # in the same container, same proxy
                 children.append(_adopt_fork(session, handle, child_name, writing))
         except BaseException:
             for child in children:

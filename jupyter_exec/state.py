@@ -55,6 +55,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.forking import AdoptedProvisioner, in_docker
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.naming import validate_name
+from jupyter_exec.network.shared import shared
 from jupyter_exec.recording import is_undone, mark_undone, note_state_change
 from jupyter_exec.recovery import RecoveryMixin
 from jupyter_exec.runner import CellRun
@@ -367,6 +368,7 @@ class SessionState(RecoveryMixin):
             await new.shutdown(now=True)
             raise SessionClosedError("the session was closed while its state was being restored")
         new.stream_guard = old.stream_guard
+        new.network = shared(old.network)  # the session's proxy, still closed by its owner
         session._kernel = new
         session._generation += 1
         await self._retire(session, old)

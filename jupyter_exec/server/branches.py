@@ -29,7 +29,6 @@ from jupyter_exec.branching import MAX_FORKS
 from jupyter_exec.exceptions import ForkError, InvalidArgument, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
-from jupyter_exec.server.network import SharedProxy
 from jupyter_exec.state import Checkpoint
 
 if TYPE_CHECKING:
@@ -97,8 +96,6 @@ class Branches:
         assert child.handle is not None
         kernel_id = adopt(mkm, child.handle, parent.kernel_name, str(notebook))
         child.rebind(mkm.get_kernel(kernel_id))
-        if parent.proxy is not None:  # in the parent's container, behind its proxy
-            child.handle.network = SharedProxy(parent.proxy)
         entry = ServerSession(
             id=uuid.uuid4().hex,
             session=child,
@@ -182,8 +179,6 @@ class Branches:
         kernel_id = kernel_id_of(mkm, handle.km)
         if kernel_id is None:
             kernel_id = adopt(mkm, handle, entry.kernel_name, str(entry.notebook))
-        if entry.proxy is not None and handle.network is None:
-            handle.network = SharedProxy(entry.proxy)
         if kernel_id == entry.kernel_id:
             return
         old, entry.kernel_id = entry.kernel_id, kernel_id

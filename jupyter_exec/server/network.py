@@ -17,7 +17,7 @@ from jupyter_exec.network import NetworkPolicy, NetworkRequest
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.server.bodies import InvalidRequest
 
-__all__ = ["SharedProxy", "checked_policy", "policy_model"]
+__all__ = ["checked_policy", "policy_model"]
 
 _KEYS = ("allow", "deny", "secrets", "ask")
 
@@ -91,25 +91,3 @@ def checked_policy(
 def policy_model(policy: NetworkPolicy | None) -> dict[str, Any] | None:
     """What a response shows of a policy: rules, secret header *names*, whether it asks."""
     return None if policy is None else policy.to_dict()
-
-
-class SharedProxy:
-    """A session's network proxy as seen by a kernel that does not own it.
-
-    A fork of a Docker session, and the kernel an undo or restore starts, run in the
-    session's container and go out through its proxy. Given this view as their
-    ``network``, their cells record their connections and redact the policy's secrets
-    like the first kernel's; stopping such a kernel leaves the proxy to its session.
-    """
-
-    def __init__(self, proxy: Any) -> None:
-        object.__setattr__(self, "_proxy", proxy)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._proxy, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._proxy, name, value)
-
-    async def close(self) -> None:
-        """Not this kernel's to close: the proxy ends with its session."""
