@@ -685,11 +685,12 @@ def test_mcp_http_with_docker_kernels_stops_cleanly_on_sigterm(
 
     def ours(process: subprocess.Popen[str]) -> list[Any]:
         wanted = {"label": [f"{LABEL}=1", f"{L_PID}={process.pid}"]}
-        return list(client.containers.list(all=True, filters=wanted))
+        return list(client.containers.list(ignore_removed=True, all=True, filters=wanted))
 
     def running(process: subprocess.Popen[str]) -> None:
         every = [
-            c.labels.get(L_PID) for c in client.containers.list(filters={"label": f"{LABEL}=1"})
+            c.labels.get(L_PID)
+            for c in client.containers.list(ignore_removed=True, filters={"label": f"{LABEL}=1"})
         ]
         assert ours(process), f"no kernel container carries pid {process.pid}: {every}"
 
@@ -712,7 +713,7 @@ def test_run_in_docker_stops_cleanly_on_sigterm(tmp_path: Path, docker_client: A
 
     def ours() -> list[Any]:
         wanted = {"label": [f"{LABEL}=1", f"{L_PID}={process.pid}"]}
-        return list(client.containers.list(all=True, filters=wanted))
+        return list(client.containers.list(ignore_removed=True, all=True, filters=wanted))
 
     try:
         wait_for(

@@ -108,7 +108,9 @@ def reap(
     no such process is alive.
     """
     with docker_errors("listing kernel containers"):
-        containers = client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+        containers = client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{LABEL}=1"}
+        )
     removed: list[str] = []
     kept: list[str] = []
     for container in containers:
@@ -160,7 +162,8 @@ def release_loan(client: docker.DockerClient, labels: dict[str, str]) -> None:
         return
     with docker_errors("checking for kernels sharing a work dir"):
         others = client.containers.list(
-            filters={"label": [f"{LABEL}=1", f"{L_WORK_DIR}={work_dir}"], "status": "running"}
+            ignore_removed=True,
+            filters={"label": [f"{LABEL}=1", f"{L_WORK_DIR}={work_dir}"], "status": "running"},
         )
     if any(c.labels.get(L_LENT) for c in others):
         return

@@ -125,7 +125,7 @@ def sweep(owner_pid: str, owner_start: str, docker_host: str) -> list[str]:
         "label": [f"{reap.LABEL}=1", f"{reap.L_PID}={owner_pid}"]
     }
     done: list[str] = []
-    for container in client.containers.list(all=True, filters=filters):
+    for container in client.containers.list(ignore_removed=True, all=True, filters=filters):
         labels = dict(container.labels)
         if labels.get(reap.L_START, "") != owner_start:
             continue  # another process that got the same pid

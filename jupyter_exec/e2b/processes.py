@@ -55,7 +55,9 @@ def kernel_container(session: Any) -> Container:
     docker = dict(session.options.docker or {})
     client = connect(str(docker.get("docker_host") or ""))
     with docker_errors("finding the sandbox's container"):
-        found = client.containers.list(filters={"label": f"{L_KERNEL_ID}={session.kernel_id}"})
+        found = client.containers.list(
+            ignore_removed=True, filters={"label": f"{L_KERNEL_ID}={session.kernel_id}"}
+        )
     if not found:
         raise BackendError("the sandbox's kernel container is not running")
     return Container(client, str(found[0].id), str(docker.get("work_mount") or "/work"))

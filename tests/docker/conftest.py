@@ -40,7 +40,9 @@ def our_containers(client: docker.DockerClient) -> list[Any]:
     """Kernel containers started by this test process (xdist workers each count their own)."""
     return list(
         client.containers.list(
-            all=True, filters={"label": [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]}
+            ignore_removed=True,
+            all=True,
+            filters={"label": [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]},
         )
     )
 

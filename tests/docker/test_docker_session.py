@@ -16,7 +16,7 @@ pytestmark = pytest.mark.docker
 
 def _ours(client: docker.DockerClient) -> list[object]:
     labels = [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]
-    return list(client.containers.list(all=True, filters={"label": labels}))
+    return list(client.containers.list(ignore_removed=True, all=True, filters={"label": labels}))
 
 
 def test_user_story(kernel_image: str, docker_client: docker.DockerClient, tmp_path: Path) -> None:

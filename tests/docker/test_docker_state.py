@@ -19,7 +19,7 @@ pytestmark = pytest.mark.docker
 
 def ours(client: docker.DockerClient) -> list[object]:
     labels = [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]
-    return list(client.containers.list(all=True, filters={"label": labels}))
+    return list(client.containers.list(ignore_removed=True, all=True, filters={"label": labels}))
 
 
 def gone(pid: int) -> bool:

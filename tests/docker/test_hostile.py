@@ -243,7 +243,7 @@ time.sleep(600)
 
 def _running(client: docker.DockerClient, pid: int) -> list[Any]:
     labels = [f"{LABEL}=1", f"{L_PID}={pid}"]
-    return list(client.containers.list(all=True, filters={"label": labels}))
+    return list(client.containers.list(ignore_removed=True, all=True, filters={"label": labels}))
 
 
 def _acl(path: Path) -> bytes | None:

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.asyncio(loop_scope="session")]
 
 def _containers(client: docker.DockerClient, **labels: str) -> list[Any]:
     wanted = [f"{LABEL}=1", *(f"{k}={v}" for k, v in labels.items())]
-    return list(client.containers.list(all=True, filters={"label": wanted}))
+    return list(client.containers.list(ignore_removed=True, all=True, filters={"label": wanted}))
 
 
 async def test_interrupt_keeps_state_even_with_a_child_process(start_kernel: StartKernel) -> None:

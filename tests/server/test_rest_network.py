@@ -295,7 +295,9 @@ def _our_containers() -> int:
     client = connect()
     try:
         found = client.containers.list(
-            all=True, filters={"label": [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]}
+            ignore_removed=True,
+            all=True,
+            filters={"label": [f"{LABEL}=1", f"{L_PID}={os.getpid()}"]},
         )
         return len(found)
     finally:
