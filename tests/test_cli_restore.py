@@ -98,6 +98,7 @@ def test_a_damaged_checkpoint_stops_the_run_before_its_file_runs(tmp_path: Path)
     refused = cli("run", "job.py", "--work-dir", "out", "--restore", "loaded", cwd=tmp_path)
     assert refused.returncode == EXIT_USAGE
     assert not (work / "ran.txt").exists()  # none of the file ran
+    assert read_valid_notebook(work / "job.ipynb").cells == []  # valid, and no cell ran
     error_lines = [line for line in refused.stderr.splitlines() if "error" in line]
     assert len(error_lines) == 1, refused.stderr
     assert error_lines[0].startswith("jupyter-exec: error: ")
