@@ -164,3 +164,40 @@ def test_help_teaches_restore_and_the_state_flags(tmp_path: Path) -> None:
         assert "--undo-steps N" in helped, command
     bad = cli("run", "x.py", "--checkpoint-every", "-1", cwd=tmp_path)
     assert bad.returncode == EXIT_USAGE
+
+
+async def test_mcp_sessions_take_the_flag_and_list_files_leaves_checkpoints_out(
+    tmp_path: Path,
+) -> None:
+    """``jupyter-exec mcp --checkpoint-every``: every session checkpoints at that pace, and
+    the model's listing of the work dir shows its files, not the checkpoints folder."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "jupyter_exec",
+            "mcp",
+            "--work-dir",
+            str(tmp_path),
+            "--timeout",
+            "60",
+            "--checkpoint-every",
+            "0.001",
+        ],
+    )
+    async with stdio_client(params) as streams, ClientSession(*streams) as client:
+        await client.initialize()
+        ran = await client.call_tool(
+            "execute_code", {"code": "rows = [1, 2]\n" + SIDE_EFFECT, "session": "m"}
+        )
+        assert not getattr(ran, "is_error", getattr(ran, "isError", False)), ran
+        listed = await client.call_tool("list_checkpoints", {"session": "m"})
+        assert "auto-1" in "\n".join(c.text for c in listed.content if c.type == "text")
+        files = await client.call_tool("list_files", {"session": "m"})
+        shown = "\n".join(c.text for c in files.content if c.type == "text")
+    assert "ran.txt" in shown
+    assert "m.ipynb" in shown
+    assert "checkpoints" not in shown
+    assert (tmp_path / "m" / checkpoints_folder("m") / "auto-1" / "manifest.json").is_file()
