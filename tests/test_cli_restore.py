@@ -201,3 +201,25 @@ async def test_mcp_sessions_take_the_flag_and_list_files_leaves_checkpoints_out(
     assert "m.ipynb" in shown
     assert "checkpoints" not in shown
     assert (tmp_path / "m" / checkpoints_folder("m") / "auto-1" / "manifest.json").is_file()
+
+
+def test_a_name_is_looked_up_in_the_work_dir_own_session_first(tmp_path: Path) -> None:
+    """Only folders are found here (whether one is whole is the restore's to check)."""
+    from jupyter_exec.cli.restore import find_checkpoint
+    from jupyter_exec.exceptions import InvalidArgument
+
+    for session in ("job", "one", "two"):
+        (tmp_path / checkpoints_folder(session) / "shared").mkdir(parents=True)
+    (tmp_path / checkpoints_folder("one") / "only-one").mkdir()
+    own = find_checkpoint("shared", tmp_path, "job")
+    assert own == tmp_path / ".job_checkpoints" / "shared"
+    assert (
+        find_checkpoint("only-one", tmp_path, "job") == tmp_path / ".one_checkpoints" / "only-one"
+    )
+    with pytest.raises(InvalidArgument, match="give one of these folders"):
+        find_checkpoint("shared", tmp_path, "other")
+    with pytest.raises(InvalidArgument, match="no checkpoint of that name"):
+        find_checkpoint("absent", tmp_path, "job")
+    with pytest.raises(InvalidArgument, match="no such checkpoint folder"):
+        find_checkpoint(str(tmp_path / "nowhere" / "x"), tmp_path, "job")
+    assert find_checkpoint(str(own), None, "job") == own
