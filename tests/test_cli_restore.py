@@ -223,3 +223,44 @@ def test_a_name_is_looked_up_in_the_work_dir_own_session_first(tmp_path: Path) -
     with pytest.raises(InvalidArgument, match="no such checkpoint folder"):
         find_checkpoint(str(tmp_path / "nowhere" / "x"), tmp_path, "job")
     assert find_checkpoint(str(own), None, "job") == own
+
+
+def test_e2b_sandboxes_take_the_flag_and_list_the_hidden_folder_as_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``jupyter-exec e2b --checkpoint-every``: a sandbox's kernel checkpoints at that pace;
+    ``files.list`` shows the folder with its dot, as an E2B sandbox lists ``.bashrc``."""
+    import os
+    import re
+    import signal
+    import time
+
+    from e2b_code_interpreter import Sandbox
+
+    root = tmp_path / "sandboxes"
+    command = [sys.executable, "-m", "jupyter_exec", "e2b", "--port", "0", "--envd-port", "0",
+               "--root-dir", str(root), "--checkpoint-every", "0.001"]  # fmt: skip
+    env = {**os.environ, "E2B_DEBUG": "true"}
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stderr is not None
+            port, deadline = None, time.monotonic() + 120
+            while port is None and time.monotonic() < deadline:
+                line = server.stderr.readline()
+                if not line:
+                    break
+                found = re.search(r"ports \[(\d+)\]", line)
+                port = int(found.group(1)) if found else None
+            assert port is not None
+            monkeypatch.setenv("E2B_DEBUG", "true")
+            monkeypatch.setenv("E2B_SANDBOX_URL", f"http://127.0.0.1:{port}")
+            sandbox = Sandbox.create()
+            assert sandbox.run_code("rows = [1, 2]\nlen(rows)").text == "2"
+            listed = {e.name for e in sandbox.files.list("/home/user")}
+        finally:
+            server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 128 + signal.SIGTERM
+    hidden = checkpoints_folder("debug_sandbox_id")
+    assert hidden in listed
+    assert hidden.startswith(".")
+    assert (root / "debug_sandbox_id" / hidden / "auto-1" / "manifest.json").is_file()
