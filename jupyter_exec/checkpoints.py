@@ -1,7 +1,8 @@
 """Durable checkpoints on disk, seen from the host: find, check, list and copy them.
 
 The kernel writes a checkpoint (:mod:`jupyter_exec.inkernel_state`) into the
-session's ``<name>_checkpoints/<checkpoint>/`` folder in the work dir: one file
+session's ``.<name>_checkpoints/<checkpoint>/`` folder (a hidden name, see
+:func:`jupyter_exec.naming.checkpoints_folder`) in the work dir: one file
 per variable and ``manifest.json``, written last and then the folder renamed
 into place. The kernel is the untrusted side, so the host never unpickles
 anything: it only reads the manifest and hashes files, through
@@ -38,6 +39,7 @@ from typing import Any
 
 from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
 from jupyter_exec.inkernel_state import FORMAT, MANIFEST, PARTIAL, VERSION
+from jupyter_exec.naming import checkpoints_folder
 from jupyter_exec.safefs import Folder, write_all
 
 __all__ = [
@@ -57,11 +59,6 @@ MAX_MANIFEST_BYTES = 64 << 20
 CHUNK = 1 << 20
 
 
-def checkpoints_folder(session: str) -> str:
-    """``<session>_checkpoints``: where a session's durable checkpoints go in its work dir."""
-    return f"{session}_checkpoints"
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """A named point in a session's state, to :meth:`~jupyter_exec.AsyncSession.restore` later.
@@ -79,7 +76,7 @@ class Checkpoint:
     session: str
     """The name of the session it belongs to."""
     path: Path | None = None
-    """Its folder on disk (``<work dir>/<session>_checkpoints/<name>``); None: memory only."""
+    """Its folder on disk (``<work dir>/.<session>_checkpoints/<name>``); None: memory only."""
     names: tuple[str, ...] = ()
     """The names stored on disk (modules included: they are imported again by name)."""
     skipped: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -247,7 +244,7 @@ def manifest_undone(checkpoint: Checkpoint) -> frozenset[int]:
 
 
 def names_on_disk(work_dir: Path, session: str) -> set[str]:
-    """The entries of ``work_dir/<session>_checkpoints`` (no link followed; none: empty)."""
+    """The entries of ``work_dir/.<session>_checkpoints`` (no link followed; none: empty)."""
     try:
         with Folder.open(work_dir, checkpoints_folder(session)) as folder:
             return {n for n in os.listdir(folder.fd) if not n.startswith(".")}
@@ -256,7 +253,7 @@ def names_on_disk(work_dir: Path, session: str) -> set[str]:
 
 
 def on_disk(work_dir: Path, session: str) -> list[Checkpoint]:
-    """The whole-looking checkpoints in ``work_dir/<session>_checkpoints``, oldest first.
+    """The whole-looking checkpoints in ``work_dir/.<session>_checkpoints``, oldest first.
 
     Manifests are read and checked, files are not hashed (restore does that);
     a folder that is not a checkpoint is left out and logged.
@@ -296,7 +293,7 @@ def environment_mismatches(stored: Mapping[str, Any], kernel: Mapping[str, Any])
 
 
 def copy_checkpoint(source: Checkpoint, work_dir: Path, session: str) -> str:
-    """Copy ``source`` (checked whole) into ``work_dir/<session>_checkpoints``, where this
+    """Copy ``source`` (checked whole) into ``work_dir/.<session>_checkpoints``, where this
     session's kernel can read it; the copy's path relative to ``work_dir``.
 
     Each file is hashed while copied and the copy refused if it differs; the

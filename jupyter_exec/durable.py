@@ -6,7 +6,7 @@ kernel process (a probe file proves the kernel shares the work dir; a remote
 kernel does not, and gets no durable checkpoints)::
 
     each cell     user_expressions: the names it changed ─► changes[(cell, names)]
-    checkpoint()  save(<name>_checkpoints/<name>) in the kernel ─► manifest read back
+    checkpoint()  save(.<session>_checkpoints/<name>) in the kernel ─► manifest read back
                   and checked here (no unpickling on the host)
     after a cell  checkpoint_every seconds since the last automatic one, names changed,
                   the namespace under AUTO_MAX_BYTES ─► auto-<k>, the previous one removed

@@ -29,6 +29,7 @@ __all__ = [
     "backup_notebook_name",
     "check_encodable",
     "check_text",
+    "checkpoints_folder",
     "default_session_name",
     "files_folder",
     "held_back_file_name",
@@ -132,6 +133,19 @@ def safe_name(text: str) -> str:
 def files_folder(name: str) -> str:
     """The work-dir folder of a session's saved outputs (nbconvert's ``<notebook>_files``)."""
     return f"{name}_files"
+
+
+def checkpoints_folder(name: str) -> str:
+    """``.<name>_checkpoints``: the work-dir folder of a session's durable checkpoints.
+
+    Hidden, as Jupyter's own ``.ipynb_checkpoints`` is: it is the session's
+    machinery, not its results, and every automatic checkpoint adds a file per
+    variable to it. A dot name keeps it out of ``ls``, JupyterLab's file
+    browser, the MCP ``list_files`` tool and the scan for the files a cell made
+    (all of which skip hidden names), and out of code globbing ``*``, for every
+    front end at once.
+    """
+    return f".{name}_checkpoints"
 
 
 def notebook_name(name: str) -> str:

@@ -172,7 +172,7 @@ class SessionOptions:
         default=DEFAULT_CHECKPOINT_EVERY,
         metadata=_help(
             "Seconds between automatic checkpoints of the namespace to disk "
-            "(<name>_checkpoints/auto-<k>), taken after a cell that changed names while the "
+            "(.<name>_checkpoints/auto-<k>), taken after a cell that changed names while the "
             "namespace is under 64 MB; a kernel that dies comes back from the latest one. "
             "0 or None: off."
         ),

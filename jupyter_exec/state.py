@@ -13,7 +13,7 @@ on snapshots, frozen forks that start new kernels with the state they froze
                            ─► swapped in for the session's kernel; the undone
                            cells stay in the notebook, marked undone
     session.checkpoint()   take_snapshot, kept under a name, and the namespace
-                           written to <name>_checkpoints/<checkpoint>/
+                           written to .<session>_checkpoints/<checkpoint>/
     session.restore(c)     start_from(its snapshot) ─► swapped in, likewise; without
                            the snapshot (another run, another machine): loaded from disk
     a kernel death         the latest snapshot or checkpoint comes back  [recovery.py]

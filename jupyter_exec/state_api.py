@@ -61,7 +61,7 @@ class StateMethods:
 
         In memory, a frozen copy-on-write snapshot of the kernel, kept until the
         session closes; on disk, the namespace written by the kernel to
-        ``<work dir>/<session>_checkpoints/<name>/`` (one file per variable, a
+        ``<work dir>/.<session>_checkpoints/<name>/`` (one file per variable, a
         manifest with checksums). What cannot be pickled is skipped and named in
         ``Checkpoint.skipped``. :meth:`restore` goes back to it any number of times.
         """

@@ -88,7 +88,7 @@ async def test_a_checkpoint_on_disk_restores_into_a_new_session(
     first = await sessions("first")
     assert (await first.execute(STATE)).ok
     made = await first.checkpoint("loaded")
-    assert made.path == tmp_path / "work" / "first_checkpoints" / "loaded"
+    assert made.path == tmp_path / "work" / ".first_checkpoints" / "loaded"
     assert {"arr", "frame", "plain", "square", "np", "pd"} <= set(made.names)
     assert set(made.skipped) == {"dyn", "gen", "lock", "sock"}
     assert "made at run time" in made.skipped["dyn"]
@@ -120,7 +120,7 @@ async def test_a_checkpoint_on_disk_restores_into_a_new_session(
         "'leftover' in dir(), 'gen' in dir() or 'dyn' in dir()]",
     ) == [float(sum(range(100_000))), 499500, "x", plain_value(), 49, False, False]
     # A copy in the new session's own folder, so that a container kernel could read it too.
-    copied = tmp_path / "elsewhere" / "second_checkpoints" / "loaded" / "manifest.json"
+    copied = tmp_path / "elsewhere" / ".second_checkpoints" / "loaded" / "manifest.json"
     assert copied.read_bytes() == (made.path / "manifest.json").read_bytes()
     nb = read_valid_notebook(second.notebook_path)  # type: ignore[arg-type]
     entry = nb.metadata["jupyter_exec"]["state"][-1]
@@ -342,7 +342,7 @@ async def test_links_planted_by_the_kernel_are_never_followed(
         f"f = [n for n in os.listdir(p) if n.endswith('.pkl')][0]\n"
         f"os.replace(p + '/' + f, p + '/moved')\n"
         f"os.symlink({str(outside)!r}, p + '/' + f)\n"
-        f"os.symlink({str(tmp_path)!r}, 'l_checkpoints/evil')\n"
+        f"os.symlink({str(tmp_path)!r}, '.l_checkpoints/evil')\n"
     )
     assert (await session.execute(plant)).ok
     with pytest.raises(CheckpointError, match="symbolic link"):
@@ -352,7 +352,7 @@ async def test_links_planted_by_the_kernel_are_never_followed(
     with pytest.raises(CheckpointError, match="symbolic link"):
         Checkpoint.load(made.path)
     with pytest.raises(CheckpointError, match="symbolic link"):
-        Checkpoint.load(tmp_path / "work" / "l_checkpoints" / "evil")
+        Checkpoint.load(tmp_path / "work" / ".l_checkpoints" / "evil")
     assert [c.name for c in session.checkpoints()] == ["c"]  # the in-memory one only
     assert outside.read_text() == "host file"
 
@@ -451,7 +451,7 @@ async def test_a_kernel_killed_while_writing_leaves_no_checkpoint_behind(
     )
     with pytest.raises(KernelNotAliveError):
         await session.checkpoint("half")
-    folder = tmp_path / "work" / "half_checkpoints"
+    folder = tmp_path / "work" / ".half_checkpoints"
     partial = [p for p in folder.iterdir() if p.name.endswith(".partial")]
     assert len(partial) == 1
     assert list(partial[0].glob("*.pkl"))  # written, but never named

@@ -33,6 +33,7 @@ from jupyter_exec.cli.exits import (
     exit_status,
 )
 from jupyter_exec.exceptions import (
+    CheckpointError,
     DockerUnavailable,
     ExecutionTimeout,
     InvalidArgument,
@@ -113,6 +114,18 @@ def test_timeout_and_environment_are_the_same_everywhere(command: str) -> None:
         sub.parse_args([*positional, "--timeout", "-1"])
 
 
+def test_every_session_option_a_command_line_can_say_is_a_run_flag() -> None:
+    """run's flags come from SessionOptions: an option added there is a flag at once."""
+    from jupyter_exec.options import option_fields
+
+    sub = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    options = {s for action in sub._actions for s in action.option_strings}
+    said = {f"--{f.name.replace('_', '-')}" for f in option_fields() if f.cli}
+    assert said - {"--overwrite"} <= options
+    parsed = sub.parse_args(["x.py", "--checkpoint-every", "0", "--undo-steps", "3"])
+    assert (parsed.checkpoint_every, parsed.undo_steps) == (0, 3)
+
+
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == EXIT_USAGE
     assert "COMMAND" in capsys.readouterr().err
@@ -124,6 +137,7 @@ def test_errors_map_to_documented_statuses() -> None:
     assert exit_status(NotebookError("bad")) == EXIT_USAGE
     assert exit_status(KernelStartError("no ipykernel")) == EXIT_TROUBLE
     assert exit_status(DockerUnavailable("no engine")) == EXIT_TROUBLE
+    assert exit_status(CheckpointError("damaged", ("numpy 1 in the checkpoint",))) == EXIT_USAGE
     assert exit_status(RuntimeError("a bug")) == EXIT_INTERNAL
 
 

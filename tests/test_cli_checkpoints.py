@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from jupyter_exec import Session
-from jupyter_exec.cli.exits import EXIT_TROUBLE, EXIT_USAGE
+from jupyter_exec.cli.exits import EXIT_USAGE
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +47,7 @@ def test_checkpoints_list_and_verify(tmp_path: Path) -> None:
     data = next(made.path.glob("*.pkl"))
     data.write_bytes(data.read_bytes() + b"!")
     damaged = cli("verify", str(made.path))
-    assert damaged.returncode == EXIT_TROUBLE
+    assert damaged.returncode == EXIT_USAGE  # bad input: the checkpoint given
     assert "damaged" in damaged.stderr
 
 
@@ -56,3 +56,4 @@ def test_checkpoints_help_teaches() -> None:
     assert shown.returncode == 0
     assert "checkpoints verify" in shown.stdout
     assert "session.restore" in shown.stdout
+    assert "--restore" in shown.stdout

@@ -1,7 +1,7 @@
 """``jupyter-exec checkpoints``: the durable checkpoints in a work dir, listed and checked.
 
 Checkpoints are written by sessions (``session.checkpoint()``, or automatically
-with ``checkpoint_every``) into ``<work dir>/<session>_checkpoints/<name>/``.
+with ``checkpoint_every``) into ``<work dir>/.<session>_checkpoints/<name>/``.
 ``list`` reads their manifests (no file is unpickled, no link followed);
 ``verify`` checks one whole (every file's sha256), as a restore would, before
 it is copied to another machine. Restoring is ``session.restore(path)``.
@@ -19,13 +19,14 @@ from jupyter_exec.checkpoints import Checkpoint, on_disk
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import Subparsers, formatter
 
-__all__ = ["add_checkpoints_parser"]
+__all__ = ["add_checkpoints_parser", "sessions_in"]
 
-SUFFIX = "_checkpoints"
+PREFIX, SUFFIX = ".", "_checkpoints"
+"""Around a session's name in its checkpoints folder (``naming.checkpoints_folder``)."""
 
 DESCRIPTION = """\
 Sessions write checkpoints (session.checkpoint(), or automatically every
-checkpoint_every seconds) into <work dir>/<session>_checkpoints/<name>/. 'list' reads
+checkpoint_every seconds) into <work dir>/.<session>_checkpoints/<name>/. 'list' reads
 their manifests (nothing is unpickled, no link followed); 'verify' checks one whole
 (every file's sha256), as a restore would, before it is moved to another machine."""
 
@@ -33,11 +34,12 @@ EPILOG = f"""\
 examples:
   jupyter-exec checkpoints list analysis          every session's checkpoints in a work dir
   jupyter-exec checkpoints list analysis --json   the same as JSON, one object per checkpoint
-  jupyter-exec checkpoints verify analysis/main_checkpoints/loaded
+  jupyter-exec checkpoints verify analysis/.main_checkpoints/loaded
                                                   check one whole before moving it
 
 Restore one into a session (on this machine or another with the same Python and
-library versions) with session.restore("<path>"); see the state how-to.
+library versions) with session.restore("<path>"), or start a run from it with
+jupyter-exec run FILE --restore <path or name>; see the state how-to.
 
 {EXIT_STATUS_HELP}"""
 
@@ -67,7 +69,8 @@ def add_checkpoints_parser(subparsers: Subparsers) -> None:
     verify.set_defaults(func=cmd_verify)
 
 
-def _sessions(work_dir: Path, only: str | None) -> list[str]:
+def sessions_in(work_dir: Path, only: str | None) -> list[str]:
+    """The sessions with a checkpoints folder in ``work_dir`` (``only``: just that one)."""
     if only is not None:
         return [only]
     try:
@@ -76,7 +79,11 @@ def _sessions(work_dir: Path, only: str | None) -> list[str]:
         from jupyter_exec.exceptions import WorkDirError
 
         raise WorkDirError(f"cannot read the work dir {work_dir}: {exc.strerror}") from None
-    return [n[: -len(SUFFIX)] for n in names if n.endswith(SUFFIX) and len(n) > len(SUFFIX)]
+    return [
+        n[len(PREFIX) : -len(SUFFIX)]
+        for n in names
+        if n.startswith(PREFIX) and n.endswith(SUFFIX) and len(n) > len(PREFIX + SUFFIX)
+    ]
 
 
 def _summary(checkpoint: Checkpoint) -> dict[str, object]:
@@ -96,7 +103,7 @@ def _summary(checkpoint: Checkpoint) -> dict[str, object]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    found = [c for s in _sessions(args.work_dir, args.session) for c in on_disk(args.work_dir, s)]
+    found = [c for s in sessions_in(args.work_dir, args.session) for c in on_disk(args.work_dir, s)]
     if args.json:
         json.dump([_summary(c) for c in found], sys.stdout, indent=2)
         print()

@@ -17,13 +17,16 @@ from typing import Any
 
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
+    STATE_OPTIONS,
     Subparsers,
     add_network_policy,
+    add_session_options,
     add_zygote,
     formatter,
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
+    session_kwargs,
     zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
@@ -60,7 +63,7 @@ def cmd_e2b(args: argparse.Namespace) -> int:
     from jupyter_exec.e2b import E2BConfig, E2BServer
 
     api_key = args.api_key or os.environ.get("E2B_API_KEY") or secrets.token_urlsafe(24)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = session_kwargs(args, STATE_OPTIONS)
     if args.backend:
         options["backend"] = args.backend
     if args.python:
@@ -145,6 +148,7 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     sandboxes.add_argument("--sandbox-timeout", type=non_negative_float, default=300.0,
                            metavar="S", help="a sandbox's life when create() gives none "
                            "(default 300; 0: no end)")  # fmt: skip
+    add_session_options(parser, STATE_OPTIONS, title="sandbox state")
     add_network_policy(parser)
     add_zygote(parser)
     parser.set_defaults(func=cmd_e2b)

@@ -14,6 +14,7 @@ import traceback
 from typing import TextIO
 
 from jupyter_exec.exceptions import (
+    CheckpointError,
     ExecutionError,
     ExecutionTimeout,
     InvalidArgument,
@@ -56,6 +57,7 @@ _TABLE: tuple[tuple[type[BaseException], int], ...] = (
     (NotebookError, EXIT_USAGE),
     (WorkDirError, EXIT_USAGE),
     (SessionConflict, EXIT_USAGE),
+    (CheckpointError, EXIT_USAGE),  # a damaged, partial or foreign checkpoint given to use
     (JupyterExecError, EXIT_TROUBLE),
 )
 """Most specific first: the first class an error is an instance of gives its status."""
@@ -64,7 +66,8 @@ EXIT_STATUS_HELP = f"""\
 exit status:
   {EXIT_OK}    done (run: every cell ran; replay: the notebook reproduced)
   {EXIT_FAILED}    a cell raised an error, or a replay differs
-  {EXIT_USAGE}    bad arguments or input (missing, unreadable or malformed file, bad name)
+  {EXIT_USAGE}    bad arguments or input (missing, unreadable or malformed file, bad name,
+       a damaged checkpoint or one from another environment)
   {EXIT_TROUBLE}    jupyter-exec could not do it (kernel start, Docker, a remote server, ...)
   {EXIT_INTERNAL}   an unexpected error in jupyter-exec itself (please report it)
   {EXIT_TIMEOUT}  a cell ran past --timeout

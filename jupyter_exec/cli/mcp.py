@@ -15,6 +15,7 @@ from pathlib import Path
 
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
+    STATE_OPTIONS,
     Subparsers,
     add_environment,
     add_network_policy,
@@ -71,7 +72,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     policy = network_policy_from_args(args, environment.backend)
     if policy is not None:
         environment = with_network(environment, policy)
-    defaults = session_kwargs(args, ("timeout", "undo_steps"))
+    defaults = session_kwargs(args, ("timeout", *STATE_OPTIONS))
     root = Path(args.work_dir or "jupyter-exec-mcp").expanduser()
     token: str | None = None
     if args.transport == "http":
@@ -183,7 +184,7 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
     )
     add_session_options(
         parser,
-        ("timeout", "python", "backend", "undo_steps"),
+        ("timeout", "python", "backend", *STATE_OPTIONS),
         title="session",
         helps={
             "timeout": "Seconds a call may run before it is interrupted; the session keeps "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
@@ -25,12 +26,14 @@ from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import Backend, SessionOptions, option_fields
 
 __all__ = [
+    "STATE_OPTIONS",
     "add_environment",
     "add_network_policy",
     "add_quiet",
     "add_session_options",
     "add_zygote",
     "backend_of",
+    "command_line_options",
     "environment_from_args",
     "formatter",
     "network_policy_from_args",
@@ -78,6 +81,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+STATE_OPTIONS = ("undo_steps", "checkpoint_every")
+"""The session options of undo and checkpoints, for the commands that take a few options."""
+
+
+def command_line_options(*, without: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every session option a command line can say (``cli=True``), but ``without``.
+
+    A command that takes the session's options takes them all from here, so an
+    option added to :class:`SessionOptions` is a flag of that command at once
+    instead of waiting for someone to add it to a list.
+    """
+    return tuple(f.name for f in option_fields() if f.cli and f.name not in without)
+
+
+_NONE_MEANS = re.compile(r"\s*\(?(?:0 or )?None: ([^.)]+)[.)]?")
+"""A help's "(None: no limit)" or "0 or None: off.": on the command line None is spelt 0."""
+
+
 def add_session_options(
     parser: argparse.ArgumentParser,
     names: Sequence[str],
@@ -100,7 +121,10 @@ def add_session_options(
         flags = [f"--{name.replace('_', '-')}", *((aliases or {}).get(name, ()))]
         default = (defaults or {}).get(name, spec.default)
         text = (helps or {}).get(name, spec.help).replace("%", "%%")
-        text = text.replace(" (None: no limit)", "").rstrip(".")  # Python's words, not a flag's
+        none_means = _NONE_MEANS.search(text) if spec.type.startswith("float") else None
+        if none_means:  # Python's words, not a flag's
+            text = _NONE_MEANS.sub("", text)
+        text = text.rstrip(".")
         if name == "notebook":
             group.add_argument(
                 *flags,
@@ -115,7 +139,8 @@ def add_session_options(
         elif name == "backend":
             group.add_argument(*flags, choices=get_args(Backend), default=None, help=text)
         elif spec.type.startswith("float"):
-            shown = "0: no limit; " if "| None" in spec.type else ""
+            meaning = none_means.group(1) if none_means else "no limit"
+            shown = f"0: {meaning}; " if "| None" in spec.type else ""
             value = 0.0 if default is None else float(default)
             group.add_argument(
                 *flags,

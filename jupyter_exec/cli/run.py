@@ -26,13 +26,16 @@ from jupyter_exec.cli.options import (
     add_quiet,
     add_session_options,
     backend_of,
+    command_line_options,
     formatter,
     network_policy_from_args,
     said_environment,
     session_kwargs,
     with_environment,
 )
+from jupyter_exec.cli.restore import add_restore, find_checkpoint, restore_into
 from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
+from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import safe_name
 from jupyter_exec.sync import Session, _LoopThread
@@ -52,6 +55,10 @@ examples:
   jupyter-exec run job.py --backend docker --network-policy policy.json
                                             the hosts (and API keys) a JSON file allows
   jupyter-exec run job.py -k                run every cell, even after one failed
+  jupyter-exec run next.py --work-dir out --restore loaded
+                                            start from the checkpoint 'loaded' in out/
+  jupyter-exec run next.py --restore copied/.job_checkpoints/loaded --force-restore
+                                            a checkpoint folder from another environment
 
 A .py file honours its coding declaration (PEP 263); other files are UTF-8.
 
@@ -107,21 +114,9 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-SESSION_OPTIONS = (
-    "work_dir",
-    "notebook",
-    "name",
-    "timeout",
-    "python",
-    "backend",
-    "kernel_name",
-    "startup_timeout",
-    "interrupt_grace",
-    "max_output_chars",
-    "url",
-    "token",
-)
-"""The session options ``run`` and ``demo`` take as flags (see ``SessionOptions``)."""
+SESSION_OPTIONS = command_line_options(without=("overwrite",))
+"""The session options ``run`` and ``demo`` take as flags: every one a command line can say
+(see ``SessionOptions``); ``overwrite`` is always on (a run records its notebook anew)."""
 
 
 def _session_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -215,8 +210,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     kwargs = _session_kwargs(args)
     if kwargs.get("name") is None:
         kwargs["name"] = safe_name(path.stem)
+    if args.force_restore and args.restore is None:
+        raise InvalidArgument("--force-restore goes with --restore CHECKPOINT")
+    start_from = None
+    if args.restore is not None:  # found before a kernel starts; checked whole after
+        work_dir = Path(kwargs["work_dir"]).expanduser() if kwargs.get("work_dir") else None
+        start_from = find_checkpoint(args.restore, work_dir, kwargs["name"])
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
     with _started(kwargs) as session:
+        if start_from is not None:  # a refused checkpoint ends the run before any cell
+            restore_into(session, start_from, force=args.force_restore, quiet=args.quiet)
         status = _run_cells(blocks, session, printer, args.keep_going)
         _summary(session, status, len(blocks))
     return status
@@ -286,6 +289,7 @@ def add_run_parser(subparsers: Subparsers) -> None:
         "-k", "--keep-going", action="store_true", help="run the remaining cells after a failure"
     )
     _session_groups(parser, "kernel cwd and output folder (default: a new temporary dir)")
+    add_restore(parser)
     parser.set_defaults(func=cmd_run)
 
 

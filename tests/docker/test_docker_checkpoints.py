@@ -51,7 +51,7 @@ def test_docker_checkpoint_on_disk_restores_after_a_restart_and_into_a_new_sessi
     with docker_session(work, "d", kernel_image) as s:
         s.execute(STATE).raise_for_error()
         mark = s.checkpoint("mark")
-        assert mark.path == work / "d_checkpoints" / "mark"
+        assert mark.path == work / ".d_checkpoints" / "mark"
         assert {"arr", "frame", "rows", "np", "pd"} <= set(mark.names)
         # The image has no cloudpickle: plain pickle, and what it cannot store is named.
         assert mark.environment["serialiser"]["name"] == "pickle"
@@ -68,9 +68,9 @@ def test_docker_checkpoint_on_disk_restores_after_a_restart_and_into_a_new_sessi
     os.chown(elsewhere, 1000, 1000)
     loaded = Checkpoint.load(mark.path)  # type: ignore[arg-type]
     with docker_session(elsewhere, "n", kernel_image) as t:
-        t.restore(loaded)  # copied into n_checkpoints/, where the container can read it
+        t.restore(loaded)  # copied into .n_checkpoints/, where the container can read it
         assert t.execute("rows + [int(arr[-1])]").text == "[1, 2, 3, 49999]"
-        assert (elsewhere / "n_checkpoints" / "mark" / "manifest.json").is_file()
+        assert (elsewhere / ".n_checkpoints" / "mark" / "manifest.json").is_file()
 
 
 def test_docker_kernel_killed_comes_back_from_its_automatic_checkpoint(
@@ -136,13 +136,13 @@ def test_docker_damaged_checkpoint_and_planted_links_are_refused(
         # sees them they lead nowhere; on the host they would lead out of the work dir).
         plant = (
             "import os\n"
-            "p = 'h_checkpoints/mark'\n"
+            "p = '.h_checkpoints/mark'\n"
             "os.replace(p + '/manifest.json', p + '/kept')\n"
             f"os.symlink({str(outside)!r}, p + '/manifest.json')\n"
-            f"os.symlink({str(tmp_path)!r}, 'h_checkpoints/evil')\n"
+            f"os.symlink({str(tmp_path)!r}, '.h_checkpoints/evil')\n"
         )
         s.execute(plant).raise_for_error()
-        for path in (mark.path, work / "h_checkpoints" / "evil"):
+        for path in (mark.path, work / ".h_checkpoints" / "evil"):
             with pytest.raises(CheckpointError, match="symbolic link"):
                 s.restore(path)
         # the in-memory one, and the copy restore made of "foreign"; the planted ones refused
