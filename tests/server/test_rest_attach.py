@@ -57,6 +57,8 @@ async def test_an_agent_session_on_a_persons_kernel_sees_their_variables_and_lea
     assert out["text"] == "82"
     listed = {s["id"]: s for s in (await api("GET", "sessions"))[1]}
     assert listed[model["id"]]["owns_kernel"] is False
+    bound = {s["path"]: s["kernel"]["id"] for s in await _jupyter_sessions(jp_fetch)}
+    assert bound == {"mine.ipynb": persons_kernel, model["notebook"]["path"]: persons_kernel}
 
     assert (await api("DELETE", "sessions", model["id"]))[0] == 204
     assert persons_kernel in await _kernels(jp_fetch)
