@@ -104,7 +104,8 @@ def test_person_hands_their_running_kernel_to_an_agent(lab: JupyterProcess) -> N
             # The agent works on the person's kernel: it sees what the person defined.
             out = agent("POST", f"/{sid}/execute", code="x + 1")
             assert (out["status"], out["text"]) == ("ok", "42"), out
-            expect(row.locator(".jp-ExecSessions-meta")).to_contain_text("1 cell", timeout=30_000)
+            meta = row.locator(".jp-ExecSessions-meta")
+            expect(meta).to_contain_text("local, attached · 1 cell", timeout=30_000)
             page.screenshot(path=ARTIFACTS / "attach-2-attached.png")
 
             # The kernel is no longer offered: one session per kernel.
