@@ -85,6 +85,7 @@ CREATE: Fields = {
     "timeout": Field("number"),
     "undo_steps": Field("integer"),
     "network": Field("object"),
+    "kernel_id": Field("string"),
 }
 EXECUTE: Fields = {"code": Field("string", required=True), "timeout": Field("number")}
 REPLAY: Fields = {

@@ -195,7 +195,7 @@ class Branches:
         """The kernel ``entry`` no longer uses: forgotten if stopped, kept if it holds the
         session's container, else shut down."""
         mkm = self.serverapp.kernel_manager
-        if kernel_id not in mkm:
+        if kernel_id not in mkm or kernel_id == entry.borrowed:  # a person's kernel stays theirs
             return
         if not await ensure_async(mkm.get_kernel(kernel_id).is_alive()):
             forget(mkm, kernel_id)
@@ -208,7 +208,7 @@ class Branches:
         """Every kernel of an ended session: stopped ones forgotten, the others shut down."""
         mkm = self.serverapp.kernel_manager
         for kernel_id in (entry.kernel_id, *entry.held):
-            if kernel_id not in mkm:
+            if kernel_id not in mkm or kernel_id == entry.borrowed:
                 continue
             if await ensure_async(mkm.get_kernel(kernel_id).is_alive()):
                 await self._shutdown_kernel(kernel_id)

@@ -156,6 +156,9 @@ class ServerSession:
     whose container runs the kernel an undo or restore started."""
     policy: NetworkPolicy | None = None
     proxy: NetworkProxy | None = None
+    borrowed: str | None = None
+    """The id of the running kernel the session was attached to (a person's): never shut
+    down by the session, which owns its kernel only while it is on another one."""
 
     def __post_init__(self) -> None:
         self.first_kernel_id = self.kernel_id

@@ -56,7 +56,7 @@ from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import MAX_UNDO_STEPS
 from jupyter_exec.recorder import read_notebook
-from jupyter_exec.server import live
+from jupyter_exec.server import borrow, live
 from jupyter_exec.server.approvals import Approvals
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.branches import Branches
@@ -124,6 +124,7 @@ class ServerSessions(Branches):
         self.approvals = Approvals(approval_timeout)
         self._sessions: dict[str, ServerSession] = {}
         self._reserved: set[Path] = set()  # notebooks of sessions being created
+        self._borrowing: set[str] = set()  # kernels being attached to, by sessions being created
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
 
@@ -188,17 +189,26 @@ class ServerSessions(Branches):
         *,
         work_dir: str | None = None,
         name: str | None = None,
-        backend: Backend = "local",
+        backend: Backend | None = None,
         kernel_name: str | None = None,
         timeout: float | None = None,
         undo_steps: int = 0,
         network: Any = None,
+        kernel_id: str | None = None,
     ) -> ServerSession:
         """Start a kernel on the server, attach a recording session, bind its notebook.
 
         ``network`` (the body's policy object) is checked before anything starts; for
         a Docker session it starts the proxy that is the kernel's only way out.
+        ``kernel_id``: attach to that running server kernel instead (a person's, see
+        :mod:`~jupyter_exec.server.borrow`); the kernel decides the backend and kernelspec.
         """
+        await self.start()
+        borrowed = None
+        if kernel_id is not None:  # no await from this check to the kernel's reservation below
+            borrowed = borrow.check(self, kernel_id, backend, kernel_name, undo_steps, network)
+            backend, kernel_name = borrowed.backend, borrowed.kernel_name
+        backend = backend or "local"
         if backend not in self.kernel_names:
             raise InvalidRequest(
                 f"unknown backend {backend!r}: use one of {', '.join(sorted(self.kernel_names))}"
@@ -219,21 +229,23 @@ class ServerSessions(Branches):
             if network is None
             else checked_policy(network, backend, self.approvals.asker(session_id))
         )
-        await self.start()
         kernel_name = kernel_name or self.kernel_names[backend]
-        await self._check_kernelspec(kernel_name)
+        if borrowed is None:
+            await self._check_kernelspec(kernel_name)
         folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
         self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
         started: list[ServerSession] = []
-        launch = _Launch(backend, kernel_name, timeout, undo_steps, policy)
+        launch = _Launch(backend, kernel_name, timeout, undo_steps, policy, kernel_id)
 
         async def start() -> AsyncSession:
             entry = await self._start(session_id, folder, name, launch)
             started.append(entry)
             return entry.session
 
+        if kernel_id is not None:
+            self._borrowing.add(kernel_id)
         try:
             # The manager checks its limits before start() runs: no kernel for a refused session.
             await self.manager.add(session_id, start, backend=backend)
@@ -241,6 +253,7 @@ class ServerSessions(Branches):
             raise self._limit_reached(exc) from None
         finally:
             self._reserved.discard(notebook)
+            self._borrowing.discard(kernel_id or "")
         entry = started[0]
         self._sessions[entry.id] = entry
         return entry
@@ -272,7 +285,7 @@ class ServerSessions(Branches):
         env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
         proxy = await _start_proxy(launch.policy, name)
         try:
-            kernel_id = await self._start_server_kernel(
+            kernel_id = launch.borrowed or await self._start_server_kernel(
                 launch.kernel_name, folder, env, network_proxy=proxy
             )
         except BaseException:
@@ -298,7 +311,8 @@ class ServerSessions(Branches):
             )
         except BaseException:
             await session.close()
-            await self._shutdown_kernel(kernel_id)
+            if launch.borrowed is None:  # a person's kernel stays theirs
+                await self._shutdown_kernel(kernel_id)
             if proxy is not None:
                 await proxy.close()
             raise
@@ -313,6 +327,7 @@ class ServerSessions(Branches):
             jupyter_session_id=model.get("id"),
             policy=launch.policy,
             proxy=proxy,
+            borrowed=launch.borrowed,
         )
         session.on_close = lambda: self._release(entry)
         log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
@@ -392,8 +407,11 @@ class ServerSessions(Branches):
                 return
             sessions = await self.serverapp.session_manager.list_sessions()
             bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
-            for jupyter_session_id in bound:  # shuts the kernel down too
-                await self.serverapp.session_manager.delete_session(jupyter_session_id)
+            for jupyter_session_id in bound:  # shuts the kernel down too, unless borrowed
+                if entry.kernel_id == entry.borrowed:
+                    await borrow.unbind(self.serverapp.session_manager, jupyter_session_id)
+                else:
+                    await self.serverapp.session_manager.delete_session(jupyter_session_id)
             await self._stop_kernels(entry)
         finally:
             if entry.proxy is not None:
@@ -515,6 +533,7 @@ class ServerSessions(Branches):
                 "name": entry.kernel_name,
                 "alive": entry.kernel_id in self.serverapp.kernel_manager,
             },
+            "owns_kernel": entry.kernel_id != entry.borrowed,
             "work_dir": self.root.api_path(entry.work_dir),
             "notebook": {"path": notebook_api, "url": self.root.url_of(notebook_api)},
             "jupyter_session_id": entry.jupyter_session_id,
@@ -573,6 +592,8 @@ class _Launch:
     timeout: float | None
     undo_steps: int
     policy: NetworkPolicy | None
+    borrowed: str | None = None
+    """The id of a running server kernel to attach to instead of starting one."""
 
 
 async def _start_proxy(policy: NetworkPolicy | None, name: str) -> NetworkProxy | None:

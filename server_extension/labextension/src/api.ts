@@ -28,6 +28,14 @@ export interface ISession {
   parent?: string | { id: string } | null;
   parent_id?: string | null;
   forks?: Array<string | { id: string }>;
+  /** False for a session attached to a running kernel: shutting it down spares the kernel. */
+  owns_kernel?: boolean;
+}
+
+/** A kernel running on the server, named after the notebooks and consoles using it. */
+export interface IRunningKernel {
+  id: string;
+  label: string;
 }
 
 /** A network request waiting for a person's decision (GET /api/exec/approvals). */
@@ -55,8 +63,26 @@ export class ExecAPI {
     return this.call<ISession[]>('GET', 'sessions');
   }
 
-  createSession(body: { name?: string; backend?: string }): Promise<ISession> {
+  createSession(body: { name?: string; backend?: string; kernel_id?: string }): Promise<ISession> {
     return this.call<ISession>('POST', 'sessions', body);
+  }
+
+  /** The server's running kernels (GET /api/kernels), labelled from GET /api/sessions. */
+  async listKernels(): Promise<IRunningKernel[]> {
+    const [kernels, sessions] = await Promise.all([
+      this.call<Array<{ id: string; name: string }>>('GET', '', undefined, 'kernels'),
+      this.call<Array<{ path: string; kernel: { id: string } | null }>>(
+        'GET',
+        '',
+        undefined,
+        'sessions'
+      )
+    ]);
+    return kernels.map(kernel => {
+      const paths = sessions.filter(s => s.kernel?.id === kernel.id).map(s => s.path);
+      const where = paths.length ? paths.join(', ') : `kernel ${kernel.id.slice(0, 8)}`;
+      return { id: kernel.id, label: `${where} (${kernel.name})` };
+    });
   }
 
   async interrupt(id: string): Promise<void> {
@@ -95,8 +121,13 @@ export class ExecAPI {
     await this.call('POST', `approvals/${encodeURIComponent(id)}`, { allow });
   }
 
-  private async call<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
-    const url = URLExt.join(this.settings.baseUrl, 'api', 'exec', path);
+  private async call<T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+    api = 'exec'
+  ): Promise<T> {
+    const url = URLExt.join(this.settings.baseUrl, 'api', api, path);
     const init: RequestInit = { method };
     if (body !== undefined) {
       init.body = JSON.stringify(body);

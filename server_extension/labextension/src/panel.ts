@@ -19,12 +19,15 @@ import {
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { ExecAPI, IApproval, ISession } from './api';
+import { ExecAPI, IApproval, IRunningKernel, ISession } from './api';
 import { renderApprovals } from './approvals';
 import { IRowActions, SessionRow, ordered } from './rows';
 
 /** Milliseconds between two looks at the listing while the panel is visible. */
 export const POLL_INTERVAL = 1000;
+
+/** The value of a "Running kernel" choice: this prefix and the kernel's id. */
+const KERNEL = 'kernel:';
 
 /** Polls between two checks whether a server without approvals has gained them. */
 const APPROVALS_RECHECK = 30;
@@ -113,8 +116,11 @@ export class SessionsPanel extends Widget implements IRowActions {
   shutdown(session: ISession): void {
     void this._confirm(
       'Shut down session?',
-      `Shut down ${session.name}? Its kernel stops; the notebook and its files stay ` +
-        `in ${session.work_dir || 'the server root'}.`,
+      `Shut down ${session.name}? ` +
+        (session.owns_kernel === false
+          ? 'The running kernel it was attached to keeps running; '
+          : 'Its kernel stops; ') +
+        `the notebook and its files stay in ${session.work_dir || 'the server root'}.`,
       'Shut Down'
     ).then(
       ok =>
@@ -156,10 +162,17 @@ export class SessionsPanel extends Widget implements IRowActions {
     const backend = document.createElement('select');
     backend.className = 'jp-mod-styled jp-ExecSessions-newBackend';
     backend.name = 'backend';
-    backend.setAttribute('aria-label', 'Backend of the new session');
+    backend.setAttribute('aria-label', 'Kernel of the new session: a new one, or a running one');
+    const fresh = document.createElement('optgroup');
+    fresh.label = 'New kernel';
     for (const value of ['local', 'docker']) {
-      backend.appendChild(new Option(value, value));
+      fresh.appendChild(new Option(value, value));
     }
+    this._running.label = 'Running kernel';
+    this._running.className = 'jp-ExecSessions-runningKernels';
+    backend.append(fresh, this._running);
+    // The running kernels are looked up when the person is about to choose, not polled.
+    backend.addEventListener('focus', () => void this._refreshKernels());
     const start = document.createElement('button');
     start.type = 'submit';
     start.className = 'jp-Button jp-mod-styled jp-mod-accept jp-ExecSessions-newStart';
@@ -169,11 +182,16 @@ export class SessionsPanel extends Widget implements IRowActions {
       event.preventDefault();
       start.disabled = true;
       const given = name.value.trim();
-      const body = { backend: backend.value, ...(given ? { name: given } : {}) };
+      const kernel = backend.value.startsWith(KERNEL) ? backend.value.slice(KERNEL.length) : '';
+      const body = {
+        ...(kernel ? { kernel_id: kernel } : { backend: backend.value }),
+        ...(given ? { name: given } : {})
+      };
       this._api
         .createSession(body)
         .then(session => {
           name.value = '';
+          backend.value = 'local';
           this._showCreated(session);
           return this._poll.refresh();
         })
@@ -183,12 +201,32 @@ export class SessionsPanel extends Widget implements IRowActions {
     return form;
   }
 
+  /** Fill the "Running kernel" choices: kernels no jupyter-exec session serves yet. */
+  private async _refreshKernels(): Promise<void> {
+    let kernels: IRunningKernel[];
+    try {
+      kernels = await this._api.listKernels();
+    } catch {
+      return; // the person can still start a new kernel
+    }
+    const taken = new Set(Array.from(this._rows.values(), row => row.session.kernel.id));
+    const select = this._running.parentElement as HTMLSelectElement | null;
+    const chosen = select?.value;
+    this._running.replaceChildren(
+      ...kernels.filter(k => !taken.has(k.id)).map(k => new Option(k.label, KERNEL + k.id))
+    );
+    if (select && chosen) {
+      select.value = Array.from(select.options).some(o => o.value === chosen) ? chosen : 'local';
+    }
+  }
+
   private _showCreated(session: ISession): void {
     const box = this._created;
     box.replaceChildren();
     box.dataset.sessionId = session.id;
     const text = document.createElement('div');
-    text.textContent = `Started ${session.name}. Hand its id to the agent:`;
+    const how = session.owns_kernel === false ? 'Attached' : 'Started';
+    text.textContent = `${how} ${session.name}. Hand its id to the agent:`;
     const id = document.createElement('code');
     id.className = 'jp-ExecSessions-createdId';
     id.textContent = session.id;
@@ -321,5 +359,6 @@ export class SessionsPanel extends Widget implements IRowActions {
   private readonly _error = document.createElement('div');
   private readonly _approvals = document.createElement('section');
   private readonly _approvalList = document.createElement('ul');
+  private readonly _running = document.createElement('optgroup');
   private _approvalsMissing = 0;
 }

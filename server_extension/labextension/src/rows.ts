@@ -186,7 +186,10 @@ export class SessionRow {
     setText(this._status, status);
     const cells = `${session.cells} cell${session.cells === 1 ? '' : 's'}`;
     const when = ago(session.last_activity ?? session.created, now);
-    setText(this._meta, [session.backend, cells, when].filter(Boolean).join(' · '));
+    // A session on a running kernel it did not start (a person's): shutting it down spares it.
+    const attached = session.owns_kernel === false;
+    const backend = attached ? `${session.backend}, attached` : session.backend;
+    setText(this._meta, [backend, cells, when].filter(Boolean).join(' · '));
     setText(this._workDir, session.work_dir || '/');
     this._workDir.title = `work dir: ${session.work_dir || '(server root)'}`;
     const code = (session.running?.code ?? '').replace(/^(\s*\n)+/, '').trimEnd();
