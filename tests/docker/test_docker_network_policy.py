@@ -22,42 +22,21 @@ from cryptography import x509
 
 from jupyter_exec import AsyncSession, NetworkPolicy, Session
 from jupyter_exec.network import NetworkRequest, proxy
-from tests.tls_servers import Echo, Upstream, der_of, https_server
+from tests.tls_servers import Echo, Upstream, answering, der_of, http_server, https_server
 
 pytestmark = pytest.mark.docker
 
 SECRET = "Bearer jx-test-7f3a9c-secret"
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
-
-    def do_GET(self) -> None:
-        _Handler.seen.append(dict(self.headers.items()))
-        body = b"hello through the policy"
-        if self.path == "/echo":  # a careless API that quotes the request: the secret comes back
-            body = f"you sent {self.headers.get('Authorization')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+# ``/echo`` quotes the request's Authorization header: the secret the proxy adds comes back.
+_Handler = answering("hello through the policy")
 
 
 @pytest.fixture
 def web_port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Handler.seen.clear()
-    proxy.resolver_overrides.update({"web.test": "127.0.0.1", "evil.test": "127.0.0.1"})
-    try:
-        yield server.server_address[1]
-    finally:
-        proxy.resolver_overrides.clear()
-        server.shutdown()
-        server.server_close()
+    with http_server(_Handler, "web.test", "evil.test") as port:
+        yield port
 
 
 FETCH = """
@@ -349,8 +328,11 @@ async def test_https_secrets_reach_the_server_and_never_the_kernel(
     assert on_host.stdout == b""
 
 
-def _wheel(folder: Path) -> str:
-    """A one-module wheel, ``jxdemo`` 1.0, made here: no package index needed to get one."""
+def _index(root: Path) -> None:
+    """A PEP 503 simple index in ``root`` with one package: a one-module wheel, ``jxdemo`` 1.0,
+    made here (no package index needed to get one)."""
+    (root / "simple" / "jxdemo").mkdir(parents=True)
+    (root / "files").mkdir()
     name = "jxdemo-1.0-py3-none-any.whl"
     files = {
         "jxdemo/__init__.py": "VALUE = 42\n",
@@ -359,22 +341,19 @@ def _wheel(folder: Path) -> str:
         "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(f"{path},,\n" for path in [*files, "jxdemo-1.0.dist-info/RECORD"])
-    with zipfile.ZipFile(folder / name, "w") as archive:
+    with zipfile.ZipFile(root / "files" / name, "w") as archive:
         for path, text in {**files, "jxdemo-1.0.dist-info/RECORD": record}.items():
             archive.writestr(path, text)
-    return name
+    (root / "simple" / "jxdemo" / "index.html").write_text(
+        f'<html><body><a href="../../files/{name}">{name}</a></body></html>'
+    )
 
 
 @pytest.fixture
 def index_port(tmp_path: Path) -> Iterator[int]:
     """A PEP 503 simple index on loopback serving one package, reached as ``index.test``."""
     root = tmp_path / "index"
-    (root / "simple" / "jxdemo").mkdir(parents=True)
-    (root / "files").mkdir()
-    wheel = _wheel(root / "files")
-    (root / "simple" / "jxdemo" / "index.html").write_text(
-        f'<html><body><a href="../../files/{wheel}">{wheel}</a></body></html>'
-    )
+    _index(root)
 
     class Index(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -462,12 +441,7 @@ async def test_pip_installs_from_a_private_https_index_with_a_secret(
     """An index that wants a token: pip gets it from the proxy, verifies the session's
     certificate through PIP_CERT, and is given neither the token nor any option."""
     root = tmp_path / "index"
-    (root / "simple" / "jxdemo").mkdir(parents=True)
-    (root / "files").mkdir()
-    wheel = _wheel(root / "files")
-    (root / "simple" / "jxdemo" / "index.html").write_text(
-        f'<html><body><a href="../../files/{wheel}">{wheel}</a></body></html>'
-    )
+    _index(root)
     tokens: list[str | None] = []
 
     class Private(http.server.SimpleHTTPRequestHandler):
