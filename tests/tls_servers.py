@@ -73,6 +73,25 @@ def http_server(handler: type[Echo], *names: str) -> Iterator[int]:
             proxy.resolver_overrides.pop(name, None)
 
 
+_FETCH = """
+import json, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except Exception as e:
+        return ["error", f"{type(e).__name__}: {e}"]
+"""
+
+
+def fetch_code(timeout: int) -> str:
+    """Kernel code that defines ``fetch(url)``: ``[status, body]``, an HTTP error's too, or
+    ``["error", what went wrong]`` (a refused connection, a timeout after ``timeout`` s)."""
+    return _FETCH.replace("TIMEOUT", str(timeout))
+
+
 def _name(text: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
 

@@ -20,9 +20,17 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from jupyter_exec import AsyncSession, NetworkPolicy, Session
+from jupyter_exec import AsyncSession, Execution, NetworkPolicy, Session
 from jupyter_exec.network import NetworkRequest, proxy
-from tests.tls_servers import Echo, Upstream, answering, der_of, http_server, https_server
+from tests.tls_servers import (
+    Echo,
+    Upstream,
+    answering,
+    der_of,
+    fetch_code,
+    http_server,
+    https_server,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -39,17 +47,7 @@ def web_port() -> Iterator[int]:
         yield port
 
 
-FETCH = """
-import json, urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except Exception as e:
-        return ["error", f"{type(e).__name__}: {e}"]
-"""
+FETCH = fetch_code(30)
 
 
 async def _json(session: AsyncSession, code: str) -> Any:
@@ -349,6 +347,18 @@ def _index(root: Path) -> None:
     )
 
 
+async def _pip_install(session: AsyncSession, index: str, *options: str) -> Execution:
+    """``pip install jxdemo`` in the kernel from ``index``; it prints pip's return code and
+    the end of its stderr."""
+    argv = ["-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
+    argv += ["--index-url", index, *options, "jxdemo"]
+    return await session.execute(
+        "import subprocess, sys\n"
+        f"r = subprocess.run([sys.executable, *{argv!r}], capture_output=True, text=True)\n"
+        "print(r.returncode, r.stderr[-2000:])"
+    )
+
+
 @pytest.fixture
 def index_port(tmp_path: Path) -> Iterator[int]:
     """A PEP 503 simple index on loopback serving one package, reached as ``index.test``."""
@@ -385,14 +395,8 @@ async def test_pip_installs_from_the_only_allowed_host(
         network=policy,
         timeout=240,
     ) as session:
-        installed = await session.execute(
-            "import subprocess, sys\n"
-            "r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-cache-dir',"
-            " '--disable-pip-version-check', '--index-url',"
-            f" 'http://index.test:{index_port}/simple/', '--trusted-host', 'index.test',"
-            " 'jxdemo'], capture_output=True, text=True)\n"
-            "print(r.returncode, r.stderr[-2000:])"
-        )
+        index = f"http://index.test:{index_port}/simple/"
+        installed = await _pip_install(session, index, "--trusted-host", "index.test")
         assert installed.stdout.startswith("0 "), installed.stdout
         hosts = {(c.host, c.decision) for c in installed.connections}
         assert hosts == {("index.test", "allowed")}
@@ -475,14 +479,7 @@ async def test_pip_installs_from_a_private_https_index_with_a_secret(
                 network=policy,
                 timeout=240,
             ) as session:
-                installed = await session.execute(
-                    "import subprocess, sys\n"
-                    "r = subprocess.run([sys.executable, '-m', 'pip', 'install', "
-                    "'--no-cache-dir', '--disable-pip-version-check', '--index-url',"
-                    f" 'https://index.test:{port}/simple/', 'jxdemo'],"
-                    " capture_output=True, text=True)\n"
-                    "print(r.returncode, r.stderr[-2000:])"
-                )
+                installed = await _pip_install(session, f"https://index.test:{port}/simple/")
                 assert installed.stdout.startswith("0 "), installed.stdout
                 assert {(c.host, c.decision, c.secret) for c in installed.connections} == {
                     ("index.test", "allowed", True)

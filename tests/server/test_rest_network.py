@@ -23,7 +23,7 @@ from jupyter_exec.docker.engine import connect
 from jupyter_exec.exceptions import DockerUnavailable
 from jupyter_exec.network import NetworkRequest
 from jupyter_exec.server.approvals import ApprovalNotFound, Approvals
-from tests.tls_servers import answering, http_server
+from tests.tls_servers import answering, fetch_code, http_server
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -165,17 +165,7 @@ def docker_kernelspec(jp_data_dir: Path) -> str:
     return "python3-docker"
 
 
-FETCH = """
-import json, urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=60) as r:
-            return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except Exception as e:
-        return ["error", f"{type(e).__name__}: {e}"]
-"""
+FETCH = fetch_code(60)
 
 
 async def _pending(call: Api, host: str) -> dict[str, Any]:
