@@ -49,6 +49,17 @@ def web_port() -> Iterator[int]:
 
 FETCH = fetch_code(30)
 
+# Kernel code: is the secret (never written whole in it) in the kernel's environment or in
+# any process's it can read? Tests add where else to look (files) after it.
+SEEK_SECRET = (
+    "import os, subprocess\n"
+    f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
+    "print('environ', needle in repr(dict(os.environ)))\n"
+    "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
+    "      for p in os.listdir('/proc') if p.isdigit()\n"
+    "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
+)
+
 
 async def _json(session: AsyncSession, code: str) -> Any:
     execution = await session.execute(code)
@@ -117,13 +128,8 @@ async def test_policy_allows_denies_records_and_cannot_be_bypassed(
 
         # the secret never reaches the kernel: environment, files, outputs, notebook
         leak = await session.execute(
-            "import os, subprocess\n"
-            f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
-            "print('environ', needle in repr(dict(os.environ)))\n"
-            "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
-            "      for p in os.listdir('/proc') if p.isdigit()\n"
-            "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
-            "r = subprocess.run(['grep', '-rlsF', needle, '/run', '/tmp', '/work', '/etc',"
+            SEEK_SECRET
+            + "r = subprocess.run(['grep', '-rlsF', needle, '/run', '/tmp', '/work', '/etc',"
             " '/opt/packages'], capture_output=True, text=True)\n"
             "print('files', repr(r.stdout))"
         )
@@ -286,13 +292,7 @@ async def test_https_secrets_reach_the_server_and_never_the_kernel(
 
         # the secret and the authority's key: nowhere in the kernel
         leak = await session.execute(
-            "import os, subprocess\n"
-            f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
-            "print('environ', needle in repr(dict(os.environ)))\n"
-            "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
-            "      for p in os.listdir('/proc') if p.isdigit()\n"
-            "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
-            "for n in (needle, 'PRIVATE' + ' KEY'):\n"
+            SEEK_SECRET + "for n in (needle, 'PRIVATE' + ' KEY'):\n"
             "    r = subprocess.run(['grep', '-rlsF', n, '/run', '/tmp', '/work',"
             " '/opt/packages'], capture_output=True, text=True)\n"
             "    print('files', repr(r.stdout))\n"
