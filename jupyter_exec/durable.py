@@ -45,6 +45,7 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
+from jupyter_exec.inkernel_fork import module_call_code
 from jupyter_exec.inkernel_state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
 from jupyter_exec.safefs import Folder
@@ -349,20 +350,8 @@ async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) 
 
 def install_code(probe: str) -> str:
     """Code that registers this module once in the kernel and installs it (no names left)."""
-    with open(inkernel_state.__file__, encoding="utf-8") as f:
-        text = f.read()
-    body = (
-        "import sys, types\n"
-        f"module = sys.modules.get({MODULE!r})\n"
-        "if module is None:\n"
-        f"    module = types.ModuleType({MODULE!r})\n"
-        "    exec(compile(source, '<jupyter-exec state>', 'exec'), module.__dict__)\n"
-        f"    sys.modules[{MODULE!r}] = module\n"
-        f"module.install({probe!r})\n"
-    )
-    return (
-        f"exec(compile({body!r}, '<jupyter-exec state install>', 'exec'), "
-        f"{{'__name__': '_jupyter_exec_state_install', 'source': {text!r}}})"
+    return module_call_code(
+        inkernel_state.__file__, MODULE, f"install({probe!r})", "state", "install"
     )
 
 

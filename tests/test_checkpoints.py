@@ -248,9 +248,7 @@ async def test_kill_9_brings_back_the_latest_checkpoint_and_names_what_was_lost(
     session._state.durable.every = 0  # no more automatic ones: the next cells come after it
     await session.execute("rows.append(3)")
     await session.execute("fresh = 'new'")
-    pid = kernel_pid(session)
-    os.kill(pid, signal.SIGKILL)
-    await wait_gone(pid)
+    await kill_kernel(session)
 
     died = await session.execute("fresh")
     assert died.status == "died"
@@ -280,6 +278,13 @@ async def test_kill_9_brings_back_the_latest_checkpoint_and_names_what_was_lost(
     assert nb.metadata["jupyter_exec"]["state"][-1]["action"] == "recover"
 
 
+async def kill_kernel(session: AsyncSession) -> None:
+    """``kill -9`` the session's kernel process and wait until it is gone."""
+    pid = kernel_pid(session)
+    os.kill(pid, signal.SIGKILL)
+    await wait_gone(pid)
+
+
 async def wait_gone(pid: int) -> None:
     end = time.monotonic() + DEADLINE
     while True:
@@ -299,9 +304,7 @@ async def test_with_undo_snapshots_the_lost_names_are_those_changed_after_it(
     session = await sessions("u", undo_steps=1)
     await session.execute("data = {'k': 1}\nother = 5")
     await session.execute("data['k'] = 2")
-    pid = kernel_pid(session)
-    os.kill(pid, signal.SIGKILL)
-    await wait_gone(pid)
+    await kill_kernel(session)
     died = await session.execute("data")
     assert died.recovered is not None
     assert died.recovered.source == "snapshot"
@@ -375,9 +378,7 @@ async def test_after_a_restore_a_death_comes_back_from_the_restored_timeline(
     await session.checkpoint("second")  # newer, but of the timeline the restore leaves
     await session.restore(first)
     await session.execute("y = x + 10")
-    pid = kernel_pid(session)
-    os.kill(pid, signal.SIGKILL)
-    await wait_gone(pid)
+    await kill_kernel(session)
     died = await session.execute("y")
     assert died.recovered is not None
     assert died.recovered.source == "checkpoint 'first'"
@@ -429,9 +430,7 @@ async def test_names_a_failing_cell_bound_before_its_error_count_as_changed(
     await session.checkpoint("c")
     failed = await session.execute("y = 2\nx = 3\n1 / 0")
     assert failed.status == "error"
-    pid = kernel_pid(session)
-    os.kill(pid, signal.SIGKILL)
-    await wait_gone(pid)
+    await kill_kernel(session)
     died = await session.execute("x")
     assert died.recovered is not None
     assert set(died.recovered.lost) == {"x", "y"}

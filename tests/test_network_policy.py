@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.server
 import importlib.util
 import logging
 import socket
@@ -39,7 +38,7 @@ from jupyter_exec import (
 from jupyter_exec.network import forwarder, proxy
 from jupyter_exec.network.policy import NetworkRequest, parse_rule
 from jupyter_exec.network.proxy import NetworkProxy
-from tests.tls_servers import SECRET, Echo, Upstream, der_of, https_server
+from tests.tls_servers import SECRET, Echo, Upstream, answering, der_of, http_server, https_server
 
 # -- the policy ----------------------------------------------------------------------------
 
@@ -208,35 +207,13 @@ def test_session_options_take_a_policy_for_docker_only() -> None:
 # -- the proxy, end to end on this machine -----------------------------------------------
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
-
-    def do_GET(self) -> None:
-        _Handler.seen.append({k: v for k, v in self.headers.items()})
-        body = f"hello from {self.path}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+_Handler = answering("hello from {path}")
 
 
 @pytest.fixture
 def web_server() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _Handler.seen.clear()
-    proxy.resolver_overrides["web.test"] = "127.0.0.1"
-    proxy.resolver_overrides["other.test"] = "127.0.0.1"
-    try:
-        yield server.server_address[1]
-    finally:
-        proxy.resolver_overrides.clear()
-        server.shutdown()
-        server.server_close()
+    with http_server(_Handler, "web.test", "other.test") as port:
+        yield port
 
 
 @dataclass
@@ -265,14 +242,20 @@ async def _route(policy: NetworkPolicy, tmp_path: Any) -> AsyncIterator[Route]:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    threading.Thread(
-        target=forwarder.serve, args=(listener, str(started.socket_path)), daemon=True
-    ).start()
+    forwarding = (listener, str(started.socket_path))
+    threading.Thread(target=_forward, args=forwarding, daemon=True).start()
     try:
         yield Route(started, listener.getsockname()[1])
     finally:
         await started.close()
         listener.close()
+
+
+def _forward(listener: socket.socket, path: str) -> None:
+    """The forwarder's loop, ended by closing ``listener``: its accept then fails, and that
+    failure is the end (left to the thread, it would fail whichever test runs next)."""
+    with contextlib.suppress(OSError):
+        forwarder.serve(listener, path)
 
 
 async def test_allowed_name_passes_and_is_recorded(web_server: int, tmp_path: Any) -> None:

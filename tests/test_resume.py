@@ -173,8 +173,8 @@ def _ran(count: int, source: str, by: str) -> Any:
     return cell
 
 
-def test_resume_follows_the_recorded_run_order(tmp_path: Path, read_notebook: Any) -> None:
-    # A person's cell placed at the top ran last: resuming top to bottom would fail on it.
+def _shared(tmp_path: Path) -> Path:
+    """A notebook where a person's cell placed at the top ran last (after two agent cells)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         _ran(3, "total = base + step", "person"),
@@ -184,6 +184,12 @@ def test_resume_follows_the_recorded_run_order(tmp_path: Path, read_notebook: An
     ]
     notebook = tmp_path / "shared.ipynb"
     nbformat.write(nb, notebook)
+    return notebook
+
+
+def test_resume_follows_the_recorded_run_order(tmp_path: Path, read_notebook: Any) -> None:
+    # A person's cell placed at the top ran last: resuming top to bottom would fail on it.
+    notebook = _shared(tmp_path)
     with Session.resume(notebook, timeout=60) as session:
         assert [e.code for e in session.resumed] == ["base = 10", "step = 2", "total = base + step"]
         assert all(e.ok for e in session.resumed)
@@ -194,15 +200,7 @@ def test_resume_follows_the_recorded_run_order(tmp_path: Path, read_notebook: An
 
 
 def test_resume_until_in_run_order_keeps_what_ran(tmp_path: Path, read_notebook: Any) -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        _ran(3, "total = base + step", "person"),
-        nbformat.v4.new_markdown_cell("notes"),
-        _ran(1, "base = 10", "agent"),
-        _ran(2, "step = 2", "agent"),
-    ]
-    notebook = tmp_path / "shared.ipynb"
-    nbformat.write(nb, notebook)
+    notebook = _shared(tmp_path)
     with Session.resume(notebook, until=2, timeout=60) as session:
         assert [e.code for e in session.resumed] == ["base = 10", "step = 2"]
     kept = [c.source for c in read_notebook(notebook).cells]

@@ -1,8 +1,11 @@
-"""Test HTTPS servers on loopback with certificates of their own, for the network policy's tests.
+"""Test HTTP and HTTPS servers on loopback, for the network policy's tests.
 
-``Upstream`` is a certificate authority of the tests (standing for the public ones a real host
-chains to) that signs a certificate per host name; ``self_signed`` is a certificate nobody
-trusts. Each server is a real ``http.server`` behind the standard library's TLS.
+``http_server`` serves a handler made by ``answering`` on an ephemeral port, and maps test host
+names to loopback in the proxy's own resolver while it runs (the proxy runs on the host, so
+loopback is reachable from it, never from a kernel). ``Upstream`` is a certificate authority
+of the tests (standing for the public ones a real host chains to) that signs a certificate per
+host name; ``self_signed`` is a certificate nobody trusts. Each server is a real
+``http.server``; ``https_server`` puts it behind the standard library's TLS.
 """
 
 from __future__ import annotations
@@ -14,25 +17,30 @@ import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from jupyter_exec.network import proxy
+
 SECRET = "Bearer jx-test-7f3a9c-secret"
 
 
 class Echo(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with ``hello <path>`` (``/echo`` quotes the Authorization header back);
-    remembers each request's headers in ``seen``. ``/big?n=BYTES`` sends that many bytes."""
+    """Answers every GET with its ``greeting``, ``{path}`` in it filled (``hello <path>``);
+    ``/echo`` quotes the Authorization header back (a careless API that quotes the request,
+    so a secret the proxy adds comes back); ``/big?n=BYTES`` sends that many bytes. Remembers
+    each request's headers in ``seen``."""
 
-    seen: list[dict[str, str]] = []
+    greeting: ClassVar[str] = "hello {path}"
+    seen: ClassVar[list[dict[str, str]]] = []
 
     def do_GET(self) -> None:
-        Echo.seen.append(dict(self.headers.items()))
-        body = f"hello {self.path}".encode()
+        type(self).seen.append(dict(self.headers.items()))
+        body = self.greeting.format(path=self.path).encode()
         if self.path == "/echo":
             body = f"you sent {self.headers.get('Authorization')}".encode()
         elif self.path.startswith("/big?n="):
@@ -44,6 +52,44 @@ class Echo(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+def answering(greeting: str) -> type[Echo]:
+    """An :class:`Echo` of its own (its own ``seen``) that answers with ``greeting``."""
+    return type("Echo", (Echo,), {"greeting": greeting, "seen": []})
+
+
+@contextlib.contextmanager
+def http_server(handler: type[Echo], *names: str) -> Iterator[int]:
+    """``handler`` served on a loopback port (yielded), its ``seen`` emptied first; ``names``
+    resolve to loopback in the proxy's resolver while it runs."""
+    handler.seen.clear()
+    proxy.resolver_overrides.update(dict.fromkeys(names, "127.0.0.1"))
+    try:
+        with _running(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as server:
+            yield server.server_address[1]
+    finally:
+        for name in names:
+            proxy.resolver_overrides.pop(name, None)
+
+
+_FETCH = """
+import json, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+    except Exception as e:
+        return ["error", f"{type(e).__name__}: {e}"]
+"""
+
+
+def fetch_code(timeout: int) -> str:
+    """Kernel code that defines ``fetch(url)``: ``[status, body]``, an HTTP error's too, or
+    ``["error", what went wrong]`` (a refused connection, a timeout after ``timeout`` s)."""
+    return _FETCH.replace("TIMEOUT", str(timeout))
 
 
 def _name(text: str) -> x509.Name:
@@ -128,6 +174,15 @@ def https_server(
     context.load_cert_chain(*cert)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
+    with _running(server):
+        yield server
+
+
+@contextlib.contextmanager
+def _running(
+    server: http.server.ThreadingHTTPServer,
+) -> Iterator[http.server.ThreadingHTTPServer]:
+    """``server`` serving in a thread of its own; shut down and closed on exit."""
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server

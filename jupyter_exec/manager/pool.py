@@ -159,6 +159,25 @@ async def discard(warm: WarmKernel) -> None:
         await asyncio.to_thread(shutil.rmtree, warm.folder, True)
 
 
+async def drain(task: asyncio.Task[None] | None, ready: deque[WarmKernel], timeout: float) -> None:
+    """The end of a pool's close: wait for its refill ``task`` (told to stop) to end, then shut
+    down every kernel still waiting in ``ready``.
+
+    The task is cancelled only after ``timeout``: cancelled outright, a kernel half-way
+    through its start would be orphaned.
+    """
+    if task is not None:
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except asyncio.TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    waiting = list(ready)
+    ready.clear()
+    await asyncio.gather(*(discard(w) for w in waiting))
+
+
 class KernelPool:
     """Keeps ``size`` ready kernels of one key, refilling in the background.
 
@@ -272,21 +291,11 @@ class KernelPool:
 
     async def close(self, timeout: float = 60.0) -> None:
         """Stop refilling and shut down every kernel still waiting."""
-        # Not cancelled outright: a kernel half-way through its start would be orphaned.
         self._closing = True
         self._stop.set()
         self._wanted.set()
         task, self._task = self._task, None
-        if task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(task), timeout)
-            except asyncio.TimeoutError:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        waiting = list(self._ready)
-        self._ready.clear()
-        await asyncio.gather(*(discard(w) for w in waiting))
+        await drain(task, self._ready, timeout)
         await asyncio.to_thread(shutil.rmtree, self.folder, True)
 
 

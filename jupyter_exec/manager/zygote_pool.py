@@ -18,7 +18,14 @@ from collections import deque
 from pathlib import Path
 
 from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
-from jupyter_exec.manager.pool import PoolKey, WarmKernel, _alive, _own_like_root, discard
+from jupyter_exec.manager.pool import (
+    PoolKey,
+    WarmKernel,
+    _alive,
+    _own_like_root,
+    discard,
+    drain,
+)
 from jupyter_exec.manager.starter import PooledKernelStarter
 from jupyter_exec.manager.zygote import Preload, PreloadFailed, Zygote, restart_from_zygote
 
@@ -259,16 +266,7 @@ class ZygotePool:
         self._wanted.set()
         self._up.set()
         task, self._task = self._task, None
-        if task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(task), timeout)
-            except asyncio.TimeoutError:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        waiting = list(self._ready)
-        self._ready.clear()
-        await asyncio.gather(*(discard(w) for w in waiting))
+        await drain(task, self._ready, timeout)
         if self.zygote is not None:
             await self.zygote.close()
             self.zygote = None

@@ -29,7 +29,15 @@ from urllib.parse import urlsplit
 
 from jupyter_exec.network.policy import Decision
 from jupyter_exec.network.rules import normalise_host
-from jupyter_exec.network.wire import CHUNK, host_of, pipe, printable, refuse, request_head
+from jupyter_exec.network.wire import (
+    CHUNK,
+    host_of,
+    pipe,
+    printable,
+    read_request,
+    refuse,
+    request_head,
+)
 
 __all__ = ["intercept"]
 
@@ -96,16 +104,13 @@ async def _relay(
     record: Record,
 ) -> None:
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        request = await read_request(reader, writer, HEAD_TIMEOUT, "not an HTTP request")
     except asyncio.IncompleteReadError:
         return  # the kernel closed without a request: nothing was sent, nothing to record
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-        await refuse(writer, 400, "Bad Request", "not an HTTP request")
+    if request is None:
         return
-    method, target, version = parts
-    named = host_of(lines[1:])
+    method, target, version, lines = request
+    named = host_of(lines)
     path = target
     if not target.startswith("/"):  # absolute form inside the tunnel: its host counts too
         url = urlsplit(target)
@@ -116,7 +121,7 @@ async def _relay(
         record(Decision(False, why), False)
         await refuse(writer, 421, "Misdirected Request", f"{why}: refused by the network proxy")
         return
-    up_writer.write(request_head(method, path, version, lines[1:], headers))
+    up_writer.write(request_head(method, path, version, lines, headers))
     record(Decision(True, f"{reason}; HTTPS intercepted"), True)
     body = asyncio.ensure_future(pipe(reader, up_writer))
     try:

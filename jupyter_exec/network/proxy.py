@@ -45,7 +45,14 @@ from jupyter_exec.network import forwarder
 from jupyter_exec.network.intercept import intercept
 from jupyter_exec.network.policy import Connection, Decision, NetworkPolicy, NetworkRequest
 from jupyter_exec.network.rules import normalise_host
-from jupyter_exec.network.wire import CHUNK, pipe, printable, refuse, request_head
+from jupyter_exec.network.wire import (
+    CHUNK,
+    pipe,
+    printable,
+    read_request,
+    refuse,
+    request_head,
+)
 
 if TYPE_CHECKING:
     from jupyter_exec.network.tls import Authority
@@ -327,13 +334,10 @@ class NetworkProxy:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            await refuse(writer, 400, "Bad Request", "not an HTTP proxy request")
+        request = await read_request(reader, writer, HEAD_TIMEOUT, "not an HTTP proxy request")
+        if request is None:
             return
-        method, target, version = parts
+        method, target, version, lines = request
         if method == "CONNECT":
             host, port = _authority(target)
             path = ""
@@ -396,7 +400,7 @@ class NetworkProxy:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 self._record(host, port, decision, bool(secret))
-                up_writer.write(request_head(method, path, version, lines[1:], secret))
+                up_writer.write(request_head(method, path, version, lines, secret))
             await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
             up_writer.close()

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-__all__ = ["CHUNK", "host_of", "pipe", "printable", "refuse", "request_head"]
+__all__ = ["CHUNK", "host_of", "pipe", "printable", "read_request", "refuse", "request_head"]
 
 CHUNK = 65536
 _HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
@@ -56,6 +56,22 @@ def host_of(headers: Iterable[str]) -> str | None:
             except ValueError:
                 return value.strip()
     return None
+
+
+async def read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float, refusal: str
+) -> tuple[str, str, str, list[str]] | None:
+    """A request's head, read within ``timeout``: its method, target and version, and its
+    header lines. ``None`` once a 400 (its body ``refusal``) answered a first line that is not
+    an HTTP request line."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        await refuse(writer, 400, "Bad Request", refusal)
+        return None
+    method, target, version = parts
+    return method, target, version, lines[1:]
 
 
 async def refuse(writer: asyncio.StreamWriter, status: int, phrase: str, body: str) -> None:

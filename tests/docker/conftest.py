@@ -201,6 +201,12 @@ def make_work_dir(base: Path, owner: tuple[int, int] | None = OWNER) -> Path:
     return work_dir
 
 
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A work dir owned by the image's unprivileged user (:data:`OWNER`), as sessions want."""
+    return make_work_dir(tmp_path)
+
+
 async def start(
     tmp: Path, *, work_dir: Path | None = None, owner: tuple[int, int] | None = OWNER, **config: Any
 ) -> Kernel:

@@ -30,14 +30,6 @@ STATE = (
 )
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    os.chown(path, 1000, 1000)
-    return path
-
-
 def docker_session(work: Path, name: str, image: str, **kwargs: object) -> Session:
     kwargs.setdefault("checkpoint_every", 0)
     return Session(

@@ -20,57 +20,45 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from jupyter_exec import AsyncSession, NetworkPolicy, Session
+from jupyter_exec import AsyncSession, Execution, NetworkPolicy, Session
 from jupyter_exec.network import NetworkRequest, proxy
-from tests.tls_servers import Echo, Upstream, der_of, https_server
+from tests.tls_servers import (
+    Echo,
+    Upstream,
+    answering,
+    der_of,
+    fetch_code,
+    http_server,
+    https_server,
+)
 
 pytestmark = pytest.mark.docker
 
 SECRET = "Bearer jx-test-7f3a9c-secret"
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
-
-    def do_GET(self) -> None:
-        _Handler.seen.append(dict(self.headers.items()))
-        body = b"hello through the policy"
-        if self.path == "/echo":  # a careless API that quotes the request: the secret comes back
-            body = f"you sent {self.headers.get('Authorization')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+# ``/echo`` quotes the request's Authorization header: the secret the proxy adds comes back.
+_Handler = answering("hello through the policy")
 
 
 @pytest.fixture
 def web_port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Handler.seen.clear()
-    proxy.resolver_overrides.update({"web.test": "127.0.0.1", "evil.test": "127.0.0.1"})
-    try:
-        yield server.server_address[1]
-    finally:
-        proxy.resolver_overrides.clear()
-        server.shutdown()
-        server.server_close()
+    with http_server(_Handler, "web.test", "evil.test") as port:
+        yield port
 
 
-FETCH = """
-import json, urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except Exception as e:
-        return ["error", f"{type(e).__name__}: {e}"]
-"""
+FETCH = fetch_code(30)
+
+# Kernel code: is the secret (never written whole in it) in the kernel's environment or in
+# any process's it can read? Tests add where else to look (files) after it.
+SEEK_SECRET = (
+    "import os, subprocess\n"
+    f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
+    "print('environ', needle in repr(dict(os.environ)))\n"
+    "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
+    "      for p in os.listdir('/proc') if p.isdigit()\n"
+    "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
+)
 
 
 async def _json(session: AsyncSession, code: str) -> Any:
@@ -140,13 +128,8 @@ async def test_policy_allows_denies_records_and_cannot_be_bypassed(
 
         # the secret never reaches the kernel: environment, files, outputs, notebook
         leak = await session.execute(
-            "import os, subprocess\n"
-            f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
-            "print('environ', needle in repr(dict(os.environ)))\n"
-            "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
-            "      for p in os.listdir('/proc') if p.isdigit()\n"
-            "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
-            "r = subprocess.run(['grep', '-rlsF', needle, '/run', '/tmp', '/work', '/etc',"
+            SEEK_SECRET
+            + "r = subprocess.run(['grep', '-rlsF', needle, '/run', '/tmp', '/work', '/etc',"
             " '/opt/packages'], capture_output=True, text=True)\n"
             "print('files', repr(r.stdout))"
         )
@@ -309,13 +292,7 @@ async def test_https_secrets_reach_the_server_and_never_the_kernel(
 
         # the secret and the authority's key: nowhere in the kernel
         leak = await session.execute(
-            "import os, subprocess\n"
-            f"needle = {SECRET[:10]!r} + {SECRET[10:]!r}\n"
-            "print('environ', needle in repr(dict(os.environ)))\n"
-            "print('proc', any(needle.encode() in open(f'/proc/{p}/environ', 'rb').read()\n"
-            "      for p in os.listdir('/proc') if p.isdigit()\n"
-            "      and os.access(f'/proc/{p}/environ', os.R_OK)))\n"
-            "for n in (needle, 'PRIVATE' + ' KEY'):\n"
+            SEEK_SECRET + "for n in (needle, 'PRIVATE' + ' KEY'):\n"
             "    r = subprocess.run(['grep', '-rlsF', n, '/run', '/tmp', '/work',"
             " '/opt/packages'], capture_output=True, text=True)\n"
             "    print('files', repr(r.stdout))\n"
@@ -349,8 +326,11 @@ async def test_https_secrets_reach_the_server_and_never_the_kernel(
     assert on_host.stdout == b""
 
 
-def _wheel(folder: Path) -> str:
-    """A one-module wheel, ``jxdemo`` 1.0, made here: no package index needed to get one."""
+def _index(root: Path) -> None:
+    """A PEP 503 simple index in ``root`` with one package: a one-module wheel, ``jxdemo`` 1.0,
+    made here (no package index needed to get one)."""
+    (root / "simple" / "jxdemo").mkdir(parents=True)
+    (root / "files").mkdir()
     name = "jxdemo-1.0-py3-none-any.whl"
     files = {
         "jxdemo/__init__.py": "VALUE = 42\n",
@@ -359,22 +339,31 @@ def _wheel(folder: Path) -> str:
         "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(f"{path},,\n" for path in [*files, "jxdemo-1.0.dist-info/RECORD"])
-    with zipfile.ZipFile(folder / name, "w") as archive:
+    with zipfile.ZipFile(root / "files" / name, "w") as archive:
         for path, text in {**files, "jxdemo-1.0.dist-info/RECORD": record}.items():
             archive.writestr(path, text)
-    return name
+    (root / "simple" / "jxdemo" / "index.html").write_text(
+        f'<html><body><a href="../../files/{name}">{name}</a></body></html>'
+    )
+
+
+async def _pip_install(session: AsyncSession, index: str, *options: str) -> Execution:
+    """``pip install jxdemo`` in the kernel from ``index``; it prints pip's return code and
+    the end of its stderr."""
+    argv = ["-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
+    argv += ["--index-url", index, *options, "jxdemo"]
+    return await session.execute(
+        "import subprocess, sys\n"
+        f"r = subprocess.run([sys.executable, *{argv!r}], capture_output=True, text=True)\n"
+        "print(r.returncode, r.stderr[-2000:])"
+    )
 
 
 @pytest.fixture
 def index_port(tmp_path: Path) -> Iterator[int]:
     """A PEP 503 simple index on loopback serving one package, reached as ``index.test``."""
     root = tmp_path / "index"
-    (root / "simple" / "jxdemo").mkdir(parents=True)
-    (root / "files").mkdir()
-    wheel = _wheel(root / "files")
-    (root / "simple" / "jxdemo" / "index.html").write_text(
-        f'<html><body><a href="../../files/{wheel}">{wheel}</a></body></html>'
-    )
+    _index(root)
 
     class Index(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -406,14 +395,8 @@ async def test_pip_installs_from_the_only_allowed_host(
         network=policy,
         timeout=240,
     ) as session:
-        installed = await session.execute(
-            "import subprocess, sys\n"
-            "r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-cache-dir',"
-            " '--disable-pip-version-check', '--index-url',"
-            f" 'http://index.test:{index_port}/simple/', '--trusted-host', 'index.test',"
-            " 'jxdemo'], capture_output=True, text=True)\n"
-            "print(r.returncode, r.stderr[-2000:])"
-        )
+        index = f"http://index.test:{index_port}/simple/"
+        installed = await _pip_install(session, index, "--trusted-host", "index.test")
         assert installed.stdout.startswith("0 "), installed.stdout
         hosts = {(c.host, c.decision) for c in installed.connections}
         assert hosts == {("index.test", "allowed")}
@@ -462,12 +445,7 @@ async def test_pip_installs_from_a_private_https_index_with_a_secret(
     """An index that wants a token: pip gets it from the proxy, verifies the session's
     certificate through PIP_CERT, and is given neither the token nor any option."""
     root = tmp_path / "index"
-    (root / "simple" / "jxdemo").mkdir(parents=True)
-    (root / "files").mkdir()
-    wheel = _wheel(root / "files")
-    (root / "simple" / "jxdemo" / "index.html").write_text(
-        f'<html><body><a href="../../files/{wheel}">{wheel}</a></body></html>'
-    )
+    _index(root)
     tokens: list[str | None] = []
 
     class Private(http.server.SimpleHTTPRequestHandler):
@@ -501,14 +479,7 @@ async def test_pip_installs_from_a_private_https_index_with_a_secret(
                 network=policy,
                 timeout=240,
             ) as session:
-                installed = await session.execute(
-                    "import subprocess, sys\n"
-                    "r = subprocess.run([sys.executable, '-m', 'pip', 'install', "
-                    "'--no-cache-dir', '--disable-pip-version-check', '--index-url',"
-                    f" 'https://index.test:{port}/simple/', 'jxdemo'],"
-                    " capture_output=True, text=True)\n"
-                    "print(r.returncode, r.stderr[-2000:])"
-                )
+                installed = await _pip_install(session, f"https://index.test:{port}/simple/")
                 assert installed.stdout.startswith("0 "), installed.stdout
                 assert {(c.host, c.decision, c.secret) for c in installed.connections} == {
                     ("index.test", "allowed", True)

@@ -45,14 +45,6 @@ def forked_pid(session: Session) -> int:
     return provisioner.process.pid
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    os.chown(path, 1000, 1000)
-    return path
-
-
 def test_docker_fork_diverges_in_the_parents_container(
     kernel_image: str, docker_client: docker.DockerClient, work: Path
 ) -> None:

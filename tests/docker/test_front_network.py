@@ -10,11 +10,9 @@ the proxy runs in that process, so that is where the names must resolve.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +26,8 @@ from jupyter_exec.environments import DockerEnv
 from jupyter_exec.integrations.ag2 import SessionCodeExecutor
 from jupyter_exec.integrations.ag2_sandbox import JupyterSandbox as AG2Sandbox
 from jupyter_exec.integrations.deepagents import JupyterSandbox
-from jupyter_exec.network import proxy
 from jupyter_exec.sync import _LoopThread
+from tests.tls_servers import answering, http_server
 
 pytestmark = pytest.mark.docker
 
@@ -45,33 +43,13 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    hits = 0
-
-    def do_GET(self) -> None:
-        _Handler.hits += 1
-        body = b"hello from the allowed host"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+_Handler = answering("hello from the allowed host")
 
 
 @pytest.fixture
 def web_port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Handler.hits = 0
-    proxy.resolver_overrides.update({"web.test": "127.0.0.1", "evil.test": "127.0.0.1"})
-    try:
-        yield server.server_address[1]
-    finally:
-        proxy.resolver_overrides.clear()
-        server.shutdown()
-        server.server_close()
+    with http_server(_Handler, "web.test", "evil.test") as port:
+        yield port
 
 
 def _fetch(url: str) -> str:
@@ -104,7 +82,7 @@ def test_run_allow_reaches_a_loopback_server_through_the_policy(
     assert done.returncode == 0, done.stderr
     assert "hello from the allowed host" in done.stdout
     assert "refused 403" in done.stdout
-    assert _Handler.hits == 1  # evil.test maps to the same server: it never got there
+    assert len(_Handler.seen) == 1  # evil.test maps to the same server: it never got there
     notebook = json.loads((work / "job.ipynb").read_text(encoding="utf-8"))
     decided = [c["metadata"]["jupyter_exec"]["network"] for c in notebook["cells"]]
     assert [(n[0]["host"], n[0]["decision"]) for n in decided] == [
@@ -188,7 +166,7 @@ async def test_mcp_server_sessions_follow_the_servers_policy(
                                                         "backend": "local"})  # fmt: skip
         assert _is_error(local)
         assert "Docker only" in _text(local)
-    assert _Handler.hits == 1
+    assert len(_Handler.seen) == 1
 
 
 def test_e2b_sandboxes_follow_the_servers_policy(
@@ -228,7 +206,7 @@ def test_e2b_sandboxes_follow_the_servers_policy(
         finally:
             server.send_signal(signal.SIGTERM)
         assert server.wait(60) == 128 + signal.SIGTERM
-    assert _Handler.hits == 1
+    assert len(_Handler.seen) == 1
 
 
 def test_every_adapter_tells_the_model(kernel_image: str, tmp_path: Path, web_port: int) -> None:

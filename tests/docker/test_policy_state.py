@@ -11,9 +11,7 @@ and must be redacted from what is recorded.
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,8 @@ from typing import Any
 import pytest
 
 from jupyter_exec import AsyncSession, Execution, NetworkPolicy
-from jupyter_exec.network import proxy
 from jupyter_exec.network.shared import SharedProxy
+from tests.tls_servers import answering, http_server
 
 pytestmark = pytest.mark.docker
 
@@ -36,33 +34,18 @@ def fetch(url):
 """
 
 
-class _Echo(http.server.BaseHTTPRequestHandler):
-    received: list[str | None] = []
-
-    def do_GET(self) -> None:
-        _Echo.received.append(self.headers.get("Authorization"))
-        body = f"you sent {self.headers.get('Authorization')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+_Echo = answering("hello {path}")  # (the tests fetch ``/echo`` only)
 
 
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Echo.received.clear()
-    proxy.resolver_overrides.update({"web.test": "127.0.0.1"})
-    try:
-        yield server.server_address[1]
-    finally:
-        proxy.resolver_overrides.clear()
-        server.shutdown()
-        server.server_close()
+    with http_server(_Echo, "web.test") as port:
+        yield port
+
+
+def _received(since: int) -> list[str | None]:
+    """The Authorization header of each request the server got after the first ``since``."""
+    return [headers.get("Authorization") for headers in _Echo.seen[since:]]
 
 
 def _policy() -> NetworkPolicy:
@@ -73,10 +56,10 @@ def _policy() -> NetworkPolicy:
 
 async def _echoed(session: AsyncSession, port: int) -> Execution:
     """Fetch the echo through the policy; the reply holds the secret the proxy added."""
-    before = len(_Echo.received)
+    before = len(_Echo.seen)
     execution = await session.execute(f"print(fetch('http://web.test:{port}/echo'))")
     execution.raise_for_error()
-    assert _Echo.received[before:] == [SECRET]  # the proxy added it; the server saw it
+    assert _received(before) == [SECRET]  # the proxy added it; the server saw it
     return execution
 
 

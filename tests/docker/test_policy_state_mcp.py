@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.docker.test_policy_state import FETCH, SECRET, _Echo, echo_port
+from tests.docker.test_policy_state import FETCH, SECRET, _Echo, _received, echo_port
 
 pytestmark = pytest.mark.docker
 
@@ -70,10 +70,10 @@ def _text(result: Any) -> str:
 
 
 async def _echo(client: Any, session: str, port: int) -> str:
-    before = len(_Echo.received)
+    before = len(_Echo.seen)
     code = f"print(fetch('http://web.test:{port}/echo'))"
     text = _text(await client.call_tool("execute_code", {"code": code, "session": session}))
-    assert _Echo.received[before:] == [SECRET]  # the proxy added it; the server saw it
+    assert _received(before) == [SECRET]  # the proxy added it; the server saw it
     return text.strip()
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_helpers import jupyter_lab
 from pytest_jupyter import jupyter_server as _plugin
+from server_helpers import JupyterProcess
 from tornado.httpclient import HTTPResponse
 from traitlets.config import Config
 
@@ -82,3 +84,10 @@ async def session(
 @pytest.fixture
 def root(jp_root_dir: Path) -> Path:
     return Path(jp_root_dir)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[JupyterProcess]:
+    """A real ``jupyter lab`` of the browser tests (see :func:`lab_helpers.jupyter_lab`)."""
+    with jupyter_lab(tmp_path) as server:
+        yield server

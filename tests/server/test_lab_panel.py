@@ -21,19 +21,23 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from lab_helpers import (
+    ARTIFACTS,
+    add_cell,
+    chromium_page,
+    notebook_widget,
+    open_lab,
+    require_browser,
+)
 from server_helpers import JupyterProcess
 
 REPO = Path(__file__).parents[2]
-CHROMIUM = os.environ.get("JUPYTER_EXEC_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = REPO / "artifacts" / "browser"
-FLAGS = ["--disable-gpu", "--disable-quic", "--disable-dev-shm-usage"]
 # Writes a flag in the work dir once it runs: an interrupt before that could land before
 # the kernel runs the code (and be lost), so tests interrupt only once the flag is there.
 LONG_CELL = (
@@ -46,27 +50,6 @@ PERSON_CELL = (
     "import pathlib, time; pathlib.Path('person.flag').touch(); "
     "[time.sleep(0.25) for _ in range(2400)]"
 )
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def _require_browser() -> Any:
-    missing = []
-    if not shutil.which(CHROMIUM):
-        missing.append(f"{CHROMIUM} (run scripts/provision-browser)")
-    try:
-        from playwright import sync_api
-    except ImportError:
-        missing.append("the playwright package (pip install -e '.[test]')")
-        sync_api = None
-    if missing:
-        message = "the panel test needs " + " and ".join(missing)
-        if _in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    return sync_api
 
 
 # -- installed where JupyterLab looks ----------------------------------------------------
@@ -191,26 +174,6 @@ def test_activity_knows_the_running_cells_code_from_its_execute_input() -> None:
 # -- the panel in a real browser ---------------------------------------------------------
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[JupyterProcess]:
-    """``jupyter lab`` with no news toast, no update check and no restored workspace."""
-    settings = tmp_path / "lab" / "settings"
-    notification = settings / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
-    with JupyterProcess(
-        tmp_path / "lab",
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
-        f"--LabApp.workspaces_dir={tmp_path / 'lab' / 'workspaces'}",
-        f"--LabApp.user_settings_dir={settings}",
-        app="lab",
-    ) as server:
-        yield server
-
-
 class Agent:
     """The agent's side: the REST API, with calls that may run in the background."""
 
@@ -236,137 +199,116 @@ class Agent:
 
 
 def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess) -> None:
-    sync_api = _require_browser()
+    sync_api = require_browser("the panel test")
     expect = sync_api.expect
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     agent = Agent(lab)
     session = agent("POST", expect=201, name="agent")
     sid = session["id"]
     assert agent("POST", f"/{sid}/execute", code="answer = 42")["status"] == "ok"
 
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        try:
-            page.goto(f"{lab.url}/lab?token={lab.token}")
-            page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
-            page.locator(".lm-TabBar-tab[data-id='jupyter-exec-sessions']").click()
-            panel = page.locator("#jupyter-exec-sessions")
-            expect(panel).to_be_visible(timeout=30_000)
+    with chromium_page(sync_api, "panel-failure.png") as page:
+        open_lab(page, lab)
+        page.locator(".lm-TabBar-tab[data-id='jupyter-exec-sessions']").click()
+        panel = page.locator("#jupyter-exec-sessions")
+        expect(panel).to_be_visible(timeout=30_000)
 
-            # The agent's session is listed, idle, with its cell count and work dir.
-            row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
-            expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
-            expect(row.locator(".jp-ExecSessions-name")).to_have_text("agent")
-            expect(row.locator(".jp-ExecSessions-meta")).to_contain_text("local · 1 cell")
-            expect(row.locator(".jp-ExecSessions-workdir")).to_have_text("jupyter-exec")
-            page.screenshot(path=ARTIFACTS / "panel-1-listed.png")
+        # The agent's session is listed, idle, with its cell count and work dir.
+        row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
+        expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
+        expect(row.locator(".jp-ExecSessions-name")).to_have_text("agent")
+        expect(row.locator(".jp-ExecSessions-meta")).to_contain_text("local · 1 cell")
+        expect(row.locator(".jp-ExecSessions-workdir")).to_have_text("jupyter-exec")
+        page.screenshot(path=ARTIFACTS / "panel-1-listed.png")
 
-            # A long cell over REST: the row turns busy and shows the running code.
-            thread, answer = agent.in_background(f"/{sid}/execute", code=LONG_CELL)
-            expect(row).to_have_attribute("data-status", "busy", timeout=60_000)
-            expect(row.locator(".jp-ExecSessions-running")).to_have_text(LONG_CELL)
-            flag = lab.root / session["work_dir"] / "running.flag"
-            _wait_until(flag.exists, "the long cell to start")
-            page.screenshot(path=ARTIFACTS / "panel-2-busy.png")
-            close_up = {"x": 0, "y": 0, "width": 640, "height": 360}
-            page.screenshot(path=ARTIFACTS / "panel-2-busy-close-up.png", clip=close_up)
+        # A long cell over REST: the row turns busy and shows the running code.
+        thread, answer = agent.in_background(f"/{sid}/execute", code=LONG_CELL)
+        expect(row).to_have_attribute("data-status", "busy", timeout=60_000)
+        expect(row.locator(".jp-ExecSessions-running")).to_have_text(LONG_CELL)
+        flag = lab.root / session["work_dir"] / "running.flag"
+        _wait_until(flag.exists, "the long cell to start")
+        page.screenshot(path=ARTIFACTS / "panel-2-busy.png")
+        close_up = {"x": 0, "y": 0, "width": 640, "height": 360}
+        page.screenshot(path=ARTIFACTS / "panel-2-busy-close-up.png", clip=close_up)
 
-            # Interrupt from the panel: the agent's call returns interrupted, the kernel idles.
-            row.locator("button[data-action='interrupt']").click()
-            thread.join(120)
-            assert not thread.is_alive()
-            assert answer[0]["error"]["ename"] == "KeyboardInterrupt", answer
-            expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
-            expect(row.locator(".jp-ExecSessions-running")).to_be_hidden()
-            assert agent("GET", f"/{sid}")["status"] == "idle"
+        # Interrupt from the panel: the agent's call returns interrupted, the kernel idles.
+        row.locator("button[data-action='interrupt']").click()
+        thread.join(120)
+        assert not thread.is_alive()
+        assert answer[0]["error"]["ename"] == "KeyboardInterrupt", answer
+        expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
+        expect(row.locator(".jp-ExecSessions-running")).to_be_hidden()
+        assert agent("GET", f"/{sid}")["status"] == "idle"
 
-            # Open the notebook from the panel: it joins the agent's kernel.
-            row.locator("button[data-action='open']").click()
-            tab = page.locator(
-                "#jp-main-dock-panel .lm-TabBar-tab",
-                has=page.locator(".lm-TabBar-tabLabel", has_text=re.compile(r"^agent\.ipynb$")),
-            )
-            expect(tab).to_have_class(re.compile(r"\blm-mod-current\b"), timeout=60_000)
-            notebook = page.locator(f"[id='{tab.get_attribute('data-id')}']")
-            expect(notebook.locator(".jp-Notebook .jp-Cell")).to_have_count(2, timeout=30_000)
-            idle = notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-            expect(idle).to_have_count(1, timeout=30_000)
-            bound = requests.get(f"{lab.url}/api/sessions", headers=lab.headers, timeout=30)
-            paths = {s["path"]: s["kernel"]["id"] for s in bound.json()}
-            assert paths[session["notebook"]["path"]] == session["kernel"]["id"]
-            page.screenshot(path=ARTIFACTS / "panel-3-notebook.png")
+        # Open the notebook from the panel: it joins the agent's kernel.
+        row.locator("button[data-action='open']").click()
+        notebook = notebook_widget(page, expect, "agent.ipynb")
+        expect(notebook.locator(".jp-Notebook .jp-Cell")).to_have_count(2, timeout=30_000)
+        idle = notebook.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        expect(idle).to_have_count(1, timeout=30_000)
+        bound = requests.get(f"{lab.url}/api/sessions", headers=lab.headers, timeout=30)
+        paths = {s["path"]: s["kernel"]["id"] for s in bound.json()}
+        assert paths[session["notebook"]["path"]] == session["kernel"]["id"]
+        page.screenshot(path=ARTIFACTS / "panel-3-notebook.png")
 
-            # The person runs a long cell in the notebook: the panel shows it (a person's cell
-            # on the agent's kernel), and interrupt from the panel stops it there too.
-            cells = notebook.locator(".jp-Notebook .jp-Cell")
-            cells.last.locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Escape")
-            page.keyboard.press("b")
-            expect(cells).to_have_count(3)
-            page.keyboard.press("Enter")
-            page.keyboard.type(PERSON_CELL)
-            page.keyboard.press("Shift+Enter")
-            expect(row).to_have_attribute("data-status", "busy", timeout=60_000)
-            expect(row.locator(".jp-ExecSessions-running")).to_have_text(PERSON_CELL)
-            _wait_until((lab.root / session["work_dir"] / "person.flag").exists, "the cell")
-            page.screenshot(path=ARTIFACTS / "panel-3-person-busy.png")
-            row.locator("button[data-action='interrupt']").click()
-            error = cells.nth(2).locator(".jp-OutputArea-output")
-            expect(error).to_contain_text("KeyboardInterrupt", timeout=60_000)
-            expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
+        # The person runs a long cell in the notebook: the panel shows it (a person's cell
+        # on the agent's kernel), and interrupt from the panel stops it there too.
+        cells = notebook.locator(".jp-Notebook .jp-Cell")
+        add_cell(page, expect, cells, PERSON_CELL, count=3)
+        expect(row).to_have_attribute("data-status", "busy", timeout=60_000)
+        expect(row.locator(".jp-ExecSessions-running")).to_have_text(PERSON_CELL)
+        _wait_until((lab.root / session["work_dir"] / "person.flag").exists, "the cell")
+        page.screenshot(path=ARTIFACTS / "panel-3-person-busy.png")
+        row.locator("button[data-action='interrupt']").click()
+        error = cells.nth(2).locator(".jp-OutputArea-output")
+        expect(error).to_contain_text("KeyboardInterrupt", timeout=60_000)
+        expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
 
-            # Start a session for an agent from the panel: its id is shown to copy.
-            form = panel.locator(".jp-ExecSessions-new")
-            form.locator("input[name='name']").fill("for-the-agent")
-            form.locator("select[name='backend']").select_option("local")
-            form.locator("button[type='submit']").click()
-            created = panel.locator(".jp-ExecSessions-created")
-            expect(created).to_be_visible(timeout=60_000)
-            new_id = created.locator(".jp-ExecSessions-createdId").inner_text()
-            listed = {s["id"]: s for s in agent("GET")}
-            assert listed[new_id]["name"] == "for-the-agent"
-            assert listed[new_id]["backend"] == "local"
-            new_row = panel.locator(f".jp-ExecSessions-item[data-session-id='{new_id}']")
-            expect(new_row).to_have_attribute("data-status", "idle", timeout=30_000)
-            assert agent("POST", f"/{new_id}/execute", code="handed = 1")["status"] == "ok"
-            page.screenshot(path=ARTIFACTS / "panel-4-started.png")
+        # Start a session for an agent from the panel: its id is shown to copy.
+        form = panel.locator(".jp-ExecSessions-new")
+        form.locator("input[name='name']").fill("for-the-agent")
+        form.locator("select[name='backend']").select_option("local")
+        form.locator("button[type='submit']").click()
+        created = panel.locator(".jp-ExecSessions-created")
+        expect(created).to_be_visible(timeout=60_000)
+        new_id = created.locator(".jp-ExecSessions-createdId").inner_text()
+        listed = {s["id"]: s for s in agent("GET")}
+        assert listed[new_id]["name"] == "for-the-agent"
+        assert listed[new_id]["backend"] == "local"
+        new_row = panel.locator(f".jp-ExecSessions-item[data-session-id='{new_id}']")
+        expect(new_row).to_have_attribute("data-status", "idle", timeout=30_000)
+        assert agent("POST", f"/{new_id}/execute", code="handed = 1")["status"] == "ok"
+        page.screenshot(path=ARTIFACTS / "panel-4-started.png")
 
-            # A name that is taken: the server's own message, in a dialog; nothing is started.
-            form.locator("input[name='name']").fill("for-the-agent")
-            form.locator("button[type='submit']").click()
-            dialog = page.locator(".jp-Dialog")
-            expect(dialog).to_contain_text("Cannot start a session", timeout=60_000)
-            expect(dialog).to_contain_text("exists already")
-            dialog.locator(".jp-Dialog-button").last.click()
-            expect(dialog).to_have_count(0)
-            assert [s["name"] for s in agent("GET")].count("for-the-agent") == 1
+        # A name that is taken: the server's own message, in a dialog; nothing is started.
+        form.locator("input[name='name']").fill("for-the-agent")
+        form.locator("button[type='submit']").click()
+        dialog = page.locator(".jp-Dialog")
+        expect(dialog).to_contain_text("Cannot start a session", timeout=60_000)
+        expect(dialog).to_contain_text("exists already")
+        dialog.locator(".jp-Dialog-button").last.click()
+        expect(dialog).to_have_count(0)
+        assert [s["name"] for s in agent("GET")].count("for-the-agent") == 1
 
-            # Restart from the panel (after a confirmation): the kernel's state is gone.
-            new_row.locator("button[data-action='restart']").click()
-            page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
-            # The panel says so once the server's restart has returned.
-            expect(page.get_by_text("Restarted the kernel of for-the-agent")).to_be_visible(
-                timeout=60_000
-            )
-            forgot = agent("POST", f"/{new_id}/execute", code="handed")
-            assert forgot["error"]["ename"] == "NameError", forgot
+        # Restart from the panel (after a confirmation): the kernel's state is gone.
+        new_row.locator("button[data-action='restart']").click()
+        page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
+        # The panel says so once the server's restart has returned.
+        expect(page.get_by_text("Restarted the kernel of for-the-agent")).to_be_visible(
+            timeout=60_000
+        )
+        forgot = agent("POST", f"/{new_id}/execute", code="handed")
+        assert forgot["error"]["ename"] == "NameError", forgot
 
-            # Forks and network approvals: shown where the server has them, absent otherwise.
-            _check_forks_and_approvals(lab, agent, page, sid, expect)
+        # Forks and network approvals: shown where the server has them, absent otherwise.
+        _check_forks_and_approvals(lab, agent, page, sid, expect)
 
-            # Shut the agent's session down from the panel (after a confirmation).
-            row.locator("button[data-action='shutdown']").click()
-            page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
-            expect(row).to_have_count(0, timeout=60_000)
-            agent("GET", f"/{sid}", expect=404)
-            assert new_id in {s["id"] for s in agent("GET")}
-            page.screenshot(path=ARTIFACTS / "panel-6-shut-down.png")
-        except Exception:
-            page.screenshot(path=ARTIFACTS / "panel-failure.png")
-            raise
-        finally:
-            browser.close()
+        # Shut the agent's session down from the panel (after a confirmation).
+        row.locator("button[data-action='shutdown']").click()
+        page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
+        expect(row).to_have_count(0, timeout=60_000)
+        agent("GET", f"/{sid}", expect=404)
+        assert new_id in {s["id"] for s in agent("GET")}
+        page.screenshot(path=ARTIFACTS / "panel-6-shut-down.png")
     agent("DELETE", f"/{new_id}", expect=204)
 
 
@@ -438,7 +380,7 @@ def test_person_denies_a_network_approval_from_the_panel(lab: JupyterProcess) ->
     routes = requests.get(f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30)
     if routes.status_code == 404:
         return
-    sync_api = _require_browser()
+    sync_api = require_browser("the panel test")
     expect = sync_api.expect
     image = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
     spec = json.loads((REPO / "kernels" / "python3-docker" / "kernel.json").read_text())
@@ -448,41 +390,29 @@ def test_person_denies_a_network_approval_from_the_panel(lab: JupyterProcess) ->
     (kernels / "kernel.json").write_text(json.dumps(spec))
     session = agent("POST", expect=201, name="net", backend="docker", network={"ask": True})
     sid = session["id"]
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        try:
-            page.goto(f"{lab.url}/lab?token={lab.token}")
-            page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
-            page.locator(".lm-TabBar-tab[data-id='jupyter-exec-sessions']").click()
-            panel = page.locator("#jupyter-exec-sessions")
-            row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
-            expect(row).to_have_attribute("data-status", "idle", timeout=60_000)
+    with chromium_page(sync_api, "panel-failure-approval.png") as page:
+        open_lab(page, lab)
+        page.locator(".lm-TabBar-tab[data-id='jupyter-exec-sessions']").click()
+        panel = page.locator("#jupyter-exec-sessions")
+        row = panel.locator(f".jp-ExecSessions-item[data-session-id='{sid}']")
+        expect(row).to_have_attribute("data-status", "idle", timeout=60_000)
 
-            thread, answer = agent.in_background(f"/{sid}/execute", code=ASK)
-            item = panel.locator(".jp-ExecSessions-approval")
-            expect(item).to_have_count(1, timeout=120_000)
-            expect(item.locator(".jp-ExecSessions-approvalText")).to_contain_text(
-                "net, cell 1 asks for asked.test:80"
-            )
-            page.screenshot(path=ARTIFACTS / "panel-7-approval.png")
-            close_up = {"x": 0, "y": 0, "width": 640, "height": 440}
-            page.screenshot(path=ARTIFACTS / "panel-7-approval-close-up.png", clip=close_up)
-            item.locator("button[data-action='deny']").click()
-            thread.join(180)
-            assert not thread.is_alive()
-            assert answer[0]["stdout"].startswith("refused:"), answer[0]
-            expect(item).to_have_count(0, timeout=30_000)
-            assert (
-                requests.get(
-                    f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30
-                ).json()
-                == []
-            )
-        except Exception:
-            page.screenshot(path=ARTIFACTS / "panel-failure-approval.png")
-            raise
-        finally:
-            browser.close()
+        thread, answer = agent.in_background(f"/{sid}/execute", code=ASK)
+        item = panel.locator(".jp-ExecSessions-approval")
+        expect(item).to_have_count(1, timeout=120_000)
+        expect(item.locator(".jp-ExecSessions-approvalText")).to_contain_text(
+            "net, cell 1 asks for asked.test:80"
+        )
+        page.screenshot(path=ARTIFACTS / "panel-7-approval.png")
+        close_up = {"x": 0, "y": 0, "width": 640, "height": 440}
+        page.screenshot(path=ARTIFACTS / "panel-7-approval-close-up.png", clip=close_up)
+        item.locator("button[data-action='deny']").click()
+        thread.join(180)
+        assert not thread.is_alive()
+        assert answer[0]["stdout"].startswith("refused:"), answer[0]
+        expect(item).to_have_count(0, timeout=30_000)
+        assert (
+            requests.get(f"{lab.url}/api/exec/approvals", headers=lab.headers, timeout=30).json()
+            == []
+        )
     agent("DELETE", f"/{sid}", expect=204)

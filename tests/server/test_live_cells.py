@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,9 +22,17 @@ from typing import Any
 
 import nbformat
 import pytest
-import requests
+from lab_helpers import (
+    ARTIFACTS,
+    add_cell,
+    chromium_page,
+    jupyter_lab,
+    notebook_widget,
+    open_lab,
+    require_browser,
+    sessions_api,
+)
 from server_helpers import JupyterProcess, on_disk, run_as_person, run_of
-from test_browser import ARTIFACTS, CHROMIUM, FLAGS, _require_browser
 from traitlets.config import Config
 
 from jupyter_exec.replay import replay, replay_async
@@ -210,146 +217,106 @@ async def test_a_failing_room_sends_the_cells_to_the_file(
 @pytest.fixture
 def lab_rtc(tmp_path: Path) -> Iterator[JupyterProcess]:
     """``jupyter lab`` with real-time collaboration (as installed), no toasts, app exposed."""
-    settings = tmp_path / "lab" / "settings"
-    notification = settings / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
-    with JupyterProcess(
-        tmp_path / "lab",
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate",
-        f"--LabApp.workspaces_dir={tmp_path / 'lab' / 'workspaces'}",
-        f"--LabApp.user_settings_dir={settings}",
+    with jupyter_lab(
+        tmp_path,
         "--LabApp.expose_app_in_browser=True",
         "--YDocExtension.document_save_delay=0.5",
         "--YDocExtension.ystore_class=jupyter_server_ydoc.stores.TempFileYStore",
-        app="lab",
     ) as server:
         yield server
 
 
 @pytest.mark.browser
 def test_agent_cells_appear_live_in_jupyterlab(lab_rtc: JupyterProcess) -> None:
-    sync_api = _require_browser()
+    sync_api = require_browser()
     expect = sync_api.expect
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     lab = lab_rtc
-    pool = ThreadPoolExecutor(max_workers=1)  # the agent's REST calls, while the page is watched
-
-    def call(method: str, path: str = "", **body: Any) -> Any:
-        url = f"{lab.url}/api/exec/sessions{path}"
-        response = requests.request(method, url, json=body, headers=lab.headers, timeout=120)
-        assert response.ok, response.text
-        return response.json()
-
+    call = sessions_api(lab)
     session = call("POST", name="agent")
     run = f"/{session['id']}/execute"
     notebook = session["notebook"]["path"]
     label = notebook.rsplit("/", 1)[-1]
     delays: list[float] = []
 
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            page.goto(f"{lab.url}/lab/tree/{notebook}?token={lab.token}")
-            page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
-            tab = page.locator(
-                "#jp-main-dock-panel .lm-TabBar-tab",
-                has=page.locator(
-                    ".lm-TabBar-tabLabel", has_text=re.compile(f"^{re.escape(label)}$")
-                ),
-            )
-            expect(tab).to_have_class(re.compile(r"\blm-mod-current\b"), timeout=60_000)
-            panel = page.locator(f"[id='{tab.get_attribute('data-id')}']")
-            cells = panel.locator(".jp-Notebook .jp-Cell")
-            indicator = panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-            expect(indicator).to_have_count(1, timeout=60_000)
-            # The shared document is loaded (the room gives an empty notebook one empty cell).
-            expect(cells).to_have_count(1, timeout=60_000)
-            dialogs = page.locator(".jp-Dialog")
-            page.screenshot(path=ARTIFACTS / "live-1-open.png")
+    with (
+        ThreadPoolExecutor(max_workers=1) as pool,  # the agent's REST calls, while it is watched
+        chromium_page(sync_api, "live-failure.png", height=1000, log=lab.log) as page,
+    ):
+        open_lab(page, lab, f"/tree/{notebook}")
+        panel = notebook_widget(page, expect, label)
+        cells = panel.locator(".jp-Notebook .jp-Cell")
+        indicator = panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+        expect(indicator).to_have_count(1, timeout=60_000)
+        # The shared document is loaded (the room gives an empty notebook one empty cell).
+        expect(cells).to_have_count(1, timeout=60_000)
+        dialogs = page.locator(".jp-Dialog")
+        page.screenshot(path=ARTIFACTS / "live-1-open.png")
 
-            def shown(marker: str) -> Any:
-                return panel.locator(".jp-Cell .jp-OutputArea-output", has_text=marker)
+        def shown(marker: str) -> Any:
+            return panel.locator(".jp-Cell .jp-OutputArea-output", has_text=marker)
 
-            def execute_and_time(code: str, marker: str) -> dict[str, Any]:
-                started = time.monotonic()
-                pending = pool.submit(call, "POST", run, code=code)
-                expect(shown(marker)).to_be_visible(timeout=60_000)
-                delays.append(time.monotonic() - started)
-                result: dict[str, Any] = pending.result(timeout=120)
-                assert result["status"] == "ok", result
-                return result
-
-            # The agent's cells appear as they run, without a reload.
-            for k in range(5):
-                execute_and_time(f"agent_var = 42\nprint('agent-line-{k}')", f"agent-line-{k}")
-            page.screenshot(path=ARTIFACTS / "live-2-agent-cells.png")
-
-            # A running cell shows its first output while it still runs, then the rest.
-            gate = lab.root / session["work_dir"] / "go"
-            slow = (
-                "import os, time\nprint('started-running', flush=True)\n"
-                f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\n"
-                "print('finished-running')"
-            )
-            pending = pool.submit(call, "POST", run, code=slow)
-            expect(shown("started-running")).to_be_visible(timeout=60_000)
-            running = panel.locator(".jp-Cell .jp-InputPrompt", has_text="[*]")
-            expect(running).to_have_count(1)
-            assert not pending.done()
-            page.screenshot(path=ARTIFACTS / "live-3-running.png")
-            gate.touch()
-            expect(shown("finished-running")).to_be_visible(timeout=60_000)
-            assert pending.result(timeout=120)["status"] == "ok"
-
-            # A plot arrives.
-            plot = (
-                "%matplotlib inline\nimport matplotlib.pyplot as plt\n"
-                "plt.plot([1, 2, 3], [agent_var, 0, agent_var])\nplt.title('live plot')\n"
-                "plt.show()"
-            )
+        def execute_and_time(code: str, marker: str) -> dict[str, Any]:
             started = time.monotonic()
-            pending = pool.submit(call, "POST", run, code=plot)
-            image = panel.locator(".jp-OutputArea-output.jp-RenderedImage img")
-            expect(image).to_be_visible(timeout=60_000)
+            pending = pool.submit(call, "POST", run, code=code)
+            expect(shown(marker)).to_be_visible(timeout=60_000)
             delays.append(time.monotonic() - started)
-            assert pending.result(timeout=120)["status"] == "ok"
-            assert image.evaluate("e => e.naturalWidth") > 100
-            expect(dialogs).to_have_count(0)
-            page.screenshot(path=ARTIFACTS / "live-4-plot.png")
+            result: dict[str, Any] = pending.result(timeout=120)
+            assert result["status"] == "ok", result
+            return result
 
-            # The agent is a collaborator in the notebook, under the session's name.
-            names = page.evaluate(
-                "() => [...window.jupyterapp.shell.currentWidget.context.model.sharedModel"
-                ".awareness.getStates().values()].map(s => s.user && s.user.name)"
-            )
-            assert "agent" in names
+        # The agent's cells appear as they run, without a reload.
+        for k in range(5):
+            execute_and_time(f"agent_var = 42\nprint('agent-line-{k}')", f"agent-line-{k}")
+        page.screenshot(path=ARTIFACTS / "live-2-agent-cells.png")
 
-            # The person adds a cell at the very top and runs it on the agent's kernel.
-            count = cells.count()
-            cells.first.locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Escape")
-            page.keyboard.press("a")
-            expect(cells).to_have_count(count + 1)
-            page.keyboard.press("Enter")
-            page.keyboard.type("person_var = agent_var + 1\nprint(person_var)")
-            page.keyboard.press("Shift+Enter")
-            expect(cells.first.locator(".jp-OutputArea-output")).to_have_text("43", timeout=60_000)
-            # ... and the agent goes on from what the person defined.
-            execute_and_time("print(person_var * 2, 'from-agent')", "86 from-agent")
-            expect(dialogs).to_have_count(0)
-            page.screenshot(path=ARTIFACTS / "live-5-person-and-agent.png")
-        except Exception:
-            page.screenshot(path=ARTIFACTS / "live-failure.png")
-            (ARTIFACTS / "live-failure-lab.log").write_bytes(lab.log.read_bytes())
-            raise
-        finally:
-            browser.close()
-            pool.shutdown()
+        # A running cell shows its first output while it still runs, then the rest.
+        gate = lab.root / session["work_dir"] / "go"
+        slow = (
+            "import os, time\nprint('started-running', flush=True)\n"
+            f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\n"
+            "print('finished-running')"
+        )
+        pending = pool.submit(call, "POST", run, code=slow)
+        expect(shown("started-running")).to_be_visible(timeout=60_000)
+        running = panel.locator(".jp-Cell .jp-InputPrompt", has_text="[*]")
+        expect(running).to_have_count(1)
+        assert not pending.done()
+        page.screenshot(path=ARTIFACTS / "live-3-running.png")
+        gate.touch()
+        expect(shown("finished-running")).to_be_visible(timeout=60_000)
+        assert pending.result(timeout=120)["status"] == "ok"
+
+        # A plot arrives.
+        plot = (
+            "%matplotlib inline\nimport matplotlib.pyplot as plt\n"
+            "plt.plot([1, 2, 3], [agent_var, 0, agent_var])\nplt.title('live plot')\n"
+            "plt.show()"
+        )
+        started = time.monotonic()
+        pending = pool.submit(call, "POST", run, code=plot)
+        image = panel.locator(".jp-OutputArea-output.jp-RenderedImage img")
+        expect(image).to_be_visible(timeout=60_000)
+        delays.append(time.monotonic() - started)
+        assert pending.result(timeout=120)["status"] == "ok"
+        assert image.evaluate("e => e.naturalWidth") > 100
+        expect(dialogs).to_have_count(0)
+        page.screenshot(path=ARTIFACTS / "live-4-plot.png")
+
+        # The agent is a collaborator in the notebook, under the session's name.
+        names = page.evaluate(
+            "() => [...window.jupyterapp.shell.currentWidget.context.model.sharedModel"
+            ".awareness.getStates().values()].map(s => s.user && s.user.name)"
+        )
+        assert "agent" in names
+
+        # The person adds a cell at the very top and runs it on the agent's kernel.
+        code = "person_var = agent_var + 1\nprint(person_var)"
+        add_cell(page, expect, cells, code, count=cells.count() + 1, at_top=True)
+        expect(cells.first.locator(".jp-OutputArea-output")).to_have_text("43", timeout=60_000)
+        # ... and the agent goes on from what the person defined.
+        execute_and_time("print(person_var * 2, 'from-agent')", "86 from-agent")
+        expect(dialogs).to_have_count(0)
+        page.screenshot(path=ARTIFACTS / "live-5-person-and-agent.png")
 
     median = statistics.median(delays)
     report = {"runs": len(delays), "median_s": round(median, 3), "delays_s": delays}

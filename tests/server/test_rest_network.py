@@ -10,10 +10,8 @@ is reached by names mapped in the proxy's own resolver (the proxy runs in this p
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,9 @@ from traitlets.config import Config
 
 from jupyter_exec.docker.engine import connect
 from jupyter_exec.exceptions import DockerUnavailable
-from jupyter_exec.network import NetworkRequest, proxy
+from jupyter_exec.network import NetworkRequest
 from jupyter_exec.server.approvals import ApprovalNotFound, Approvals
+from tests.tls_servers import answering, fetch_code, http_server
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -138,37 +137,14 @@ async def test_approvals_time_out_as_denied_and_a_closing_session_denies_its_own
 # -- a real Docker kernel ------------------------------------------------------------------
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list[dict[str, str]] = []
-
-    def do_GET(self) -> None:
-        _Handler.seen.append(dict(self.headers.items()))
-        body = b"hello through the policy"
-        if self.path == "/echo":  # a careless API that quotes the request: the secret comes back
-            body = f"you sent {self.headers.get('Authorization')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+# ``/echo`` quotes the request's Authorization header: the secret the proxy adds comes back.
+_Handler = answering("hello through the policy")
 
 
 @pytest.fixture
 def web_port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Handler.seen.clear()
-    names = {"web.test": "127.0.0.1", "evil.test": "127.0.0.1", "slow.test": "127.0.0.1"}
-    proxy.resolver_overrides.update(names)
-    try:
-        yield server.server_address[1]
-    finally:
-        for name in names:
-            proxy.resolver_overrides.pop(name, None)
-        server.shutdown()
-        server.server_close()
+    with http_server(_Handler, "web.test", "evil.test", "slow.test") as port:
+        yield port
 
 
 @pytest.fixture
@@ -189,17 +165,7 @@ def docker_kernelspec(jp_data_dir: Path) -> str:
     return "python3-docker"
 
 
-FETCH = """
-import json, urllib.request, urllib.error
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=60) as r:
-            return [r.status, r.read().decode()]
-    except urllib.error.HTTPError as e:
-        return [e.code, e.read().decode()]
-    except Exception as e:
-        return ["error", f"{type(e).__name__}: {e}"]
-"""
+FETCH = fetch_code(60)
 
 
 async def _pending(call: Api, host: str) -> dict[str, Any]:
