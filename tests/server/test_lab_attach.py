@@ -12,18 +12,9 @@ import re
 
 import nbformat
 import requests
+from lab_helpers import ARTIFACTS, CHROMIUM, FLAGS, require_browser
 from server_helpers import JupyterProcess
-from test_lab_panel import (
-    ARTIFACTS,
-    CHROMIUM,
-    FLAGS,
-    Agent,
-    _require_browser,
-    _wait_until,
-    lab,
-)
-
-__all__ = ["lab"]  # the fixture, imported to be found here
+from test_lab_panel import Agent, _wait_until
 
 
 def _kernel_of(server: JupyterProcess, path: str) -> str | None:
@@ -47,7 +38,7 @@ def _kernels(server: JupyterProcess) -> list[str]:
 
 
 def test_person_hands_their_running_kernel_to_an_agent(lab: JupyterProcess) -> None:
-    sync_api = _require_browser()
+    sync_api = require_browser("the attach test")
     expect = sync_api.expect
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     agent = Agent(lab)
