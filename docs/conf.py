@@ -128,7 +128,7 @@ jx_layers = [
         "title": "Files in the work dir",
         "about": "Everything written on the host: output files, spills, the notebook and its "
         "atomic saves, link-safe writes in folders a kernel can write.",
-        "modules": ["store", "recorder", "safefs", "server.recorder", "runorder"],
+        "modules": ["store", "recorder", "safefs", "server.recorder", "runorder", "workdir"],
     },
     {
         "title": "Kernels: launch and backends",
@@ -163,7 +163,7 @@ jx_layers = [
         "interrupt, death), the stream guard that keeps output floods in the kernel's work "
         "dir instead of host memory (its host side and the code it runs in the kernel), and "
         "stateless script mode, and the code blocks taken from messages and Markdown files.",
-        "modules": ["runner", "guard", "inkernel", "scripts", "codeblocks"],
+        "modules": ["runner", "guard", "inkernel", "scripts", "codeblocks", "inflight"],
     },
     {
         "title": "Sessions and managers",
@@ -183,6 +183,7 @@ jx_layers = [
             "durable",
             "recovery",
             "state_api",
+            "notebookmeta",
         ],
     },
     {

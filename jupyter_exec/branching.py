@@ -23,7 +23,8 @@ from jupyter_exec.forking import fork_kernel, in_docker
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.naming import files_folder, notebook_name, validate_name
 from jupyter_exec.network.shared import shared
-from jupyter_exec.recording import Recording, fork_metadata, note_state_change
+from jupyter_exec.notebookmeta import fork_metadata, note_state_change
+from jupyter_exec.recording import Recording
 
 if TYPE_CHECKING:
     from jupyter_exec.session import AsyncSession

@@ -28,7 +28,7 @@ from jupyter_exec.exceptions import CheckpointError, ForkError, KernelNotAliveEr
 from jupyter_exec.forking import container_of
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
 from jupyter_exec.models import CellError, Execution, StateRecovery
-from jupyter_exec.recording import is_undone, mark_recovered, note_state_change
+from jupyter_exec.notebookmeta import is_undone, mark_recovered, note_state_change
 from jupyter_exec.snapshots import drop
 
 if TYPE_CHECKING:

@@ -46,9 +46,9 @@ from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_ou
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import replayed_notebook_name, safe_name
+from jupyter_exec.notebookmeta import is_undone
 from jupyter_exec.options import DEFAULT_TIMEOUT
 from jupyter_exec.recorder import new_cell_id, read_notebook
-from jupyter_exec.recording import is_undone
 from jupyter_exec.runorder import run_order, seq_of
 from jupyter_exec.session import AsyncSession, Backend
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.naming import backup_notebook_name, safe_name
+from jupyter_exec.notebookmeta import is_undone, notebook_metadata
 from jupyter_exec.recorder import new_cell_id
-from jupyter_exec.recording import is_undone, notebook_metadata
 from jupyter_exec.runorder import run_order
 from jupyter_exec.safefs import Folder
 

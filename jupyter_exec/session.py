@@ -35,6 +35,7 @@ from jupyter_exec.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.launch import launch_kernel, resolve_environment
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.naming import check_encodable, files_folder
+from jupyter_exec.notebookmeta import notebook_metadata
 from jupyter_exec.options import (
     DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_INTERRUPT_GRACE,
@@ -47,14 +48,10 @@ from jupyter_exec.options import (
     options_from,
 )
 from jupyter_exec.recorder import NotebookRecorder, read_notebook
-from jupyter_exec.recording import (
-    Recording,
-    notebook_metadata,
-    prepare_paths,
-    remove_made,
-)
+from jupyter_exec.recording import Recording
 from jupyter_exec.runner import CellRunner, OutputCallback
 from jupyter_exec.state import SessionState, StateMethods
+from jupyter_exec.workdir import prepare_paths, remove_made
 
 __all__ = ["AsyncSession", "Backend", "OutputCallback"]
 

@@ -56,7 +56,7 @@ from jupyter_exec.forking import AdoptedProvisioner, in_docker
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.naming import validate_name
 from jupyter_exec.network.shared import shared
-from jupyter_exec.recording import is_undone, mark_undone, note_state_change
+from jupyter_exec.notebookmeta import is_undone, mark_undone, note_state_change
 from jupyter_exec.recovery import RecoveryMixin
 from jupyter_exec.runner import CellRun
 from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
