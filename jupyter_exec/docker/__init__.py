@@ -3,8 +3,10 @@
 Modules, inner to outer: ``options`` (pure: options -> ``containers.run`` arguments),
 ``ownership`` (which uid; lending a root-owned work dir), ``engine`` (connecting, error
 translation), ``image`` (building the kernel image), ``reap`` (labels, orphans), ``watcher``
-(death and its cause), ``execcmd`` (one-off commands), ``provisioner`` (``DockerProvisioner``,
-registered as the ``jupyter-exec-docker`` kernel provisioner) and ``cli``.
+(death and its cause), ``execcmd`` (one-off commands), ``config`` (the provisioner's traits),
+``rundir`` (run dir and connection files), ``netproxy`` (a network policy's proxy in the
+container), ``launch`` (env, run spec, starting the container), ``provisioner``
+(``DockerProvisioner``, registered as the ``jupyter-exec-docker`` kernel provisioner) and ``cli``.
 
 Importing this package imports no Docker code, so ``import jupyter_exec`` stays cheap.
 """

@@ -32,7 +32,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.docker.options import CONTAINER_CONF_DIR, CONTAINER_RUN_DIR
-from jupyter_exec.docker.provisioner import CONF_DIR, MAX_SOCKET_PATH, SOCKET_DIR
+from jupyter_exec.docker.rundir import CONF_DIR, MAX_SOCKET_PATH, SOCKET_DIR
 from jupyter_exec.exceptions import ForkError
 from jupyter_exec.safefs import Folder
 
