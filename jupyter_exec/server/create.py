@@ -14,8 +14,8 @@ before anything starts, and the manager's limits refuse a session before its
 kernel starts, so a refused request leaves no kernel, proxy or notebook behind.
 A Docker session's network policy starts its proxy here, before the kernel, and
 ends with the session. Kept apart from :mod:`~jupyter_exec.server.sessions`
-because this is the one path with many steps to undo when one fails; the rest
-of the registry is lookups.
+because this is the one path with many steps, each undone if a later one fails;
+the registry there only looks sessions up and releases them.
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ class SessionLimitReached(SessionLimitError):
 class Creation:
     """Creating sessions for :class:`~jupyter_exec.server.sessions.ServerSessions`.
 
-    Also the kernel helpers other operations share: starting a server kernel
-    (replay starts one too) and checking a kernelspec exists.
+    Also what other operations share with creating: starting a server kernel and
+    checking a kernelspec exists (a replay does both), and the limit error (a fork
+    can reach the limit too).
     """
 
     serverapp: Any
