@@ -1,0 +1,329 @@
+"""Creating the extension's sessions: a server kernel, a recording session, a bound notebook.
+
+Creating a session, step by step::
+
+    work dir (API path) ──► ServerRoot.resolve: inside the server root, or WorkDirError
+    kernel_manager.start_kernel(kernel_name, path)   the server's own kernel: /api/kernels,
+                                                     JupyterLab's running panel, culling, gateway
+    AsyncSession(kernel_manager=km)                  connects, records <work_dir>/<name>.ipynb
+    session_manager.create_session(path, kernel_id)  a Jupyter session binds the notebook to the
+                                                     kernel: opening it in JupyterLab joins it
+
+Every request is checked (backend, name, undo steps, network policy, kernelspec)
+before anything starts, and the manager's limits refuse a session before its
+kernel starts, so a refused request leaves no kernel, proxy or notebook behind.
+A Docker session's network policy starts its proxy here, before the kernel, and
+ends with the session. Kept apart from :mod:`~jupyter_exec.server.sessions`
+because this is the one path with many steps, each undone if a later one fails;
+the registry there only looks sessions up and releases them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from jupyter_core.utils import ensure_async
+
+from jupyter_exec.exceptions import (
+    JupyterExecError,
+    KernelStartError,
+    SessionConflict,
+    SessionLimitError,
+    WorkDirError,
+)
+from jupyter_exec.naming import default_session_name, validate_name
+from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.options import MAX_UNDO_STEPS
+from jupyter_exec.server import borrow, live
+from jupyter_exec.server.bodies import InvalidRequest
+from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
+from jupyter_exec.server.network import checked_policy
+from jupyter_exec.session import AsyncSession, Backend
+
+if TYPE_CHECKING:
+    from jupyter_exec.manager import AsyncSessionManager
+    from jupyter_exec.network.proxy import NetworkProxy
+    from jupyter_exec.server.approvals import Approvals
+    from jupyter_exec.server.paths import ServerRoot
+    from jupyter_exec.server.sessions import ServerSessions
+
+__all__ = ["Creation", "SessionLimitReached"]
+
+log = logging.getLogger("jupyter_exec.server")
+
+
+class SessionLimitReached(SessionLimitError):
+    """The session manager's limit is reached (``max_sessions``, ``max_sessions_per_backend``).
+
+    A subclass of the manager's error under its own name, which REST clients
+    see in the error body (``"error": "SessionLimitReached"``) as before.
+    """
+
+
+class Creation:
+    """Creating sessions for :class:`~jupyter_exec.server.sessions.ServerSessions`.
+
+    Also what other operations share with creating: starting a server kernel and
+    checking a kernelspec exists (a replay does both), and the limit error (a fork
+    can reach the limit too).
+    """
+
+    serverapp: Any
+    manager: AsyncSessionManager
+    root: ServerRoot
+    approvals: Approvals
+    default_work_dir: str
+    kernel_names: dict[str, str]
+    timeout: float | None
+    startup_timeout: float
+    _sessions: dict[str, ServerSession]
+    _reserved: set[Path]
+    _borrowing: set[str]
+
+    # Provided by ServerSessions.
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    def _current(self) -> dict[str, ServerSession]:
+        raise NotImplementedError
+
+    async def _release(self, entry: ServerSession) -> None:
+        raise NotImplementedError
+
+    async def _shutdown_kernel(self, kernel_id: str) -> None:
+        raise NotImplementedError
+
+    async def create(
+        self,
+        *,
+        work_dir: str | None = None,
+        name: str | None = None,
+        backend: Backend | None = None,
+        kernel_name: str | None = None,
+        timeout: float | None = None,
+        undo_steps: int = 0,
+        network: Any = None,
+        kernel_id: str | None = None,
+    ) -> ServerSession:
+        """Start a kernel on the server, attach a recording session, bind its notebook.
+
+        ``network`` (the body's policy object) is checked before anything starts; for
+        a Docker session it starts the proxy that is the kernel's only way out.
+        ``kernel_id``: attach to that running server kernel instead (a person's, see
+        :mod:`~jupyter_exec.server.borrow`); the kernel decides the backend and kernelspec.
+        """
+        await self.start()
+        borrowed = None
+        if kernel_id is not None:  # no await from this check to the kernel's reservation below
+            borrowed = borrow.check(
+                cast("ServerSessions", self), kernel_id, backend, kernel_name, undo_steps, network
+            )
+            backend, kernel_name = borrowed.backend, borrowed.kernel_name
+        backend = backend or "local"
+        if backend not in self.kernel_names:
+            raise InvalidRequest(
+                f"unknown backend {backend!r}: use one of {', '.join(sorted(self.kernel_names))}"
+            )
+        if name is not None:
+            try:
+                validate_name(name)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+        if not 0 <= undo_steps <= MAX_UNDO_STEPS:
+            raise InvalidRequest(
+                f"'undo_steps' must be from 0 to {MAX_UNDO_STEPS} (cells that undo can take "
+                f"back), not {undo_steps}"
+            )
+        session_id = uuid.uuid4().hex
+        policy = (
+            None
+            if network is None
+            else checked_policy(network, backend, self.approvals.asker(session_id))
+        )
+        kernel_name = kernel_name or self.kernel_names[backend]
+        if borrowed is None:
+            await self._check_kernelspec(kernel_name)
+        folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
+        self._make_folder(folder)
+        name = self._reserve(folder, name)
+        notebook = folder / f"{name}.ipynb"
+        started: list[ServerSession] = []
+        launch = _Launch(backend, kernel_name, timeout, undo_steps, policy, kernel_id)
+
+        async def start() -> AsyncSession:
+            entry = await self._start(session_id, folder, name, launch)
+            started.append(entry)
+            return entry.session
+
+        if kernel_id is not None:
+            self._borrowing.add(kernel_id)
+        try:
+            # The manager checks its limits before start() runs: no kernel for a refused session.
+            await self.manager.add(session_id, start, backend=backend)
+        except SessionLimitError as exc:
+            raise self._limit_reached(exc) from None
+        finally:
+            self._reserved.discard(notebook)
+            self._borrowing.discard(kernel_id or "")
+        entry = started[0]
+        self._sessions[entry.id] = entry
+        return entry
+
+    def _limit_reached(self, exc: SessionLimitError) -> SessionLimitError:
+        return SessionLimitReached(
+            f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
+            "JupyterExecApp.max_sessions); delete a session first"
+        )
+
+    def _make_folder(self, folder: Path) -> None:
+        """Create the work dir (an existing one is fine); a path that cannot be one is refused."""
+        shown = self.root.api_path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise InvalidRequest(f"work_dir {shown!r} is a file, not a folder; name a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WorkDirError(
+                f"cannot create work_dir {shown!r}: {exc.strerror}; choose another folder"
+            ) from exc
+
+    async def _start(
+        self, session_id: str, folder: Path, name: str, launch: _Launch
+    ) -> ServerSession:
+        kernel_manager = self.serverapp.kernel_manager
+        notebook = folder / f"{name}.ipynb"
+        notebook_api = self.root.api_path(notebook)
+        env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
+        proxy = await _start_proxy(launch.policy, name)
+        try:
+            kernel_id = launch.borrowed or await self._start_server_kernel(
+                launch.kernel_name, folder, env, network_proxy=proxy
+            )
+        except BaseException:
+            if proxy is not None:
+                await proxy.close()
+            raise
+        session = ServerAsyncSession(
+            work_dir=folder,
+            name=name,
+            kernel_name=launch.kernel_name,
+            backend=launch.backend,
+            timeout=self.timeout if launch.timeout is None else launch.timeout,
+            startup_timeout=self.startup_timeout,
+            undo_steps=launch.undo_steps,
+            kernel_manager=kernel_manager.get_kernel(kernel_id),
+        )
+        session.network_proxy = proxy
+        try:
+            await session.start()
+            live.attach(session, self.serverapp, notebook_api)
+            model = await self.serverapp.session_manager.create_session(
+                path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
+            )
+        except BaseException:
+            await session.close()
+            if launch.borrowed is None:  # a person's kernel stays theirs
+                await self._shutdown_kernel(kernel_id)
+            if proxy is not None:
+                await proxy.close()
+            raise
+        entry = ServerSession(
+            id=session_id,
+            session=session,
+            backend=launch.backend,
+            kernel_name=launch.kernel_name,
+            kernel_id=kernel_id,
+            work_dir=folder,
+            created=datetime.now(timezone.utc).isoformat(),
+            jupyter_session_id=model.get("id"),
+            policy=launch.policy,
+            proxy=proxy,
+            borrowed=launch.borrowed,
+        )
+        session.on_close = lambda: self._release(entry)
+        log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
+        return entry
+
+    async def _start_server_kernel(
+        self,
+        kernel_name: str,
+        folder: Path,
+        env: dict[str, str] | None = None,
+        *,
+        network_proxy: NetworkProxy | None = None,
+    ) -> str:
+        """A kernel from the server's own kernel manager (so JupyterLab lists it); its id.
+
+        ``network_proxy``: the Docker provisioner mounts it as the kernel's only way out.
+        """
+        kwargs: dict[str, Any] = {"kernel_name": kernel_name, "path": self.root.api_path(folder)}
+        if env is not None:
+            kwargs["env"] = env
+        if network_proxy is not None:
+            kwargs["network_proxy"] = str(network_proxy.folder)
+        try:
+            return str(await ensure_async(self.serverapp.kernel_manager.start_kernel(**kwargs)))
+        except JupyterExecError:
+            raise
+        except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
+            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+
+    async def _check_kernelspec(self, kernel_name: str) -> None:
+        specs = await ensure_async(self.serverapp.kernel_spec_manager.get_all_specs())
+        if kernel_name not in specs:
+            hint = (
+                "; install jupyter-exec's kernelspecs with `jupyter-exec kernels install`"
+                if kernel_name == self.kernel_names.get("docker")
+                else ""
+            )
+            raise InvalidRequest(
+                f"no kernelspec named {kernel_name!r} on this server "
+                f"(available: {', '.join(sorted(specs)) or 'none'}){hint}"
+            )
+
+    def _reserve(self, folder: Path, name: str | None) -> str:
+        """A session name whose notebook does not exist yet, reserved until the session starts."""
+        taken = {e.notebook for e in self._current().values()} | self._reserved
+
+        def free(candidate: str) -> bool:
+            path = folder / f"{candidate}.ipynb"
+            return path not in taken and not path.exists()
+
+        if name is not None:
+            if not free(name):
+                raise SessionConflict(
+                    f"{self.root.api_path(folder / f'{name}.ipynb')!r} exists already; "
+                    "choose another name or work_dir"
+                )
+        else:
+            name = default_session_name(folder, taken=lambda n: not free(n))
+        self._reserved.add(folder / f"{name}.ipynb")
+        return name
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What a new session's kernel is started with."""
+
+    backend: Backend
+    kernel_name: str
+    timeout: float | None
+    undo_steps: int
+    policy: NetworkPolicy | None
+    borrowed: str | None = None
+    """The id of a running server kernel to attach to instead of starting one."""
+
+
+async def _start_proxy(policy: NetworkPolicy | None, name: str) -> NetworkProxy | None:
+    """The host-side proxy a Docker kernel with ``policy`` reaches the network through."""
+    if policy is None:
+        return None
+    from jupyter_exec.network.proxy import NetworkProxy
+
+    return await NetworkProxy(policy, session=name).start()
