@@ -1,4 +1,4 @@
-"""The MCP server's named sessions: one :class:`SessionRegistry` per server.
+"""The MCP server's named sessions: which are open, where, and how a new one starts.
 
 Kept apart from the tools (:mod:`jupyter_exec.mcp_tools`) and the transports
 (:mod:`jupyter_exec.mcp_server`) because it is the one part of the server that
