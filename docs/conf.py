@@ -205,6 +205,8 @@ jx_layers = [
             "server",
             "server.*",
             "mcp_server",
+            "mcp_sessions",
+            "mcp_tools",
             "mcp_state",
             "e2b",
             "e2b.*",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 
 if TYPE_CHECKING:
-    from jupyter_exec.mcp_server import SessionRegistry
+    from jupyter_exec.mcp_sessions import SessionRegistry
     from jupyter_exec.session import AsyncSession
 
 __all__ = ["fork_into", "register_state_tools"]
