@@ -190,7 +190,7 @@ jx_layers = [
         "title": "Features on sessions",
         "about": "What is built from sessions but is not a front end itself: replay, the "
         "agent runner shared by every agent adapter, and the text a model is shown.",
-        "modules": ["replay", "agent", "llm"],
+        "modules": ["replay", "replay_report", "replay_judge", "agent", "llm"],
     },
     {
         "title": "Front ends",

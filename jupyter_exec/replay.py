@@ -24,6 +24,9 @@ every cell showing that id, and ``clear_output(wait=True)`` has been applied.
 The replay is judged the same way: each cell is compared as soon as it ran
 (for the progress line and ``on_cell``), and again after the last cell if a
 later cell changed what it shows; the report holds the final verdict.
+
+The verdicts and their report are :mod:`jupyter_exec.replay_report`; how one cell is
+judged is :mod:`jupyter_exec.replay_judge`; this module is the driver that runs the cells.
 """
 
 from __future__ import annotations
@@ -36,19 +39,21 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 from jupyter_exec.agent import execute_to_the_end
-from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, compare_outputs, parse_rule
+from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, Rule, parse_rule
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
 from jupyter_exec.naming import replayed_notebook_name, safe_name
 from jupyter_exec.notebookmeta import is_undone
 from jupyter_exec.options import DEFAULT_TIMEOUT
 from jupyter_exec.recorder import new_cell_id, read_notebook
+from jupyter_exec.replay_judge import _judge, _skipped
+from jupyter_exec.replay_report import CellResult, CellStatus, ReplayReport, _Progress
 from jupyter_exec.runorder import run_order, seq_of
 from jupyter_exec.session import AsyncSession, Backend
 
@@ -60,272 +65,7 @@ __all__ = [
     "replay_async",
 ]
 
-CellStatus = Literal["same", "different", "error_now", "error_before", "skipped"]
-"""A cell's verdict: outputs match / differ / fails only now / failed only in the record /
-not run (non-code, empty, or past ``until``)."""
-
-_BAD: frozenset[str] = frozenset({"different", "error_now", "error_before"})
-_SHOWN = {
-    "same": "same",
-    "different": "DIFFERENT",
-    "error_now": "ERROR NOW",
-    "error_before": "ERROR BEFORE",
-    "skipped": "skipped",
-}
-
 CellCallback = Callable[["CellResult"], Awaitable[None] | None]
-
-
-@dataclass(frozen=True)
-class CellResult:
-    """The verdict on one cell of the replayed notebook."""
-
-    index: int
-    """0-based position in the notebook (markdown cells count)."""
-    cell_type: str
-    status: CellStatus
-    source: str
-    cell_id: str | None = None
-    execution_count_before: int | None = None
-    execution_count_now: int | None = None
-    diff: str = ""
-    """Unified diff of the normalised text outputs, ``recorded`` -> ``replayed``."""
-    notes: tuple[str, ...] = ()
-    """What else to know: image differences, why a cell was skipped, a lost kernel."""
-    error_before: str | None = None
-    error_now: str | None = None
-    duration: float | None = None
-
-    @property
-    def number(self) -> int:
-        """1-based position in the notebook, as the report names cells."""
-        return self.index + 1
-
-    @property
-    def ok(self) -> bool:
-        return self.status not in _BAD
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "cell_id": self.cell_id,
-            "cell_type": self.cell_type,
-            "status": self.status,
-            "source": self.source,
-            "execution_count_before": self.execution_count_before,
-            "execution_count_now": self.execution_count_now,
-            "diff": self.diff,
-            "notes": list(self.notes),
-            "error_before": self.error_before,
-            "error_now": self.error_now,
-            "duration": self.duration,
-        }
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    """What a replay found; ``reproduced`` is the one-word answer."""
-
-    notebook: Path
-    cells: tuple[CellResult, ...]
-    output: Path | None = None
-    """The notebook the replay was recorded to."""
-    work_dir: Path | None = None
-    until: int | None = None
-    rules: tuple[str, ...] = ()
-    """Names of the normalisation rules that were applied."""
-    warnings: tuple[str, ...] = ()
-    started: str = ""
-    duration: float = 0.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """Facts about the source notebook, e.g. papermill's parameters."""
-
-    @property
-    def reproduced(self) -> bool:
-        """True when no replayed cell differs from the record or fails on one side only."""
-        return all(c.ok for c in self.cells)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(_SHOWN, 0)
-        for cell in self.cells:
-            out[cell.status] += 1
-        return out
-
-    @property
-    def problems(self) -> list[CellResult]:
-        """The cells that make the replay not reproduced, in notebook order."""
-        return [c for c in self.cells if not c.ok]
-
-    def summary(self) -> str:
-        counts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in self.counts.items() if n)
-        verdict = "reproduced" if self.reproduced else "NOT reproduced"
-        return f"{verdict}: {counts or 'no cells'} ({self.duration:.1f} s)"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (the server extension's replay response)."""
-        return {
-            "notebook": str(self.notebook),
-            "output": None if self.output is None else str(self.output),
-            "work_dir": None if self.work_dir is None else str(self.work_dir),
-            "reproduced": self.reproduced,
-            "counts": self.counts,
-            "until": self.until,
-            "rules": list(self.rules),
-            "warnings": list(self.warnings),
-            "started": self.started,
-            "duration": self.duration,
-            "extra": dict(self.extra),
-            "cells": [c.to_dict() for c in self.cells],
-        }
-
-    def to_markdown(self) -> str:
-        """A readable report: a table of every cell, then the diff of each problem."""
-        lines = [
-            f"# Replay of `{self.notebook.name}`",
-            "",
-            f"**{self.summary()}**",
-            "",
-            f"- notebook: `{self.notebook}`",
-        ]
-        if self.output is not None:
-            lines.append(f"- replayed notebook: `{self.output}`")
-        if self.until is not None:
-            lines.append(f"- replayed the first {self.until} code cell(s) only")
-        lines.append(f"- normalisation rules: {', '.join(self.rules) or 'none'}")
-        lines.extend(f"- warning: {w}" for w in self.warnings)
-        lines += ["", "| cell | In (record → now) | status | first line |", "|---|---|---|---|"]
-        for c in self.cells:
-            counts = f"{_count(c.execution_count_before)} → {_count(c.execution_count_now)}"
-            first = _first_line(c.source).replace("|", "\\|")
-            lines.append(f"| {c.number} | {counts} | {_SHOWN[c.status]} | `{first}` |")
-        for c in self.problems:
-            lines += ["", f"## Cell {c.number}: {_SHOWN[c.status].lower()}", ""]
-            lines += ["```python", c.source.rstrip(), "```"]
-            if c.error_before:
-                lines.append(f"- error in the record: `{c.error_before}`")
-            if c.error_now:
-                lines.append(f"- error now: `{c.error_now}`")
-            lines.extend(f"- {note}" for note in c.notes)
-            if c.diff:
-                lines += ["", "```diff", c.diff, "```"]
-        return "\n".join(lines) + "\n"
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _first_line(source: str, width: int = 60) -> str:
-    line = next((ln for ln in source.splitlines() if ln.strip()), "")
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-# -- judging one cell ------------------------------------------------------------------
-
-
-def _recorded_error(outputs: Iterable[Mapping[str, Any]]) -> str | None:
-    for output in outputs:
-        if output.get("output_type") == "error":
-            return f"{output.get('ename', '')}: {output.get('evalue', '')}"
-    return None
-
-
-def _judge(
-    index: int,
-    cell: Mapping[str, Any],
-    execution: Execution,
-    rules: Sequence[Rule],
-    tolerance: ImageTolerance,
-    shown: Sequence[Mapping[str, Any]] | None = None,
-) -> CellResult:
-    """The verdict on one replayed cell; ``shown`` is what it shows now if not its own outputs."""
-    recorded = list(cell.get("outputs", ()))
-    outputs = execution.outputs if shown is None else shown
-    comparison = compare_outputs(recorded, outputs, rules, tolerance)
-    before = _recorded_error(recorded)
-    now = None if execution.ok or execution.error is None else str(execution.error)
-    status: CellStatus
-    if now is not None and before is None:
-        status = "error_now"
-    elif before is not None and now is None:
-        status = "error_before"
-    else:
-        status = "same" if comparison.same else "different"
-    notes = list(comparison.notes)
-    papermill = (cell.get("metadata") or {}).get("papermill") or {}
-    if cell.get("execution_count") is None and not recorded:
-        notes.append("this cell was not run in the record (it has no outputs)")
-    elif papermill.get("status") == "pending":
-        notes.append("papermill did not run this cell in the record (status: pending)")
-    if "injected-parameters" in (cell.get("metadata") or {}).get("tags", ()):
-        notes.append("papermill's injected parameters")
-    if execution.state_lost:
-        notes.append("the kernel was restarted during this cell: later cells start from scratch")
-    return CellResult(
-        index=index,
-        cell_type="code",
-        status=status,
-        source=str(cell.get("source", "")),
-        cell_id=cell.get("id"),
-        execution_count_before=cell.get("execution_count"),
-        execution_count_now=execution.execution_count,
-        diff=comparison.diff,
-        notes=tuple(notes),
-        error_before=before,
-        error_now=now,
-        duration=round(execution.duration, 6),
-    )
-
-
-def _skipped(index: int, cell: Mapping[str, Any], why: str) -> CellResult:
-    return CellResult(
-        index=index,
-        cell_type=str(cell.get("cell_type", "")),
-        status="skipped",
-        source=str(cell.get("source", "")),
-        cell_id=cell.get("id"),
-        execution_count_before=cell.get("execution_count"),
-        notes=(why,),
-    )
-
-
-# -- progress --------------------------------------------------------------------------
-
-
-class _Progress:
-    """``[3/12] cell 5 ... same`` per cell on a stream; on a terminal, shown while running."""
-
-    def __init__(self, stream: TextIO, total: int) -> None:
-        self.stream = stream
-        self.total = total
-        self.done = 0
-        self.live = bool(getattr(stream, "isatty", lambda: False)())
-
-    def _head(self, number: int) -> str:
-        width = len(str(self.total))
-        return f"[{self.done + 1:>{width}}/{self.total}] cell {number} ..."
-
-    def start(self, number: int) -> None:
-        if self.live:
-            self.stream.write(self._head(number))
-            self.stream.flush()
-
-    def finish(self, result: CellResult) -> None:
-        line = f"{self._head(result.number)} {_SHOWN[result.status]}"
-        if result.error_now:
-            line += f" ({result.error_now.splitlines()[0][:100]})"
-        self.stream.write(("\r" if self.live else "") + line + "\n")
-        self.stream.flush()
-        self.done += 1
-
-    def revise(self, result: CellResult) -> None:
-        """A verdict changed after a later cell changed what the cell shows."""
-        self.stream.write(
-            f"cell {result.number}: {_SHOWN[result.status]} on what it shows at the end "
-            "(a later cell updated its display)\n"
-        )
-        self.stream.flush()
 
 
 # -- the replay ------------------------------------------------------------------------
