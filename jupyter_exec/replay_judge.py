@@ -1,4 +1,4 @@
-"""Judging one replayed cell: its record and its new run in, a :class:`CellResult` out.
+"""Judging one replayed cell: its record and its new run in, its verdict out.
 
 The one place that decides a cell's status (``same`` / ``different`` / ``error_now`` /
 ``error_before`` / ``skipped``) and the notes that explain it, apart from the driver
