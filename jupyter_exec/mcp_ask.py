@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from jupyter_exec.network.policy import Decision, NetworkRequest
 
@@ -31,10 +30,19 @@ DEFAULT_ASK_TIMEOUT = 120.0
 """Seconds a person has to answer before the host is denied."""
 
 
-class _Approval(BaseModel):
-    """The form the person sees: one yes/no field, ticked by default."""
+@functools.cache
+def _approval_form() -> Any:
+    """The form the person sees: one yes/no field, ticked by default.
 
-    allow: bool = Field(default=True, description="Allow the code to connect to this host")
+    Made on first use: pydantic comes with the ``mcp`` extra, and the command line imports
+    this module without it.
+    """
+    from pydantic import BaseModel, Field
+
+    class Approval(BaseModel):
+        allow: bool = Field(default=True, description="Allow the code to connect to this host")
+
+    return Approval
 
 
 class ElicitingAsk:
@@ -47,23 +55,30 @@ class ElicitingAsk:
 
     def __init__(self, timeout: float = DEFAULT_ASK_TIMEOUT) -> None:
         self.timeout = timeout
-        self._calls: dict[str, Any] = {}
+        self._calls: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:  # part of the policy's repr and pool key: stable, no id
         return f"ElicitingAsk(timeout={self.timeout})"
 
     @contextlib.contextmanager
     def running(self, session: str, context: Any) -> Iterator[None]:
-        """While the body runs, questions about ``session``'s connections go to ``context``."""
-        self._calls[session] = context
+        """While the body runs, questions about ``session``'s connections go to ``context``.
+
+        Calls to one session queue (its cells run one at a time), so the oldest call still
+        registered is the one whose code is running.
+        """
+        calls = self._calls.setdefault(session, [])
+        calls.append(context)
         try:
             yield
         finally:
-            if self._calls.get(session) is context:
-                del self._calls[session]
+            calls.remove(context)
+            if not calls:
+                self._calls.pop(session, None)
 
     async def __call__(self, request: NetworkRequest) -> Decision:
-        context = self._calls.get(request.session)
+        calls = self._calls.get(request.session)
+        context = calls[0] if calls else None
         if context is None:
             return Decision(False, "no tool call was running to ask a person through")
         if not _can_elicit(context):
@@ -74,7 +89,7 @@ class ElicitingAsk:
             "which the network policy neither allows nor denies. Allow it for this session?"
         )
         try:
-            answer = await asyncio.wait_for(context.elicit(message, _Approval), self.timeout)
+            answer = await asyncio.wait_for(context.elicit(message, _approval_form()), self.timeout)
         except asyncio.TimeoutError:
             return Decision(False, f"the person did not answer within {self.timeout:g} s")
         except Exception as exc:  # the client refused the request or went away

@@ -353,6 +353,7 @@ def test_ask_person_answers_go_out_on_the_running_call() -> None:
     )
     with asker.running("other", object()):
         assert not asyncio.run(asker(request)).allowed
+    assert asker._calls == {}
     assert repr(asker) == "ElicitingAsk(timeout=5)"
 
 
