@@ -208,6 +208,7 @@ jx_layers = [
             "mcp_sessions",
             "mcp_tools",
             "mcp_state",
+            "mcp_ask",
             "e2b",
             "e2b.*",
             "integrations",

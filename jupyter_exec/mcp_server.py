@@ -35,7 +35,9 @@ of kernels of the server's environment. With a network policy (a
 :class:`~jupyter_exec.environments.DockerEnv` whose ``network`` is a
 :class:`~jupyter_exec.NetworkPolicy`), every session is a Docker kernel that
 reaches only the hosts the policy allows, and the text of a cell that tried
-another says so (the agent runner lists the denied connections).
+another says so (the agent runner lists the denied connections). With
+``--ask-person`` the hosts the policy leaves undecided are put to the person at
+the client, as MCP elicitations (:mod:`jupyter_exec.mcp_ask`).
 
 This module is the server's face and its transports (who may reach it, and
 how); the parts it is built from live beside it, one concern each: the

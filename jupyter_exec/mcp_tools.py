@@ -13,6 +13,7 @@ the user, so the tool wrapper passes their text on to the model.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import importlib
 import os
@@ -26,6 +27,7 @@ from jupyter_exec.codeblocks import CodeBlock, normalise_language
 from jupyter_exec.exceptions import JupyterExecError, WorkDirError
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.mcp_ask import ElicitingAsk
 from jupyter_exec.mcp_sessions import SessionRegistry
 from jupyter_exec.mcp_state import register_state_tools
 from jupyter_exec.outputs import strip_ansi
@@ -59,6 +61,7 @@ class _SDK:
     server: Any
     image: Any
     tool_error: Any
+    context: Any
     v2: bool
 
 
@@ -67,11 +70,11 @@ def _sdk() -> _SDK:
     try:
         module = importlib.import_module("mcp.server.mcpserver")
         errors = importlib.import_module("mcp.server.mcpserver.exceptions")
-        return _SDK(module.MCPServer, module.Image, errors.ToolError, True)
+        return _SDK(module.MCPServer, module.Image, errors.ToolError, module.Context, True)
     except ImportError:
         module = importlib.import_module("mcp.server.fastmcp")
         errors = importlib.import_module("mcp.server.fastmcp.exceptions")
-        return _SDK(module.FastMCP, module.Image, errors.ToolError, False)
+        return _SDK(module.FastMCP, module.Image, errors.ToolError, module.Context, False)
 
 
 # -- content ----------------------------------------------------------------------------------
@@ -132,12 +135,21 @@ def _file_listing(root: Path, folder: Path) -> str:
 # -- the server -------------------------------------------------------------------------------
 
 
+def _asker(registry: SessionRegistry) -> ElicitingAsk | None:
+    """The server policy's ``ask``, when it asks a person through the MCP client."""
+    policy = getattr(registry.environment, "policy", None)
+    ask = getattr(policy, "ask", None)
+    return ask if isinstance(ask, ElicitingAsk) else None
+
+
 def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_LLM_CHARS) -> Any:
     """The MCP server object, its tools bound to ``registry``."""
     sdk = _sdk()
     image_class = sdk.image
     types = importlib.import_module("mcp.types")
     server = sdk.server("jupyter-exec", instructions=INSTRUCTIONS)
+
+    asker = _asker(registry)
 
     def text(value: str) -> Any:
         return types.TextContent(type="text", text=value)
@@ -159,13 +171,13 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
 
         server.tool(structured_output=False)(run)
 
-    @tool
     async def execute_code(
         code: str,
         session: str = "default",
         language: str = "python",
         timeout: float | None = None,
         backend: str | None = None,
+        ctx: Any = None,
     ) -> Any:
         """Run code in a named, stateful session (created on first use) and return its output.
 
@@ -179,7 +191,10 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
             raise ValueError(f"unsupported language {language!r}: use python or bash")
         live = await registry.get(session, backend=backend)
         block = CodeBlock.from_code(code, normalise_language(language))
-        result = await run_block(live, block, timeout=timeout, max_output_chars=max_output_chars)
+        with asker.running(session, ctx) if asker is not None else contextlib.nullcontext():
+            result = await run_block(
+                live, block, timeout=timeout, max_output_chars=max_output_chars
+            )
         content = [text(result.text)]
         content += [
             image_class(data=data, format=fmt).to_image_content() for data, fmt in result.images
@@ -188,6 +203,11 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
         return types.CallToolResult.model_validate(
             {"content": content, "isError": result.exit_code != 0}
         )
+
+    # The SDK hands a tool its call's context by this annotation (an --ask-person question
+    # goes out on that call); a real class, as the SDK is imported only here.
+    execute_code.__annotations__["ctx"] = sdk.context
+    tool(execute_code)
 
     @tool
     async def list_sessions() -> str:

@@ -328,6 +328,35 @@ def test_http_refuses_non_loopback(tmp_path: Path) -> None:
     assert main(["--transport", "http", "--host", "0.0.0.0", "--work-dir", str(tmp_path)]) == 2
 
 
+def test_ask_person_needs_docker_kernels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asking about hosts means a network policy, which only a Docker kernel has."""
+    from jupyter_exec.mcp_server import main
+
+    assert main(["--ask-person", "--work-dir", str(tmp_path)]) == 2
+    assert "--ask-person" in capsys.readouterr().err
+    assert not (tmp_path / "default").exists()
+
+
+def test_ask_person_answers_go_out_on_the_running_call() -> None:
+    """The proxy's question reaches the context of the session's running call, and only then."""
+    from jupyter_exec.mcp_ask import ElicitingAsk
+    from jupyter_exec.network.policy import NetworkRequest
+
+    asker = ElicitingAsk(timeout=5)
+    request = NetworkRequest("web.test", 80, "s", 0)
+    between = asyncio.run(asker(request))
+    assert (between.allowed, between.reason) == (
+        False,
+        "no tool call was running to ask a person through",
+    )
+    with asker.running("other", object()):
+        assert not asyncio.run(asker(request)).allowed
+    assert asker._calls == {}
+    assert repr(asker) == "ElicitingAsk(timeout=5)"
+
+
 def test_help_has_examples() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "jupyter_exec.mcp_server", "--help"],

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
@@ -31,7 +32,12 @@ from jupyter_exec.cli.options import (
     zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
+from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.mcp_ask import DEFAULT_ASK_TIMEOUT
+
+if TYPE_CHECKING:
+    from jupyter_exec.network.policy import NetworkPolicy
 
 __all__ = ["add_mcp_parser"]
 
@@ -50,6 +56,8 @@ examples:
                                                     containers that reach the package index only
   jupyter-exec mcp --env docker --network-policy policy.json
                                                     the hosts (and API keys) a JSON file allows
+  jupyter-exec mcp --env docker --allow pypi.org --ask-person
+                                                    other hosts: the person at the client decides
 
 A client configuration (Claude Desktop, Cursor, ...):
   {{"mcpServers": {{"jupyter": {{"command": "jupyter-exec",
@@ -63,6 +71,26 @@ Local sessions run with your rights; use --env docker for code you do not trust.
 {EXIT_STATUS_HELP}"""
 
 
+def _asking(policy: NetworkPolicy | None, args: argparse.Namespace, backend: str) -> NetworkPolicy:
+    """``policy`` (none: deny every host) with an ``ask`` that elicits the person's answer."""
+    from jupyter_exec.mcp_ask import ElicitingAsk
+    from jupyter_exec.network.policy import NetworkPolicy
+
+    if backend != "docker" or getattr(args, "network", False):
+        raise InvalidArgument(
+            "--ask-person decides which hosts a Docker kernel's network policy lets through: "
+            "add --env docker (or --backend docker), and drop --network"
+        )
+    base = policy if policy is not None else NetworkPolicy()
+    return NetworkPolicy(
+        base.allow,
+        base.deny,
+        base.secrets,
+        ElicitingAsk(args.ask_timeout or DEFAULT_ASK_TIMEOUT),  # 0: the default
+        extra_ca=base.extra_ca,
+    )
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Run the MCP server until its client leaves (stdio) or a signal stops it."""
     from jupyter_exec.environments import with_network
@@ -70,6 +98,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     environment = environment_from_args(args)
     policy = network_policy_from_args(args, environment.backend)
+    if args.ask_person:
+        policy = _asking(policy, args, environment.backend)
     if policy is not None:
         environment = with_network(environment, policy)
     defaults = session_kwargs(args, ("timeout", *STATE_OPTIONS))
@@ -193,5 +223,26 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
     )
     add_environment(parser)
     add_network_policy(parser)
+    ask = parser.add_argument_group(
+        "asking a person (Docker kernels)",
+        "A host the policy neither allows nor denies is put to the person at the MCP client "
+        "(an MCP elicitation on the execute_code call that tried it). Yes allows that host for "
+        "the rest of the session; no, no answer, or a client that cannot ask, denies it, and the "
+        "model is told why.",
+    )
+    ask.add_argument(
+        "--ask-person",
+        action="store_true",
+        help="ask the person about hosts the policy leaves undecided, instead of denying them "
+        "(with no --allow/--deny/--network-policy: about every host)",
+    )
+    ask.add_argument(
+        "--ask-timeout",
+        type=non_negative_float,
+        default=DEFAULT_ASK_TIMEOUT,
+        metavar="S",
+        help=f"seconds the person has to answer before the host is denied (0: the default) "
+        f"(default {DEFAULT_ASK_TIMEOUT:g})",
+    )
     add_zygote(parser)
     parser.set_defaults(func=cmd_mcp, exit_at_once=True)

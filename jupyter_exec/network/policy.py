@@ -92,7 +92,8 @@ class Connection:
         return data
 
 
-AskCallback = Callable[[NetworkRequest], "bool | Awaitable[bool]"]
+AskCallback = Callable[[NetworkRequest], "bool | Decision | Awaitable[bool | Decision]"]
+"""``True`` allows, ``False`` denies; a :class:`Decision` does either and says why."""
 
 
 class NetworkPolicy:

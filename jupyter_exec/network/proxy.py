@@ -152,7 +152,7 @@ class NetworkProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._kept: collections.deque[tuple[int, Connection]] = collections.deque(maxlen=MAX_KEPT)
         self._count = 0
-        self._asked: dict[str, bool] = {}
+        self._asked: dict[str, Decision] = {}
         self._ask_lock = asyncio.Lock()
         self._closed = False
         self._authority: Authority | None = None
@@ -301,9 +301,11 @@ class NetworkProxy:
                             answer = await answer
                 except Exception as exc:
                     return Decision(False, f"the ask callback failed: {exc!r}")
-                self._asked[name] = answer is True
-            allowed = self._asked[name]
-        return Decision(allowed, "allowed when asked" if allowed else "denied when asked")
+                if not isinstance(answer, Decision):  # a Decision also says why
+                    said = "allowed when asked" if answer is True else "denied when asked"
+                    answer = Decision(answer is True, said)
+                self._asked[name] = answer
+            return self._asked[name]
 
     async def _resolve(self, host: str, port: int) -> list[str]:
         with contextlib.suppress(ValueError):
