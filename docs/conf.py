@@ -136,6 +136,8 @@ jx_layers = [
         "kernels, our Docker provisioner, remote servers and gateways, environments.",
         "modules": [
             "kernel",
+            "interpreters",
+            "receiver",
             "launch",
             "backends",
             "environments",

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
-from jupyter_exec.kernel import resolve_python
+from jupyter_exec.interpreters import resolve_python
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.venvs import VenvMaker, locked, read_marker, venv_python
 

@@ -5,129 +5,50 @@ kernel provisioners: a local kernel uses an installed kernelspec (or one made
 here for a given interpreter), a Docker kernel a kernelspec naming our
 provisioner. This module translates jupyter_client's and zmq's errors into
 ours, once.
+
+Finding the interpreter a kernel runs is in :mod:`~jupyter_exec.interpreters`,
+reading its messages off the sockets in :mod:`~jupyter_exec.receiver`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import inspect
 import os
 import queue
-import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import zmq
-from jupyter_client.adapter import adapt
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec.exceptions import (
     BackendError,
-    InvalidArgument,
     JupyterExecError,
     KernelDiedError,
     KernelStartError,
 )
+from jupyter_exec.interpreters import (
+    activate,
+    kernel_interpreter,
+    kernel_spec_for_python,
+    resolve_python,
+)
+from jupyter_exec.receiver import Receiver
 
 __all__ = ["KernelHandle", "kernel_spec_for_python", "resolve_python", "start_kernel"]
+# kernel_spec_for_python and resolve_python live in jupyter_exec.interpreters; they
+# stay importable from here, where they were first published.
 
 QUIET_POLL = 0.25
 """Seconds without messages after which a waiting client checks the kernel is alive."""
-
-
-def resolve_python(python: str | os.PathLike[str]) -> Path:
-    """An interpreter path from a path, a venv folder or a command name.
-
-    Raises :class:`~jupyter_exec.InvalidArgument` naming the path when there
-    is none there, or it is a file this user cannot run.
-    """
-    candidate = Path(python).expanduser()
-    if candidate.is_dir():
-        for sub in ("bin/python", "bin/python3", "Scripts/python.exe"):
-            if (candidate / sub).exists():
-                return _runnable((candidate / sub).absolute())
-        raise InvalidArgument(
-            f"{candidate} is a folder but not a virtual environment (no bin/python); "
-            "give an interpreter or a venv"
-        )
-    if candidate.exists():
-        return _runnable(candidate.absolute())
-    found = shutil.which(str(python))
-    if found:
-        return Path(found)
-    raise InvalidArgument(
-        f"no Python interpreter at {python!r} (not a file, a venv or a command on PATH)"
-    )
-
-
-def _runnable(exe: Path) -> Path:
-    if not exe.is_file() or not os.access(exe, os.X_OK):
-        raise InvalidArgument(
-            f"the interpreter {exe} is not executable (or not a file); "
-            f"make it executable (chmod +x {exe}) or give another interpreter"
-        )
-    return exe
-
-
-def kernel_interpreter(argv: Sequence[str]) -> Path:
-    """The interpreter a kernelspec's argv runs (the stock spec's plain "python" is this one)."""
-    argv0 = argv[0] if argv else sys.executable
-    return Path(sys.executable if argv0 in ("python", "python3") else argv0)
-
-
-def activate(exe: Path, env: dict[str, str]) -> dict[str, str]:
-    """``env`` as if ``exe``'s environment were activated (changed in place, and returned).
-
-    Its folder goes first on PATH and a venv's root into VIRTUAL_ENV, so ``pip``
-    and console scripts in ``%%bash`` cells and subprocesses are the kernel's own.
-    """
-    bin_dir = str(exe.parent)
-    path = env.get("PATH", "")
-    if path.split(os.pathsep)[0] != bin_dir:
-        env["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else bin_dir
-    if (exe.parent.parent / "pyvenv.cfg").exists():
-        env.setdefault("VIRTUAL_ENV", str(exe.parent.parent))
-    return env
-
-
-def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
-    """A kernelspec that runs ipykernel with ``python``, checking ipykernel is there."""
-    exe = resolve_python(python)
-    try:
-        probe = subprocess.run(
-            [str(exe), "-c", "import ipykernel, sys; print(sys.version.split()[0])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise InvalidArgument(f"cannot run the interpreter {exe}: {exc}") from None
-    if probe.returncode != 0:
-        raise KernelStartError(
-            f"{exe} cannot run an IPython kernel: ipykernel is not installed there.\n"
-            f"Fix: {exe} -m pip install ipykernel"
-        )
-    env = activate(exe, {"PATH": os.environ.get("PATH", "")})
-    return KernelSpec(
-        argv=[str(exe), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        display_name=f"Python {probe.stdout.strip()} ({exe})",
-        language="python",
-        interrupt_mode="signal",
-        env=env,
-        metadata={"debugger": True},
-    )
 
 
 class _OneSpec(KernelSpecManager):
@@ -168,83 +89,6 @@ async def describe_exit(km: AsyncKernelManager) -> str:
         }
         return f"the kernel process was killed by {name}{hint.get(name, '')}"
     return f"the kernel process exited with code {code}"
-
-
-class Receiver:
-    """Reads one channel's messages with as little event-loop work as possible.
-
-    jupyter_client's async ``get_msg`` always awaits a poll future before
-    receiving. Here a message that is already queued is taken at once through
-    a blocking shadow of the same socket (``NOBLOCK``); only an empty socket
-    costs an awaited poll. This is the hot path of every execution.
-    """
-
-    def __init__(self, channel: Any) -> None:
-        self._channel = channel
-        socket: Any = getattr(channel, "socket", None)
-        # Gateway kernels (jupyter_server --gateway-url) have websocket-fed
-        # channels with no zmq socket: those are read through get_msg().
-        self._zmq = isinstance(socket, zmq.Socket)
-        self._async_socket: Any = socket
-        if self._zmq:
-            self._socket: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
-            self._session = channel.session
-
-    def _take(self) -> dict[str, Any]:
-        frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
-        _, parts = self._session.feed_identities(frames)
-        return _deserialize(self._session, parts)
-
-    async def get(self, timeout: float) -> dict[str, Any]:
-        """The next message; raises ``queue.Empty`` after ``timeout`` seconds."""
-        if not self._zmq:
-            msg: dict[str, Any] = await self._channel.get_msg(timeout=timeout)
-            return msg
-        try:
-            return self._take()
-        except zmq.Again:
-            pass
-        if await self._async_socket.poll(max(0, int(timeout * 1000)), zmq.POLLIN):
-            try:
-                return self._take()
-            except zmq.Again:
-                pass
-        raise queue.Empty
-
-
-def _deserialize(session: Any, parts: list[bytes]) -> dict[str, Any]:
-    """``Session.deserialize`` without turning header dates into datetimes.
-
-    The signature is checked (and remembered against replays) exactly as
-    jupyter_client does; only the date parsing, a third of the client's
-    work per message and never needed here (timings are kept as the ISO
-    text the kernel sent), is left out.
-    """
-    if len(parts) < 5:
-        raise ValueError(f"malformed message: {len(parts)} parts, at least 5 expected")
-    if session.auth is not None:
-        signature = parts[0]
-        if not signature:
-            raise ValueError("unsigned message")
-        if signature in session.digest_history:
-            raise ValueError(f"duplicate signature: {signature!r}")
-        session._add_digest(signature)
-        if not hmac.compare_digest(signature, session.sign(parts[1:5])):
-            raise ValueError(f"invalid signature: {signature!r}")
-    unpack = session.unpack
-    header = unpack(parts[1])
-    message = {
-        "header": header,
-        "msg_id": header["msg_id"],
-        "msg_type": header["msg_type"],
-        "parent_header": unpack(parts[2]),
-        "metadata": unpack(parts[3]),
-        "content": unpack(parts[4]),
-        "buffers": [memoryview(b) for b in parts[5:]],
-    }
-    if not str(header.get("version", "5")).startswith("5"):  # another protocol: adapt it
-        return dict(adapt(message))
-    return message
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import BackendError
-from jupyter_exec.kernel import kernel_interpreter
+from jupyter_exec.interpreters import kernel_interpreter
 from jupyter_exec.models import ScriptResult
 from jupyter_exec.naming import script_file_name
 from jupyter_exec.safefs import write_bytes

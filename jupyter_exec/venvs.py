@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
-from jupyter_exec.kernel import resolve_python
+from jupyter_exec.interpreters import resolve_python
 
 __all__ = ["MARKER", "VenvMaker", "locked", "looks_like_version", "read_marker", "venv_python"]
 

@@ -22,6 +22,12 @@ the same work dir (files persist), a fresh kernel, and a new notebook
 :class:`SessionManager` is the blocking face, on the same private loop thread
 as :class:`~jupyter_exec.Session`. The server extension and the MCP server use
 :class:`AsyncSessionManager` (configurable as ``c.AsyncSessionManager.*``).
+
+This module is the manager's face (its traits, lifecycle and public methods);
+the books of named sessions and the limits are in
+:mod:`~jupyter_exec.manager.registry`, the choice of zygote, warm pool or cold
+start in :mod:`~jupyter_exec.manager.create`, idle culling in
+:mod:`~jupyter_exec.manager.culling`.
 """
 
 from __future__ import annotations
@@ -42,22 +48,17 @@ from typing import Any
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from jupyter_exec.exceptions import (
-    InvalidArgument,
-    KernelStartError,
-    SessionClosedError,
-    SessionLimitError,
-    SessionNotFound,
-)
-from jupyter_exec.manager.adopt import adopt
-from jupyter_exec.manager.entries import Entry, SessionInfo, incarnation
+from jupyter_exec.exceptions import InvalidArgument, SessionClosedError, SessionNotFound
+from jupyter_exec.manager.create import create_entry
+from jupyter_exec.manager.culling import cull_loop, idle_names
+from jupyter_exec.manager.entries import Entry, SessionInfo
 from jupyter_exec.manager.pool import POOL_DIR, PoolKey
 from jupyter_exec.manager.pools import AnyPool, Pools
+from jupyter_exec.manager.registry import SessionRegistry
 from jupyter_exec.manager.signals import LoopSigterm
 from jupyter_exec.manager.zygote import DEFAULT_PRELOAD, Preload
 from jupyter_exec.manager.zygote_pool import ZygotePool
 from jupyter_exec.models import Execution
-from jupyter_exec.naming import validate_name
 from jupyter_exec.options import SessionOptions
 from jupyter_exec.session import AsyncSession, OutputCallback
 
@@ -146,9 +147,7 @@ class AsyncSessionManager(LoggingConfigurable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._sessions: dict[str, Entry] = {}
-        self._creating: dict[str, tuple[str, asyncio.Future[AsyncSession]]] = {}
-        self._closing: set[asyncio.Future[None]] = set()
+        self._registry = SessionRegistry()
         self._pools: Pools | None = None
         self._root: Path | None = None
         self._culler: asyncio.Task[None] | None = None
@@ -194,7 +193,7 @@ class AsyncSessionManager(LoggingConfigurable):
         except BaseException:  # a bad pool configuration: nothing may be left running
             await self.shutdown()
             raise
-        self._culler = asyncio.create_task(self._cull_loop(), name="jupyter-exec culler")
+        self._culler = asyncio.create_task(cull_loop(self), name="jupyter-exec culler")
         if self.handle_sigterm:
             self._sigterm.install()
         return self
@@ -209,16 +208,16 @@ class AsyncSessionManager(LoggingConfigurable):
             self._culler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._culler
-        pending = [future for _, future in self._creating.values()]
+        pending = [future for _, future in self._registry.creating.values()]
         await asyncio.gather(*pending, return_exceptions=True)
-        names = list(self._sessions)
+        names = list(self._registry.sessions)
         pools = self._pools
         log.info("shutting down %d session(s) and %d pool(s)", len(names), len(pools or ()))
         await asyncio.gather(
-            *(self._close_entry(n, "manager shutdown") for n in names),
+            *(self._registry.close_entry(n, "manager shutdown") for n in names),
             *([pools.close()] if pools is not None else []),
         )
-        await asyncio.gather(*self._closing, return_exceptions=True)  # e.g. cut-off culls
+        await asyncio.gather(*self._registry.closing, return_exceptions=True)  # e.g. cut-off culls
         self._sigterm.remove()
         self._state = "closed"
 
@@ -292,47 +291,25 @@ class AsyncSessionManager(LoggingConfigurable):
     async def _existing(self, name: str) -> AsyncSession | None:
         """The open (or being created) session ``name``; ``None`` if a new one may be made."""
         self._check_running()
-        entry = self._live_entry(name)
-        if entry is not None:
-            entry.last_used = time.monotonic()
-            return entry.session
-        if name in self._creating:
-            return await asyncio.shield(self._creating[name][1])
-        validate_name(name)
-        return None
+        return await self._registry.existing(name)
 
     async def _register(
         self, name: str, backend: str, make: Callable[[], Awaitable[Entry]]
     ) -> AsyncSession:
         """Check the limits, hold ``name`` while ``make`` runs, then keep its session."""
-        self._check_limits(backend)
-        future: asyncio.Future[AsyncSession] = asyncio.get_running_loop().create_future()
-        self._creating[name] = (backend, future)
-        try:
-            entry = await make()
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # retrieved: no "never retrieved" warning if nobody waits
-            raise
-        finally:
-            del self._creating[name]
-        self._sessions[name] = entry
-        future.set_result(entry.session)
-        return entry.session
+        self._registry.check_limits(backend, self.max_sessions, self.max_sessions_per_backend)
+        return await self._registry.register(name, backend, make)
 
     def get(self, name: str) -> AsyncSession:
         """The open session called ``name``; :class:`~jupyter_exec.SessionNotFound` if none."""
-        entry = self._live_entry(name)
+        entry = self._registry.live_entry(name)
         if entry is None:
             raise SessionNotFound(f"no open session named {name!r}")
         entry.last_used = time.monotonic()
         return entry.session
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._live_entry(name) is not None
+        return isinstance(name, str) and self._registry.live_entry(name) is not None
 
     def __len__(self) -> int:
         return len(self.list())
@@ -340,7 +317,8 @@ class AsyncSessionManager(LoggingConfigurable):
     def list(self) -> builtins.list[SessionInfo]:
         """Every open session, oldest first."""
         now = time.monotonic()
-        entries = [(n, self._live_entry(n)) for n in builtins.list(self._sessions)]
+        live = self._registry.live_entry
+        entries = [(n, live(n)) for n in builtins.list(self._registry.sessions)]
         return [entry.info(name, now) for name, entry in entries if entry is not None]
 
     async def execute(
@@ -357,84 +335,12 @@ class AsyncSessionManager(LoggingConfigurable):
 
     async def close(self, name: str) -> None:
         """Close session ``name`` (its kernel stops; work dir and notebook stay)."""
-        if self._live_entry(name) is None:
+        if self._registry.live_entry(name) is None:
             raise SessionNotFound(f"no open session named {name!r}")
-        await self._close_entry(name, "closed by request")
-
-    def _live_entry(self, name: str) -> Entry | None:
-        entry = self._sessions.get(name)
-        if entry is not None and entry.closed:  # closed directly by its user
-            del self._sessions[name]
-            return None
-        return entry
-
-    async def _close_entry(self, name: str, why: str) -> None:
-        """Close a session to the end, even if the caller is cancelled meanwhile.
-
-        A kernel shutdown cut half-way (the culler cancelled by :meth:`shutdown`,
-        a request abandoned) could leave its host with a kernel neither running
-        nor gone; so the close runs as a task of its own, which
-        :meth:`shutdown` waits for.
-        """
-        entry = self._sessions.pop(name, None)
-        if entry is None:
-            return
-        log.info("closing session %s (%s)", name, why)
-        task = asyncio.ensure_future(self._close_session(name, entry))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-        await asyncio.shield(task)
-
-    @staticmethod
-    async def _close_session(name: str, entry: Entry) -> None:
-        try:
-            await entry.session.close()
-        except Exception:
-            log.exception("session %s did not close cleanly", name)
-
-    def _check_limits(self, backend: str) -> None:
-        live = [e.backend for n, e in list(self._sessions.items()) if self._live_entry(n)]
-        active = live + [b for b, _ in self._creating.values()]
-        if self.max_sessions and len(active) >= self.max_sessions:
-            raise SessionLimitError(
-                f"this manager already has {len(active)} sessions (max_sessions="
-                f"{self.max_sessions}); close one or raise the limit"
-            )
-        cap = self.max_sessions_per_backend.get(backend)
-        if cap is not None and active.count(backend) >= cap:
-            raise SessionLimitError(
-                f"this manager already has {active.count(backend)} {backend!r} sessions "
-                f"(max_sessions_per_backend[{backend!r}]={cap}); close one or raise the limit"
-            )
-
-    # -- creating a session ------------------------------------------------------------------
+        await self._registry.close_entry(name, "closed by request")
 
     async def _create(self, name: str, opts: dict[str, Any], backend: str) -> Entry:
-        target = self.root / name
-        session_name = incarnation(target, name, opts)
-        key = PoolKey.of(opts)
-        pool = self._pools.get(key) if self._pools is not None else None
-        if isinstance(pool, ZygotePool):  # every session of its key starts with the preload
-            session = await adopt(await pool.take(target), target, session_name, opts)
-            if session is None:
-                raise KernelStartError("a kernel forked from the zygote could not be used")
-            return Entry(session, backend, from_pool=True)
-        if pool is not None and (backend == "remote" or not target.exists()):
-            warm = await pool.take()
-            if warm is not None:
-                session = await adopt(warm, target, session_name, opts)
-                if session is not None:
-                    return Entry(session, backend, from_pool=True)
-        session = AsyncSession(
-            options=SessionOptions.from_mapping({**opts, "work_dir": target, "name": session_name})
-        )
-        try:
-            await session.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await session.close()
-            raise
-        return Entry(session, backend, from_pool=False)
+        return await create_entry(self.root, self._pools, name, opts, backend)
 
     # -- pools -------------------------------------------------------------------------------
 
@@ -500,25 +406,6 @@ class AsyncSessionManager(LoggingConfigurable):
         """Close the sessions idle for ``cull_idle_timeout`` seconds; returns their names."""
         if self.cull_idle_timeout <= 0 or self._state != "running":
             return []
-        now = time.monotonic()
-        idle = []
-        for name in list(self._sessions):
-            entry = self._live_entry(name)
-            if entry is None:
-                continue
-            entry.observe(now)
-            if not entry.busy and now - entry.last_used >= self.cull_idle_timeout:
-                idle.append(name)
-        await asyncio.gather(*(self._close_entry(n, "idle") for n in idle))
+        idle = idle_names(self._registry, self.cull_idle_timeout)
+        await asyncio.gather(*(self._registry.close_entry(n, "idle") for n in idle))
         return idle
-
-    async def _cull_loop(self) -> None:
-        while True:
-            interval = self.cull_interval
-            if self.cull_idle_timeout > 0:
-                interval = min(interval, max(self.cull_idle_timeout / 2, 0.05))
-            await asyncio.sleep(interval)
-            try:
-                await self.cull_idle()
-            except Exception:
-                log.exception("culling idle sessions failed")

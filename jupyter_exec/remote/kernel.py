@@ -45,7 +45,7 @@ def _username() -> str:
 
 
 class _Channel:
-    """One channel of a :class:`RemoteKernelClient` (what ``kernel.Receiver`` reads)."""
+    """One channel of a :class:`RemoteKernelClient` (what ``receiver.Receiver`` reads)."""
 
     def __init__(self, connection: KernelConnection, name: str) -> None:
         self._connection = connection
