@@ -21,7 +21,13 @@ from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 
-__all__ = ["activate", "kernel_interpreter", "kernel_spec_for_python", "resolve_python"]
+__all__ = [
+    "activate",
+    "ask_interpreter",
+    "kernel_interpreter",
+    "kernel_spec_for_python",
+    "resolve_python",
+]
 
 
 def resolve_python(python: str | os.PathLike[str]) -> Path:
@@ -79,19 +85,23 @@ def activate(exe: Path, env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
-    """A kernelspec that runs ipykernel with ``python``, checking ipykernel is there."""
-    exe = resolve_python(python)
+def ask_interpreter(
+    exe: Path, code: str, *, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``exe -c code``, its output captured; an interpreter that cannot run (or, with
+    ``check``, whose code fails) is an :class:`InvalidArgument` naming it."""
     try:
-        probe = subprocess.run(
-            [str(exe), "-c", "import ipykernel, sys; print(sys.version.split()[0])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        return subprocess.run(
+            [str(exe), "-c", code], capture_output=True, text=True, timeout=60, check=check
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise InvalidArgument(f"cannot run the interpreter {exe}: {exc}") from None
+
+
+def kernel_spec_for_python(python: str | os.PathLike[str]) -> KernelSpec:
+    """A kernelspec that runs ipykernel with ``python``, checking ipykernel is there."""
+    exe = resolve_python(python)
+    probe = ask_interpreter(exe, "import ipykernel, sys; print(sys.version.split()[0])")
     if probe.returncode != 0:
         raise KernelStartError(
             f"{exe} cannot run an IPython kernel: ipykernel is not installed there.\n"

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.exceptions import InvalidArgument, KernelStartError
-from jupyter_exec.interpreters import resolve_python
+from jupyter_exec.exceptions import KernelStartError
+from jupyter_exec.interpreters import ask_interpreter, resolve_python
 
 __all__ = ["MARKER", "VenvMaker", "locked", "looks_like_version", "read_marker", "venv_python"]
 
@@ -98,17 +98,8 @@ class VenvMaker:
 
     def version_of(self, exe: Path) -> str:
         """``3.12`` for an interpreter (the part of the version a venv is tied to)."""
-        try:
-            out = subprocess.run(
-                [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise InvalidArgument(f"cannot run the interpreter {exe}: {exc}") from None
-        return out.stdout.strip()
+        code = "import sys; print('%d.%d' % sys.version_info[:2])"
+        return ask_interpreter(exe, code, check=True).stdout.strip()
 
     def ensure(
         self, venv: Path, python: str | None, spec: Mapping[str, Any], requirements: str | None

@@ -40,6 +40,7 @@ from jupyter_exec.exceptions import (
     KernelStartError,
     NotebookError,
 )
+from tests.cli_helpers import run_cli
 from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.timeout(240)
@@ -50,15 +51,7 @@ DEADLINE = 60.0
 
 def cli(*argv: str, cwd: Path | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """``jupyter-exec ARGV`` as a real process."""
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_exec", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=180,
-        check=False,
-        **kwargs,
-    )
+    return run_cli(*argv, cwd=cwd, **kwargs)
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from jupyter_exec import Session
 from jupyter_exec.cli.exits import EXIT_USAGE
+from tests.cli_helpers import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_exec", "checkpoints", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli("checkpoints", *args, timeout=120)
 
 
 def test_checkpoints_list_and_verify(tmp_path: Path) -> None:

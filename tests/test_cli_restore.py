@@ -21,6 +21,7 @@ import pytest
 from jupyter_exec import Session
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
 from jupyter_exec.naming import checkpoints_folder
+from tests.cli_helpers import run_cli
 from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,14 +31,7 @@ SIDE_EFFECT = "open('ran.txt', 'w').write('the file ran')\n"
 
 def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``jupyter-exec ARGV`` as a real process, in ``cwd``."""
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_exec", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=180,
-        check=False,
-    )
+    return run_cli(*argv, cwd=cwd)
 
 
 def resign(folder: Path, **environment: Any) -> None:

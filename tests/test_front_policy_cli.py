@@ -15,18 +15,13 @@ import pytest
 from jupyter_exec import InvalidArgument, NetworkPolicy
 from jupyter_exec.cli.exits import EXIT_USAGE
 from jupyter_exec.cli.policy import load_policy_file, merged
+from tests.cli_helpers import run_cli
 
 SECRET = "jx-front-secret-3e1f"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_exec", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    return run_cli(*args, timeout=120, env={**os.environ, **(env or {})})
 
 
 def _policy(tmp_path: Path, value: object, name: str = "policy.json") -> str:

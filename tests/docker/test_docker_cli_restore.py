@@ -13,19 +13,13 @@ import pytest
 
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
 from jupyter_exec.naming import checkpoints_folder
+from tests.cli_helpers import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 
 def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_exec", *argv],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=240,
-        check=False,
-    )
+    return run_cli(*argv, cwd=cwd, timeout=240)
 
 
 def test_a_docker_run_starts_from_the_checkpoint_of_the_one_before(
