@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import jupyter_exec
+
 REPO = Path(__file__).parents[1]
 LABEXTENSION_SOURCES = Path("server_extension", "labextension")
 SKIP_VARIABLES = ("JUPYTER_EXEC_SKIP_LABEXTENSION", "SKIP_JUPYTER_BUILDER")
@@ -69,6 +71,8 @@ def test_a_clean_checkout_builds_the_labextension_into_the_wheel_and_sdist(
     data = _data_files(wheel)
     meta = json.loads(wheel.read(_data_name(wheel, LABEXTENSION + "package.json")))
     assert meta["name"] == "jupyter-exec"
+    # `jupyter labextension list` shows the npm package's version: the package's own.
+    assert meta["version"] == jupyter_exec.__version__
     assert {"package.json", "install.json", meta["jupyterlab"]["_build"]["load"]} <= {
         name.removeprefix(LABEXTENSION) for name in data if name.startswith(LABEXTENSION)
     }
