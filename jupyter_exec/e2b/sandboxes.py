@@ -249,7 +249,7 @@ class Sandboxes:
 
     async def _close(self, name: str) -> None:
         with contextlib.suppress(SessionNotFound):
-            await self.manager.close(name)
+            await self.manager.close_session(name)
 
     async def reap(self) -> list[str]:
         """Kill the sandboxes whose timeout has passed; returns their ids."""

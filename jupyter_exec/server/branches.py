@@ -217,4 +217,4 @@ class Branches:
         if entry.backend == "docker":  # its forks ran in its container, which is gone now
             for fork_id in entry.forks:
                 if fork_id in self.manager:
-                    await self.manager.close(fork_id)
+                    await self.manager.close_session(fork_id)

@@ -159,7 +159,7 @@ class ServerSessions(Creation, Views, Work, Branches):
     async def delete(self, session_id: str) -> None:
         """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
         self.get(session_id)
-        await self.manager.close(session_id)  # the session's on_close: _release
+        await self.manager.close_session(session_id)  # the session's on_close: _release
 
     async def _release(self, entry: ServerSession) -> None:
         """The server's side of a closed session: its Jupyter session and kernels go too.
