@@ -128,12 +128,12 @@ def test_stream_text_joins_lists_of_lines() -> None:
     assert stream_text(outputs, "stdout") == "a\nb"
 
 
-def test_feed_returns_the_chunk_for_on_output_and_none_for_status() -> None:
+def test_feed_returns_the_chunk_for_on_output_and_nothing_for_status() -> None:
     builder = CellOutputs()
-    assert builder.feed(message("status", execution_state="busy")) is None
-    assert builder.feed(message("execute_input", code="1", execution_count=7)) is None
+    assert builder.feed(message("status", execution_state="busy")) == []
+    assert builder.feed(message("execute_input", code="1", execution_count=7)) == []
     assert builder.execution_count == 7
-    event = builder.feed(stream("hi\n"))
+    (event,) = builder.feed(stream("hi\n"))
     assert event == {"output_type": "stream", "name": "stdout", "text": "hi\n"}
 
 
@@ -194,7 +194,7 @@ def test_clear_output_wait_false_clears_at_once() -> None:
     builder = CellOutputs()
     builder.feed(stream("old\n"))
     builder.feed(display({"text/plain": "old display"}))
-    event = builder.feed(clear(wait=False))
+    (event,) = builder.feed(clear(wait=False))
     assert event == {"output_type": "clear_output", "wait": False}
     assert builder.outputs == []
     assert builder.finish() == []
@@ -203,7 +203,7 @@ def test_clear_output_wait_false_clears_at_once() -> None:
 def test_clear_output_wait_true_clears_when_the_next_output_arrives() -> None:
     builder = CellOutputs()
     builder.feed(stream("frame 1\n"))
-    event = builder.feed(clear(wait=True))
+    (event,) = builder.feed(clear(wait=True))
     assert event == {"output_type": "clear_output", "wait": True}
     # Nothing new yet: the old output is still shown.
     assert [o["output_type"] for o in builder.outputs] == ["stream"]
@@ -236,8 +236,7 @@ def test_update_display_data_rewrites_every_output_with_that_display_id() -> Non
     builder.feed(stream("between\n"))
     builder.feed(display({"text/plain": "v1 again"}, display_id="d1"))
     builder.feed(display({"text/plain": "other"}, display_id="d2"))
-    event = builder.feed(update({"text/plain": "v2", "text/html": "<b>v2</b>"}, "d1"))
-    assert event is not None
+    (event,) = builder.feed(update({"text/plain": "v2", "text/html": "<b>v2</b>"}, "d1"))
     assert event["output_type"] == "update_display_data"
     assert event["display_id"] == "d1"
     outputs = builder.finish()
@@ -268,7 +267,7 @@ def test_update_without_display_id_is_ignored() -> None:
     builder = CellOutputs()
     builder.feed(display({"text/plain": "x"}, display_id="d"))
     msg = message("update_display_data", data={"text/plain": "y"}, metadata={}, transient={})
-    assert builder.feed(msg) is None
+    assert builder.feed(msg) == []
     assert builder.finish()[0]["data"] == {"text/plain": "x"}
     assert builder.foreign_updates == []
 
