@@ -289,9 +289,10 @@ class CellOutputs:
     ``feed(msg)`` returns the events to pass to an ``on_output`` callback (an
     nbformat output dict, a ``stream`` chunk, or a ``clear_output`` /
     ``update_display_data`` pseudo-output): none for messages that change no
-    output, and with a ``redactor`` possibly a held-back stream chunk before
-    the message's own. ``release()`` returns what is still held back once the
-    cell ends; ``finish()`` returns the final outputs.
+    output. With a ``redactor``, the end of a stream chunk that may begin a
+    secret comes with that stream's next chunk (a ``clear_output`` brings it
+    first); ``release()`` returns what is still held back once the cell ends;
+    ``finish()`` returns the final outputs.
     """
 
     def __init__(
@@ -327,21 +328,18 @@ class CellOutputs:
             redactor = self._redactor
             if redactor is None:
                 return [self._stream(name, text)]
-            events = self.release() if redactor.holding() and not redactor.holding(name) else []
             text = redactor.stream(name, text)
-            if text:
-                events.append(self._stream(name, text))
-            return events
+            return [self._stream(name, text)] if text else []
         if kind not in ("display_data", "execute_result", "error"):
             if kind == "execute_input":
                 self.execution_count = content.get("execution_count", self.execution_count)
             if kind not in ("update_display_data", "clear_output"):
                 return []
-        events = self.release()  # what a stream held back comes before this output
         if kind == "update_display_data":
             update = self._update_display(content)
-            return [*events, update] if update is not None else events
+            return [update] if update is not None else []
         if kind == "clear_output":
+            events = self.release()  # what a stream held back was shown before the clear
             if content.get("wait"):
                 self._clear_pending = True
             else:
@@ -357,7 +355,7 @@ class CellOutputs:
         if display_id:
             self._displays.setdefault(display_id, []).append(output)
         self.outputs.append(output)
-        return [*events, output]
+        return [output]
 
     def _stream(self, name: str, text: str) -> dict[str, Any]:
         self._apply_pending_clear()
@@ -367,8 +365,8 @@ class CellOutputs:
     def release(self) -> list[dict[str, Any]]:
         """The stream text the redactor held back (it may have been a secret's start and
         was not), added to the outputs now: as events, none when nothing was held."""
-        held = self._redactor.release() if self._redactor is not None else None
-        return [self._stream(*held)] if held is not None and held[1] else []
+        held = self._redactor.release() if self._redactor is not None else []
+        return [self._stream(name, text) for name, text in held if text]
 
     def _add_stream(self, name: str, text: str) -> None:
         overflow = self._overflow.get(name)
@@ -443,7 +441,7 @@ class CellOutputs:
                 spill.write(name, kept)
             overflow = self._overflow[name] = _Overflow(len(kept), self._tail_limit)
         redactor = self._redactor
-        if redactor is not None:  # (held text of the cell's streams was released already)
+        if redactor is not None:  # (the cell's held text was released when it ended)
             chunks = _redacted_chunks(redactor, name, chunks)
         for chunk in chunks:
             overflow.add(chunk)
@@ -533,9 +531,8 @@ def _redacted_chunks(redactor: Redactor, name: str, chunks: Iterable[str]) -> It
         shown = redactor.stream(name, chunk)
         if shown:
             yield shown
-    held = redactor.release()
-    if held is not None and held[1]:
-        yield held[1]
+    for _, text in redactor.release():
+        yield text
 
 
 def stream_text(outputs: list[dict[str, Any]], name: str) -> str:

@@ -18,11 +18,12 @@ Encoded forms shorter than :data:`MIN_TOKEN` are not used (they would match ordi
 Stream text arrives in chunks the kernel chose: a secret may straddle two chunks or come one
 character per flush. :meth:`Redactor.stream` therefore holds back the longest end of the text
 that could still grow into a needle (never more than the longest needle less one character)
-until the next chunk of that stream, another output, or the end of the cell; text whose end
-cannot begin a needle (a line ending in ``\\n``, say) passes at once.
+until the next chunk of that stream (whatever else comes between), a ``clear_output``, or the
+end of the cell; text whose end cannot begin a needle (a line ending in ``\\n``, say) passes
+at once. A held-back end that turns out harmless is shown after what came meanwhile.
 
 Not covered, and not coverable by matching: a kernel that *means* to leak the secret (it can
-reverse, split or encrypt it), a secret split by another output between its parts, and one
+reverse, split or encrypt it), a secret split by a ``clear_output`` between its parts, and one
 assembled only on screen by ``\\r`` / ``\\b`` overwrites (the recorded text, with those applied,
 is redacted again). Redaction is a last line; the boundary is that the kernel never holds one.
 """
@@ -139,7 +140,7 @@ class Redactor:
 
     :meth:`stream` takes each stream chunk and returns the text that may be shown now (the
     held-back end comes with a later chunk of the same stream); :meth:`release` returns what
-    is held (before another output, and at the end of the cell); :meth:`value` redacts a
+    is held (before a ``clear_output``, and at the end of the cell); :meth:`value` redacts a
     whole output at once.
     """
 
@@ -157,7 +158,7 @@ class Redactor:
         # For a text's last character: the lengths of the needle prefixes it can end, longest
         # first. A character no needle prefix ends with (a newline) holds nothing back.
         self._ends = {c: tuple(sorted(lengths, reverse=True)) for c, lengths in ends.items()}
-        self._held: tuple[str, str] | None = None  # (stream name, text held back)
+        self._held: dict[str, str] = {}  # stream name -> the text it holds back
 
     def __bool__(self) -> bool:
         return bool(self.needles)
@@ -173,28 +174,29 @@ class Redactor:
     def stream(self, name: str, chunk: str) -> str:
         """The part of ``chunk`` of stream ``name`` that may be shown now, redacted.
 
-        Call :meth:`release` first when the held text belongs to another stream.
+        Each stream holds back its own end, whatever comes between its chunks (the other
+        stream, a display): a kernel's stdout and stderr interleave as it flushes them.
         """
         if not self.needles:
             return chunk
-        if self._held is not None and self._held[0] == name:
-            chunk = self._held[1] + chunk
-            self._held = None
+        held = self._held.pop(name, None)
+        if held is not None:
+            chunk = held + chunk
         text = _redact_text(chunk, self.needles, self._shortest)
         lengths = self._ends.get(text[-1]) if text else None
         if lengths:
             size = len(text)
             for length in lengths:
                 if length <= size and text[size - length :] in self._prefixes:
-                    self._held = (name, text[size - length :])
+                    self._held[name] = text[size - length :]
                     return text[: size - length]
         return text
 
-    def holding(self, name: str | None = None) -> bool:
-        """Whether text is held back (of stream ``name``, or of any)."""
-        return self._held is not None and (name is None or self._held[0] == name)
+    def holding(self) -> bool:
+        """Whether any stream's text is held back."""
+        return bool(self._held)
 
-    def release(self) -> tuple[str, str] | None:
+    def release(self) -> list[tuple[str, str]]:
         """The held-back text as (stream name, text): it did not grow into a secret."""
-        held, self._held = self._held, None
-        return held
+        held, self._held = self._held, {}
+        return list(held.items())

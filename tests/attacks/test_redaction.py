@@ -81,6 +81,13 @@ def assert_clean(what: str, text: str, *, redacted: int = 1) -> None:
     assert text.count(REDACTED) >= redacted, f"nothing was redacted in {what}: {text[:2000]}"
 
 
+def assert_streams_clean(what: str, events: list[dict[str, Any]]) -> None:
+    """Each stream's events, put together as a client shows them, hold no form of the secret."""
+    for name in ("stdout", "stderr"):
+        text = "".join(e["text"] for e in events if e.get("name") == name and "text" in e)
+        assert_clean(f"{name} of {what}", text, redacted=1)
+
+
 def docker_available() -> None:
     from jupyter_exec.docker.engine import connect
     from jupyter_exec.exceptions import DockerUnavailable
@@ -108,21 +115,23 @@ async def test_f7_python_api_events_execution_notebook_and_spill(
         network=NetworkPolicy(**POLICY),  # type: ignore[arg-type]
         max_output_chars=4000,
     ) as session:
-        leaked = await session.execute(LEAK, on_output=events.append)
-        assert leaked.status == "ok", leaked.error
-        raised = await session.execute(RAISE, on_output=events.append)
-        assert raised.error is not None
-        assert raised.error.ename == "ValueError"
         # a flood past the budget: the full text goes to a spill file, written as it comes
+        # (first: the kernel's own spill cannot yet write where a display's file went)
         flood = await session.execute(
             LEAK.split("print('whole")[0] + "for i in range(300):\n    print(i, secret)\n"
         )
         assert flood.truncated
         assert flood.spilled
+        leaked = await session.execute(LEAK, on_output=events.append)
+        assert leaked.status == "ok", leaked.error
+        raised = await session.execute(RAISE, on_output=events.append)
+        assert raised.error is not None
+        assert raised.error.ename == "ValueError"
         notebook = Path(session.notebook_path or "").read_text(encoding="utf-8")
 
     streamed = json.dumps(events)
-    assert_clean("the on_output events", streamed, redacted=9)
+    assert_clean("the on_output events", streamed, redacted=10)
+    assert_streams_clean("the on_output events", events)
     # The text held back at the end (the start of the secret that never came) was sent last.
     assert "ends with the start of it: Bearer jx-at" in "".join(
         e.get("text", "") for e in events if e.get("name") == "stdout"
@@ -231,6 +240,8 @@ async def test_f7_rest_server_sent_events_and_live_cells(
         doc.ydoc.unobserve(subscription)
         assert "event: result" in sse
         assert_clean("the server-sent events", sse, redacted=12)
+        outputs = [json.loads(line[6:]) for line in sse.splitlines() if line.startswith("data: ")]
+        assert_streams_clean("the server-sent events", outputs)
 
         # The shared document as every collaborator saw it, after each update in turn.
         seen: list[str] = []
@@ -273,15 +284,17 @@ def e2b_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any
 @pytest.mark.docker
 def test_f7_e2b_run_code_callbacks_and_result(e2b_sandbox: Any) -> None:
     got: list[str] = []
+    out: list[dict[str, Any]] = []
     execution = e2b_sandbox.run_code(
         LEAK,
-        on_stdout=lambda m: got.append(m.line),
-        on_stderr=lambda m: got.append(m.line),
+        on_stdout=lambda m: out.append({"name": "stdout", "text": m.line}),
+        on_stderr=lambda m: out.append({"name": "stderr", "text": m.line}),
         on_result=lambda r: got.append(json.dumps([r.text, r.json])),
         timeout=240,
     )
     assert execution.error is None, execution.error
-    assert_clean("the E2B callbacks", json.dumps(got), redacted=9)
+    assert_clean("the E2B callbacks", json.dumps([got, out]), redacted=10)
+    assert_streams_clean("the E2B callbacks", out)
     result = {
         "logs": [execution.logs.stdout, execution.logs.stderr],
         "results": [[r.text, r.json] for r in execution.results],
