@@ -141,13 +141,18 @@ class Redactor:
     :meth:`stream` takes each stream chunk and returns the text that may be shown now (the
     held-back end comes with a later chunk of the same stream); :meth:`release` returns what
     is held (before a ``clear_output``, and at the end of the cell); :meth:`value` redacts a
-    whole output at once.
+    whole output at once. With ``latin1=True`` it redacts raw output bytes (a process's),
+    given as ``bytes.decode("latin-1")``: one character per byte, so nothing is lost where a
+    chunk splits a character, and the needles are their UTF-8 bytes seen the same way.
     """
 
     __slots__ = ("_ends", "_held", "_prefixes", "_shortest", "needles")
 
-    def __init__(self, secrets: Iterable[str]) -> None:
-        self.needles = secret_needles(secrets)
+    def __init__(self, secrets: Iterable[str], *, latin1: bool = False) -> None:
+        needles = secret_needles(secrets)
+        if latin1:  # for raw bytes seen as latin-1 text: a chunk may end inside a character
+            needles = tuple(n.encode("utf-8").decode("latin-1") for n in needles)
+        self.needles = needles
         self._shortest = min((len(n) for n in self.needles), default=0)
         self._prefixes: set[str] = set()
         ends: dict[str, set[int]] = {}

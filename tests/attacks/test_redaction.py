@@ -7,7 +7,8 @@ in a display (as a value and as a key) and in an exception. Every way out of the
 read: the Python API's ``on_output`` events, Execution, notebook and spilled stream file; REST
 server-sent events and the live cell in the shared document of a collaboration room (the
 room's every update replayed, so a secret shown for a moment counts); the real E2B SDK's
-``run_code`` callbacks and result; the real MCP client's tool result. None may hold the secret
+``run_code`` callbacks and result, and a command's beside it; the real MCP client's tool
+result. None may hold the secret
 in any of those forms, and each must show that something was redacted.
 
 Deep JSON: a real kernel displays JSON nested 100,000 levels deep (and metadata 500 deep)
@@ -300,6 +301,21 @@ def test_f7_e2b_run_code_callbacks_and_result(e2b_sandbox: Any) -> None:
         "results": [[r.text, r.json] for r in execution.results],
     }
     assert_clean("the E2B execution", json.dumps(result), redacted=9)
+    # A command beside the kernel goes through the same proxy: its output is redacted too.
+    command = (
+        f'python3 -c "s = {SECRET[::-1]!r}[::-1]; import sys, base64\n'
+        "for c in s: sys.stdout.write(c); sys.stdout.flush()\n"
+        'print(); print(base64.b64encode(s.encode()).decode()); print(s, file=sys.stderr)"'
+    )
+    chunks: list[dict[str, Any]] = []
+    ran = e2b_sandbox.commands.run(
+        command,
+        on_stdout=lambda t: chunks.append({"name": "stdout", "text": t}),
+        on_stderr=lambda t: chunks.append({"name": "stderr", "text": t}),
+        timeout=120,
+    )
+    assert_streams_clean("an E2B command's callbacks", chunks)
+    assert_clean("an E2B command's result", json.dumps([ran.stdout, ran.stderr]), redacted=3)
     raised = e2b_sandbox.run_code(RAISE, timeout=240)
     assert raised.error is not None
     error = [raised.error.name, raised.error.value, raised.error.traceback]
