@@ -101,16 +101,20 @@ def too_deep(value: Any, limit: int = MAX_OUTPUT_DEPTH) -> bool:
 
     Walked with a stack of its own, so any depth is measured without recursion.
     """
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
         if depth > limit:
             return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1))
     return False
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def placeholder_content(kind: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -135,6 +136,29 @@ def _redact(value: Any, needles: tuple[str, ...], shortest: int) -> Any:
     return value
 
 
+_Tables = tuple[tuple[str, ...], int, frozenset[str], dict[str, tuple[int, ...]]]
+
+
+@functools.lru_cache(maxsize=32)
+def _tables(secrets: tuple[str, ...], latin1: bool) -> _Tables:
+    """What a :class:`Redactor` looks for, made once per policy (a new one per cell is free):
+    the needles, the shortest one's length, every proper prefix of a needle, and for each
+    character the lengths of the prefixes it ends, longest first. A character no prefix ends
+    with (a newline) holds nothing back."""
+    needles = secret_needles(secrets)
+    if latin1:  # for raw bytes seen as latin-1 text: a chunk may end inside a character
+        needles = tuple(n.encode("utf-8").decode("latin-1") for n in needles)
+    prefixes: set[str] = set()
+    ends: dict[str, set[int]] = {}
+    for needle in needles:
+        for length in range(1, len(needle)):
+            prefixes.add(needle[:length])
+            ends.setdefault(needle[length - 1], set()).add(length)
+    shortest = min((len(n) for n in needles), default=0)
+    lengths = {c: tuple(sorted(found, reverse=True)) for c, found in ends.items()}
+    return needles, shortest, frozenset(prefixes), lengths
+
+
 class Redactor:
     """Redacts one cell's outputs as they arrive; holds back what may be the start of a secret.
 
@@ -149,20 +173,7 @@ class Redactor:
     __slots__ = ("_ends", "_held", "_prefixes", "_shortest", "needles")
 
     def __init__(self, secrets: Iterable[str], *, latin1: bool = False) -> None:
-        needles = secret_needles(secrets)
-        if latin1:  # for raw bytes seen as latin-1 text: a chunk may end inside a character
-            needles = tuple(n.encode("utf-8").decode("latin-1") for n in needles)
-        self.needles = needles
-        self._shortest = min((len(n) for n in self.needles), default=0)
-        self._prefixes: set[str] = set()
-        ends: dict[str, set[int]] = {}
-        for needle in self.needles:
-            for length in range(1, len(needle)):
-                self._prefixes.add(needle[:length])
-                ends.setdefault(needle[length - 1], set()).add(length)
-        # For a text's last character: the lengths of the needle prefixes it can end, longest
-        # first. A character no needle prefix ends with (a newline) holds nothing back.
-        self._ends = {c: tuple(sorted(lengths, reverse=True)) for c, lengths in ends.items()}
+        self.needles, self._shortest, self._prefixes, self._ends = _tables(tuple(secrets), latin1)
         self._held: dict[str, str] = {}  # stream name -> the text it holds back
 
     def __bool__(self) -> bool:
