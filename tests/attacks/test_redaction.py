@@ -390,21 +390,52 @@ async def test_f10_deep_json_from_a_kernel_keeps_the_notebook_valid(tmp_path: Pa
     _assert_deep_recorded(path)
 
 
+# The kernel rewrites the session's notebook file itself (it is in the work dir), with a cell
+# and metadata nested ``n`` deep: past what can be parsed, or only past what can be written.
+FILL = (
+    "import json\n"
+    "def fill(path, n):\n"
+    "    deep = '[' * n + ']' * n\n"
+    "    nb = json.load(open(path))\n"
+    "    cell = {'cell_type': 'code', 'id': f'deep{n}', 'metadata': {}, 'source': '',\n"
+    "            'execution_count': None, 'outputs': ['DEEP']}\n"
+    "    nb['cells'].append(cell)\n"
+    "    nb['metadata']['deep'] = 'DEEP'\n"
+    "    open(path, 'w').write(json.dumps(nb).replace('\"DEEP\"', deep))\n"
+)
+
+
 async def test_f10_deep_json_in_a_rest_session_keeps_its_notebook_valid(
-    jp_fetch: Any, jp_root_dir: Path
+    jp_fetch: Any, jp_root_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     status, model = await _call(jp_fetch, "POST", "sessions", body={"name": "deep"})
     assert status == 201, model
     sid = model["id"]
+    path = Path(jp_root_dir, model["notebook"]["path"])
+
+    async def run(code: str) -> str:
+        status, out = await _call(jp_fetch, "POST", "sessions", sid, "execute", body={"code": code})
+        assert (status, out["status"]) == (200, "ok"), out
+        return str(out["stdout"])
+
     try:
-        for code, says in ((DEEP, "still here\n"), ("print('next')", "next\n")):
-            status, out = await _call(
-                jp_fetch, "POST", "sessions", sid, "execute", body={"code": code}
-            )
-            assert (status, out["status"], out["stdout"]) == (200, "ok", says), out
+        assert await run(FILL) == ""
+        for depth in (100_000, 500):  # every later save met this file
+            await run(f"fill({str(path)!r}, {depth})")
+            assert await run("print('saved')") == "saved\n"
+            nbformat.validate(nbformat.read(path, as_version=4))
+        assert await run(DEEP) == "still here\n"
+        assert await run("print('next')") == "next\n"
     finally:
         assert (await _call(jp_fetch, "DELETE", "sessions", sid))[0] == 204
-    _assert_deep_recorded(Path(jp_root_dir, model["notebook"]["path"]))
+    # the saves met the kernel's files (and said what they left out)
+    assert "nested too deep); keeping the previous layout" in caplog.text
+    assert "dropping 1 cell(s) nested too deep" in caplog.text
+    assert "metadata of" in caplog.text
+    _assert_deep_recorded(path)
+    notebook = nbformat.read(path, as_version=4)
+    assert len(notebook.cells) == 7  # every agent cell; the kernel's deep ones are gone
+    assert "deep" not in notebook.metadata
 
 
 # Shared with the tests these come from (fixtures are found by their names in this module).
