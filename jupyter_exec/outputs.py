@@ -58,7 +58,7 @@ TOO_DEEP = (
     "the limit for a kernel's output]"
 )
 
-NOT_A_BUNDLE = "[output removed: the kernel sent data or metadata that is not an object]"
+NOT_A_BUNDLE = "[output removed: the kernel sent an output whose fields have the wrong types]"
 
 _DISPLAY_KINDS = ("display_data", "execute_result", "update_display_data")
 
@@ -326,19 +326,10 @@ class CellOutputs:
         kind = msg["header"]["msg_type"]
         content = msg["content"]
         if kind == "stream":
-            name, text = content.get("name"), content.get("text")
-            if not isinstance(name, str) or not isinstance(text, str):
-                name, text = "stderr", NOT_A_BUNDLE + "\n"
-            redactor = self._redactor
-            if redactor is None:
-                return [self._stream(name, text)]
-            text = redactor.stream(name, text)
-            return [self._stream(name, text)] if text else []
-        if kind not in ("display_data", "execute_result", "error"):
-            if kind == "execute_input":
-                self.execution_count = content.get("execution_count", self.execution_count)
-            if kind not in ("update_display_data", "clear_output"):
-                return []
+            return self._feed_stream(content)
+        if kind == "execute_input":
+            self.execution_count = content.get("execution_count", self.execution_count)
+            return []
         if kind == "update_display_data":
             update = self._update_display(content)
             return [update] if update is not None else []
@@ -349,6 +340,8 @@ class CellOutputs:
             else:
                 self._clear()
             return [*events, {"output_type": "clear_output", "wait": bool(content.get("wait"))}]
+        if kind not in ("display_data", "execute_result", "error"):
+            return []
         self._apply_pending_clear()
         output = bounded(output_from_msg(msg))
         if self._redactor is not None:
@@ -360,6 +353,16 @@ class CellOutputs:
             self._displays.setdefault(display_id, []).append(output)
         self.outputs.append(output)
         return [output]
+
+    def _feed_stream(self, content: Mapping[str, Any]) -> list[dict[str, Any]]:
+        name, text = content.get("name"), content.get("text")
+        if not isinstance(name, str) or not isinstance(text, str):
+            name, text = "stderr", NOT_A_BUNDLE + "\n"
+        if self._redactor is not None:
+            text = self._redactor.stream(name, text)
+            if not text:  # all of it may be the start of a secret: it waits for the next chunk
+                return []
+        return [self._stream(name, text)]
 
     def _stream(self, name: str, text: str) -> dict[str, Any]:
         self._apply_pending_clear()

@@ -524,6 +524,6 @@ def test_output_nested_too_deep_becomes_a_note_naming_the_limit() -> None:
     notes = [o["data"]["text/plain"] for o in outputs[:2]]
     assert all(f"more than {MAX_OUTPUT_DEPTH} levels deep" in n for n in notes)
     assert outputs[2]["data"]["application/json"] == fine
-    assert "not an object" in outputs[3]["data"]["text/plain"]
+    assert "wrong types" in outputs[3]["data"]["text/plain"]
     assert outputs[4]["name"] == "stderr"
     assert_valid_outputs(outputs)
