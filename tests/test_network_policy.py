@@ -420,7 +420,7 @@ def test_redaction_replaces_values_and_their_tokens() -> None:
     from jupyter_exec.network.redact import REDACTED, redact, secret_needles
 
     needles = secret_needles(["Bearer abcdefgh123", "short x"])
-    assert needles[0] == "Bearer abcdefgh123"
+    assert "Bearer abcdefgh123" in needles
     outputs = [
         {"output_type": "stream", "text": "a Bearer abcdefgh123 b abcdefgh123 c"},
         {"output_type": "display_data", "data": {"text/plain": ["x", "abcdefgh123"]}},

@@ -182,9 +182,11 @@ class Sandboxes:
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
         env = {**host_env(), **sandbox.envs} if backend == "local" else dict(sandbox.envs)
+        policy = self.session_options.get("network")  # its secrets: redacted from commands too
         sandbox.processes = Processes(
-            paths.root, env, backend=backend, container=lambda: self._container(sandbox)
-        )
+            paths.root, env, backend=backend, container=lambda: self._container(sandbox),
+            secrets=policy.secret_values() if policy is not None else (),
+        )  # fmt: skip
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 
