@@ -17,6 +17,7 @@ rightly asked (a kernel would not start, the disk is full) or a bug.
 
 from __future__ import annotations
 
+import errno
 from http.client import responses
 from typing import Any
 
@@ -39,7 +40,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.server.approvals import ApprovalNotFound
 from jupyter_exec.server.branches import CheckpointNotFound
 
-__all__ = ["STATUS", "clip", "error_body", "status_of"]
+__all__ = ["REFUSED_ERRNOS", "STATUS", "clip", "error_body", "status_of"]
 
 STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (SessionNotFound, 404),
@@ -63,10 +64,18 @@ MAX_MESSAGE = 2000
 """Longest message sent back: a message quotes what the client sent, which may be huge."""
 
 
+REFUSED_ERRNOS = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENOTDIR, errno.EFBIG})
+"""A :class:`StorageError` with one of these is a path refused on purpose (a planted link, a
+FIFO or a device, a file where a folder is named, a file over the read limit): the client's
+request met what a kernel left there, not a failing disk, so it answers 400, not 507."""
+
+
 def status_of(exc: BaseException | None) -> int | None:
     """The HTTP status for one of jupyter-exec's exceptions; ``None`` for any other."""
     if not isinstance(exc, JupyterExecError):
         return None
+    if isinstance(exc, StorageError) and exc.errno in REFUSED_ERRNOS:
+        return 400
     return next(code for kind, code in STATUS if isinstance(exc, kind))
 
 
