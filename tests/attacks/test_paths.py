@@ -1,0 +1,300 @@
+"""Attacks on the path boundary, as a kernel that plants links, FIFOs and huge files would make.
+
+Each test plants what a hostile kernel can write in its own folder (a symbolic link to ``/``
+or out of the work dir, a FIFO, a sparse 1 TB file) and then uses the host-side surface that
+reads or resolves paths there: the MCP tools, resume, replay, the CLI. Each attack must fail
+with a clear refusal of our own and leave the asset untouched. The Docker-kernel and E2B
+attacks are in ``test_paths_docker.py``.
+
+The last test holds the rule that makes these hold for the next surface too: nothing in the
+package resolves a path (``.resolve()``, ``os.path.realpath``) except the one resolver,
+:mod:`jupyter_exec.safefs`, and a short list of paths of trusted origin.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import errno
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from jupyter_exec import NotebookError, Session, StorageError, WorkDirError
+from jupyter_exec.safefs import inside, pin_dir, read_regular
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/cli_helpers.py, shared
+from cli_helpers import run_cli  # noqa: E402
+
+PACKAGE = Path(__file__).parents[2] / "jupyter_exec"
+SECRET = "TOPSECRET-host-only-4711"
+TERABYTE = 1 << 40
+
+# Paths the package may resolve, each of trusted origin (never a client's, a notebook's or a
+# kernel-writable folder's): (module, enclosing function), with why.
+TRUSTED_RESOLVES = {
+    # The server's own configured root_dir: links above it are the administrator's.
+    ("server/paths.py", "__init__"),
+    # The package's own kernelspec folder, next to this source.
+    ("docker/resources.py", "kernels_dir"),
+    # A Dockerfile the person names on the command line, to build an image from.
+    ("docker/image.py", "build_image"),
+    # Compared with a local kernel's /proc/<pid>/fd links (real paths); nothing is opened by it.
+    ("branching.py", "writing_files"),
+}
+
+
+def _notebook_with(text: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(f"print({text!r})"))
+    return nbformat.writes(nb)
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder outside every work dir, holding what the attacker wants."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_text(SECRET)
+    (folder / "secret.ipynb").write_text(_notebook_with(SECRET))
+    return folder
+
+
+# -- the MCP tools (over the official SDK's stdio client) ------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _mcp(work_root: Path) -> AsyncIterator[Any]:
+    mcp = pytest.importorskip("mcp")
+    params = mcp.StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jupyter_exec.mcp_server", "--work-dir", str(work_root), "--timeout", "60"],
+    )
+    async with (
+        mcp.stdio_client(params) as streams,
+        mcp.ClientSession(streams[0], streams[1]) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+def _texts(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+def _is_error(result: Any) -> bool:
+    return bool(getattr(result, "is_error", getattr(result, "isError", False)))
+
+
+@pytest.mark.timeout(240)
+async def test_f8_mcp_tools_refuse_links_and_fifos_planted_by_the_kernel(
+    tmp_path: Path, outside: Path
+) -> None:
+    root = tmp_path / "mcp"
+    async with _mcp(root) as client:
+        plant = (
+            "import os\n"
+            f"os.symlink({str(outside)!r}, 'esc')\n"
+            f"os.symlink({str(outside / 'secret.txt')!r}, 'leak.txt')\n"
+            "os.mkdir('sub')\n"
+            f"os.symlink({str(outside)!r}, 'sub/inner')\n"
+            "os.mkfifo('pipe.txt')\n"
+            "print('planted')"
+        )
+        planted = await client.call_tool("execute_code", {"code": plant, "session": "k"})
+        assert "planted" in _texts(planted)
+
+        for path in ("esc/secret.txt", "leak.txt", "sub/inner/secret.txt"):
+            started = time.monotonic()
+            result = await client.call_tool("read_file", {"session": "k", "path": path})
+            assert _is_error(result), path
+            assert SECRET not in _texts(result)
+            assert "symbolic link" in _texts(result), _texts(result)
+            assert time.monotonic() - started < 30
+        fifo = await client.call_tool("read_file", {"session": "k", "path": "pipe.txt"})
+        assert _is_error(fifo)  # answered at once: a FIFO is never opened
+        assert "not a regular file" in _texts(fifo)
+
+        listed = await client.call_tool("list_files", {"session": "k", "path": "esc"})
+        assert _is_error(listed)
+        assert "symbolic link" in _texts(listed)
+        everything = _texts(await client.call_tool("list_files", {"session": "k"}))
+        assert "secret" not in everything  # links are not entered while walking
+        assert "k.ipynb" in everything
+
+        # The kernel replaces its own notebook with a link to a notebook outside.
+        swap = (
+            f"os.rename('k.ipynb', 'old.ipynb'); os.symlink({str(outside / 'secret.ipynb')!r},"
+            " 'k.ipynb')"
+        )
+        await client.call_tool("execute_code", {"code": swap, "session": "k"})
+        notebook = await client.call_tool("read_notebook", {"session": "k"})
+        assert _is_error(notebook)
+        assert SECRET not in _texts(notebook)
+        assert "symbolic link" in _texts(notebook), _texts(notebook)
+    assert (outside / "secret.txt").read_text() == SECRET
+    assert json.loads((outside / "secret.ipynb").read_text())["cells"][0]["outputs"] == []
+
+
+@pytest.mark.timeout(240)
+async def test_f8_mcp_read_file_is_bounded_before_reading(tmp_path: Path) -> None:
+    root = tmp_path / "mcp"
+    async with _mcp(root) as client:
+        plant = (
+            "with open('huge.txt', 'wb') as f:\n"
+            "    f.write(b'head of the file\\n')\n"
+            f"    f.truncate({TERABYTE})\n"  # sparse: no disk, 1 TB to a reader
+            "print('planted')"
+        )
+        assert "planted" in _texts(
+            await client.call_tool("execute_code", {"code": plant, "session": "big"})
+        )
+        started = time.monotonic()
+        result = await client.call_tool("read_file", {"session": "big", "path": "huge.txt"})
+        assert not _is_error(result), _texts(result)  # read whole, it would be a MemoryError
+        shown = _texts(result)
+        assert shown.startswith("head of the file")
+        assert f"{TERABYTE:,} bytes" in shown
+        assert time.monotonic() - started < 30
+        assert "1,099,511,627,776 bytes" in _texts(
+            await client.call_tool("list_files", {"session": "big"})
+        )
+
+
+# -- resume and replay -----------------------------------------------------------------------
+
+
+def test_f8_resume_refuses_a_notebook_the_kernel_swapped_for_a_link(
+    tmp_path: Path, outside: Path
+) -> None:
+    work = tmp_path / "work"
+    session = Session(work_dir=work, name="analysis", timeout=60)
+    try:
+        session.execute("x = 1")
+        with pytest.raises(NotebookError, match="symbolic link"):  # its record is not written
+            session.execute(
+                "import os\nos.rename('analysis.ipynb', 'kept.ipynb')\n"
+                f"os.symlink({str(outside / 'secret.ipynb')!r}, 'analysis.ipynb')"
+            )
+    finally:
+        with contextlib.suppress(NotebookError):
+            session.close()
+    assert (work / "analysis.ipynb").is_symlink()
+    with pytest.raises(NotebookError, match="symbolic link"):
+        Session.resume(work / "analysis.ipynb")
+    assert json.loads((outside / "secret.ipynb").read_text())["cells"][0]["outputs"] == []
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.ipynb", "secret.txt"]
+
+
+def test_f8_replay_of_a_fifo_returns_promptly_with_a_clear_error(tmp_path: Path) -> None:
+    fifo = tmp_path / "x.ipynb"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    done = run_cli("replay", str(fifo), timeout=60)  # a hang fails here, with TimeoutExpired
+    assert time.monotonic() - started < 60
+    assert done.returncode != 0
+    assert "not a regular file" in done.stderr, done.stderr
+    assert "internal error" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_f8_reads_never_open_a_fifo_or_a_device_and_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(StorageError, match="not a regular file") as refused:
+            read_regular(path)
+        assert refused.value.errno == errno.EINVAL
+    huge = tmp_path / "huge"
+    with huge.open("wb") as f:
+        f.truncate(TERABYTE)
+    with pytest.raises(StorageError, match="JUPYTER_EXEC_MAX_READ_MB") as too_big:
+        read_regular(huge)
+    assert too_big.value.errno == errno.EFBIG
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 3000)
+    monkeypatch.setenv("JUPYTER_EXEC_MAX_READ_MB", "0.001")  # 1,048 bytes
+    with pytest.raises(StorageError, match="1,048-byte limit"):
+        read_regular(small)
+
+
+# -- the resolver itself ---------------------------------------------------------------------
+
+
+def test_f1_the_resolver_follows_no_link_a_kernel_can_plant(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "box").mkdir(parents=True)
+    (root / "box" / "esc").symlink_to("/")
+    if os.geteuid() == 0:
+        os.lchown(root / "box" / "esc", 65532, 65532)  # as the kernel's uid made it
+    for relative in ("box/esc/tmp/x", "box/esc/etc", "box/esc"):
+        with pytest.raises(StorageError, match="symbolic link") as refused:
+            inside(root, relative, create=True)
+        assert refused.value.errno == errno.ELOOP
+        with pytest.raises(StorageError, match="symbolic link"):
+            pin_dir(root / relative)
+    with pytest.raises(WorkDirError):
+        inside(root, "box/../../etc")
+    # A link only root can have made (root's, in a folder no one else writes) is followed.
+    (root / "admin").mkdir(mode=0o755)
+    (root / "admin" / "data").symlink_to(root / "box")
+    if os.geteuid() == 0:
+        with pin_dir(root / "admin" / "data") as pinned:
+            assert pinned.path == root / "box"
+    else:  # ours, and we are not root: a kernel running as us could have made it
+        with pytest.raises(StorageError, match="symbolic link"):
+            pin_dir(root / "admin" / "data")
+
+
+def _resolving_calls(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, call, enclosing function) of every ``.resolve()``/``realpath`` call in ``tree``."""
+    found: list[tuple[int, str, str]] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = function
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = child.name
+            if isinstance(child, ast.Call) and isinstance(child.func, (ast.Attribute, ast.Name)):
+                called = (
+                    child.func.attr if isinstance(child.func, ast.Attribute) else child.func.id
+                )
+                if called in ("resolve", "realpath") and not child.args:
+                    found.append((child.lineno, called, function))
+                elif called == "realpath":
+                    found.append((child.lineno, called, function))
+            visit(child, name)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_f1_nothing_but_the_resolver_resolves_a_path() -> None:
+    offending: list[str] = []
+    allowed_seen: set[tuple[str, str]] = set()
+    for source in sorted(PACKAGE.rglob("*.py")):
+        module = source.relative_to(PACKAGE).as_posix()
+        if module == "safefs.py":
+            continue  # the resolver
+        for line, called, function in _resolving_calls(ast.parse(source.read_text())):
+            if (module, function) in TRUSTED_RESOLVES:
+                allowed_seen.add((module, function))
+                continue
+            offending.append(f"{module}:{line} {called}() in {function}")
+    assert not offending, (
+        "paths must be reached through jupyter_exec.safefs (inside, pin_dir, Folder), "
+        "never resolved: " + "; ".join(offending)
+    )
+    assert allowed_seen == TRUSTED_RESOLVES, "an allow-list entry is stale: remove it"
+    # The scan itself sees what it is after (it would pass vacuously otherwise).
+    sample = ast.parse("import os\nos.path.realpath(p)\nPath(p).resolve()\nd.resolve(key)\n")
+    assert [c[1] for c in _resolving_calls(sample)] == ["realpath", "resolve"]
