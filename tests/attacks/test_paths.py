@@ -30,8 +30,7 @@ import pytest
 from jupyter_exec import NotebookError, Session, StorageError, WorkDirError
 from jupyter_exec.safefs import inside, pin_dir, read_regular
 
-sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/cli_helpers.py, shared
-from cli_helpers import run_cli  # noqa: E402
+from cli_helpers import run_cli
 
 PACKAGE = Path(__file__).parents[2] / "jupyter_exec"
 SECRET = "TOPSECRET-host-only-4711"
@@ -268,9 +267,8 @@ def _resolving_calls(tree: ast.AST) -> list[tuple[int, str, str]]:
                 called = (
                     child.func.attr if isinstance(child.func, ast.Attribute) else child.func.id
                 )
-                if called in ("resolve", "realpath") and not child.args:
-                    found.append((child.lineno, called, function))
-                elif called == "realpath":
+                # Path.resolve() takes no argument (dict-like .resolve(key) is something else)
+                if called == "realpath" or (called == "resolve" and not child.args):
                     found.append((child.lineno, called, function))
             visit(child, name)
 
