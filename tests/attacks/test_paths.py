@@ -26,11 +26,10 @@ from typing import Any
 
 import nbformat
 import pytest
+from cli_helpers import run_cli
 
 from jupyter_exec import NotebookError, Session, StorageError, WorkDirError
 from jupyter_exec.safefs import inside, pin_dir, read_regular
-
-from cli_helpers import run_cli
 
 PACKAGE = Path(__file__).parents[2] / "jupyter_exec"
 SECRET = "TOPSECRET-host-only-4711"
