@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.naming import check_text
 from jupyter_exec.safefs import Folder
 
@@ -73,5 +73,8 @@ class SandboxPaths:
         """
         relative = self.relative(path)
         self.ensure()
-        with Folder.open(self.root, relative, create=create) as opened:
-            return opened.path, self.shown(relative)
+        try:
+            with Folder.open(self.root, relative, create=create) as opened:
+                return opened.path, self.shown(relative)
+        except StorageError as exc:  # said in the sandbox's terms, not the host's
+            raise StorageError(str(exc).replace(str(self.root), HOME), exc.errno) from None

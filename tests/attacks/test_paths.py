@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,12 @@ TRUSTED_RESOLVES = {
 }
 
 
-def _notebook_with(text: str) -> str:
+def _notebook_with(text: str, marker: Path) -> str:
+    """A notebook whose one cell prints ``text`` and, if it ever runs, creates ``marker``."""
     nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_code_cell(f"print({text!r})"))
+    nb.cells.append(
+        nbformat.v4.new_code_cell(f"print({text!r}); open({str(marker)!r}, 'w').write('ran')")
+    )
     return nbformat.writes(nb)
 
 
@@ -61,7 +64,7 @@ def outside(tmp_path: Path) -> Path:
     folder = tmp_path / "outside"
     folder.mkdir()
     (folder / "secret.txt").write_text(SECRET)
-    (folder / "secret.ipynb").write_text(_notebook_with(SECRET))
+    (folder / "secret.ipynb").write_text(_notebook_with(SECRET, tmp_path / "ran-outside"))
     return folder
 
 
@@ -187,6 +190,7 @@ def test_f8_resume_refuses_a_notebook_the_kernel_swapped_for_a_link(
     assert (work / "analysis.ipynb").is_symlink()
     with pytest.raises(NotebookError, match="symbolic link"):
         Session.resume(work / "analysis.ipynb")
+    assert not (tmp_path / "ran-outside").exists()  # refused before any cell of it ran
     assert json.loads((outside / "secret.ipynb").read_text())["cells"][0]["outputs"] == []
     assert sorted(p.name for p in outside.iterdir()) == ["secret.ipynb", "secret.txt"]
 
@@ -263,9 +267,7 @@ def _resolving_calls(tree: ast.AST) -> list[tuple[int, str, str]]:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = child.name
             if isinstance(child, ast.Call) and isinstance(child.func, (ast.Attribute, ast.Name)):
-                called = (
-                    child.func.attr if isinstance(child.func, ast.Attribute) else child.func.id
-                )
+                called = child.func.attr if isinstance(child.func, ast.Attribute) else child.func.id
                 # Path.resolve() takes no argument (dict-like .resolve(key) is something else)
                 if called == "realpath" or (called == "resolve" and not child.args):
                     found.append((child.lineno, called, function))
@@ -295,3 +297,108 @@ def test_f1_nothing_but_the_resolver_resolves_a_path() -> None:
     # The scan itself sees what it is after (it would pass vacuously otherwise).
     sample = ast.parse("import os\nos.path.realpath(p)\nPath(p).resolve()\nd.resolve(key)\n")
     assert [c[1] for c in _resolving_calls(sample)] == ["realpath", "resolve"]
+
+
+# -- E2B downloads and uploads (a local debug sandbox: the files are what matter) -------------
+
+
+@pytest.fixture(scope="module")
+def e2b_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("e2b_code_interpreter")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "e2b"))  # the E2B tests' helpers
+    from e2b_server_helpers import API_KEY, run_server
+
+    from jupyter_exec.e2b import E2BConfig
+
+    root = tmp_path_factory.mktemp("e2b-files-attack")
+    yield from run_server(E2BConfig(root_dir=root, ports=(0,), debug=True, api_key=API_KEY))
+
+
+@pytest.fixture
+def e2b_sandbox(e2b_local: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from e2b_code_interpreter import Sandbox
+
+    monkeypatch.setenv("E2B_DEBUG", "true")
+    monkeypatch.setenv("E2B_SANDBOX_URL", e2b_local.url)
+    return Sandbox.create()
+
+
+def _rss() -> int:
+    """This process's resident memory in bytes (the E2B server runs in a thread of it)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_f8_e2b_download_of_a_sparse_terabyte_is_streamed_in_bounded_memory(
+    e2b_local: Any, e2b_sandbox: Any
+) -> None:
+    made = e2b_sandbox.run_code(
+        f"f = open('huge.bin', 'wb'); f.write(b'start'); f.truncate({TERABYTE}); f.close()\n"
+        "import os; os.path.getsize('huge.bin')"
+    )
+    assert made.text == str(TERABYTE), made
+    before = _rss()
+    stream = e2b_sandbox.files.read("huge.bin", format="stream")
+    received = 0
+    first = b""
+    try:
+        for chunk in stream:
+            first = first or chunk
+            received += len(chunk)
+            if received >= 96 * 1024 * 1024:
+                break
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    assert first.startswith(b"start")
+    assert received >= 96 * 1024 * 1024
+    assert _rss() - before < 64 * 1024 * 1024  # a few chunks, not the file (nor 96 MB)
+    # The server is fine, and a FIFO or a link is refused rather than opened.
+    e2b_sandbox.run_code(
+        f"import os; os.mkfifo('pipe'); os.symlink({str(Path('/etc/hostname'))!r}, 'host')"
+    )
+    from e2b import InvalidArgumentException
+
+    for name in ("pipe", "host"):
+        started = time.monotonic()
+        with pytest.raises(InvalidArgumentException):
+            e2b_sandbox.files.read(name)
+        assert time.monotonic() - started < 30
+
+
+def test_f8_e2b_multipart_upload_writes_the_requested_path_only(
+    e2b_local: Any, e2b_sandbox: Any
+) -> None:
+    import httpx
+
+    home = Path(e2b_local.root, "debug_sandbox_id")
+    url = f"{e2b_local.url}/files"
+    headers = {"E2b-Sandbox-Id": e2b_sandbox.sandbox_id}
+    one = httpx.post(
+        url,
+        params={"path": "/home/user/asked.txt"},
+        files={"file": ("elsewhere.txt", b"payload", "application/octet-stream")},
+        headers=headers,
+        timeout=30,
+    )
+    assert one.status_code == 200, one.text
+    assert (home / "asked.txt").read_bytes() == b"payload"
+    assert not (home / "elsewhere.txt").exists()
+    two = httpx.post(
+        url,
+        params={"path": "/home/user/asked.txt"},
+        files=[
+            ("file", ("a.txt", b"first", "application/octet-stream")),
+            ("file", ("b.txt", b"second", "application/octet-stream")),
+        ],
+        headers=headers,
+        timeout=30,
+    )
+    assert two.status_code == 400, two.text
+    assert "one path" in two.json()["message"]
+    assert not (home / "a.txt").exists()
+    assert not (home / "b.txt").exists()
+    assert (home / "asked.txt").read_bytes() == b"payload"
