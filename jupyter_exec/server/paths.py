@@ -4,7 +4,7 @@ Clients name folders the way Jupyter's contents API does: ``/``-separated and
 relative to the server root (``ServerApp.root_dir``). Every such path is
 checked here, once, by :func:`jupyter_exec.safefs.inside`: component by
 component from the root, and a symbolic link anywhere below the root is
-refused (a :class:`~jupyter_exec.StorageError`, ``ELOOP``, a 400), never
+refused (a :class:`~jupyter_exec.WorkDirError`, a 400), never
 followed, so what a kernel planted cannot lead a session, a replay or a
 Docker kernel's mount elsewhere. The path handed on is the checked one,
 unresolved, and the Docker provisioner pins it again without following
@@ -21,7 +21,7 @@ import os
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.naming import unsafe_character
 from jupyter_exec.safefs import inside
 
@@ -83,7 +83,13 @@ class ServerRoot:
                 raise WorkDirError(
                     f"{api_path!r} has a hidden component ({part!r}); Jupyter does not serve those"
                 )
-        return inside(self.root, PurePosixPath(*pure.parts) if pure.parts else "")
+        try:
+            return inside(self.root, PurePosixPath(*pure.parts) if pure.parts else "")
+        except StorageError as exc:  # a link (ELOOP) or a file named as a folder (ENOTDIR)
+            raise WorkDirError(
+                f"{api_path!r} is refused: it leads through a symlink or a file below the "
+                f"server root, which is never followed ({exc})"
+            ) from None
 
     def _inside(self, real: Path) -> bool:
         """Whether an already resolved path is the root or below it."""

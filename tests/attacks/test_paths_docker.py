@@ -207,6 +207,7 @@ def test_f1_rest_docker_kernel_in_a_folder_reached_through_a_link(
                 timeout=120,
             )
             assert refused.status_code == 400, refused.text
+            assert refused.json()["error"] == "WorkDirError"
             assert "symbolic link" in refused.json()["message"]
         replay = requests.post(
             f"{api}/replay",
