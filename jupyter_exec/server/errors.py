@@ -30,6 +30,7 @@ from jupyter_exec.exceptions import (
     JupyterExecError,
     KernelError,
     KernelNotAliveError,
+    NotebookError,
     SessionClosedError,
     SessionConflict,
     SessionLimitError,
@@ -66,8 +67,10 @@ MAX_MESSAGE = 2000
 
 REFUSED_ERRNOS = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENOTDIR, errno.EFBIG})
 """A :class:`StorageError` with one of these is a path refused on purpose (a planted link, a
-FIFO or a device, a file where a folder is named, a file over the read limit): the client's
-request met what a kernel left there, not a failing disk, so it answers 400, not 507."""
+FIFO or a device, a file where a folder is named, a file over the read limit): the request met
+what a kernel left there, not a failing disk, so it answers 400, not 507. A session notebook
+that could not be saved for one of these reasons answers 409: the request was right, the work
+dir holds what the kernel planted (the message says what to remove)."""
 
 
 def status_of(exc: BaseException | None) -> int | None:
@@ -76,6 +79,10 @@ def status_of(exc: BaseException | None) -> int | None:
         return None
     if isinstance(exc, StorageError) and exc.errno in REFUSED_ERRNOS:
         return 400
+    cause = exc.__cause__
+    if isinstance(exc, NotebookError) and isinstance(cause, StorageError):
+        if cause.errno in REFUSED_ERRNOS:  # the kernel put a link where the record goes
+            return 409
     return next(code for kind, code in STATUS if isinstance(exc, kind))
 
 

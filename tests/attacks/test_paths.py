@@ -14,6 +14,7 @@ package resolves a path (``.resolve()``, ``os.path.realpath``) except the one re
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import errno
 import json
@@ -402,3 +403,52 @@ def test_f8_e2b_multipart_upload_writes_the_requested_path_only(
     assert not (home / "a.txt").exists()
     assert not (home / "b.txt").exists()
     assert (home / "asked.txt").read_bytes() == b"payload"
+
+
+# -- REST: what a kernel planted in its work dir is a 4xx with the reason, never a 500/507 -------
+
+
+def test_f10_rest_refusals_of_planted_links_are_4xx(tmp_path: Path, outside: Path) -> None:
+    import requests
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "server"))  # the REST tests' helpers
+    from server_helpers import JupyterProcess, tiny_png
+
+    png = base64.b64encode(tiny_png()).decode()
+    with JupyterProcess(tmp_path / "jp") as server:
+        api = f"{server.url}/api/exec"
+        made = requests.post(
+            f"{api}/sessions", json={"name": "rec", "work_dir": "w"}, headers=server.headers,
+            timeout=120,
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        session = f"{api}/sessions/{made.json()['id']}"
+        try:
+            plants = {
+                # its output folder swapped for a link out: the image is not written there
+                "rec_files": (
+                    f"import os, base64; os.symlink({str(outside)!r}, 'rec_files')\n"
+                    "from IPython.display import Image, display\n"
+                    f"display(Image(data=base64.b64decode({png!r})))",
+                    400,
+                    "StorageError",
+                ),
+                # its notebook swapped for a link to a notebook outside: not overwritten
+                "rec.ipynb": (
+                    f"import os; os.rename('rec.ipynb', 'kept.ipynb')\n"
+                    f"os.symlink({str(outside / 'secret.ipynb')!r}, 'rec.ipynb')",
+                    409,
+                    "NotebookError",
+                ),
+            }
+            for what, (code, status, error) in plants.items():
+                answer = requests.post(
+                    f"{session}/execute", json={"code": code}, headers=server.headers, timeout=120
+                )
+                assert answer.status_code == status, (what, answer.text)
+                assert answer.json()["error"] == error, what
+                assert "symbolic link" in answer.json()["message"], what
+        finally:
+            requests.delete(session, headers=server.headers, timeout=120)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.ipynb", "secret.txt"]
+    assert json.loads((outside / "secret.ipynb").read_text())["cells"][0]["outputs"] == []
