@@ -495,7 +495,12 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = False) -> int:
     try:
         st = os.stat(path, follow_symlinks=follow)
         if stat.S_ISLNK(st.st_mode):
-            raise _link_error(shown, "read")
+            raise StorageError(
+                f"refusing to read {shown}: it is a symbolic link, and this file is read "
+                "without following links (a kernel may have planted it); give the path of "
+                "the file itself",
+                errno.ELOOP,
+            )
         if stat.S_ISDIR(st.st_mode):
             raise _kind_error(shown, "a folder", errno.EISDIR)
         if not stat.S_ISREG(st.st_mode):

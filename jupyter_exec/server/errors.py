@@ -73,16 +73,19 @@ that could not be saved for one of these reasons answers 409: the request was ri
 dir holds what the kernel planted (the message says what to remove)."""
 
 
+def _refused(exc: BaseException | None) -> bool:
+    return isinstance(exc, StorageError) and exc.errno in REFUSED_ERRNOS
+
+
 def status_of(exc: BaseException | None) -> int | None:
     """The HTTP status for one of jupyter-exec's exceptions; ``None`` for any other."""
     if not isinstance(exc, JupyterExecError):
         return None
-    if isinstance(exc, StorageError) and exc.errno in REFUSED_ERRNOS:
+    if _refused(exc):
         return 400
     cause = exc.__cause__
-    if isinstance(exc, NotebookError) and isinstance(cause, StorageError):
-        if cause.errno in REFUSED_ERRNOS:  # the kernel put a link where the record goes
-            return 409
+    if isinstance(exc, NotebookError) and _refused(cause):  # a link where the record goes
+        return 409
     return next(code for kind, code in STATUS if isinstance(exc, kind))
 
 
