@@ -182,14 +182,16 @@ class Folder:
         """
         parts = _relative_parts(relative)
         path = Path(root)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:  # the root too is reached without a link anyone but root or we could plant
+            fd = pin_dir(path, trust_own=True).detach()
         except FileNotFoundError:
             if not create:
                 raise
             raise storage_error(
                 OSError(errno.ENOENT, "the folder does not exist"), path, "open the folder"
             ) from None
+        except StorageError:
+            raise
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 raise _kind_error(path, "not a folder", errno.ENOTDIR) from None
@@ -226,6 +228,11 @@ class Folder:
             raise storage_error(exc, path, "open the folder") from exc
         finally:
             os.close(parent)
+        return fd
+
+    def detach(self) -> int:
+        """The descriptor, now the caller's to close (this object no longer holds it)."""
+        fd, self.fd = self.fd, -1
         return fd
 
     def close(self) -> None:
@@ -572,21 +579,35 @@ def inside(
     return base.joinpath(*parts)
 
 
-def _planted_by_no_kernel(link: os.stat_result, parent: os.stat_result) -> bool:
-    """A link only root could have made: root's, in a root folder no one else can write."""
-    return link.st_uid == 0 and parent.st_uid == 0 and not parent.st_mode & 0o022
+def _planted_by_no_kernel(
+    link: os.stat_result, parent: os.stat_result, trusted: tuple[int, ...] = (0,)
+) -> bool:
+    """A link only a ``trusted`` uid could have made: theirs, in a folder only they can write.
+
+    Group or other write bits on the folder (which is also how a POSIX ACL's mask shows,
+    e.g. the loan of a work dir to a kernel's uid) make any link in it untrusted.
+    """
+    return link.st_uid in trusted and parent.st_uid in trusted and not parent.st_mode & 0o022
 
 
-def pin_dir(path: str | os.PathLike[str]) -> Folder:
+def _own_uids() -> tuple[int, ...]:
+    """Root and this process's user: a root a person or the host chose may pass their links."""
+    return (0, os.geteuid())
+
+
+def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
     """The folder at the absolute ``path``, open, with its canonical path (no link in it).
 
     Each component is opened with ``O_NOFOLLOW`` relative to the one before. A link on the
     way is followed only when no kernel can have planted it (owned by root, in a folder only
     root can write: ``/var -> /private/var``, ``/home -> /data/home``); any other link is a
-    :class:`StorageError` (``ELOOP``) naming it. This is how a kernel's working directory and
-    a Docker mount source are reached: the caller holds the descriptor, compares the
-    identity (:meth:`Folder.identity`) after handing the canonical path to another program,
-    and never resolves the path again.
+    :class:`StorageError` (``ELOOP``) naming it. With ``trust_own``, a link this process's
+    own user made in a folder only that user can write is followed too (how the trusted root
+    of a :class:`Folder` is reached: ``~/project -> /data/project`` works, a link a Docker
+    kernel planted in a work dir lent to it does not). This is how a kernel's working
+    directory and a Docker mount source are reached (strictly): the caller holds the
+    descriptor, compares the identity (:meth:`Folder.identity`) after handing the canonical
+    path to another program, and never resolves the path again.
     """
     given = os.fspath(path)
     if not os.path.isabs(given):
@@ -609,14 +630,15 @@ def pin_dir(path: str | os.PathLike[str]) -> Folder:
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
-                raise FileNotFoundError(errno.ENOENT, "no such folder", shown) from None
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), shown) from None
             except OSError as exc:
                 st = _lstat_or_none(part, fd)
                 if st is None or not stat.S_ISLNK(st.st_mode):
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                         raise _kind_error(shown, "not a folder", errno.ENOTDIR) from None
                     raise storage_error(exc, shown, "open the folder") from exc
-                if not _planted_by_no_kernel(st, os.fstat(fd)):
+                trusted = _own_uids() if trust_own else (0,)
+                if not _planted_by_no_kernel(st, os.fstat(fd), trusted):
                     raise _link_error(shown, "enter") from None
                 hops += 1
                 if hops > _MAX_LINKS:

@@ -129,6 +129,28 @@ def test_f1_e2b_context_cwd_through_planted_link(
     assert Path(e2b_docker.root, "debug_sandbox_id", "real", "mark.txt").read_text() == "x"
 
 
+def test_f1_a_context_folder_swapped_for_a_link_gets_no_host_write(
+    e2b_docker: Running, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The default context's kernel swaps another context's folder for a link to a host
+    folder: the host's notebook and output writes for that context never follow it."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    sandbox.files.make_dir("/home/user/sub")
+    context = sandbox.create_code_context(cwd="/home/user/sub")
+    sandbox.run_code("1", context=context)
+    swapped = sandbox.run_code(
+        f"import os; os.rename('sub', 'sub.old'); os.symlink({str(victim)!r}, 'sub')"
+    )
+    assert swapped.error is None, swapped.error
+    with contextlib.suppress(SandboxException):  # its record cannot be saved: said, not done
+        sandbox.run_code(
+            "from IPython.display import HTML, display; display(HTML('<b>x</b>')); 2",
+            context=context,
+        )
+    assert list(victim.iterdir()) == []
+
+
 def test_f1_a_mount_swapped_after_the_check_is_caught_by_inode(engine: Any, tmp_path: Path) -> None:
     """The engine resolves a mount source itself, after our check: a kernel that swaps a
     component for a link in between gets another folder mounted. The folder pinned by
