@@ -30,7 +30,7 @@ import pytest
 from cli_helpers import run_cli
 
 from jupyter_exec import NotebookError, Session, StorageError, WorkDirError
-from jupyter_exec.safefs import inside, pin_dir, read_regular
+from jupyter_exec.safefs import inside, pin_dir, read_regular, write_bytes
 
 PACKAGE = Path(__file__).parents[2] / "jupyter_exec"
 SECRET = "TOPSECRET-host-only-4711"
@@ -256,6 +256,28 @@ def test_f1_the_resolver_follows_no_link_a_kernel_can_plant(tmp_path: Path) -> N
     else:  # ours, and we are not root: a kernel running as us could have made it
         with pytest.raises(StorageError, match="symbolic link"):
             pin_dir(root / "admin" / "data")
+
+
+def test_f1_a_work_dir_reached_through_a_kernel_link_is_never_a_trusted_root(
+    tmp_path: Path,
+) -> None:
+    """Another session's folder swapped for a link: host writes there refuse, go nowhere."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    lent = tmp_path / "sandbox"  # a folder a kernel may write (group-writable, as a loan shows)
+    lent.mkdir()
+    os.chmod(lent, 0o775)
+    (lent / "sub").symlink_to(victim)
+    with pytest.raises(StorageError, match="symbolic link") as refused:
+        write_bytes(lent / "sub", "s.ipynb", b"{}")
+    assert refused.value.errno == errno.ELOOP
+    assert list(victim.iterdir()) == []
+    # A link the person made in a folder only they can write still leads to their work dir.
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    (mine / "project").symlink_to(victim)
+    write_bytes(mine / "project", "s.ipynb", b"{}")
+    assert (victim / "s.ipynb").read_bytes() == b"{}"
 
 
 def _resolving_calls(tree: ast.AST) -> list[tuple[int, str, str]]:
