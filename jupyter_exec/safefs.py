@@ -8,7 +8,10 @@ then write, truncate or chown the link's target. So nothing here resolves a
 path through the kernel's folders:
 
 * :meth:`Folder.open` starts from a *trusted root* (a directory the host
-  chose) and opens each further component with ``O_DIRECTORY | O_NOFOLLOW``,
+  chose, itself reached by :func:`pin_dir`: a link on its way is followed only if root or
+  this process's user made it in a folder no one else can write, so another session's
+  folder that a kernel swapped for a link is never a root) and opens each further
+  component with ``O_DIRECTORY | O_NOFOLLOW``,
   relative to the previous one's descriptor: a link on the way is refused, and
   swapping a component afterwards changes nothing, since the descriptor still
   names the directory that was checked.
