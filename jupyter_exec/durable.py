@@ -129,7 +129,7 @@ class DurableState:
         folder_path = work_dir / checkpoints_folder(session.name)
         recording = session._recording
         if recording is not None:  # the kernel's own files, not the cells' doing
-            recording.tracker.skip_dirs.add(str(folder_path.resolve()))
+            recording.tracker.skip_dirs.add(str(folder_path.absolute()))
         return True
 
     def expressions(self, kernel: KernelHandle, needed: bool) -> dict[str, str]:

@@ -279,7 +279,7 @@ class Recording:
             provisioner=container_of(kernel) or kernel.km.provisioner,
             timeout=timeout,
         )
-        produced = tuple(p for p in self.tracker.changes() if p != path.resolve())
+        produced = tuple(p for p in self.tracker.changes() if p != path.absolute())
         connections = network.since(mark) if network is not None else ()
         output = result.output
         if network is not None:  # the process shares the kernel's proxy, and its secrets
@@ -314,8 +314,8 @@ class Recording:
         """Do not report another session's notebook and files as written by our cells
         (a fork and its parent share the work dir)."""
         if notebook is not None:
-            self.tracker.ignore.add(notebook.resolve())
-        self.tracker.skip_dirs.add(str(files_dir.resolve()))
+            self.tracker.ignore.add(notebook.absolute())
+        self.tracker.skip_dirs.add(str(files_dir.absolute()))
         self.tracker.changes()  # what the other session wrote so far is not our doing
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import signal
 from typing import Any
 
@@ -21,7 +22,7 @@ from tornado.iostream import StreamClosedError
 
 from jupyter_exec.e2b.connect import end_stream, envelope, is_stream, read_request
 from jupyter_exec.e2b.errors import connect_code, error_message, status_of
-from jupyter_exec.e2b.files import SandboxFiles
+from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
 from jupyter_exec.e2b.web import E2BHandler
@@ -51,11 +52,23 @@ class HealthHandler(E2BHandler):
 class FilesHandler(E2BHandler):
     """``GET /files?path=`` downloads a file; ``POST`` uploads (multipart or octet-stream)."""
 
-    def get(self) -> None:
+    async def get(self) -> None:
         sandbox = self.sandbox()
-        data = SandboxFiles(sandbox.paths).read(self.get_query_argument("path", ""))
+        fd = SandboxFiles(sandbox.paths).open_read(self.get_query_argument("path", ""))
         self.set_header("Content-Type", "application/octet-stream")
-        self.finish(data)
+        self.set_header("Content-Length", str(os.fstat(fd).st_size))
+        # Streamed a chunk at a time, each flushed before the next is read: memory stays at
+        # one chunk whatever the file's size (a sparse 1 TB file included).
+        try:
+            while chunk := os.read(fd, CHUNK):
+                self.write(chunk)
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    return  # the client left
+        finally:
+            os.close(fd)
+        self.finish()
 
     def post(self) -> None:
         sandbox = self.sandbox()
@@ -67,9 +80,13 @@ class FilesHandler(E2BHandler):
             parts = self.request.files.get("file", [])
             if not parts:
                 raise InvalidArgument("the upload has no 'file' part")
-            for part in parts:
-                target = path if path and len(parts) == 1 else part.filename
-                written.append(files.write(target, part.body))
+            if path and len(parts) != 1:
+                raise InvalidArgument(
+                    f"the upload names one path ({path!r}) but has {len(parts)} 'file' parts; "
+                    "send one part per path, or no path and each part's filename"
+                )
+            for part in parts:  # written where the request says, never a part's own name
+                written.append(files.write(path or part.filename, part.body))
         else:
             if not path:
                 raise InvalidArgument("say where to write: the 'path' query parameter")
@@ -164,10 +181,12 @@ class ProcessHandler(RPCHandler):
 
     async def rpc_Start(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
         config = request.get("process") or {}
-        sandbox.paths.ensure()
-        folder, _ = sandbox.paths.folder(config.get("cwd"))
-        if not folder.is_dir():
-            raise InvalidArgument(f"the cwd {config.get('cwd')!r} is not a folder in the sandbox")
+        try:  # opened without following links: a planted one is refused (400)
+            folder, _ = sandbox.paths.folder(config.get("cwd"))
+        except FileNotFoundError:
+            raise InvalidArgument(
+                f"the cwd {config.get('cwd')!r} is not a folder in the sandbox"
+            ) from None
         seconds = _deadline(self.request.headers.get("Connect-Timeout-Ms", ""))
         process = await sandbox.processes.start(
             config, folder, stdin=bool(request.get("stdin")), tag=request.get("tag")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from jupyter_exec.exceptions import BackendError, InvalidArgument, SessionNotFound
+from jupyter_exec.exceptions import BackendError, InvalidArgument, SessionNotFound, WorkDirError
 from jupyter_exec.network.redact import Redactor
 
 __all__ = ["Container", "Process", "Processes", "kernel_container"]
@@ -308,7 +308,10 @@ class Processes:
 
         assert self.container is not None
         where = await self.container()
-        relative = cwd.resolve().relative_to(self.work_dir.resolve()).as_posix()
+        try:  # both lexical, from the sandbox's paths (checked there without following links)
+            relative = cwd.relative_to(self.work_dir).as_posix()
+        except ValueError:
+            raise WorkDirError(f"the cwd {cwd} is outside the sandbox's files") from None
         workdir = where.work_mount.rstrip("/") + ("" if relative == "." else f"/{relative}")
         live = await asyncio.to_thread(
             LiveExec, where.client, where.container_id, container_argv(cmd, args),

@@ -299,14 +299,13 @@ class Sandboxes:
     ) -> Context:
         """A new context: its own kernel, in the sandbox's work dir (or ``cwd`` inside it)."""
         refuse_language(language)
-        folder, shown = sandbox.paths.folder(cwd)
+        folder, shown = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
         context_id = f"c-{secrets.token_hex(6)}"
         context = Context(context_id, f"{sandbox.id}.{context_id}", shown)
         options = self._options(sandbox)
 
         async def start() -> AsyncSession:
-            sandbox.paths.ensure()
-            folder.mkdir(parents=True, exist_ok=True)
+            sandbox.paths.folder(cwd)  # again, just before: the kernel pins it once more
             session = AsyncSession(work_dir=folder, name=context.session_name, **options)
             return await session.start()
 

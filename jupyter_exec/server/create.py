@@ -35,11 +35,13 @@ from jupyter_exec.exceptions import (
     KernelStartError,
     SessionConflict,
     SessionLimitError,
+    StorageError,
     WorkDirError,
 )
 from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import MAX_UNDO_STEPS
+from jupyter_exec.safefs import Folder
 from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
@@ -186,8 +188,10 @@ class Creation:
         shown = self.root.api_path(folder)
         if folder.exists() and not folder.is_dir():
             raise InvalidRequest(f"work_dir {shown!r} is a file, not a folder; name a folder")
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
+        try:  # made from the root down, no link followed (a planted one: StorageError, 400)
+            Folder.open(self.root.root, shown, create=True).close()
+        except StorageError:
+            raise
         except OSError as exc:
             raise WorkDirError(
                 f"cannot create work_dir {shown!r}: {exc.strerror}; choose another folder"
