@@ -330,10 +330,13 @@ async def test_secret_headers_added_for_their_host_only(web_server: int, tmp_pat
         secrets={"web.test": {"Authorization": "Bearer s3cr3t"}},
     )
     async with _route(policy, tmp_path) as route:
-        await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
-        await asyncio.to_thread(route.get, f"http://other.test:{web_server}/")
-        assert _Handler.seen[0]["Authorization"] == "Bearer s3cr3t"
-        assert "Authorization" not in _Handler.seen[1]
+        status, body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
+        assert status == 403  # secrets go over verified TLS only: plain HTTP to web.test is refused
+        assert f"use https://web.test:{web_server}/" in body
+        status, _body = await asyncio.to_thread(route.get, f"http://other.test:{web_server}/")
+        assert status == 200
+        [seen] = _Handler.seen
+        assert "Authorization" not in seen
 
 
 async def test_ask_decides_once_per_host(web_server: int, tmp_path: Any) -> None:
@@ -368,7 +371,8 @@ async def test_a_blocking_ask_that_fails_denies(web_server: int, tmp_path: Any) 
     async with _route(NetworkPolicy(allow=["127.0.0.1"], ask=ask), tmp_path) as route:
         status, body = await asyncio.to_thread(route.get, f"http://web.test:{web_server}/")
         assert status == 403
-        assert "nobody home" in body
+        assert "the ask callback failed" in body
+        assert "nobody home" not in body  # the exception's text is the person's, in the log
 
 
 @pytest.mark.parametrize(
