@@ -15,7 +15,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -35,10 +34,20 @@ from jupyter_exec import (
     Session,
     SessionOptions,
 )
-from jupyter_exec.network import forwarder, proxy
+from jupyter_exec.network import proxy
 from jupyter_exec.network.policy import NetworkRequest, parse_rule
 from jupyter_exec.network.proxy import NetworkProxy
-from tests.tls_servers import SECRET, Echo, Upstream, answering, der_of, http_server, https_server
+from tests.tls_servers import (
+    SECRET,
+    Echo,
+    Route,
+    Upstream,
+    answering,
+    der_of,
+    http_server,
+    https_server,
+)
+from tests.tls_servers import proxy_route as _route
 
 # -- the policy ----------------------------------------------------------------------------
 
@@ -214,48 +223,6 @@ _Handler = answering("hello from {path}")
 def web_server() -> Iterator[int]:
     with http_server(_Handler, "web.test", "other.test") as port:
         yield port
-
-
-@dataclass
-class Route:
-    proxy: NetworkProxy
-    port: int
-    """The forwarder's TCP port (what HTTP_PROXY points at)."""
-
-    def get(self, url: str) -> tuple[int, str]:
-        opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler(
-                {"http": f"http://127.0.0.1:{self.port}", "https": f"http://127.0.0.1:{self.port}"}
-            )
-        )
-        try:
-            with opener.open(url, timeout=30) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, exc.read().decode()
-
-
-@contextlib.asynccontextmanager
-async def _route(policy: NetworkPolicy, tmp_path: Any) -> AsyncIterator[Route]:
-    started = await NetworkProxy(policy, session="s1").start()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    forwarding = (listener, str(started.socket_path))
-    threading.Thread(target=_forward, args=forwarding, daemon=True).start()
-    try:
-        yield Route(started, listener.getsockname()[1])
-    finally:
-        await started.close()
-        listener.close()
-
-
-def _forward(listener: socket.socket, path: str) -> None:
-    """The forwarder's loop, ended by closing ``listener``: its accept then fails, and that
-    failure is the end (left to the thread, it would fail whichever test runs next)."""
-    with contextlib.suppress(OSError):
-        forwarder.serve(listener, path)
 
 
 async def test_allowed_name_passes_and_is_recorded(web_server: int, tmp_path: Any) -> None:

@@ -22,7 +22,7 @@ MAX_PEM = 16 * 1024 * 1024
 """The largest ``extra_ca`` file read (a trust store of every public authority is ~250 KB)."""
 
 _BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
-_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_KEY = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----")
 _HEADER = re.compile(rb"^[A-Za-z0-9-]+:")
 
 
@@ -31,7 +31,7 @@ def certificates(data: bytes) -> str:
     fit to show) when ``data`` holds a private key, a certificate that does not load, or none."""
     key = _KEY.search(data)
     if key is not None:
-        label = key.group().decode("ascii").strip("-")
+        label = key.group(1).decode("ascii")
         raise ValueError(
             f"it holds a private key ({label}): give a file of CA certificates only (the file's "
             "certificates are put in the kernel's trust bundle, where the kernel can read them)"
