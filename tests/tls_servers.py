@@ -114,7 +114,11 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _certificate(
-    subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, Any], ca: bool
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Name, Any],
+    ca: bool,
+    also: tuple[str, ...] = (),
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
@@ -139,7 +143,8 @@ def _certificate(
         )
     else:
         builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False
+            x509.SubjectAlternativeName([x509.DNSName(n) for n in (subject, *also)]),
+            critical=False,
         )
     return builder.sign(issuer[1], hashes.SHA256())
 
@@ -157,10 +162,11 @@ class Upstream:
         self.ca_file = folder / "upstream-ca.pem"
         self.ca_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, host: str) -> tuple[Path, Path]:
-        """A certificate for ``host`` signed by this authority: (cert file, key file)."""
+    def issue(self, host: str, *also: str) -> tuple[Path, Path]:
+        """A certificate for ``host`` (and the names ``also``) signed by this authority:
+        (cert file, key file)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _certificate(host, key, (self._subject, self._key), ca=False)
+        cert = _certificate(host, key, (self._subject, self._key), ca=False, also=also)
         return self._write(host, cert, key)
 
     def self_signed(self, host: str) -> tuple[Path, Path]:
@@ -201,6 +207,25 @@ def _running(server: _Server) -> Iterator[_Server]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def https_echo(handler: type[Echo], folder: Path, *names: str) -> Iterator[tuple[int, Path]]:
+    """``handler`` over TLS on loopback, its certificate for ``names`` from an :class:`Upstream`
+    made in ``folder``, the names resolving to loopback in the proxy's resolver meanwhile:
+    (its port, the authority's file). A host with secrets is reached over HTTPS only, so this
+    is the server such tests fetch from, giving the file as the policy's ``extra_ca`` (or as
+    ``SSL_CERT_FILE`` to a process whose policy cannot name one)."""
+    handler.seen.clear()
+    folder.mkdir(parents=True, exist_ok=True)
+    upstream = Upstream(folder)
+    proxy.resolver_overrides.update(dict.fromkeys(names, "127.0.0.1"))
+    try:
+        with https_server(upstream.issue(*names), handler) as server:
+            yield server.server_address[1], upstream.ca_file
+    finally:
+        for name in names:
+            proxy.resolver_overrides.pop(name, None)
 
 
 def der_of(pem_file: Path) -> bytes:
