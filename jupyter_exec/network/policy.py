@@ -107,11 +107,13 @@ class NetworkPolicy:
     """Which hosts a Docker kernel may reach; see the module docstring for the rules.
 
     ``secrets`` maps a host name to headers (``{"api.example.org": {"Authorization": "..."}}``)
-    that the proxy adds to that host's requests, plain HTTP and HTTPS (intercepted); they never
-    enter the kernel. Their values are kept out of ``repr`` and :meth:`to_dict`. ``ask`` decides
-    connections no rule decides. ``extra_ca`` is a PEM file of certificate authorities trusted
-    besides the system's, for HTTPS hosts: by the proxy when it connects to a host with secrets,
-    and by the kernel (its CA bundle includes them) for the hosts it reaches through a tunnel.
+    that the proxy adds to that host's HTTPS requests (intercepted, the host's certificate
+    verified; plain HTTP to it is refused); they never enter the kernel. Their values are kept
+    out of ``repr`` and :meth:`to_dict`. ``ask`` decides connections no rule decides, per host
+    and port. ``extra_ca`` is a PEM file of certificate authorities trusted besides the
+    system's, for HTTPS hosts: by the proxy when it connects to a host with secrets, and by the
+    kernel (its CA bundle includes them) for the hosts it reaches through a tunnel; only its
+    certificates are used, and a file that holds a private key is refused.
     """
 
     __slots__ = ("_allow", "_ask", "_deny", "_extra_ca", "_secrets")

@@ -11,11 +11,16 @@ The proxy speaks the two forms clients use through a proxy:
   intercepted (:mod:`jupyter_exec.network.intercept`) with the session's certificate authority
   (:mod:`jupyter_exec.network.tls`), whose certificate is the one thing of it the kernel gets:
   in :data:`TRUST_NAME`, which the provisioner joins to the image's CA bundle.
-* ``GET http://host/path`` (plain HTTP, absolute form): decided on the URL's host, sent on as an
-  origin-form request with ``Connection: close`` and the policy's secret headers for that host.
+* ``GET http://host/path`` (plain HTTP, absolute form): decided on the URL's host (which its
+  ``Host`` header must name), sent on as an origin-form request with ``Connection: close``.
+  Never with secrets: plain HTTP to a host that has some is refused, saying to use https (a
+  secret goes over TLS to a host whose certificate the proxy verified, nowhere else).
 
-Names are resolved here, on the host (the kernel resolves none), and the resolved addresses are
-checked again (a name may not lead to a denied range or, unless listed, to a private one).
+Every request head is read strictly (:func:`~jupyter_exec.network.wire.read_head`): what two
+HTTP parsers could read two ways is refused, not passed on. Names are resolved here, on the host
+(the kernel resolves none), and the resolved addresses are checked again, then connected to as
+checked (a name may not lead to a denied range or, unless listed, to an address that is not
+globally routable: :meth:`NetworkPolicy.check_addresses`).
 A refusal is a ``403`` whose reason phrase and body say which host and which policy, so the
 message reaches the code even through ``urllib``'s "Tunnel connection failed: 403 ...".
 Every decision is kept (:attr:`NetworkProxy.connections`) for the cell that was running.
