@@ -291,10 +291,10 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def proxy_route(policy: NetworkPolicy, root: Any = None) -> AsyncIterator[Route]:
-    """A proxy for ``policy`` (session ``s1``, its folder under ``root``) and a forwarder."""
-    where = None if root is None else str(root)
-    started = await NetworkProxy(policy, session="s1", root=where).start()
+async def proxy_route(policy: NetworkPolicy) -> AsyncIterator[Route]:
+    """A proxy for ``policy`` (session ``s1``, its folder in the system's temporary folder,
+    whose path is short enough for a socket) and a forwarder in front of it."""
+    started = await NetworkProxy(policy, session="s1").start()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
