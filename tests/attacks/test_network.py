@@ -269,29 +269,45 @@ async def test_f3_intercepted_absolute_target_for_another_host_is_misdirected(
 # -- finding 5: an ask answer is for one host and one port -------------------------------------
 
 
-async def test_f5_ask_yes_for_443_does_not_open_22(tmp_path: Path) -> None:
+async def test_f5_ask_yes_for_443_does_not_open_22() -> None:
+    """The finding as filed, on the proxy's own decision (nothing is dialled)."""
     asked: list[tuple[str, int]] = []
 
     async def ask(request: NetworkRequest) -> bool:
         asked.append((request.host, request.port))
         return request.port == 443
 
-    # both ports lead to a closed port on loopback: what matters is what was decided
-    proxy.resolver_overrides["db.test"] = "127.0.0.1"
-    try:
-        async with proxy_route(NetworkPolicy(allow=["127.0.0.1"], ask=ask)) as route:
-            first = await asyncio.to_thread(route.send, b"CONNECT db.test:443 HTTP/1.1\r\n\r\n")
-            again = await asyncio.to_thread(route.send, b"CONNECT db.test:443 HTTP/1.1\r\n\r\n")
-            ssh = await asyncio.to_thread(route.send, b"CONNECT db.test:22 HTTP/1.1\r\n\r\n")
-    finally:
-        proxy.resolver_overrides.pop("db.test", None)
-    assert _status(first) != 403
-    assert _status(again) != 403
-    assert _status(ssh) == 403
-    assert "denied when asked" in _body(ssh)
+    async with proxy_route(NetworkPolicy(ask=ask)) as route:
+        first = await route.proxy.decide("db.test", 443)
+        again = await route.proxy.decide("DB.test.", 443)
+        ssh = await route.proxy.decide("db.test", 22)
+    assert (first.allowed, again.allowed) == (True, True)
+    assert (ssh.allowed, ssh.reason) == (False, "denied when asked")
     assert asked == [("db.test", 443), ("db.test", 22)]  # asked again, with the port
-    reasons = [(c.port, c.reason) for c in route.proxy.connections]
-    assert reasons[-1] == (22, "denied when asked")
+
+
+async def test_f5_an_answer_for_one_port_is_not_one_for_another() -> None:
+    """End to end, as the kernel: yes for one port of a host, then another port of it."""
+    asked: list[tuple[str, int]] = []
+    with (
+        recording("127.0.0.1", None, "db.test") as web,
+        recording("127.0.0.1", None, "db.test") as other,
+    ):
+
+        async def ask(request: NetworkRequest) -> bool:
+            asked.append((request.host, request.port))
+            return request.port == web.port
+
+        async with proxy_route(NetworkPolicy(allow=["127.0.0.1"], ask=ask)) as route:
+            replies = []
+            for port in (web.port, web.port, other.port):
+                raw = f"GET http://db.test:{port}/ HTTP/1.1\r\nHost: db.test:{port}\r\n\r\n"
+                replies.append(await asyncio.to_thread(route.send, raw.encode()))
+    assert [_status(reply) for reply in replies] == [200, 200, 403]
+    assert "denied when asked" in _body(replies[2])
+    assert asked == [("db.test", web.port), ("db.test", other.port)]
+    assert len(web.received) == 2
+    assert other.received == []
 
 
 # -- finding 6: addresses that are not on the internet ------------------------------------------
