@@ -384,6 +384,16 @@ def test_f6_an_address_rule_is_the_override(address: str, rule: str) -> None:
     assert not refused.allowed
 
 
+def test_f6_one_non_global_answer_among_public_ones_refuses_the_name() -> None:
+    """A name that answers a public address and a private one (a DNS-rebinding set-up) is
+    refused as a whole: the proxy dials only addresses it checked, so none may be private."""
+    policy = NetworkPolicy(allow=["*.test"])
+    refused = policy.check_addresses("meta.test", 80, ["93.184.215.14", "100.100.100.200"])
+    assert refused is not None
+    assert "100.100.100.200" in refused.reason
+    assert policy.check_addresses("meta.test", 80, ["93.184.215.14"]) is None
+
+
 async def test_f6_loopback_allowed_by_an_address_rule_only(tmp_path: Path) -> None:
     """End to end on a second loopback address: refused, then reached once a rule names it."""
     with recording("127.0.0.2", None, "side.test") as side:
