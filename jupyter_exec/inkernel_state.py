@@ -22,8 +22,10 @@ snapshot's kernel inherits the installed module and its hooks.
   into a hidden temporary folder, the manifest (sizes, sha256 of every file,
   the environment, the skipped names; a sha256 of its own body) last, then
   renamed into place: a checkpoint folder is complete or absent.
-* **Loading** (:func:`load`): every file checked against the manifest, then
-  every value unpickled, and only then the namespace replaced: all or nothing.
+* **Loading** (:func:`load`): the manifest must be the one the host checked
+  (its body's sha256), every file is read and checked against it, then every
+  value unpickled from what was read, and only then the namespace replaced:
+  all or nothing.
 
 It needs only the standard library and IPython.
 """
@@ -198,7 +200,7 @@ def save(
     started = time.perf_counter()
     try:
         body = _write_all(temp, meta, max_bytes)
-        _write_manifest(temp, body)
+        digest = _write_manifest(temp, body)
         os.rename(temp, target)
         _fsync_dir(parent)
     except TooLarge:
@@ -212,6 +214,7 @@ def save(
         "skipped": {s["name"]: s["reason"] for s in body["skipped"]},
         "size": sum(v.get("size", 0) for v in body["variables"]),
         "seconds": round(time.perf_counter() - started, 6),
+        "sha256": digest,
     }
 
 
@@ -340,15 +343,18 @@ def _write_file(path: str, parts: list[Any]) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _write_manifest(folder: str, body: dict[str, Any]) -> None:
+def _write_manifest(folder: str, body: dict[str, Any]) -> str:
+    """Write the manifest (the host stamps and signs it next); the sha256 of its body."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    text = json.dumps({"sha256": hashlib.sha256(canonical.encode()).hexdigest(), "body": body})
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    text = json.dumps({"sha256": digest, "body": body})
     with open(os.path.join(folder, MANIFEST), "x", encoding="utf-8") as f:
         f.write(text)
         if _flush:
             f.flush()
             os.fsync(f.fileno())
     _fsync_dir(folder)
+    return digest
 
 
 def _fsync_dir(path: str) -> None:
@@ -410,15 +416,20 @@ def discard(relative: str) -> None:
 # -- loading ------------------------------------------------------------------------------
 
 
-def load(relative: str, verify: bool = True) -> dict[str, Any]:
+def load(relative: str, digest: str) -> dict[str, Any]:
     """Replace the user's namespace with the checkpoint at ``root/relative``, all or nothing.
 
-    Every file's size is checked, and with ``verify`` its sha256 too (the host, which
-    has just hashed them, says it need not be done twice).
+    ``digest`` is the sha256 of the manifest body the host checked (its MAC, its
+    origin): the body read here must be that one, and every file is read into
+    memory, then hashed and compared, then unpickled from that same memory, so
+    nothing swapped on disk since the host's check is ever unpickled.
     """
     folder = os.path.join(root, relative)
     with open(os.path.join(folder, MANIFEST), "rb") as f:
         body = json.loads(f.read())["body"]
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    if hashlib.sha256(canonical.encode()).hexdigest() != digest:
+        raise ValueError("jupyter-exec: the manifest changed on disk after the host checked it")
     blobs: dict[str, tuple[bytearray, list[int]]] = {}
     for entry in body["variables"]:
         if entry["kind"] != "pickle":
@@ -427,11 +438,7 @@ def load(relative: str, verify: bool = True) -> dict[str, Any]:
         with open(os.path.join(folder, os.path.basename(entry["file"])), "rb") as f:
             got = f.readinto(data)
             longer = bool(f.read(1))
-        if (
-            got != len(data)
-            or longer
-            or (verify and hashlib.sha256(data).hexdigest() != entry["sha256"])
-        ):
+        if got != len(data) or longer or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise ValueError(f"jupyter-exec: {entry['file']} does not match the manifest")
         blobs[entry["name"]] = (data, entry["parts"])
     values: dict[str, Any] = {}

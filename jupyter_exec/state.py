@@ -303,6 +303,7 @@ class SessionState(RecoveryMixin):
         session: AsyncSession,
         checkpoint: Checkpoint | str | os.PathLike[str],
         force: bool = False,
+        trust_origin: bool = False,
     ) -> None:
         async with session._lock:
             session._live_kernel()
@@ -328,16 +329,18 @@ class SessionState(RecoveryMixin):
                     "session's restart ends its container, and the snapshots in it) and it "
                     "could not be written to disk"
                 )
-            await self._restore_from_disk(session, made, force)
+            await self._restore_from_disk(session, made, force, trust_origin)
 
     async def _restore_from_disk(
-        self, session: AsyncSession, made: Checkpoint, force: bool
+        self, session: AsyncSession, made: Checkpoint, force: bool, trust_origin: bool
     ) -> None:
         kernel = session._live_kernel()
         if not await kernel.is_alive():
             await session.restart("restarted to restore a checkpoint")
             kernel = session._live_kernel()
-        loaded = await self.durable.load(session, kernel, made, force=force)
+        loaded = await self.durable.load(
+            session, kernel, made, force=force, trust_origin=trust_origin
+        )
         ours = loaded.checkpoint.session == session.name
         recording = session._recording
         if recording is not None and recording.recorder is not None:
