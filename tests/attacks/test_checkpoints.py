@@ -348,3 +348,106 @@ def test_f2_the_cli_lists_the_origin_and_verify_checks_the_mac(tmp_path: Path) -
     assert checked.returncode == 2
     assert "does not carry this host's MAC" in checked.stderr
     assert manifest_body(made.path)["origin"]["image"] == "x"  # untouched by the check
+
+
+# -- finding 10: a REST replay of a notebook a Docker kernel rewrote -------------------------
+
+
+def _attack_notebook(marker: Path) -> str:
+    """Code for the Docker kernel: a notebook in its work dir that names the host's python3,
+    with a cell that says where it runs and would leave ``marker`` on the host."""
+    cell = (
+        "import os\n"
+        "print('in-container' if os.getcwd() == '/work' else 'on-host')\n"
+        "try:\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+        "except OSError:\n"
+        "    pass\n"
+    )
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {},
+             "outputs": [], "source": cell}
+        ],
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }  # fmt: skip
+    return (
+        "import json\n"
+        f"text = {json.dumps(notebook)!r}\n"
+        "open('/work/attack.ipynb', 'w').write(text)\n"
+        "nb = json.load(open('/work/box.ipynb'))\n"  # its own notebook, rewritten likewise
+        "nb['metadata']['kernelspec'] = json.loads(text)['metadata']['kernelspec']\n"
+        "json.dump(nb, open('/work/box.ipynb', 'w'))\n"
+        "print('rewritten')\n"
+    )
+
+
+def printed(notebook: Path) -> str:
+    """What the cells of ``notebook`` printed (stdout)."""
+    cells = json.loads(notebook.read_text())["cells"]
+    return "".join(
+        "".join(o.get("text", ""))
+        for c in cells
+        for o in c.get("outputs", [])
+        if o.get("name") == "stdout"
+    )
+
+
+@pytest.mark.docker
+def test_f10_rest_replay_of_a_notebook_a_docker_kernel_rewrote_stays_in_docker(
+    kernel_image: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    import requests
+
+    from tests.server.server_helpers import JupyterProcess
+
+    marker = tmp_path / "replayed-on-host"
+    server_dir = tmp_path / "server"
+    spec = json.loads(
+        (Path(__file__).parents[2] / "kernels" / "python3-docker" / "kernel.json").read_text()
+    )
+    spec["metadata"]["kernel_provisioner"]["config"]["image"] = kernel_image
+    kernels = server_dir / "data" / "kernels" / "python3-docker"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps(spec))
+    with JupyterProcess(server_dir) as server:
+        api = f"{server.url}/api/exec"
+
+        def post(path: str, body: dict[str, Any]) -> requests.Response:
+            return requests.post(f"{api}/{path}", json=body, headers=server.headers, timeout=300)
+
+        made = post("sessions", {"name": "box", "backend": "docker", "work_dir": "box"})
+        assert made.status_code == 201, made.text
+        session_id = made.json()["id"]
+        ran = post(f"sessions/{session_id}/execute", {"code": _attack_notebook(marker)})
+        assert ran.status_code == 200, ran.text
+        assert "rewritten" in json.dumps(ran.json())
+        attack = server.root / "box" / "attack.ipynb"
+        assert json.loads(attack.read_text())["metadata"]["kernelspec"]["name"] == "python3"
+
+        record = server.root / "box" / "attack.replayed.ipynb"
+        for notebook in ("box/attack.ipynb", "box/box.ipynb"):
+            replayed = post("replay", {"notebook": notebook})
+            assert replayed.status_code == 200, replayed.text
+        assert printed(record) == "in-container\n"
+        assert not marker.exists()
+
+        # The person may still choose the host, by naming the kernel in the request.
+        chosen = post("replay", {"notebook": "box/attack.ipynb", "kernel_name": "python3"})
+        assert chosen.status_code == 200, chosen.text
+        assert printed(record) == "on-host\n"
+        marker.unlink()
+
+        gone = requests.delete(f"{api}/sessions/{session_id}", headers=server.headers, timeout=60)
+        assert gone.status_code == 204, gone.text
+        # The session is gone; the server still knows its folder was a Docker kernel's.
+        again = post("replay", {"notebook": "box/attack.ipynb"})
+        assert again.status_code == 200, again.text
+        assert printed(record) == "in-container\n"
+    assert not marker.exists()
