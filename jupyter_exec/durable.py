@@ -297,11 +297,14 @@ class DurableState:
         work_dir = session.work_dir
         checkpoint_trust.check_outside(kernel_folders(session, kernel))
         relative = _inside(work_dir, checkpoint.path)
+        # The MAC and manifest are checked here; the files are hashed by the kernel, from the
+        # memory it then unpickles (once, and nothing swapped since is ever read). One from
+        # elsewhere is hashed here first, before a byte of it is copied in.
         checked = await asyncio.to_thread(  # hashing 500 MB takes a second: not on the loop
             read_checkpoint,
             work_dir if relative else checkpoint.path.parent,
             relative or checkpoint.path.name,
-            verify=True,
+            verify=relative is None,
         )
         trusted = trust_origin or checked.path in self.trusted
         checkpoint_trust.check_origin(
@@ -325,9 +328,12 @@ class DurableState:
             )
         if relative is None:
             relative = await asyncio.to_thread(copy_checkpoint, checked, work_dir, session.name)
-        result = await ask(
-            kernel, "", call_expression("load", relative, checked.digest), SAVE_TIMEOUT
-        )
+        try:
+            result = await ask(
+                kernel, "", call_expression("load", relative, checked.digest), SAVE_TIMEOUT
+            )
+        except CheckpointError as exc:
+            raise CheckpointError(f"checkpoint {checked.name!r} was not loaded: {exc}") from None
         if trust_origin and checked.origin.get("backend") != "local" and checked.path:
             self.trusted.add(checked.path)
         return Loaded(checked, tuple(str(n) for n in result.get("names", [])))

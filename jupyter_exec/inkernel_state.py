@@ -429,7 +429,7 @@ def load(relative: str, digest: str) -> dict[str, Any]:
         body = json.loads(f.read())["body"]
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     if hashlib.sha256(canonical.encode()).hexdigest() != digest:
-        raise ValueError("jupyter-exec: the manifest changed on disk after the host checked it")
+        raise ValueError("the checkpoint's manifest changed on disk after the host checked it")
     blobs: dict[str, tuple[bytearray, list[int]]] = {}
     for entry in body["variables"]:
         if entry["kind"] != "pickle":
@@ -439,7 +439,10 @@ def load(relative: str, digest: str) -> dict[str, Any]:
             got = f.readinto(data)
             longer = bool(f.read(1))
         if got != len(data) or longer or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise ValueError(f"jupyter-exec: {entry['file']} does not match the manifest")
+            raise ValueError(
+                f"the checkpoint is damaged: {entry['file']} ({entry['name']}) does not match "
+                "its checksum"
+            )
         blobs[entry["name"]] = (data, entry["parts"])
     values: dict[str, Any] = {}
     for entry in body["variables"]:
