@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import errno
 import hashlib
 import importlib
 import io
@@ -44,6 +45,7 @@ import pickle
 import platform
 import secrets
 import shutil
+import stat
 import sys
 import time
 import types
@@ -424,26 +426,29 @@ def load(relative: str, digest: str) -> dict[str, Any]:
     memory, then hashed and compared, then unpickled from that same memory, so
     nothing swapped on disk since the host's check is ever unpickled.
     """
-    folder = os.path.join(root, relative)
-    with open(os.path.join(folder, MANIFEST), "rb") as f:
-        body = json.loads(f.read())["body"]
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    if hashlib.sha256(canonical.encode()).hexdigest() != digest:
-        raise ValueError("the checkpoint's manifest changed on disk after the host checked it")
-    blobs: dict[str, tuple[bytearray, list[int]]] = {}
-    for entry in body["variables"]:
-        if entry["kind"] != "pickle":
-            continue
-        data = bytearray(entry["size"])  # read into once: arrays come back writable, no copy
-        with open(os.path.join(folder, os.path.basename(entry["file"])), "rb") as f:
-            got = f.readinto(data)
-            longer = bool(f.read(1))
-        if got != len(data) or longer or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise ValueError(
-                f"the checkpoint is damaged: {entry['file']} ({entry['name']}) does not match "
-                "its checksum"
-            )
-        blobs[entry["name"]] = (data, entry["parts"])
+    folder = _open_folder(relative)
+    try:
+        with os.fdopen(_open_file(folder, MANIFEST), "rb") as f:
+            body = json.loads(f.read())["body"]
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if hashlib.sha256(canonical.encode()).hexdigest() != digest:
+            raise ValueError("the checkpoint's manifest changed on disk after the host checked it")
+        blobs: dict[str, tuple[bytearray, list[int]]] = {}
+        for entry in body["variables"]:
+            if entry["kind"] != "pickle":
+                continue
+            data = bytearray(entry["size"])  # read into once: arrays come back writable, no copy
+            with os.fdopen(_open_file(folder, entry["file"]), "rb") as f:
+                got = f.readinto(data)
+                longer = bool(f.read(1))
+            if got != len(data) or longer or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise ValueError(
+                    f"the checkpoint is damaged: {entry['file']} ({entry['name']}) does not "
+                    "match its checksum"
+                )
+            blobs[entry["name"]] = (data, entry["parts"])
+    finally:
+        os.close(folder)
     values: dict[str, Any] = {}
     for entry in body["variables"]:
         name = entry["name"]
@@ -461,3 +466,46 @@ def load(relative: str, digest: str) -> dict[str, Any]:
         del shell.user_ns[name]
     shell.user_ns.update(values)
     return {"names": sorted(values)}
+
+
+def _open_folder(relative: str) -> int:
+    """``root/relative`` opened one component at a time, no link followed (another kernel
+    sharing the work dir may have planted one since the host checked)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in relative.split("/"):
+        try:
+            if part in ("", ".", ".."):
+                raise ValueError(f"the checkpoint's path {relative!r} is not a plain one")
+            following = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+        except OSError as exc:
+            raise _refusal(part, exc) from None
+        finally:
+            os.close(fd)
+        fd = following
+    return fd
+
+
+def _open_file(folder: int, name: str) -> int:
+    """A regular file of the checkpoint's folder: never through a link, never a FIFO."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"the checkpoint names a file {name!r} outside its folder")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=folder)
+    except OSError as exc:
+        raise _refusal(name, exc) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"the checkpoint's {name} is not a regular file; refusing to read it")
+    return fd
+
+
+def _refusal(name: str, exc: OSError) -> Exception:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return ValueError(
+            f"the checkpoint's {name} is a symbolic link or not what it should be (planted?); "
+            "refusing to follow it"
+        )
+    return exc
