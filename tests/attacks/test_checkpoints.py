@@ -451,3 +451,53 @@ def test_f10_rest_replay_of_a_notebook_a_docker_kernel_rewrote_stays_in_docker(
         assert again.status_code == 200, again.text
         assert printed(record) == "in-container\n"
     assert not marker.exists()
+
+
+@pytest.mark.docker
+def test_f2_rest_restore_of_a_docker_checkpoint_into_a_local_session_is_refused(
+    kernel_image: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The REST route restores by name, and has no trust switch (an agent could flip it): a
+    Docker kernel's checkpoint found in a local session's folder is a 409 naming the flag."""
+    import requests
+
+    from tests.docker.conftest import make_work_dir
+    from tests.server.server_helpers import JupyterProcess
+
+    server_dir = tmp_path / "server"
+    (server_dir / "root").mkdir(parents=True)
+    shared = make_work_dir(server_dir / "root")  # root/work, the container user's
+    box = Session(
+        backend="docker", work_dir=shared, name="agent", docker={"image": kernel_image},
+        timeout=DEADLINE, checkpoint_every=0, notebook=False,
+    )  # type: ignore[arg-type]  # fmt: skip
+    with box:
+        box.execute("rows = [7, 8]").raise_for_error()
+        assert box.checkpoint("boxed").origin["backend"] == "docker"
+    with JupyterProcess(server_dir) as server:
+        api = f"{server.url}/api/exec"
+        made = requests.post(
+            f"{api}/sessions", json={"name": "agent", "work_dir": "work"},
+            headers=server.headers, timeout=120,
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        session_id = made.json()["id"]
+        url = f"{api}/sessions/{session_id}"
+        ran = requests.post(
+            f"{url}/execute", json={"code": "rows = 'host'"}, headers=server.headers, timeout=60
+        )
+        assert ran.status_code == 200, ran.text
+        refused = requests.post(
+            f"{url}/checkpoints/boxed/restore", headers=server.headers, timeout=120
+        )
+        assert refused.status_code == 409, refused.text
+        error = refused.json()
+        assert error["error"] == "CheckpointError"
+        assert "written by a Docker kernel" in error["message"]
+        assert checkpoint_trust.TRUST_FLAG in error["message"]
+        after = requests.post(
+            f"{url}/execute", json={"code": "print(rows)"}, headers=server.headers, timeout=60
+        )
+        assert "host" in json.dumps(after.json())
+        requests.delete(url, headers=server.headers, timeout=60)
