@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jupyter_exec import checkpoint_trust
 
-__all__ = ["manifest_body", "resign", "signed_manifest"]
+__all__ = ["key_env", "manifest_body", "resign", "signed_manifest"]
+
+
+def key_env() -> dict[str, str]:
+    """The test run's checkpoint key, for a subprocess started with a bare environment (the MCP
+    SDK's stdio client passes only a safe few variables): never the user's own key."""
+    return {checkpoint_trust.KEY_ENV: os.environ[checkpoint_trust.KEY_ENV]}
 
 
 def signed_manifest(body: Any) -> str:

@@ -19,6 +19,7 @@ import pytest
 from jupyter_exec import Session
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
 from jupyter_exec.naming import checkpoints_folder
+from tests.checkpoint_helpers import key_env
 from tests.checkpoint_helpers import resign as signed_resign
 from tests.cli_helpers import run_cli
 from tests.conftest import read_valid_notebook
@@ -174,6 +175,7 @@ async def test_mcp_sessions_take_the_flag_and_list_files_leaves_checkpoints_out(
             "--checkpoint-every",
             "0.001",
         ],
+        env=key_env(),  # the SDK passes a bare environment: the test run's key, not the user's
     )
     async with stdio_client(params) as streams, ClientSession(*streams) as client:
         await client.initialize()

@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -501,3 +502,51 @@ def test_f2_rest_restore_of_a_docker_checkpoint_into_a_local_session_is_refused(
         )
         assert "host" in json.dumps(after.json())
         requests.delete(url, headers=server.headers, timeout=60)
+
+
+def failed(result: Any) -> bool:
+    """Whether an MCP tool result is an error (the SDK's field name changed between versions)."""
+    return bool(getattr(result, "is_error", getattr(result, "isError", False)))
+
+
+@pytest.mark.docker
+async def test_f2_mcp_restore_of_a_docker_checkpoint_into_a_local_session_is_refused(
+    kernel_image: str,  # noqa: F811
+    work: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """MCP's ``restore_checkpoint`` takes a path too, and has no trust switch (the model would
+    hold it): a genuine Docker checkpoint is refused naming the flag, a forged one on its MAC."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    from tests.checkpoint_helpers import key_env
+
+    marker = tmp_path / "pwned-over-mcp"
+    with docker_session(work, "box", kernel_image) as box:
+        box.execute("rows = [1]").raise_for_error()
+        genuine = box.checkpoint("boxed").path
+        box.execute(forge_code("/work/forged", marker, None)).raise_for_error()
+    assert genuine is not None
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "jupyter_exec.mcp_server", "--work-dir", str(tmp_path / "mcp")],
+        env=key_env(),
+    )
+    async with stdio_client(params) as streams, ClientSession(*streams) as client:
+        await client.initialize()
+        ran = await client.call_tool("execute_code", {"code": "rows = 'host'", "session": "m"})
+        assert not failed(ran)
+        for path, words in (
+            (genuine, checkpoint_trust.TRUST_FLAG),
+            (work / "forged", "no MAC"),
+        ):
+            refused = await client.call_tool(
+                "restore_checkpoint", {"session": "m", "checkpoint": str(path)}
+            )
+            text = "\n".join(c.text for c in refused.content if c.type == "text")
+            assert failed(refused), text
+            assert words in text
+            assert "not loaded" in text
+        after = await client.call_tool("execute_code", {"code": "print(rows)", "session": "m"})
+        assert "host" in "\n".join(c.text for c in after.content if c.type == "text")
+    assert not marker.exists()
