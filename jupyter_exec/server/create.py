@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
     from jupyter_exec.network.proxy import NetworkProxy
     from jupyter_exec.server.approvals import Approvals
+    from jupyter_exec.server.origins import ReplayOrigins
     from jupyter_exec.server.paths import ServerRoot
     from jupyter_exec.server.sessions import ServerSessions
 
@@ -87,6 +88,7 @@ class Creation:
     _sessions: dict[str, ServerSession]
     _reserved: set[Path]
     _borrowing: set[str]
+    replay_origins: ReplayOrigins
 
     # Provided by ServerSessions.
     async def start(self) -> None:
@@ -175,6 +177,7 @@ class Creation:
             self._borrowing.discard(kernel_id or "")
         entry = started[0]
         self._sessions[entry.id] = entry
+        self.replay_origins.remember(entry)
         return entry
 
     def _limit_reached(self, exc: SessionLimitError) -> SessionLimitError:

@@ -25,6 +25,7 @@ from tornado.web import HTTPError
 
 from jupyter_exec.exceptions import (
     BackendError,
+    CheckpointError,
     ForkError,
     InvalidArgument,
     JupyterExecError,
@@ -53,6 +54,7 @@ STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (KernelNotAliveError, 409),  # the kernel was shut down outside the API
     (SessionClosedError, 409),
     (ForkError, 409),  # this kernel cannot fork (remote, not IPython), or the fork failed
+    (CheckpointError, 409),  # damaged, unsigned, altered, another environment or origin
     (SessionLimitError, 429),
     (StorageError, 507),  # the server's disk, not the client
     (KernelError, 503),  # a kernel that would not start or died
