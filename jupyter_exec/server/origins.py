@@ -31,7 +31,9 @@ __all__ = ["ReplayOrigins"]
 
 
 def _real(path: Path) -> Path:
-    return Path(os.path.realpath(path))
+    # Lexical: every path here was reached from the server root through the resolver
+    # (no link below the root), so equal folders spell equal absolute paths.
+    return Path(os.path.normpath(path.absolute()))
 
 
 @dataclass
