@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import socket
@@ -177,26 +178,46 @@ class E2BServer:
         )
 
     async def start(self) -> E2BServer:
-        """Start the engine and listen on every port (0: a free one, see :attr:`ports`)."""
-        await self.manager.start()
-        app = self.make_app()
+        """Listen on every port (0: a free one, see :attr:`ports`), then start the engine.
+
+        The ports are bound first, so a taken one is told at once, in one line
+        naming it and the option that moves it, before any kernel starts.
+        """
+        bound: list[list[socket.socket]] = []
         try:
-            for port in self.config.ports:
-                family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
-                sockets = bind_sockets(port, self.config.host, family=family)
-                # The ceiling before a route has decided; each route sets its own after the
-                # credential (jupyter_exec.e2b.web), so no body is read before that.
-                server = HTTPServer(app, max_body_size=SMALL_BODY, idle_connection_timeout=3600)
-                server.add_sockets(sockets)
-                self._servers.append(server)
-                self.ports.append(sockets[0].getsockname()[1])
-        except OSError:
-            await self.stop()
+            for index, port in enumerate(self.config.ports):
+                bound.append(self._bind(index, port))
+            await self.manager.start()
+        except BaseException:
+            for sock in (s for sockets in bound for s in sockets):
+                sock.close()
             raise
+        app = self.make_app()
+        for sockets in bound:
+            # The ceiling before a route has decided; each route sets its own after the
+            # credential (jupyter_exec.e2b.web), so no body is read before that.
+            server = HTTPServer(app, max_body_size=SMALL_BODY, idle_connection_timeout=3600)
+            server.add_sockets(sockets)
+            self._servers.append(server)
+            self.ports.append(sockets[0].getsockname()[1])
         self._reaper = asyncio.create_task(self._reap_loop(), name="jupyter-exec e2b reaper")
         log.info("E2B server on %s ports %s; sandboxes in %s", self.config.host, self.ports,
                  self.manager.root)  # fmt: skip
         return self
+
+    def _bind(self, index: int, port: int) -> list[socket.socket]:
+        """The listening sockets of ``port``; a port that cannot be had is InvalidArgument."""
+        host = self.config.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            return bind_sockets(port, host, family=family)
+        except OSError as exc:
+            flag = "--port" if index == 0 else "--envd-port"
+            why = "is taken by another program" if exc.errno == errno.EADDRINUSE else (
+                f"cannot be listened on ({exc.strerror or exc})")  # fmt: skip
+            raise InvalidArgument(
+                f"port {port} on {host} {why}: choose another with {flag} N (0: any free port)"
+            ) from None
 
     async def _reap_loop(self) -> None:
         while True:

@@ -217,7 +217,7 @@ class Sandboxes:
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         if timeout is None:
             seconds = self.default_timeout
-            end = time.time() + seconds if seconds > 0 else None
+            end = time.time() + seconds if 0 < seconds < math.inf else None
         else:
             end = time.time() + _client_seconds(timeout, self.max_timeout)
         sandbox = self._new(
