@@ -69,11 +69,14 @@ class SandboxesHandler(APIHandler):
 
     async def post(self) -> None:
         body = self.json_body()
+        template = body.get("templateID")
+        if template is not None and not isinstance(template, str):
+            raise InvalidArgument("'templateID' must be a string")
         for name in ("metadata", "envVars"):
             if not isinstance(body.get(name) or {}, dict):
                 raise InvalidArgument(f"{name!r} must be an object of strings")
         sandbox = await self.server.sandboxes.create(
-            template=body.get("templateID"),
+            template=template,
             metadata=body.get("metadata"),
             envs=body.get("envVars"),
             timeout=_timeout(body, self.max_timeout),

@@ -8,11 +8,12 @@ string where a number does, NaN) is the client's mistake, never the server's.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["MAX_DEPTH", "integer", "obj", "seconds_from_ms", "text"]
+__all__ = ["MAX_DEPTH", "integer", "loads", "obj", "seconds_from_ms", "text"]
 
 MAX_DEPTH = 1_000
 """Deepest ``ListDir`` walk asked for (deeper folders than that do not exist in practice)."""
@@ -55,3 +56,19 @@ def seconds_from_ms(header: str) -> float | None:
     if not header.isdigit() or len(header) > 12:  # more than 30 years: no deadline
         return None
     return int(header) / 1000
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidArgument(f"the request body holds {name}, which is not a JSON number")
+
+
+def loads(raw: bytes) -> Any:
+    """JSON from a client: not NaN or Infinity, not nested past the decoder's depth."""
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidArgument("the request body nests too deep to read") from None
+    except ValueError as exc:  # includes UnicodeDecodeError and over-long integers
+        if isinstance(exc, InvalidArgument):
+            raise
+        raise InvalidArgument(f"the request body is not JSON: {exc}") from None

@@ -45,6 +45,7 @@ from jupyter_exec.e2b.errors import (
     error_message,
     status_of,
 )
+from jupyter_exec.e2b.fields import loads
 from jupyter_exec.e2b.sandboxes import Sandbox
 from jupyter_exec.exceptions import InvalidArgument
 
@@ -68,22 +69,6 @@ def _hostname(value: str) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")].lower()
     return host.split(":", 1)[0].lower()
-
-
-def _reject_constant(name: str) -> Any:
-    raise InvalidArgument(f"the request body holds {name}, which is not a JSON number")
-
-
-def loads(raw: bytes) -> Any:
-    """JSON from a client: not NaN or Infinity, not nested past the decoder's depth."""
-    try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except RecursionError:
-        raise InvalidArgument("the request body nests too deep to read") from None
-    except ValueError as exc:  # includes UnicodeDecodeError and over-long integers
-        if isinstance(exc, InvalidArgument):
-            raise
-        raise InvalidArgument(f"the request body is not JSON: {exc}") from None
 
 
 @stream_request_body
