@@ -385,7 +385,8 @@ def test_f10_a_taken_port_is_one_line_naming_it_and_the_option(tmp_path: Path, w
     lines = [line for line in err.splitlines() if not line.startswith("[jupyter-exec] token")]
     assert status == 2, err
     assert len(lines) == 1, err
-    assert f"port {port}" in lines[0] and flag in lines[0], err
+    assert f"port {port}" in lines[0], err
+    assert flag in lines[0], err
     assert "internal error" not in err
     assert "Traceback" not in err
 
