@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from tornado.httpserver import HTTPServer
+from tornado.log import access_log
 from tornado.netutil import bind_sockets
-from tornado.web import Application, HTTPError
+from tornado.web import Application, HTTPError, RequestHandler
 
 from jupyter_exec.e2b import api, code, envd
 from jupyter_exec.e2b.auth import (
@@ -91,6 +92,15 @@ class NotFoundHandler(E2BHandler):
         raise HTTPError(404, f"no such route: {self.request.path}")
 
     post = put = patch = delete = get
+
+
+def log_request(handler: RequestHandler) -> None:
+    """tornado's access log line without the query: a file URL's signature is a credential."""
+    status = handler.get_status()
+    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    access_log.log(level, "%d %s %s (%s) %.2fms", status, handler.request.method,
+                   handler.request.path, handler.request.remote_ip,
+                   1000.0 * handler.request.request_time())  # fmt: skip
 
 
 def is_loopback(host: str) -> bool:
@@ -173,6 +183,7 @@ class E2BServer:
             handlers,
             e2b_server=self,
             xsrf_cookies=False,
+            log_function=log_request,
             default_handler_class=NotFoundHandler,
             default_handler_args={"auth": RouteAuth(frozenset({PUBLIC}), 0)},
         )
