@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import secrets
 import sys
@@ -26,6 +27,7 @@ from jupyter_exec.cli.options import (
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
+    positive_int,
     session_kwargs,
     zygote_kwargs,
 )
@@ -46,9 +48,9 @@ examples:
   jupyter-exec e2b --backend docker --allow pypi.org --allow files.pythonhosted.org
                                          ... that may reach the package index, nothing else
   E2B_API_KEY=k jupyter-exec e2b --port 49999
-                                         many sandboxes, each with its own access token;
-                                         (or --api-key-file FILE: never --api-key, which
-                                         `ps` shows to every user) clients set E2B_API_KEY=k,
+                                         many sandboxes, each with its own access token
+                                         (or --api-key-file FILE; not --api-key, which `ps`
+                                         shows to every user); clients set E2B_API_KEY=k,
                                          E2B_API_URL=http://127.0.0.1:49999 and
                                          E2B_SANDBOX_URL=http://127.0.0.1:49999
 
@@ -57,6 +59,17 @@ sandbox's /home/user, and every run_code is recorded in its notebook there.
 Requests whose Host or Origin is not this machine are refused.
 
 {EXIT_STATUS_HELP}"""
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {text}")
+    return value
 
 
 def _debug_default() -> bool:
@@ -119,6 +132,8 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         zygote=zygote_kwargs(args),
         max_sessions=args.max_sessions,
         sandbox_timeout=args.sandbox_timeout,
+        max_sandbox_timeout=args.max_sandbox_timeout,
+        max_upload_bytes=args.max_upload_mb << 20,
     )
     server = E2BServer(config)
 
@@ -141,7 +156,7 @@ def cmd_e2b(args: argparse.Namespace) -> int:
 
 def add_e2b_parser(subparsers: Subparsers) -> None:
     """Register ``jupyter-exec e2b``."""
-    from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT
+    from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
 
     parser = subparsers.add_parser(
         "e2b",
@@ -189,6 +204,14 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     sandboxes.add_argument("--sandbox-timeout", type=non_negative_float, default=300.0,
                            metavar="S", help="a sandbox's life when create() gives none "
                            "(default 300; 0: no end)")  # fmt: skip
+    sandboxes.add_argument("--max-sandbox-timeout", type=positive_float,
+                           default=MAX_SANDBOX_TIMEOUT, metavar="S",
+                           help="the longest life a client may give a sandbox (create, "
+                           "connect, set_timeout; more is refused; "
+                           f"default {MAX_SANDBOX_TIMEOUT:g})")  # fmt: skip
+    sandboxes.add_argument("--max-upload-mb", type=positive_int, default=MAX_UPLOAD >> 20,
+                           metavar="MB", help="the largest file upload, in MiB (other requests "
+                           f"take far less; default {MAX_UPLOAD >> 20})")  # fmt: skip
     add_session_options(parser, STATE_OPTIONS, title="sandbox state")
     add_network_policy(parser)
     add_zygote(parser)
