@@ -147,10 +147,12 @@ class BearerAuth:
             why = (
                 f"send the header Authorization: Bearer <token> (printed at start, or ${TOKEN_ENV})"
             )
+            await _discard(receive, headers)
             await _refuse(send, 401, f"unauthorized: {why}")
             return
         route = ROUTES.get(str(scope.get("path", "")).rstrip("/") or "/")
         if route is None:
+            await _discard(receive, headers)
             await _refuse(send, 404, f"no such route; the MCP endpoint is {MCP_PATH}")
             return
         limit = route[1]
@@ -159,6 +161,26 @@ class BearerAuth:
             await _refuse(send, 413, f"the request body is larger than {limit:,} bytes")
             return
         await self.app(scope, _bounded(receive, limit), send)
+
+
+DISCARD = 64 << 10
+"""A refused request's body, when it declares no more than this, is read and dropped (never
+kept) so that the connection closes cleanly and the client reads the refusal; a longer one is
+not read at all: the connection closes under it."""
+
+
+async def _discard(receive: Any, headers: dict[bytes, bytes]) -> None:
+    declared = headers.get(b"content-length", b"")
+    if not declared.isdigit() or int(declared) > DISCARD:
+        return
+    seen = 0
+    while seen <= DISCARD:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 def _bounded(receive: Any, limit: int) -> Any:

@@ -222,14 +222,18 @@ def test_f8_an_admitted_body_over_its_route_limit_is_refused_unread(sdk: Running
     victim = Sandbox.create()
     token = victim._envd_access_token
     assert token
-    headers = {"E2b-Sandbox-Id": victim.sandbox_id, "X-Access-Token": token}
-    with httpx.Client(base_url=sdk.url, timeout=60) as client:
-        too_big = b"{" + b" " * SMALL_BODY + b"}"
-        answer = client.post("/contexts", content=too_big, headers=headers)
-        assert answer.status_code == 413, answer.text
-        assert "larger than" in answer.json()["message"]
-        answer = client.post("/sandboxes", content=too_big, headers={"X-API-KEY": API_KEY})
-        assert answer.status_code == 413, answer.text
+    host, port = urlsplit(sdk.url).hostname, urlsplit(sdk.url).port
+    assert host
+    assert port
+    for path, headers in (
+        ("/contexts", f"E2b-Sandbox-Id: {victim.sandbox_id}\r\nX-Access-Token: {token}\r\n"),
+        ("/sandboxes", f"X-API-KEY: {API_KEY}\r\n"),
+    ):
+        with socket.create_connection((host, port), timeout=30) as sock:
+            length = f"Content-Length: {SMALL_BODY + 1}\r\n"
+            head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}{length}\r\n"
+            sock.sendall(head.encode())
+            assert _status_line(sock).split()[1] == b"413", path
     assert victim.run_code("1 + 1").text == "2"
     victim.kill()
 

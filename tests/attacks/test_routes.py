@@ -74,8 +74,8 @@ def _refusal(answer: httpx.Response) -> str | None:
     return None
 
 
-def _head_refused(url: str, path: str, headers: str = "") -> bytes:
-    """The status line answering a POST that announces a 1 TiB body and sends none of it."""
+def _head_refused(url: str, path: str, headers: str = "", length: int = 1 << 40) -> bytes:
+    """The status line answering a POST that announces a body (1 TiB) and sends none of it."""
     parts = urlsplit(url)
     assert parts.hostname
     assert parts.port
@@ -83,7 +83,7 @@ def _head_refused(url: str, path: str, headers: str = "") -> bytes:
         sock.sendall(
             (
                 f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{parts.port}\r\n{headers}"
-                f"Content-Type: application/json\r\nContent-Length: {1 << 40}\r\n\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
             ).encode()
         )
         sock.settimeout(30)
@@ -305,15 +305,13 @@ def test_f4_every_mcp_path_refuses_all_but_its_token(mcp_url: str) -> None:
         # The walk is not one that cannot fail: the token opens /mcp, and nothing else.
         assert client.post("/mcp", json=HELLO, headers=good).status_code == 200
         assert client.post("/elsewhere", json=HELLO, headers=good).status_code == 404
-        too_big = client.post("/mcp", content=b" " * (MAX_BODY + 1), headers=good)
-        assert too_big.status_code == 413, too_big.text
     assert not problems, "\n".join(problems)
 
 
 def test_f8_mcp_refuses_a_strangers_body_unread(mcp_url: str) -> None:
     assert _head_refused(mcp_url, "/mcp").split()[1] == b"401"
     good = f"Authorization: Bearer {MCP_TOKEN}\r\n"
-    assert _head_refused(mcp_url, "/mcp", good).split()[1] == b"413"
+    assert _head_refused(mcp_url, "/mcp", good, MAX_BODY + 1).split()[1] == b"413"
 
 
 # -- the REST extension -------------------------------------------------------------------------
@@ -388,7 +386,8 @@ def test_f8_every_rest_route_refuses_a_strangers_body_unread(jupyter: JupyterPro
             status = _head_refused(jupyter.url, path)
             assert status.split()[1] in (b"401", b"403"), (path, status)
     good = f"Authorization: token {jupyter.token}\r\n"
-    assert _head_refused(jupyter.url, "/api/exec/sessions", good).split()[1] == b"413"
+    status = _head_refused(jupyter.url, "/api/exec/sessions", good, (1 << 20) + 1)
+    assert status.split()[1] == b"413"
 
 
 def test_rest_bodies_still_work(jupyter: JupyterProcess) -> None:
