@@ -147,7 +147,7 @@ def _direct(root: Path, backend: str, manager: SessionManager | None, i: int) ->
     assert session.execute("1 + 1").text == "2"
     elapsed = time.perf_counter() - start
     if manager is not None:
-        manager.close(f"direct-{i}")
+        manager.close_session(f"direct-{i}")
         manager.wait_for_pools()
     else:
         session.close()

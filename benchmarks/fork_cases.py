@@ -339,7 +339,7 @@ async def _measure_zygote(repeats: int, root: Path, size: int) -> list[Row]:
                     await managers["cold"].get(f"s{i}").execute("import numpy, matplotlib")
                     pss["fresh"].append(_pss(pid))
                     private["fresh"].append(_memory(pid)[0])
-                await manager.close(f"s{i}")
+                await manager.close_session(f"s{i}")
                 await manager.wait_for_pools(timeout=600)  # the next take finds a full pool
     finally:
         for manager in managers.values():

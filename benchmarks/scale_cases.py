@@ -80,7 +80,7 @@ def pool_first_result(cfg: Config) -> list[Row]:
                     attach.append(got - start)
                     if not manager.list()[-1].from_pool:
                         raise RuntimeError("the session did not come from the pool")
-                    await manager.close(f"s{i}")
+                    await manager.close_session(f"s{i}")
                     if i < max(3, repeats // 4):
                         floors.append(await _floor_first_result(root))
                     progress(f"pool: {i + 1}/{repeats}")

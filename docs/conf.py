@@ -182,6 +182,7 @@ jx_layers = [
             "manager.*",
             "branching",
             "checkpoints",
+            "checkpoint_trust",
             "durable",
             "recovery",
             "state_api",

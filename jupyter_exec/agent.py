@@ -147,7 +147,7 @@ def not_run_notice(left: int) -> str:
 
 def _relative(path: Path, work_dir: Path) -> str:
     try:
-        return path.relative_to(work_dir.resolve()).as_posix()
+        return path.relative_to(work_dir.absolute()).as_posix()
     except ValueError:
         return str(path)
 

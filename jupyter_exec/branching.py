@@ -173,6 +173,7 @@ def writing_files(kernel: KernelHandle, work_dir: Path) -> list[str]:
     pid = getattr(process, "pid", None)
     if not isinstance(pid, int) or in_docker(kernel):
         return []
+    # Trusted origin: compared with the kernel's own /proc fd links (real paths), not opened.
     root = work_dir.resolve()
     found: set[str] = set()
     try:

@@ -7,13 +7,19 @@ per variable and ``manifest.json``, written last and then the folder renamed
 into place. The kernel is the untrusted side, so the host never unpickles
 anything: it only reads the manifest and hashes files, through
 :mod:`jupyter_exec.safefs` (no link is followed, nothing but regular files is
-read). A checkpoint is refused as a whole, with :class:`CheckpointError`
-naming the fault, when its manifest is missing, truncated or does not match
-its own checksum, or a file is missing or differs from the manifest (size,
+read). Once the kernel is done, the host stamps the manifest with the
+kernel's origin (the backend that ran it, as the host knows it) and signs it
+with its own key (:mod:`jupyter_exec.checkpoint_trust`): the MAC covers the
+body, which holds every file's sha256 and the origin. A checkpoint is refused
+as a whole, with :class:`CheckpointError` naming the fault, when its manifest
+is missing, truncated, unsigned, signed with another key or does not match its
+own checksum, or a file is missing or differs from the manifest (size,
 sha256)::
 
-    manifest.json   {"sha256": <of the body, canonical JSON>, "body": {
+    manifest.json   {"sha256": <of the body, canonical JSON>,
+                     "mac": <HMAC-SHA256 of the body, the host's key>, "body": {
                       "format", "version", "name", "session", "cell_index", "created",
+                      "origin": {"backend": "local" | "docker" | "remote", "image"?},
                       "environment": {"python", "serialiser", "libraries": {name: version}},
                       "variables": [{"name", "kind": "pickle", "file", "size", "sha256"},
                                     {"name", "kind": "module", "module"}],
@@ -37,6 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec import checkpoint_trust
 from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
 from jupyter_exec.inkernel_state import FORMAT, MANIFEST, PARTIAL, VERSION
 from jupyter_exec.naming import checkpoints_folder
@@ -50,6 +57,7 @@ __all__ = [
     "names_on_disk",
     "on_disk",
     "read_checkpoint",
+    "sign_checkpoint",
 ]
 
 log = logging.getLogger("jupyter_exec")
@@ -87,12 +95,23 @@ class Checkpoint:
     """Taken by the session on its own (option ``checkpoint_every``), not by a call."""
     environment: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
     """Python and the versions of the libraries whose objects it stored."""
+    origin: Mapping[str, Any] = field(
+        default_factory=lambda: {"backend": "local"}, hash=False, compare=False
+    )
+    """The backend whose kernel wrote it, as this host recorded and signed it:
+    ``{"backend": "local" | "docker" | "remote"}``, with ``"image"`` for Docker. One
+    not from ``local`` loads into a kernel on the host only with ``trust_origin=True``."""
+    digest: str = field(default="", repr=False, compare=False)
+    """The sha256 of its signed manifest's body when it was read (a kernel loading it
+    checks what it reads against this)."""
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Checkpoint:
-        """The checkpoint in folder ``path``, checked whole (manifest and every file's sha256).
+        """The checkpoint in folder ``path``, checked whole (this host's MAC over the manifest,
+        and every file's sha256).
 
-        Raises :class:`~jupyter_exec.CheckpointError` for a damaged or partial one.
+        Raises :class:`~jupyter_exec.CheckpointError` for a damaged, partial, unsigned or
+        altered one (nothing of it is loaded); nothing is unpickled here.
         Restore it into any session with ``session.restore(checkpoint)``.
         """
         folder = Path(path).absolute()
@@ -122,6 +141,20 @@ def read_checkpoint(root: Path, relative: str, *, verify: bool) -> Checkpoint:
 
 
 def _manifest(folder: Folder, where: Path) -> dict[str, Any]:
+    """The manifest's body, checked: this host's MAC, its checksum, its shape."""
+    return _signed_manifest(folder, where)[0]
+
+
+def _signed_manifest(folder: Folder, where: Path) -> tuple[dict[str, Any], bytes]:
+    """The checked body and the manifest's bytes as read (what a copy writes)."""
+    raw = _read_manifest(folder, where)
+    outer, body, canonical = _parse(raw, where)
+    checkpoint_trust.verify(canonical.encode(), outer.get("mac"), where / MANIFEST)
+    _check_shape(body, where)
+    return dict(body), raw
+
+
+def _read_manifest(folder: Folder, where: Path) -> bytes:
     try:
         fd = folder.open_file(MANIFEST, os.O_RDONLY)
     except FileNotFoundError:
@@ -133,19 +166,66 @@ def _manifest(folder: Folder, where: Path) -> dict[str, Any]:
         if size > MAX_MANIFEST_BYTES:
             raise CheckpointError(f"{where / MANIFEST} is too large ({size} bytes) to be ours")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_MANIFEST_BYTES + 1)
+            return f.read(MAX_MANIFEST_BYTES + 1)
     finally:
         os.close(fd)
+
+
+def _parse(raw: bytes, where: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The manifest's outer object, its body and the body's canonical JSON, checksum checked."""
     try:
         outer = json.loads(raw)
-        body, signed = outer["body"], outer["sha256"]
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        body, summed = outer["body"], outer["sha256"]
+        canonical = _canonical(body)
     except (ValueError, KeyError, TypeError, RecursionError):
         raise CheckpointError(f"{where / MANIFEST} is truncated or not a checkpoint's") from None
-    if hashlib.sha256(canonical.encode()).hexdigest() != signed:
+    if not isinstance(body, dict) or hashlib.sha256(canonical.encode()).hexdigest() != summed:
         raise CheckpointError(f"{where / MANIFEST} does not match its own checksum (altered?)")
-    _check_shape(body, where)
-    return dict(body)
+    return outer, body, canonical
+
+
+def _canonical(body: Any) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def sign_checkpoint(
+    root: Path, relative: str, origin: Mapping[str, Any], digest: str | None
+) -> Checkpoint:
+    """Stamp the checkpoint a kernel just wrote at ``root/relative`` with ``origin`` and sign
+    it with this host's key; the checkpoint, as :func:`read_checkpoint` would give it.
+
+    ``digest``: the sha256 of the body as the kernel that wrote it reported it over its
+    own channel (a kernel on the host: trusted); a manifest that differs (swapped on disk
+    since, by another kernel sharing the folder) is refused unsigned.
+    """
+    where = root / relative
+    try:
+        with Folder.open(root, relative) as folder:
+            _outer, body, _ = _parse(_read_manifest(folder, where), where)
+            if digest is not None and _sha(body) != digest:
+                raise CheckpointError(
+                    f"{where / MANIFEST} changed on disk after its kernel wrote it; not signed"
+                )
+            body = {**body, "origin": dict(origin)}
+            _check_shape(body, where)
+            canonical = _canonical(body)
+            outer = {
+                "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+                "mac": checkpoint_trust.mac(canonical.encode()),
+                "body": body,
+            }
+            folder.write_atomic(MANIFEST, [json.dumps(outer).encode()])
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"no checkpoint at {where} (the folder or a file is missing)"
+        ) from None
+    except (StorageError, WorkDirError) as exc:
+        raise CheckpointError(f"the checkpoint at {where} cannot be signed: {exc}") from None
+    return _from_body(body, where)
+
+
+def _sha(body: Any) -> str:
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
 def _check_shape(body: Any, where: Path) -> None:
@@ -184,6 +264,13 @@ def _check_shape(body: Any, where: Path) -> None:
         ):
             raise bad(f"entry {entry['name']!r}")
         files.add(file)
+    origin = body.get("origin")
+    if (
+        not isinstance(origin, dict)
+        or origin.get("backend") not in checkpoint_trust.BACKENDS
+        or not isinstance(origin.get("image", ""), str)
+    ):
+        raise bad("no origin")
 
 
 def _check_file(folder: Folder, where: Path, entry: Mapping[str, Any]) -> None:
@@ -229,6 +316,8 @@ def _from_body(body: Mapping[str, Any], where: Path) -> Checkpoint:
         size=sum(int(e.get("size", 0)) for e in body["variables"]),
         automatic=bool(body.get("automatic")),
         environment=dict(body["environment"]),
+        origin=dict(body["origin"]),
+        digest=_sha(body),
     )
 
 
@@ -238,7 +327,7 @@ def manifest_undone(checkpoint: Checkpoint) -> frozenset[int]:
         return frozenset()
     with contextlib.suppress(Exception):
         with Folder.open(checkpoint.path.parent, checkpoint.path.name) as folder:
-            body = json.loads(folder.read_bytes(MANIFEST))["body"]
+            body = _manifest(folder, checkpoint.path)
         return frozenset(int(i) for i in body.get("undone", []))
     return frozenset()
 
@@ -311,12 +400,12 @@ def copy_checkpoint(source: Checkpoint, work_dir: Path, session: str) -> str:
                 Folder.open(source.path.parent, source.path.name) as src,
                 parent.sub(temp, create=True) as dst,
             ):
-                body = _manifest(src, source.path)
+                body, raw = _signed_manifest(src, source.path)
                 try:
                     for entry in body["variables"]:
                         if entry["kind"] == "pickle":
                             _copy_file(src, dst, source.path, entry)
-                    dst.write_atomic(MANIFEST, [src.read_bytes(MANIFEST)])
+                    dst.write_atomic(MANIFEST, [raw])  # the bytes checked, signed as they were
                 except BaseException:
                     for entry in [*body["variables"], {"file": MANIFEST}]:
                         if "file" in entry:

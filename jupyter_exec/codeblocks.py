@@ -227,11 +227,11 @@ def save_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> Path | Non
             f"# filename: {block.filename} is absolute; name a file inside the work dir"
         )
     path = confined_path(root, block.filename)
-    if path == root.resolve() or path.is_dir():
+    if path == root.absolute() or path.is_dir():
         raise WorkDirError(f"# filename: {block.filename} names a folder, not a file")
     path = writable_path(root, block.filename)
     text = block.code if block.code.endswith("\n") or not block.code else block.code + "\n"
-    write_bytes(root.resolve(), path.relative_to(root.resolve()), text.encode("utf-8"))
+    write_bytes(root.absolute(), path.relative_to(root.absolute()), text.encode("utf-8"))
     return path
 
 

@@ -6,12 +6,17 @@ kernel process (a probe file proves the kernel shares the work dir; a remote
 kernel does not, and gets no durable checkpoints)::
 
     each cell     user_expressions: the names it changed ─► changes[(cell, names)]
-    checkpoint()  save(.<session>_checkpoints/<name>) in the kernel ─► manifest read back
-                  and checked here (no unpickling on the host)
+    checkpoint()  save(.<session>_checkpoints/<name>) in the kernel ─► manifest read back,
+                  stamped with the kernel's origin (local / docker + image / remote, as
+                  the host knows it) and signed with the host's key (checkpoint_trust);
+                  no unpickling on the host
     after a cell  checkpoint_every seconds since the last automatic one, names changed,
                   the namespace under AUTO_MAX_BYTES ─► auto-<k>, the previous one removed
-    restore       manifest and every file's sha256 checked here, the kernel's Python and
-                  library versions compared, then load() in the kernel (all or nothing)
+    restore       the host's MAC, the manifest and every file's sha256 checked here; one
+                  written by a Docker or remote kernel is refused for a kernel on the
+                  host unless trusted (trust_origin=True); the kernel's Python and
+                  library versions compared, then load() in the kernel (all or nothing,
+                  checked again against the manifest the host checked)
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec import inkernel_state
+from jupyter_exec import checkpoint_trust, inkernel_state
 from jupyter_exec.checkpoints import (
     Checkpoint,
     checkpoints_folder,
@@ -38,6 +43,7 @@ from jupyter_exec.checkpoints import (
     environment_mismatches,
     on_disk,
     read_checkpoint,
+    sign_checkpoint,
 )
 from jupyter_exec.exceptions import (
     CheckpointError,
@@ -45,6 +51,7 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
+from jupyter_exec.forking import container_of
 from jupyter_exec.inkernel_fork import module_call_code
 from jupyter_exec.inkernel_state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.kernel import QUIET_POLL, KernelHandle
@@ -96,6 +103,9 @@ class DurableState:
         """Durable checkpoints this session took, oldest first (what a restart gets back)."""
         self.last_auto = time.monotonic()
         self.auto_paused_until = 0.0
+        self.trusted: set[Path] = set()
+        """Checkpoints of another origin the person trusted (``trust_origin=True``) for this
+        session: a recovery after a kernel death may load them again."""
 
     # -- the in-kernel half ------------------------------------------------------------
 
@@ -129,7 +139,7 @@ class DurableState:
         folder_path = work_dir / checkpoints_folder(session.name)
         recording = session._recording
         if recording is not None:  # the kernel's own files, not the cells' doing
-            recording.tracker.skip_dirs.add(str(folder_path.resolve()))
+            recording.tracker.skip_dirs.add(str(folder_path.absolute()))
         return True
 
     def expressions(self, kernel: KernelHandle, needed: bool) -> dict[str, str]:
@@ -188,6 +198,8 @@ class DurableState:
         """Have the kernel write checkpoint ``name``; read back and checked here."""
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot write a checkpoint to disk: {self.unavailable}")
+        origin = kernel_origin(kernel)
+        checkpoint_trust.check_outside(kernel_folders(session, kernel))
         relative = f"{checkpoints_folder(session.name)}/{name}"
         body = {**meta, "name": name, "session": session.name}
         done = await ask(
@@ -195,7 +207,17 @@ class DurableState:
         )
         if isinstance(done, dict) and done.get("too_large"):
             raise TooLarge(f"the namespace is larger than {max_bytes} bytes")
-        made = read_checkpoint(session.work_dir, relative, verify=False)
+        # A kernel on the host is trusted to say what it wrote; another's word signs nothing
+        # it could not have written anyway (its checkpoint is signed as its origin's).
+        digest = done.get("sha256") if isinstance(done, dict) else None
+        trusted_digest = str(digest) if origin["backend"] == "local" and digest else None
+        if origin["backend"] == "local" and trusted_digest is None:
+            raise CheckpointError(
+                "the kernel did not say what it wrote; the checkpoint is unsigned"
+            )
+        made = await asyncio.to_thread(
+            sign_checkpoint, session.work_dir, relative, origin, trusted_digest
+        )
         self.taken.append(made)
         return made
 
@@ -261,22 +283,32 @@ class DurableState:
         checkpoint: Checkpoint,
         *,
         force: bool = False,
+        trust_origin: bool = False,
     ) -> Loaded:
         """Replace the kernel's namespace with ``checkpoint`` from disk, checked whole first.
 
         A checkpoint outside this session's work dir is copied in first (a Docker
-        kernel sees nothing else). A different Python or library version raises
-        :class:`CheckpointError` naming it, unless ``force``.
+        kernel sees nothing else). One written by a Docker or remote kernel is
+        refused for a kernel on the host unless ``trust_origin``. A different Python
+        or library version raises :class:`CheckpointError` naming it, unless ``force``.
         """
         if checkpoint.path is None:
             raise CheckpointError(f"checkpoint {checkpoint.name!r} was never written to disk")
         work_dir = session.work_dir
+        checkpoint_trust.check_outside(kernel_folders(session, kernel))
         relative = _inside(work_dir, checkpoint.path)
-        checked = await asyncio.to_thread(  # hashing 500 MB takes a second: not on the loop
+        # The MAC and manifest are checked here; the files are hashed by the kernel, from the
+        # memory it then unpickles (so nothing swapped on disk since is ever unpickled), and
+        # one from elsewhere also as it is copied in (a damaged copy is refused there).
+        checked = await asyncio.to_thread(
             read_checkpoint,
             work_dir if relative else checkpoint.path.parent,
             relative or checkpoint.path.name,
-            verify=True,
+            verify=False,
+        )
+        trusted = trust_origin or checked.path in self.trusted
+        checkpoint_trust.check_origin(
+            checked.name, checked.origin, kernel_origin(kernel), trusted=trusted
         )
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot load a checkpoint from disk: {self.unavailable}")
@@ -296,8 +328,43 @@ class DurableState:
             )
         if relative is None:
             relative = await asyncio.to_thread(copy_checkpoint, checked, work_dir, session.name)
-        result = await ask(kernel, "", call_expression("load", relative, False), SAVE_TIMEOUT)
+        try:
+            result = await ask(
+                kernel, "", call_expression("load", relative, checked.digest), SAVE_TIMEOUT
+            )
+        except CheckpointError as exc:
+            raise CheckpointError(f"checkpoint {checked.name!r} was not loaded: {exc}") from None
+        if trust_origin and checked.origin.get("backend") != "local" and checked.path:
+            self.trusted.add(checked.path)
         return Loaded(checked, tuple(str(n) for n in result.get("names", [])))
+
+
+def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
+    """The backend that runs ``kernel``, as the host knows it (never as the kernel says)."""
+    docker = container_of(kernel)
+    if docker is not None:
+        image = getattr(docker, "_image_tag", "") or getattr(docker, "image", "")
+        return {"backend": "docker", "image": str(image or "")}
+    manager = type(kernel.km)
+    if manager.__module__.startswith(("jupyter_exec.remote", "jupyter_server.gateway")):
+        return {"backend": "remote"}
+    return {"backend": "local"}
+
+
+def kernel_folders(session: AsyncSession, kernel: KernelHandle) -> list[Path]:
+    """The host folders ``kernel`` can read: its work dir, and a Docker kernel's mounts."""
+    folders = [session.work_dir]
+    docker = container_of(kernel)
+    if docker is not None:
+        from jupyter_exec.docker.options import parse_volume
+
+        for text in getattr(docker, "volumes", None) or ():
+            with contextlib.suppress(ValueError):
+                folders.append(Path(parse_volume(str(text)).source))
+        proxy = getattr(docker, "network_proxy", "")
+        if proxy:
+            folders.append(Path(proxy))
+    return folders
 
 
 def _inside(work_dir: Path, path: Path) -> str | None:

@@ -6,7 +6,9 @@ the output builder, the spill file for long streams, the kernel guard's
 request and the network proxy's mark; :class:`SafeSpill` keeps a full disk
 from stopping the cell. When it ends, :func:`final_outputs` turns the
 builder and the run into the outputs and error that are recorded,
-:func:`redacted` keeps the network policy's secrets out of them, and
+:func:`redacted` takes the network policy's secrets out of them once more
+(the cell's :class:`~jupyter_exec.network.redact.Redactor` took them out of
+every message as it came), and
 :func:`copy_output` gives the caller outputs a later display update cannot
 reach.
 
@@ -24,8 +26,8 @@ from typing import Any
 from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.guard import CellGuard
 from jupyter_exec.models import CellError
-from jupyter_exec.network.redact import redact, secret_needles
-from jupyter_exec.outputs import CellOutputs, strip_ansi
+from jupyter_exec.network.redact import Redactor
+from jupyter_exec.outputs import CellOutputs, stream_text, strip_ansi
 from jupyter_exec.runner import CellRun, is_interrupt
 from jupyter_exec.store import FileSpill
 
@@ -34,6 +36,7 @@ __all__ = [
     "SafeSpill",
     "copy_output",
     "final_outputs",
+    "joined",
     "redacted",
     "storage_error",
 ]
@@ -93,6 +96,8 @@ class Cell:
     network_mark: int = 0
     network_revived: bool = False
     """The proxy had stopped (requests failed closed) and was started again before this cell."""
+    redactor: Redactor | None = None
+    """What takes the network policy's secrets out of the cell's outputs (None: no policy)."""
 
     @property
     def metadata(self) -> dict[str, Any] | None:
@@ -132,20 +137,24 @@ def final_outputs(
 
 
 def redacted(
-    outputs: list[dict[str, Any]], error: CellError | None, secrets: tuple[str, ...]
+    outputs: list[dict[str, Any]], error: CellError | None, redactor: Redactor
 ) -> tuple[list[dict[str, Any]], CellError | None]:
-    """The outputs and error without the network policy's secrets (should the kernel hold one:
-    an allowed host may echo a header back)."""
-    needles = secret_needles(secrets)
-    if not needles:
+    """The outputs and error without the network policy's secrets: the final pass, over the
+    text as shown (``\\r`` and ``\\b`` applied) and the errors the reply or the session made."""
+    if not redactor:
         return outputs, error
     if error is not None:
         error = CellError(
-            redact(error.ename, needles),
-            redact(error.evalue, needles),
-            redact(error.traceback, needles),
+            redactor.text(error.ename), redactor.text(error.evalue), redactor.text(error.traceback)
         )
-    return [redact(o, needles) for o in outputs], error
+    return [redactor.value(o) for o in outputs], error
+
+
+def joined(outputs: list[dict[str, Any]], name: str, redactor: Redactor | None) -> str:
+    """All text of stream ``name``, redacted again as one text (a secret split by another
+    output between its parts is whole in it)."""
+    text = stream_text(outputs, name)
+    return redactor.text(text) if redactor is not None else text
 
 
 _NO_DETAILS = CellError("Error", "the kernel reported an error but sent no details")

@@ -22,8 +22,10 @@ snapshot's kernel inherits the installed module and its hooks.
   into a hidden temporary folder, the manifest (sizes, sha256 of every file,
   the environment, the skipped names; a sha256 of its own body) last, then
   renamed into place: a checkpoint folder is complete or absent.
-* **Loading** (:func:`load`): every file checked against the manifest, then
-  every value unpickled, and only then the namespace replaced: all or nothing.
+* **Loading** (:func:`load`): the manifest must be the one the host checked
+  (its body's sha256), every file is read and checked against it, then every
+  value unpickled from what was read, and only then the namespace replaced:
+  all or nothing.
 
 It needs only the standard library and IPython.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import errno
 import hashlib
 import importlib
 import io
@@ -42,6 +45,7 @@ import pickle
 import platform
 import secrets
 import shutil
+import stat
 import sys
 import time
 import types
@@ -198,7 +202,7 @@ def save(
     started = time.perf_counter()
     try:
         body = _write_all(temp, meta, max_bytes)
-        _write_manifest(temp, body)
+        digest = _write_manifest(temp, body)
         os.rename(temp, target)
         _fsync_dir(parent)
     except TooLarge:
@@ -212,6 +216,7 @@ def save(
         "skipped": {s["name"]: s["reason"] for s in body["skipped"]},
         "size": sum(v.get("size", 0) for v in body["variables"]),
         "seconds": round(time.perf_counter() - started, 6),
+        "sha256": digest,
     }
 
 
@@ -340,15 +345,18 @@ def _write_file(path: str, parts: list[Any]) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _write_manifest(folder: str, body: dict[str, Any]) -> None:
+def _write_manifest(folder: str, body: dict[str, Any]) -> str:
+    """Write the manifest (the host stamps and signs it next); the sha256 of its body."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    text = json.dumps({"sha256": hashlib.sha256(canonical.encode()).hexdigest(), "body": body})
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    text = json.dumps({"sha256": digest, "body": body})
     with open(os.path.join(folder, MANIFEST), "x", encoding="utf-8") as f:
         f.write(text)
         if _flush:
             f.flush()
             os.fsync(f.fileno())
     _fsync_dir(folder)
+    return digest
 
 
 def _fsync_dir(path: str) -> None:
@@ -410,30 +418,35 @@ def discard(relative: str) -> None:
 # -- loading ------------------------------------------------------------------------------
 
 
-def load(relative: str, verify: bool = True) -> dict[str, Any]:
+def load(relative: str, digest: str) -> dict[str, Any]:
     """Replace the user's namespace with the checkpoint at ``root/relative``, all or nothing.
 
-    Every file's size is checked, and with ``verify`` its sha256 too (the host, which
-    has just hashed them, says it need not be done twice).
+    ``digest`` is the sha256 of the manifest body the host checked (its MAC, its
+    origin): the body read here must be that one, and every file is read into
+    memory, then hashed and compared, then unpickled from that same memory, so
+    nothing swapped on disk since the host's check is ever unpickled.
     """
-    folder = os.path.join(root, relative)
-    with open(os.path.join(folder, MANIFEST), "rb") as f:
-        body = json.loads(f.read())["body"]
-    blobs: dict[str, tuple[bytearray, list[int]]] = {}
-    for entry in body["variables"]:
-        if entry["kind"] != "pickle":
-            continue
-        data = bytearray(entry["size"])  # read into once: arrays come back writable, no copy
-        with open(os.path.join(folder, os.path.basename(entry["file"])), "rb") as f:
-            got = f.readinto(data)
-            longer = bool(f.read(1))
-        if (
-            got != len(data)
-            or longer
-            or (verify and hashlib.sha256(data).hexdigest() != entry["sha256"])
-        ):
-            raise ValueError(f"jupyter-exec: {entry['file']} does not match the manifest")
-        blobs[entry["name"]] = (data, entry["parts"])
+    folder = _open_folder(relative)
+    try:
+        with os.fdopen(_open_file(folder, MANIFEST), "rb") as f:
+            body = json.loads(f.read())["body"]
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if hashlib.sha256(canonical.encode()).hexdigest() != digest:
+            raise ValueError("the checkpoint's manifest changed on disk after the host checked it")
+        blobs: dict[str, tuple[bytearray, list[int]]] = {}
+        for entry in body["variables"]:
+            if entry["kind"] != "pickle":
+                continue
+            data = bytearray(entry["size"])  # read into once: arrays come back writable, no copy
+            with os.fdopen(_open_file(folder, entry["file"]), "rb") as f:
+                got = f.readinto(data)
+                longer = bool(f.read(1))
+            if got != len(data) or longer:
+                raise _damaged(entry)
+            blobs[entry["name"]] = (data, entry["parts"])
+    finally:
+        os.close(folder)
+    _check_hashes(body["variables"], blobs)
     values: dict[str, Any] = {}
     for entry in body["variables"]:
         name = entry["name"]
@@ -451,3 +464,68 @@ def load(relative: str, verify: bool = True) -> dict[str, Any]:
         del shell.user_ns[name]
     shell.user_ns.update(values)
     return {"names": sorted(values)}
+
+
+def _damaged(entry: dict[str, Any]) -> ValueError:
+    return ValueError(
+        f"the checkpoint is damaged: {entry['file']} ({entry['name']}) does not match its checksum"
+    )
+
+
+def _check_hashes(
+    variables: list[dict[str, Any]], blobs: dict[str, tuple[bytearray, list[int]]]
+) -> None:
+    """Every file's sha256, from the memory it will be unpickled from, side by side (hashlib
+    lets go of the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    entries = [e for e in variables if e["kind"] == "pickle"]
+    workers = max(1, min(len(entries), os.cpu_count() or 1, 4))
+    with ThreadPoolExecutor(workers, thread_name_prefix="jx-hash") as pool:
+        digests = pool.map(lambda e: hashlib.sha256(blobs[e["name"]][0]).hexdigest(), entries)
+        for entry, digest in zip(entries, digests, strict=True):
+            if digest != entry["sha256"]:
+                raise _damaged(entry)
+
+
+def _open_folder(relative: str) -> int:
+    """``root/relative`` opened one component at a time, no link followed (another kernel
+    sharing the work dir may have planted one since the host checked)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in relative.split("/"):
+        try:
+            if part in ("", ".", ".."):
+                raise ValueError(f"the checkpoint's path {relative!r} is not a plain one")
+            following = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+        except OSError as exc:
+            raise _refusal(part, exc) from None
+        finally:
+            os.close(fd)
+        fd = following
+    return fd
+
+
+def _open_file(folder: int, name: str) -> int:
+    """A regular file of the checkpoint's folder: never through a link, never a FIFO."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"the checkpoint names a file {name!r} outside its folder")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=folder)
+    except OSError as exc:
+        raise _refusal(name, exc) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"the checkpoint's {name} is not a regular file; refusing to read it")
+    return fd
+
+
+def _refusal(name: str, exc: OSError) -> Exception:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return ValueError(
+            f"the checkpoint's {name} is a symbolic link or not what it should be (planted?); "
+            "refusing to follow it"
+        )
+    return exc

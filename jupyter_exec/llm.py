@@ -293,7 +293,7 @@ def _save_full(execution: Execution, text: str, save_dir: Path, work_dir: Path |
     root = work_dir if work_dir is not None else save_dir
     relative = os.path.relpath(save_dir / output_file_name(number - 1, "output", ".txt"), root)
     path = confined_path(root, relative)
-    base = root.resolve()
+    base = root.absolute()
     write_bytes(base, path.relative_to(base), text.encode("utf-8"))  # never through a link
     return path
 

@@ -6,7 +6,8 @@ its own connection task, so it cannot see which MCP request started the cell:
 ``execute_code`` therefore registers its request's context under the
 session's name for as long as the code runs (:meth:`ElicitingAsk.running`),
 and the callback sends an MCP *elicitation* on that request. The person's
-answer is final for the session (the proxy remembers it per host); every way
+answer is final for the session (the proxy remembers it per host and port: a yes
+for ``host:443`` does not open ``host:22``, which is asked about on its own); every way
 of not getting a yes (declined, cancelled, no client support, no answer in
 time, no call running) is a denial whose reason the model reads.
 """

@@ -201,7 +201,7 @@ class SessionRegistry:
 
     async def close(self, name: str) -> None:
         self.existing(name)
-        await self.manager.close(name)
+        await self.manager.close_session(name)
 
     async def close_all(self) -> None:
         """Close every session and stop the pool's kernels."""

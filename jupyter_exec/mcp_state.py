@@ -70,7 +70,7 @@ async def fork_into(
         for child in children:
             with contextlib.suppress(Exception):
                 if child.name in registered:
-                    await registry.manager.close(child.name)
+                    await registry.manager.close_session(child.name)
                 else:
                     await child.close()
         raise

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import importlib
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 from jupyter_exec.agent import MAX_IMAGE_BYTES, run_block
 from jupyter_exec.codeblocks import CodeBlock, normalise_language
-from jupyter_exec.exceptions import JupyterExecError, WorkDirError
+from jupyter_exec.exceptions import JupyterExecError, StorageError, WorkDirError
 from jupyter_exec.integrations import require
 from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.mcp_ask import ElicitingAsk
@@ -112,24 +113,56 @@ def _notebook_text(path: Path, max_chars: int) -> str:
     return text
 
 
-def _file_listing(root: Path, folder: Path) -> str:
+def _file_listing(root: Path, relative: str) -> str:
+    """The files below ``root/relative`` with sizes, walked by descriptor: no link is entered."""
     lines: list[str] = []
-    base = root.resolve()
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
+
+    def walk(folder: Folder, prefix: str) -> bool:
+        for name in sorted(os.listdir(folder.fd)):
             if name.startswith("."):
                 continue
-            path = Path(dirpath) / name
-            try:
-                size = path.stat().st_size
-            except OSError:
+            st = folder.lstat(name)
+            if st is None or stat.S_ISLNK(st.st_mode):
                 continue
-            lines.append(f"{path.relative_to(base).as_posix()}  ({size:,} bytes)")
+            shown = f"{prefix}{name}"
+            if stat.S_ISDIR(st.st_mode):
+                with folder.sub(name) as sub:
+                    if not walk(sub, f"{shown}/"):
+                        return False
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            lines.append(f"{shown}  ({st.st_size:,} bytes)")
             if len(lines) >= MAX_LISTED:
                 lines.append(f"[... listing stopped at {MAX_LISTED} files ...]")
-                return "\n".join(lines)
+                return False
+        return True
+
+    with Folder.open(root, relative) as start:
+        walk(start, f"{relative}/" if relative else "")
     return "\n".join(lines) or "(no files)"
+
+
+def _read_head(root: Path, relative: str) -> tuple[bytes, int]:
+    """The first bytes of a file that a tool may show, and its size, read by descriptor.
+
+    No link is followed and no FIFO or device opened (:class:`Folder`); at most what could be
+    shown is read (an image up to MAX_IMAGE_BYTES, else a text's worth), whatever the size.
+    """
+    parent, _, name = relative.rpartition("/")
+    with Folder.open(root, parent) as folder:
+        fd = folder.open_file(name, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        wanted = max(MAX_IMAGE_BYTES, 4 * MAX_READ_CHARS + 4)
+        chunks: list[bytes] = []
+        got = 0
+        while got < wanted and (chunk := os.read(fd, min(1 << 20, wanted - got))):
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks), size
+    finally:
+        os.close(fd)
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -254,36 +287,40 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
     async def list_files(session: str = "default", path: str = ".") -> str:
         """Files in the session's work dir (or a folder of it), with sizes."""
         live = registry.existing(session)
-        folder = confined_path(live.work_dir, path)
-        if not folder.is_dir():
-            raise WorkDirError(f"{path!r} is not a folder in the work dir")
-        return _file_listing(live.work_dir, folder)
+        relative = confined_path(live.work_dir, path).relative_to(live.work_dir.absolute())
+        shown = relative.as_posix() if relative.parts else ""
+        try:
+            return _file_listing(live.work_dir, shown)
+        except (FileNotFoundError, StorageError):
+            raise WorkDirError(f"{path!r} is not a folder in the work dir") from None
 
     @tool
     async def read_file(session: str, path: str) -> list[Any]:
         """A file of the session's work dir: text as text, images as images."""
         live = registry.existing(session)
         target = confined_path(live.work_dir, path)
-        base = live.work_dir.resolve()
-        try:  # read without following a link swapped in since the check above
-            with Folder.open(base, target.parent.relative_to(base)) as folder:
-                data = folder.read_bytes(target.name)
+        relative = target.relative_to(live.work_dir.absolute()).as_posix()
+        try:  # by descriptor: a link swapped in since the check above is refused too
+            data, size = _read_head(live.work_dir, relative)
         except (FileNotFoundError, IsADirectoryError):
             raise WorkDirError(f"no file {path!r} in the work dir") from None
         fmt = _IMAGE_SUFFIXES.get(target.suffix.lower())
-        if fmt and len(data) <= MAX_IMAGE_BYTES:
+        if fmt and size <= MAX_IMAGE_BYTES:
             return [image_class(data=data, format=fmt)]
         try:
             content = data.decode("utf-8")
-        except UnicodeDecodeError:
-            if len(data) > MAX_READ_CHARS:
-                return [text(f"{path}: a binary file of {len(data):,} bytes (too big to show)")]
-            encoded = base64.b64encode(data).decode()
-            return [text(f"{path}: binary, {len(data):,} bytes, base64:\n{encoded}")]
-        if len(content) > MAX_READ_CHARS:
+        except UnicodeDecodeError as exc:
+            if size > len(data) and exc.start >= len(data) - 4:
+                content = data[: exc.start].decode("utf-8")  # a character cut at the end
+            else:
+                if size > MAX_READ_CHARS:
+                    return [text(f"{path}: a binary file of {size:,} bytes (too big to show)")]
+                encoded = base64.b64encode(data).decode()
+                return [text(f"{path}: binary, {size:,} bytes, base64:\n{encoded}")]
+        if len(content) > MAX_READ_CHARS or size > len(data):
             content = (
                 content[:MAX_READ_CHARS]
-                + f"\n[... {len(content) - MAX_READ_CHARS:,} more characters not shown ...]"
+                + f"\n[... the file has {size:,} bytes; the rest is not shown ...]"
             )
         return [text(content)]
 

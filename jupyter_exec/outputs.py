@@ -11,7 +11,13 @@ execution and keeps the outputs a front end would show and save:
   and is handed back to the caller for the outputs of earlier cells;
 * stream text beyond a budget is not kept: the head and a bounded tail stay in
   the output with a marker, and everything past the head goes to a
-  :class:`Spill` (a file, in the session) so host memory stays bounded.
+  :class:`Spill` (a file, in the session) so host memory stays bounded;
+* what the kernel sends is bounded on the way in: data or metadata nested more
+  than :data:`MAX_OUTPUT_DEPTH` levels deep is replaced by a note naming the
+  limit (so saving the notebook can never fail on it), and with a
+  :class:`~jupyter_exec.network.redact.Redactor` every output and every event
+  is redacted before anyone sees it (stream text that may be the start of a
+  secret is held back until the next chunk: :meth:`CellOutputs.release`).
 """
 
 from __future__ import annotations
@@ -19,20 +25,42 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from jupyter_exec.network.redact import Redactor
 
 __all__ = [
     "DEFAULT_MAX_STREAM_CHARS",
+    "MAX_OUTPUT_DEPTH",
     "CellOutputs",
     "Spill",
+    "bounded",
     "output_from_msg",
     "overwrite_line",
+    "placeholder_content",
     "stream_text",
     "strip_ansi",
+    "too_deep",
 ]
 
 DEFAULT_MAX_STREAM_CHARS = 500_000
 """Stream characters kept per cell (head + tail) before the rest is spilled."""
+
+MAX_OUTPUT_DEPTH = 100
+"""How deep the containers of one output's data or metadata may nest (the bundle itself is
+level 1). Real outputs (a Vega or Plotly spec, a JSON tree) stay far below it; beyond it the
+payload is replaced by a note, so the notebook's JSON writer and every reader stay far from
+Python's recursion limit."""
+
+TOO_DEEP = (
+    f"[output removed: its data was nested more than {MAX_OUTPUT_DEPTH} levels deep, "
+    "the limit for a kernel's output]"
+)
+
+NOT_A_BUNDLE = "[output removed: the kernel sent an output whose fields have the wrong types]"
+
+_DISPLAY_KINDS = ("display_data", "execute_result", "update_display_data")
 
 _ANSI_RE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor movement
@@ -55,15 +83,70 @@ def output_from_msg(msg: Mapping[str, Any]) -> dict[str, Any]:
             "output_type": "error",
             "ename": content.get("ename", ""),
             "evalue": content.get("evalue", ""),
-            "traceback": list(content.get("traceback", [])),
+            "traceback": list(tb) if isinstance(tb := content.get("traceback", []), list) else tb,
         }
+    data, metadata = content.get("data", {}), content.get("metadata", {})
     output: dict[str, Any] = {
         "output_type": kind,
-        "data": dict(content.get("data", {})),
-        "metadata": dict(content.get("metadata", {})),
+        "data": dict(data) if isinstance(data, dict) else data,
+        "metadata": dict(metadata) if isinstance(metadata, dict) else metadata,
     }
     if kind == "execute_result":
         output["execution_count"] = content.get("execution_count")
+    return output
+
+
+def too_deep(value: Any, limit: int = MAX_OUTPUT_DEPTH) -> bool:
+    """Whether containers (dicts, lists) in ``value`` nest more than ``limit`` deep.
+
+    Walked with a stack of its own, so any depth is measured without recursion.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1))
+    return False
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def placeholder_content(kind: str) -> dict[str, Any]:
+    """The content of a ``kind`` message whose own content was too deep to read at all."""
+    if kind == "stream":
+        return {"name": "stderr", "text": TOO_DEEP + "\n"}
+    if kind == "error":
+        return {"ename": "OutputTooDeep", "evalue": TOO_DEEP, "traceback": [TOO_DEEP]}
+    if kind in _DISPLAY_KINDS:
+        return {"data": {"text/plain": TOO_DEEP}, "metadata": {}}
+    return {}
+
+
+def bounded(output: dict[str, Any]) -> dict[str, Any]:
+    """``output`` (changed in place) with a payload nested too deep replaced by a note.
+
+    Also what nbformat requires of the fields a kernel fills: a mime bundle and
+    metadata that are objects, an error's texts that are strings.
+    """
+    if output.get("output_type") == "error":
+        traceback = output.get("traceback")
+        if not isinstance(traceback, list) or not all(isinstance(t, str) for t in traceback):
+            output["traceback"] = [TOO_DEEP if too_deep(traceback) else str(traceback)]
+        for key in ("ename", "evalue"):
+            if not isinstance(output.get(key), str):
+                output[key] = "?"
+        return output
+    data, metadata = output.get("data"), output.get("metadata")
+    if not isinstance(data, dict) or not isinstance(metadata, dict):
+        output["data"], output["metadata"] = {"text/plain": NOT_A_BUNDLE}, {}
+    elif too_deep(data) or too_deep(metadata):
+        output["data"], output["metadata"] = {"text/plain": TOO_DEEP}, {}
     return output
 
 
@@ -207,14 +290,21 @@ class _Overflow:
 class CellOutputs:
     """Builds the outputs of one cell from its IOPub messages.
 
-    ``feed(msg)`` returns the event to pass to an ``on_output`` callback (an
+    ``feed(msg)`` returns the events to pass to an ``on_output`` callback (an
     nbformat output dict, a ``stream`` chunk, or a ``clear_output`` /
-    ``update_display_data`` pseudo-output), or ``None`` for messages that
-    change no output. ``finish()`` returns the final outputs.
+    ``update_display_data`` pseudo-output): none for messages that change no
+    output. With a ``redactor``, the end of a stream chunk that may begin a
+    secret comes with that stream's next chunk (a ``clear_output`` brings it
+    first); ``release()`` returns what is still held back once the cell ends;
+    ``finish()`` returns the final outputs.
     """
 
     def __init__(
-        self, *, max_stream_chars: int = DEFAULT_MAX_STREAM_CHARS, spill: Spill | None = None
+        self,
+        *,
+        max_stream_chars: int = DEFAULT_MAX_STREAM_CHARS,
+        spill: Spill | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.outputs: list[dict[str, Any]] = []
         self.execution_count: int | None = None
@@ -228,37 +318,62 @@ class CellOutputs:
         self._spill = spill
         self._overflow: dict[str, _Overflow] = {}
         self._kept = 0  # stream characters held in completed lines
+        self._redactor = redactor if redactor else None
 
     # -- feeding -----------------------------------------------------------------
 
-    def feed(self, msg: Mapping[str, Any]) -> dict[str, Any] | None:
+    def feed(self, msg: Mapping[str, Any]) -> list[dict[str, Any]]:
         kind = msg["header"]["msg_type"]
         content = msg["content"]
         if kind == "stream":
-            self._apply_pending_clear()
-            self._add_stream(content["name"], content["text"])
-            return {"output_type": "stream", "name": content["name"], "text": content["text"]}
-        if kind in ("display_data", "execute_result", "error"):
-            self._apply_pending_clear()
-            output = output_from_msg(msg)
-            if kind == "execute_result":
-                self.execution_count = content.get("execution_count", self.execution_count)
-            display_id = (content.get("transient") or {}).get("display_id")
-            if display_id:
-                self._displays.setdefault(display_id, []).append(output)
-            self.outputs.append(output)
-            return output
+            return self._feed_stream(content)
+        if kind == "execute_input":
+            self.execution_count = content.get("execution_count", self.execution_count)
+            return []
         if kind == "update_display_data":
-            return self._update_display(content)
+            update = self._update_display(content)
+            return [update] if update is not None else []
         if kind == "clear_output":
+            events = self.release()  # what a stream held back was shown before the clear
             if content.get("wait"):
                 self._clear_pending = True
             else:
                 self._clear()
-            return {"output_type": "clear_output", "wait": bool(content.get("wait"))}
-        if kind == "execute_input":
+            return [*events, {"output_type": "clear_output", "wait": bool(content.get("wait"))}]
+        if kind not in ("display_data", "execute_result", "error"):
+            return []
+        self._apply_pending_clear()
+        output = bounded(output_from_msg(msg))
+        if self._redactor is not None:
+            output = self._redactor.value(output)
+        if kind == "execute_result":
             self.execution_count = content.get("execution_count", self.execution_count)
-        return None
+        display_id = (content.get("transient") or {}).get("display_id")
+        if display_id:
+            self._displays.setdefault(display_id, []).append(output)
+        self.outputs.append(output)
+        return [output]
+
+    def _feed_stream(self, content: Mapping[str, Any]) -> list[dict[str, Any]]:
+        name, text = content.get("name"), content.get("text")
+        if not isinstance(name, str) or not isinstance(text, str):
+            name, text = "stderr", NOT_A_BUNDLE + "\n"
+        if self._redactor is not None:
+            text = self._redactor.stream(name, text)
+            if not text:  # all of it may be the start of a secret: it waits for the next chunk
+                return []
+        return [self._stream(name, text)]
+
+    def _stream(self, name: str, text: str) -> dict[str, Any]:
+        self._apply_pending_clear()
+        self._add_stream(name, text)
+        return {"output_type": "stream", "name": name, "text": text}
+
+    def release(self) -> list[dict[str, Any]]:
+        """The stream text the redactor held back (it may have been a secret's start and
+        was not), added to the outputs now: as events, none when nothing was held."""
+        held = self._redactor.release() if self._redactor is not None else []
+        return [self._stream(name, text) for name, text in held if text]
 
     def _add_stream(self, name: str, text: str) -> None:
         overflow = self._overflow.get(name)
@@ -332,6 +447,9 @@ class CellOutputs:
             if spill is not None and kept:
                 spill.write(name, kept)
             overflow = self._overflow[name] = _Overflow(len(kept), self._tail_limit)
+        redactor = self._redactor
+        if redactor is not None:  # (the cell's held text was released when it ended)
+            chunks = _redacted_chunks(redactor, name, chunks)
         for chunk in chunks:
             overflow.add(chunk)
             if spill is not None:
@@ -341,8 +459,10 @@ class CellOutputs:
         display_id = (content.get("transient") or {}).get("display_id")
         if not display_id:
             return None
-        data = content.get("data", {})
-        metadata = content.get("metadata", {})
+        update = bounded({"data": content.get("data", {}), "metadata": content.get("metadata", {})})
+        if self._redactor is not None:
+            update = self._redactor.value(update)
+        data, metadata = update["data"], update["metadata"]
         for output in self._displays.get(display_id, ()):
             output["data"] = dict(data)
             output["metadata"] = dict(metadata)
@@ -383,6 +503,7 @@ class CellOutputs:
 
     def finish(self) -> list[dict[str, Any]]:
         """The final outputs: stream text materialised, truncation markers added."""
+        self.release()
         for output in self.outputs:
             if output["output_type"] == "stream":
                 output["text"] = self._texts[id(output)].value()
@@ -410,6 +531,15 @@ class CellOutputs:
                 self.outputs.append(target)
             target["text"] += marker + tail.value()
         return self.outputs
+
+
+def _redacted_chunks(redactor: Redactor, name: str, chunks: Iterable[str]) -> Iterable[str]:
+    for chunk in chunks:
+        shown = redactor.stream(name, chunk)
+        if shown:
+            yield shown
+    for _, text in redactor.release():
+        yield text
 
 
 def stream_text(outputs: list[dict[str, Any]], name: str) -> str:

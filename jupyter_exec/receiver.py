@@ -16,6 +16,8 @@ from typing import Any
 import zmq
 from jupyter_client.adapter import adapt
 
+from jupyter_exec.outputs import placeholder_content
+
 __all__ = ["Receiver"]
 
 
@@ -65,9 +67,11 @@ def _deserialize(session: Any, parts: list[bytes]) -> dict[str, Any]:
     """``Session.deserialize`` without turning header dates into datetimes.
 
     The signature is checked (and remembered against replays) exactly as
-    jupyter_client does; only the date parsing, a third of the client's
-    work per message and never needed here (timings are kept as the ISO
-    text the kernel sent), is left out.
+    jupyter_client does. Content nested too deep for the JSON parser (a kernel
+    can send any bytes) becomes a note naming the limit instead of an error
+    that would end the cell (see :func:`jupyter_exec.outputs.placeholder_content`).
+    Only the date parsing, a third of the client's work per message and never
+    needed here (timings are kept as the ISO text the kernel sent), is left out.
     """
     if len(parts) < 5:
         raise ValueError(f"malformed message: {len(parts)} parts, at least 5 expected")
@@ -81,14 +85,26 @@ def _deserialize(session: Any, parts: list[bytes]) -> dict[str, Any]:
         if not hmac.compare_digest(signature, session.sign(parts[1:5])):
             raise ValueError(f"invalid signature: {signature!r}")
     unpack = session.unpack
-    header = unpack(parts[1])
+    try:
+        header = unpack(parts[1])
+        parent = unpack(parts[2])
+    except RecursionError:
+        raise ValueError("malformed message: its header is nested too deep") from None
+    try:
+        metadata = unpack(parts[3])
+    except RecursionError:
+        metadata = {}
+    try:
+        content = unpack(parts[4])
+    except RecursionError:  # a kernel's JSON nested past what can be parsed: a note instead
+        content = placeholder_content(str(header.get("msg_type")))
     message = {
         "header": header,
         "msg_id": header["msg_id"],
         "msg_type": header["msg_type"],
-        "parent_header": unpack(parts[2]),
-        "metadata": unpack(parts[3]),
-        "content": unpack(parts[4]),
+        "parent_header": parent,
+        "metadata": metadata,
+        "content": content,
         "buffers": [memoryview(b) for b in parts[5:]],
     }
     if not str(header.get("version", "5")).startswith("5"):  # another protocol: adapt it

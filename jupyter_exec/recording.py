@@ -39,13 +39,15 @@ from jupyter_exec.inflight import (
     SafeSpill,
     copy_output,
     final_outputs,
+    joined,
     redacted,
     storage_error,
 )
 from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.models import Execution, Result, ScriptResult
 from jupyter_exec.network.policy import Connection
-from jupyter_exec.outputs import CellOutputs, stream_text
+from jupyter_exec.network.redact import Redactor
+from jupyter_exec.outputs import CellOutputs
 from jupyter_exec.recorder import NotebookRecorder, new_cell_id
 from jupyter_exec.runner import CellRun
 from jupyter_exec.runorder import run_stamp
@@ -80,8 +82,12 @@ class Recording:
         index = len(self.recorder) if self.recorder is not None else self.cells_run
         self.cells_run += 1
         spill = SafeSpill(FileSpill(self.store, index)) if write else None
-        cell = Cell(index, CellOutputs(max_stream_chars=max_chars, spill=spill), spill)
         network = getattr(kernel, "network", None)  # (a scripted test kernel has none)
+        # The one place a policy's secrets are taken out of what the kernel sends: every
+        # event, output, spill and record of the cell is built from redacted messages.
+        redactor = Redactor(network.policy.secret_values()) if network is not None else None
+        builder = CellOutputs(max_stream_chars=max_chars, spill=spill, redactor=redactor)
+        cell = Cell(index, builder, spill, redactor=redactor)
         if network is not None:
             cell.network, cell.network_mark = network, network.mark()
             network.cell = index
@@ -112,7 +118,8 @@ class Recording:
         connections: tuple[Connection, ...] = ()
         if cell.network is not None:
             connections = cell.network.since(cell.network_mark)
-            outputs, error = redacted(outputs, error, cell.network.policy.secret_values())
+        if cell.redactor is not None:  # again, now that \r and \b are applied, and the errors
+            outputs, error = redacted(outputs, error, cell.redactor)
 
         results: list[Result] = []
         saved: list[Path] = list(spilled)
@@ -168,8 +175,8 @@ class Recording:
             code=code,
             status=run.status,
             results=tuple(results),
-            stdout=stream_text(outputs, "stdout"),
-            stderr=stream_text(outputs, "stderr"),
+            stdout=joined(outputs, "stdout", cell.redactor),
+            stderr=joined(outputs, "stderr", cell.redactor),
             error=error,
             execution_count=builder.execution_count,
             files=(*saved, *(p for p in changed if p not in seen)),
@@ -272,9 +279,12 @@ class Recording:
             provisioner=container_of(kernel) or kernel.km.provisioner,
             timeout=timeout,
         )
-        produced = tuple(p for p in self.tracker.changes() if p != path.resolve())
+        produced = tuple(p for p in self.tracker.changes() if p != path.absolute())
         connections = network.since(mark) if network is not None else ()
-        return dataclasses.replace(result, files=produced, connections=connections)
+        output = result.output
+        if network is not None:  # the process shares the kernel's proxy, and its secrets
+            output = Redactor(network.policy.secret_values()).text(output)
+        return dataclasses.replace(result, files=produced, connections=connections, output=output)
 
     def adopt(self, recorder: NotebookRecorder) -> None:
         """Record into ``recorder`` from now on (saved at once, so the notebook exists)."""
@@ -304,8 +314,8 @@ class Recording:
         """Do not report another session's notebook and files as written by our cells
         (a fork and its parent share the work dir)."""
         if notebook is not None:
-            self.tracker.ignore.add(notebook.resolve())
-        self.tracker.skip_dirs.add(str(files_dir.resolve()))
+            self.tracker.ignore.add(notebook.absolute())
+        self.tracker.skip_dirs.add(str(files_dir.absolute()))
         self.tracker.changes()  # what the other session wrote so far is not our doing
 
     def close(self) -> None:

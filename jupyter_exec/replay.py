@@ -129,7 +129,7 @@ def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | 
         if output is None
         else Path(output).expanduser().absolute()
     )
-    if path.resolve() == source.resolve():
+    if path == source or (path.exists() and source.exists() and os.path.samefile(path, source)):
         raise NotebookError(f"the replay would overwrite the original notebook {source}")
     return path
 

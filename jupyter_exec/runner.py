@@ -93,7 +93,26 @@ class CellRunner:
         user_expressions: dict[str, str] | None = None,
     ) -> CellRun:
         """Run ``code``; ``metadata`` goes into the execute_request (the stream guard reads it),
-        and so do ``user_expressions`` (their values land in ``CellRun.user_expressions``)."""
+        and so do ``user_expressions`` (their values land in ``CellRun.user_expressions``).
+
+        However the cell ends, stream text the builder's redactor still holds back (it
+        might have begun a secret) is passed on last."""
+        run = await self._run(code, builder, timeout, on_output, metadata, user_expressions)
+        released = builder.release()
+        if on_output is not None:
+            for event in released:
+                await _call(on_output, event)
+        return run
+
+    async def _run(
+        self,
+        code: str,
+        builder: CellOutputs,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        metadata: dict[str, Any] | None,
+        user_expressions: dict[str, str] | None,
+    ) -> CellRun:
         run = CellRun(status="ok")
         generation = self._generation()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -190,9 +209,10 @@ class CellRunner:
                 continue
             if kind == "execute_input":
                 timing["iopub.execute_input"] = _iso(msg["header"].get("date"))
-            event = builder.feed(msg)
-            if event is not None and on_output is not None:
-                await _call(on_output, event)
+            events = builder.feed(msg)
+            if on_output is not None:
+                for event in events:
+                    await _call(on_output, event)
 
     async def _shell_reply(self, msg_id: str, timing: dict[str, str]) -> dict[str, Any]:
         """The execute_reply (normally already queued when IOPub goes idle)."""

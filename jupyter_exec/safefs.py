@@ -8,7 +8,10 @@ then write, truncate or chown the link's target. So nothing here resolves a
 path through the kernel's folders:
 
 * :meth:`Folder.open` starts from a *trusted root* (a directory the host
-  chose) and opens each further component with ``O_DIRECTORY | O_NOFOLLOW``,
+  chose, itself reached by :func:`pin_dir`: a link on its way is followed only if root or
+  this process's user made it in a folder no one else can write, so another session's
+  folder that a kernel swapped for a link is never a root) and opens each further
+  component with ``O_DIRECTORY | O_NOFOLLOW``,
   relative to the previous one's descriptor: a link on the way is refused, and
   swapping a component afterwards changes nothing, since the descriptor still
   names the directory that was checked.
@@ -28,6 +31,19 @@ is ``ELOOP`` for a link where we would write or read (what ``O_NOFOLLOW`` itself
 own for anything else (``ENOSPC`` for a full disk). A missing folder or file, when not asked
 to create it, is the plain ``FileNotFoundError``. A path that leaves the root (``..``, an
 absolute path) is a :class:`~jupyter_exec.WorkDirError`.
+
+This module is *the* path resolver of jupyter-exec: every path that a client, a notebook or a
+kernel-writable folder supplies is reached through it, and nothing else in the package
+resolves such a path (``tests/attacks/test_paths.py`` scans the source for ``.resolve()`` and
+``realpath`` outside it). Besides :class:`Folder`:
+
+* :func:`inside` gives ``root/relative`` once every folder on the way was opened without
+  following a link and the final entry is not a link (for a path handed to another library);
+* :func:`pin_dir` opens an *absolute* folder (a kernel's working directory, a Docker mount
+  source) component by component, following only links that no kernel can have planted, and
+  returns it open with its canonical path and identity (device, inode);
+* :func:`open_regular` and :func:`read_regular` read a file bounded by size *before* the read
+  starts (``fstat`` on the open descriptor), and never open a FIFO or a device.
 """
 
 from __future__ import annotations
@@ -48,7 +64,27 @@ from typing import Any
 
 from jupyter_exec.exceptions import StorageError, WorkDirError
 
-__all__ = ["Folder", "storage_error", "write_bytes"]
+__all__ = [
+    "MAX_READ_BYTES",
+    "Folder",
+    "inside",
+    "open_regular",
+    "pin_dir",
+    "read_limit",
+    "read_open",
+    "read_regular",
+    "storage_error",
+    "too_large",
+    "write_bytes",
+]
+
+MAX_READ_BYTES = 256 * 1024 * 1024
+"""Largest file read into memory at once (a notebook, a file an MCP tool reads), by default."""
+
+READ_LIMIT_ENV = "JUPYTER_EXEC_MAX_READ_MB"
+"""Environment variable that raises (or lowers) :data:`MAX_READ_BYTES`, in MiB."""
+
+_MAX_LINKS = 40  # as the kernel's own limit on links followed while resolving one path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _IOV_MAX = 1024  # the POSIX minimum for writev's vector length
@@ -149,14 +185,16 @@ class Folder:
         """
         parts = _relative_parts(relative)
         path = Path(root)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:  # the root too is reached without a link anyone but root or we could plant
+            fd = pin_dir(path, trust_own=True).detach()
         except FileNotFoundError:
             if not create:
                 raise
             raise storage_error(
                 OSError(errno.ENOENT, "the folder does not exist"), path, "open the folder"
             ) from None
+        except StorageError:
+            raise
         except OSError as exc:
             if exc.errno == errno.ENOTDIR:
                 raise _kind_error(path, "not a folder", errno.ENOTDIR) from None
@@ -193,6 +231,11 @@ class Folder:
             raise storage_error(exc, path, "open the folder") from exc
         finally:
             os.close(parent)
+        return fd
+
+    def detach(self) -> int:
+        """The descriptor, now the caller's to close (this object no longer holds it)."""
+        fd, self.fd = self.fd, -1
         return fd
 
     def close(self) -> None:
@@ -327,16 +370,21 @@ class Folder:
         os.set_blocking(fd, True)
         return fd
 
-    def read_bytes(self, name: str) -> bytes:
-        """The content of the regular file ``name`` (FileNotFoundError if there is none)."""
+    def read_bytes(self, name: str, *, limit: int | None = None) -> bytes:
+        """The content of the regular file ``name`` (FileNotFoundError if there is none).
+
+        A file over ``limit`` bytes (default :func:`read_limit`) is refused before reading.
+        """
         fd = self.open_file(name, os.O_RDONLY)
         try:
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                return f.read()
-        except OSError as exc:
-            raise storage_error(exc, self.path / name, "read") from exc
+            return read_open(fd, self.path / name, limit)
         finally:
             os.close(fd)
+
+    def identity(self) -> tuple[int, int]:
+        """(device, inode) of this folder, read from its descriptor."""
+        st = os.fstat(self.fd)
+        return st.st_dev, st.st_ino
 
     # -- moving, removing, owning ------------------------------------------------------
 
@@ -398,3 +446,220 @@ def write_bytes(
     with Folder.open(root, os.path.join(*folders) if folders else "", create=True) as folder:
         folder.write_atomic(name, [data])
     return Path(root).joinpath(*parts)
+
+
+# -- bounded reads -------------------------------------------------------------------------
+
+
+def read_limit() -> int:
+    """The largest file read whole: ``$JUPYTER_EXEC_MAX_READ_MB`` MiB, else MAX_READ_BYTES."""
+    raw = os.environ.get(READ_LIMIT_ENV, "").strip()
+    try:
+        megabytes = float(raw) if raw else 0.0
+    except ValueError:
+        megabytes = 0.0
+    if not 0 < megabytes < float(1 << 40):
+        return MAX_READ_BYTES
+    return int(megabytes * 1024 * 1024)
+
+
+def too_large(path: str | os.PathLike[str], size: int, limit: int) -> StorageError:
+    """The refusal of a read over ``limit``: it names the limit and how to raise it."""
+    return StorageError(
+        f"refusing to read {os.fspath(path)}: it is {size:,} bytes, over the {limit:,}-byte "
+        f"limit for reading a file whole; set {READ_LIMIT_ENV} (in MiB) to raise it",
+        errno.EFBIG,
+    )
+
+
+def read_open(fd: int, path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """Read the open regular file ``fd`` whole, refusing it before the read if over ``limit``."""
+    limit = read_limit() if limit is None else limit
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise too_large(path, size, limit)
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while being read
+                raise too_large(path, total, limit)
+        return b"".join(chunks)
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise storage_error(exc, path, "read") from exc
+
+
+def open_regular(path: str | os.PathLike[str], *, follow: bool = False) -> int:
+    """Open the regular file ``path`` for reading (a blocking descriptor the caller closes).
+
+    A FIFO or a device is refused before it is opened, and again on the descriptor (it never
+    blocks: ``O_NONBLOCK``). A final link is refused unless ``follow`` (a path a person typed,
+    outside any kernel's folders). A missing file is the plain ``FileNotFoundError``.
+    """
+    shown = os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+        if stat.S_ISLNK(st.st_mode):
+            raise StorageError(
+                f"refusing to read {shown}: it is a symbolic link, and this file is read "
+                "without following links (a kernel may have planted it); give the path of "
+                "the file itself",
+                errno.ELOOP,
+            )
+        if stat.S_ISDIR(st.st_mode):
+            raise _kind_error(shown, "a folder", errno.EISDIR)
+        if not stat.S_ISREG(st.st_mode):
+            raise _kind_error(
+                shown, "not a regular file (a FIFO, a socket or a device)", errno.EINVAL
+            )
+        fd = os.open(path, flags)
+    except StorageError:
+        raise
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_error(shown, "read") from None
+        raise storage_error(exc, shown, "open") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _kind_error(shown, "not a regular file (a FIFO, a socket or a device)", errno.EINVAL)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_regular(
+    path: str | os.PathLike[str], *, limit: int | None = None, follow: bool = False
+) -> bytes:
+    """The bytes of the regular file ``path``, refused over ``limit`` (see :func:`open_regular`)."""
+    fd = open_regular(path, follow=follow)
+    try:
+        return read_open(fd, path, limit)
+    finally:
+        os.close(fd)
+
+
+# -- resolving -----------------------------------------------------------------------------
+
+
+def inside(
+    root: str | os.PathLike[str], relative: str | os.PathLike[str] = "", *, create: bool = False
+) -> Path:
+    """``root/relative``, checked: no folder on the way and not the final entry is a link.
+
+    ``root`` is trusted (the host chose it); ``..`` or an absolute ``relative`` is a
+    :class:`WorkDirError`, a link a :class:`StorageError` (``ELOOP``), a file where a folder
+    is named one too (``ENOTDIR``). What does not exist yet is fine (nothing there to follow);
+    with ``create`` the folders on the way are made. Use it for a path that another library
+    opens; open through :class:`Folder` where you can, which holds what was checked.
+    """
+    parts = _relative_parts(relative)
+    base = Path(root).absolute()
+    if create and len(parts) > 1:
+        Folder.open(base, os.path.join(*parts[:-1]), create=True).close()
+    folder = Folder.open(base)
+    try:
+        for i, part in enumerate(parts):
+            st = folder.lstat(part)
+            if st is None:
+                break  # not there (yet): nothing below it to follow
+            if stat.S_ISLNK(st.st_mode):
+                raise _link_error(str(folder.path / part), "use")
+            if i == len(parts) - 1:
+                break
+            if not stat.S_ISDIR(st.st_mode):
+                raise _kind_error(folder.path / part, "not a folder", errno.ENOTDIR)
+            child = folder.sub(part)
+            folder.close()
+            folder = child
+    finally:
+        folder.close()
+    return base.joinpath(*parts)
+
+
+def _planted_by_no_kernel(
+    link: os.stat_result, parent: os.stat_result, trusted: tuple[int, ...] = (0,)
+) -> bool:
+    """A link only a ``trusted`` uid could have made: theirs, in a folder only they can write.
+
+    Group or other write bits on the folder (which is also how a POSIX ACL's mask shows,
+    e.g. the loan of a work dir to a kernel's uid) make any link in it untrusted.
+    """
+    return link.st_uid in trusted and parent.st_uid in trusted and not parent.st_mode & 0o022
+
+
+def _own_uids() -> tuple[int, ...]:
+    """Root and this process's user: a root a person or the host chose may pass their links."""
+    return (0, os.geteuid())
+
+
+def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
+    """The folder at the absolute ``path``, open, with its canonical path (no link in it).
+
+    Each component is opened with ``O_NOFOLLOW`` relative to the one before. A link on the
+    way is followed only when no kernel can have planted it (owned by root, in a folder only
+    root can write: ``/var -> /private/var``, ``/home -> /data/home``); any other link is a
+    :class:`StorageError` (``ELOOP``) naming it. With ``trust_own``, a link this process's
+    own user made in a folder only that user can write is followed too (how the trusted root
+    of a :class:`Folder` is reached: ``~/project -> /data/project`` works, a link a Docker
+    kernel planted in a work dir lent to it does not). This is how a kernel's working
+    directory and a Docker mount source are reached (strictly): the caller holds the
+    descriptor, compares the identity (:meth:`Folder.identity`) after handing the canonical
+    path to another program, and never resolves the path again.
+    """
+    given = os.fspath(path)
+    if not os.path.isabs(given):
+        given = os.path.join(os.getcwd(), given)
+    pending = [p for p in given.split("/") if p not in ("", ".")]
+    canonical: list[str] = []
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    hops = 0
+    try:
+        while pending:
+            part = pending.pop(0)
+            if part == "..":
+                canonical = canonical[:-1]
+                os.close(fd)
+                fd = -1
+                folder = Folder.open("/", "/".join(canonical))
+                fd, folder.fd = folder.fd, -1
+                continue
+            shown = "/" + "/".join([*canonical, part])
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), shown) from None
+            except OSError as exc:
+                st = _lstat_or_none(part, fd)
+                if st is None or not stat.S_ISLNK(st.st_mode):
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise _kind_error(shown, "not a folder", errno.ENOTDIR) from None
+                    raise storage_error(exc, shown, "open the folder") from exc
+                trusted = _own_uids() if trust_own else (0,)
+                if not _planted_by_no_kernel(st, os.fstat(fd), trusted):
+                    raise _link_error(shown, "enter") from None
+                hops += 1
+                if hops > _MAX_LINKS:
+                    message = f"too many links while resolving {given}"
+                    raise StorageError(message, errno.ELOOP) from None
+                target = os.readlink(part, dir_fd=fd)
+                pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+                if target.startswith("/"):
+                    canonical = []
+                    os.close(fd)
+                    fd = -1
+                    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                continue
+            os.close(fd)
+            fd = child
+            canonical.append(part)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return Folder(fd, Path("/", *canonical))

@@ -84,14 +84,14 @@ async def run_script(
     timeout: float | None,
 ) -> ScriptResult:
     """Write ``code`` to ``path`` and run it in the session's environment."""
-    path = writable_path(work_dir, path.relative_to(work_dir.resolve()))
-    write_bytes(work_dir.resolve(), path.relative_to(work_dir.resolve()), code.encode("utf-8"))
+    path = writable_path(work_dir, path.relative_to(work_dir.absolute()))
+    write_bytes(work_dir.absolute(), path.relative_to(work_dir.absolute()), code.encode("utf-8"))
     interpreter = _interpreter(language, kernel_argv)
     started = time.monotonic()
     run_in_container = getattr(provisioner, "run_command", None)
     if run_in_container is not None:
         mount = str(getattr(provisioner, "work_mount", "/work")).rstrip("/")
-        inside = f"{mount}/{path.relative_to(work_dir.resolve()).as_posix()}"
+        inside = f"{mount}/{path.relative_to(work_dir.absolute()).as_posix()}"
         argv = ["python" if language == "python" else "bash", inside]
         code_, output = await run_in_container(argv, timeout=timeout)
         timed_out = code_ == TIMEOUT_EXIT_CODE  # the in-container watchdog says so itself

@@ -28,7 +28,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.exceptions import InvalidArgument, NotebookError
+from jupyter_exec.exceptions import InvalidArgument, NotebookError, StorageError
+from jupyter_exec.safefs import read_regular
 
 if TYPE_CHECKING:
     import nbformat
@@ -48,11 +49,18 @@ MAX_JSON_DEPTH = 64
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
-def read_bytes(path: str | os.PathLike[str], what: str = "file") -> bytes:
-    """The bytes of ``path``; a missing path, a folder or an unreadable file is refused."""
+def read_bytes(path: str | os.PathLike[str], what: str = "file", *, follow: bool = True) -> bytes:
+    """The bytes of ``path``; a missing path, a folder or an unreadable file is refused.
+
+    Read through :func:`jupyter_exec.safefs.read_regular`: a FIFO or a device is refused
+    before it is opened (never blocks), a file over the read limit before it is read, and
+    without ``follow`` a final link too.
+    """
     target = Path(path)
     try:
-        return target.read_bytes()
+        return read_regular(target, follow=follow)
+    except StorageError as exc:
+        raise InvalidArgument(f"{exc} (reading the {what})") from None
     except FileNotFoundError:
         raise InvalidArgument(f"no {what} at {target} (check the path)") from None
     except IsADirectoryError:
@@ -204,7 +212,7 @@ def read_notebook(path: str | os.PathLike[str]) -> nbformat.NotebookNode:
 
     target = Path(path)
     try:
-        data = read_bytes(target, "notebook")
+        data = read_bytes(target, "notebook", follow=False)  # it may sit where a kernel writes
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:]
         text = decode(data, target.name)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_exec.branching import running_kernel
 from jupyter_exec.checkpoints import (
     Checkpoint,
+    checkpoints_folder,
     manifest_undone,
     names_on_disk,
     on_disk,
@@ -287,6 +288,10 @@ class SessionState(RecoveryMixin):
             for listed in self.list_checkpoints(session):
                 if listed.name == checkpoint and listed.session == session.name:
                     return listed, None
+            if checkpoint in names_on_disk(session.work_dir, session.name):
+                # Left out of the listing (unsigned, altered, not whole): say why.
+                relative = f"{checkpoints_folder(session.name)}/{checkpoint}"
+                return read_checkpoint(session.work_dir, relative, verify=False), None
             known = ", ".join(c.name for c in self.list_checkpoints(session)) or "none yet"
             raise InvalidArgument(
                 f"this session has no checkpoint {checkpoint!r} (its checkpoints: {known})"
@@ -303,6 +308,7 @@ class SessionState(RecoveryMixin):
         session: AsyncSession,
         checkpoint: Checkpoint | str | os.PathLike[str],
         force: bool = False,
+        trust_origin: bool = False,
     ) -> None:
         async with session._lock:
             session._live_kernel()
@@ -328,16 +334,18 @@ class SessionState(RecoveryMixin):
                     "session's restart ends its container, and the snapshots in it) and it "
                     "could not be written to disk"
                 )
-            await self._restore_from_disk(session, made, force)
+            await self._restore_from_disk(session, made, force, trust_origin)
 
     async def _restore_from_disk(
-        self, session: AsyncSession, made: Checkpoint, force: bool
+        self, session: AsyncSession, made: Checkpoint, force: bool, trust_origin: bool
     ) -> None:
         kernel = session._live_kernel()
         if not await kernel.is_alive():
             await session.restart("restarted to restore a checkpoint")
             kernel = session._live_kernel()
-        loaded = await self.durable.load(session, kernel, made, force=force)
+        loaded = await self.durable.load(
+            session, kernel, made, force=force, trust_origin=trust_origin
+        )
         ours = loaded.checkpoint.session == session.name
         recording = session._recording
         if recording is not None and recording.recorder is not None:

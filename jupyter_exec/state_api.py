@@ -68,7 +68,11 @@ class StateMethods:
         return await self._state.checkpoint(_session(self), name)
 
     async def restore(
-        self, checkpoint: Checkpoint | str | os.PathLike[str], *, force: bool = False
+        self,
+        checkpoint: Checkpoint | str | os.PathLike[str],
+        *,
+        force: bool = False,
+        trust_origin: bool = False,
     ) -> None:
         """Go back to ``checkpoint`` (a Checkpoint, its name, or its folder on disk).
 
@@ -77,10 +81,15 @@ class StateMethods:
         checkpoint, or one from another environment (Python major.minor, a
         stored library's version), raises :class:`~jupyter_exec.CheckpointError`
         naming the fault; ``force=True`` loads one from another environment
-        anyway. Cells recorded after it are marked undone in the notebook; the
-        restore is noted in the notebook's metadata and on the next cell.
+        anyway. Every checkpoint on disk must carry this host's MAC (one forged or
+        altered in any byte is refused). One written by a Docker (or remote) kernel
+        is refused for a session whose kernel runs on this host, since loading
+        unpickles what that kernel wrote: ``trust_origin=True`` loads it anyway,
+        for a container whose code you trust (Docker into Docker needs no flag).
+        Cells recorded after it are marked undone in the notebook; the restore is
+        noted in the notebook's metadata and on the next cell.
         """
-        await self._state.restore(_session(self), checkpoint, force)
+        await self._state.restore(_session(self), checkpoint, force, trust_origin)
 
     def checkpoints(self) -> list[Checkpoint]:
         """This session's checkpoints (those on disk from earlier runs too), oldest first."""

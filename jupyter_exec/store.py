@@ -26,35 +26,43 @@ from typing import Any
 from jupyter_exec import mime
 from jupyter_exec.exceptions import WorkDirError
 from jupyter_exec.naming import output_file_name
-from jupyter_exec.safefs import Folder, storage_error
+from jupyter_exec.safefs import Folder, inside, storage_error
 
 __all__ = ["OutputStore", "WorkDirTracker", "confined_path", "writable_path"]
 
 
 def confined_path(root: Path, relative: str | os.PathLike[str]) -> Path:
-    """``root / relative``, refusing anything that resolves outside ``root``.
+    """``root / relative``, refusing anything outside ``root`` or reached through a link.
 
-    Resolves symlinks, so a link inside the work dir pointing elsewhere is
-    refused too. Raises :class:`~jupyter_exec.WorkDirError`.
+    :func:`jupyter_exec.safefs.inside` decides: ``..`` or an absolute path is a
+    :class:`~jupyter_exec.WorkDirError`, a link on the way (or at the end) a
+    :class:`~jupyter_exec.StorageError` (``ELOOP``). Nothing is resolved.
     """
-    base = root.resolve()
-    candidate = (base / relative).resolve()
-    if candidate != base and base not in candidate.parents:
-        raise WorkDirError(f"path {os.fspath(relative)!r} is outside the work dir {base}")
-    return candidate
+    return inside(root, _under(root, relative))
 
 
 def writable_path(root: Path, relative: str | os.PathLike[str]) -> Path:
-    """``root / relative`` ready to write: confined, and its folders made without following links.
+    """``root / relative`` ready to write: confined, its folders made without following links."""
+    return inside(root, _under(root, relative), create=True)
 
-    The folders are created through :mod:`jupyter_exec.safefs` (a link on the
-    way is refused), then the whole path is confined again.
+
+def _under(root: Path, path: str | os.PathLike[str]) -> str:
+    """``path`` relative to ``root``, normalised as written (``a/../b`` is ``b``).
+
+    An absolute path lexically under ``root`` is made relative; one that is not, or a path
+    whose ``..`` climbs above the root, is a :class:`~jupyter_exec.WorkDirError`. No link is
+    looked at here: :func:`~jupyter_exec.safefs.inside` refuses them all.
     """
-    path = confined_path(root, relative)
-    base = root.resolve()
-    parent = path.parent.relative_to(base) if path.parent != base else Path()
-    Folder.open(base, parent, create=True).close()
-    return confined_path(root, relative)
+    text = os.fspath(path)
+    if os.path.isabs(text):
+        try:
+            text = os.fspath(Path(text).relative_to(root.absolute()))
+        except ValueError:
+            raise WorkDirError(f"path {text!r} is outside the work dir {root}") from None
+    normal = os.path.normpath(text) if text else "."
+    if normal == ".." or normal.startswith("../"):
+        raise WorkDirError(f"path {os.fspath(path)!r} is outside the work dir {root}")
+    return "" if normal == "." else normal
 
 
 def _payload(mime_type: str, value: Any) -> bytes:
@@ -70,7 +78,7 @@ class OutputStore:
     """Writes a session's rich outputs into its work dir, never through a link the kernel made."""
 
     def __init__(self, work_dir: Path, folder: str) -> None:
-        self.work_dir = work_dir.resolve()
+        self.work_dir = work_dir.absolute()
         self.folder = folder
 
     def path_for(self, cell_index: int, stem: str, ext: str) -> Path:
@@ -186,9 +194,9 @@ class WorkDirTracker:
         max_entries: int = 20_000,
         skip_dirs: Iterable[Path] = (),
     ) -> None:
-        self.root = root.resolve()
-        self.ignore = {p.resolve() for p in ignore}
-        self.skip_dirs = {str(p.resolve()) for p in skip_dirs}
+        self.root = root.absolute()
+        self.ignore = {p.absolute() for p in ignore}
+        self.skip_dirs = {str(p.absolute()) for p in skip_dirs}
         self.max_entries = max_entries
         self._last: Snapshot = self.scan()
 

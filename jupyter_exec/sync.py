@@ -289,10 +289,14 @@ class Session:
         return _LoopThread.run(self._async.checkpoint(name))
 
     def restore(
-        self, checkpoint: Checkpoint | str | os.PathLike[str], *, force: bool = False
+        self,
+        checkpoint: Checkpoint | str | os.PathLike[str],
+        *,
+        force: bool = False,
+        trust_origin: bool = False,
     ) -> None:
         """Go back to a checkpoint (or load one from disk); see :meth:`AsyncSession.restore`."""
-        _LoopThread.run(self._async.restore(checkpoint, force=force))
+        _LoopThread.run(self._async.restore(checkpoint, force=force, trust_origin=trust_origin))
 
     def checkpoints(self) -> list[Checkpoint]:
         """This session's checkpoints, oldest first."""

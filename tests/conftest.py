@@ -7,8 +7,11 @@ restart or time out a kernel take a ``fresh_session`` of their own.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,12 @@ import pytest
 from jupyter_exec import Session
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# The host's checkpoint key (jupyter_exec.checkpoint_trust): one of the test run's own, never
+# the user's; set before anything runs so CLI and server subprocesses inherit it.
+_KEY_DIR = Path(tempfile.mkdtemp(prefix="jx-checkpoint-key-"))
+os.environ["JUPYTER_EXEC_CHECKPOINT_KEY"] = str(_KEY_DIR / "checkpoint.key")
+atexit.register(shutil.rmtree, _KEY_DIR, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -25,6 +25,7 @@ from jupyter_exec import (
     KernelNotAliveError,
 )
 from jupyter_exec.inkernel_state import changed_in_place
+from tests.checkpoint_helpers import resign, signed_manifest
 from tests.conftest import read_valid_notebook
 
 DEADLINE = 60.0
@@ -54,16 +55,6 @@ def kernel_pid(session: AsyncSession) -> int:
     kernel = session._kernel
     assert kernel is not None
     return int(kernel.km.provisioner.process.pid)  # type: ignore[union-attr]
-
-
-def resign(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Edit a checkpoint's manifest body and sign it again, as a writer would have."""
-    manifest = folder / "manifest.json"
-    body = json.loads(manifest.read_text())["body"]
-    change(body)
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    signed = {"sha256": hashlib.sha256(canonical.encode()).hexdigest(), "body": body}
-    manifest.write_text(json.dumps(signed))
 
 
 @pytest.fixture
@@ -413,10 +404,8 @@ def test_hostile_manifests_are_refused_without_a_kernel(
     folder.mkdir()
     if isinstance(body, str):
         text = '{"sha256": "x", "body": ' + body + "}"
-    else:
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(canonical.encode()).hexdigest()
-        text = json.dumps({"sha256": digest, "body": body})
+    else:  # signed by this host: the checks past the MAC hold on their own
+        text = signed_manifest(body)
     (folder / "manifest.json").write_text(text)
     with pytest.raises(CheckpointError, match=message):
         Checkpoint.load(folder)

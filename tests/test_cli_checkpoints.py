@@ -36,6 +36,7 @@ def test_checkpoints_list_and_verify(tmp_path: Path) -> None:
     checked = cli("verify", str(made.path))
     assert checked.returncode == 0, checked.stderr
     assert "whole (1 names" in checked.stdout
+    assert "signed by this host; written by a kernel on this host" in checked.stdout
     assert "not stored: gen" in checked.stdout
 
     data = next(made.path.glob("*.pkl"))

@@ -8,8 +8,6 @@ exit status 2; ``--force-restore`` loads the foreign one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -21,6 +19,8 @@ import pytest
 from jupyter_exec import Session
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
 from jupyter_exec.naming import checkpoints_folder
+from tests.checkpoint_helpers import key_env
+from tests.checkpoint_helpers import resign as signed_resign
 from tests.cli_helpers import run_cli
 from tests.conftest import read_valid_notebook
 
@@ -35,14 +35,9 @@ def cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def resign(folder: Path, **environment: Any) -> None:
-    """Say in a checkpoint's manifest that it was taken elsewhere, signed again as a writer
-    would (so only the environment is wrong, not the checksum)."""
-    manifest = folder / "manifest.json"
-    body = json.loads(manifest.read_text())["body"]
-    body["environment"].update(environment)
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode()).hexdigest()
-    manifest.write_text(json.dumps({"sha256": digest, "body": body}))
+    """Say in a checkpoint's manifest that it was taken elsewhere, signed again as this host
+    would (so only the environment is wrong, not the checksum or the MAC)."""
+    signed_resign(folder, lambda body: body["environment"].update(environment))
 
 
 def state_entries(notebook: Path) -> list[dict[str, Any]]:
@@ -180,6 +175,7 @@ async def test_mcp_sessions_take_the_flag_and_list_files_leaves_checkpoints_out(
             "--checkpoint-every",
             "0.001",
         ],
+        env=key_env(),  # the SDK passes a bare environment: the test run's key, not the user's
     )
     async with stdio_client(params) as streams, ClientSession(*streams) as client:
         await client.initialize()

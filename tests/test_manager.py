@@ -81,12 +81,12 @@ async def test_get_or_create_list_close(pooled: AsyncSessionManager) -> None:
     assert pooled.get("x") is first
     assert "x" in pooled
     assert [i.name for i in pooled.list()] == ["x"]
-    await pooled.close("x")
+    await pooled.close_session("x")
     assert "x" not in pooled
     with pytest.raises(SessionNotFound):
         pooled.get("x")
     with pytest.raises(SessionNotFound):
-        await pooled.close("x")
+        await pooled.close_session("x")
     with pytest.raises(InvalidArgument, match="session name"):
         await pooled.session("../escape")
     with pytest.raises(TypeError, match="work_dir"):
@@ -98,7 +98,7 @@ async def test_a_name_used_again_keeps_files_and_the_old_notebook(
 ) -> None:
     s = await pooled.session("n")
     await s.execute("open('data.txt', 'w').write('kept')")
-    await pooled.close("n")
+    await pooled.close_session("n")
     again = await pooled.session("n")
     assert again is not s
     assert not pooled.list()[0].from_pool  # the work dir exists: started in place
@@ -115,7 +115,7 @@ async def test_limits(tmp_path: Path) -> None:
         await manager.session("one")
         with pytest.raises(SessionLimitError, match="max_sessions_per_backend"):
             await manager.session("two")
-        await manager.close("one")
+        await manager.close_session("one")
         await manager.session("two")
         manager.max_sessions_per_backend = {}
         await manager.session("three")
@@ -268,9 +268,26 @@ def test_blocking_manager(tmp_path: Path) -> None:
         assert manager.execute("b", "print('b')").stdout == "b\n"
         assert len(manager) == 2
         pid = kernel_pid(s.async_session)
-        manager.close("a")
+        manager.close_session("a")
         assert "a" not in manager
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_close_closes_the_manager_and_close_name_is_the_old_spelling(tmp_path: Path) -> None:
+    """``close()`` closes the object it is called on; one session is ``close_session(name)``,
+    and the 0.2 spelling ``close(name)`` still closes just that session, with a warning."""
+    manager = SessionManager(root_dir=str(tmp_path), handle_sigterm=False)
+    manager.execute("a", "1")
+    manager.execute("b", "1")
+    with pytest.warns(DeprecationWarning, match=r"close_session\(name\)"):
+        manager.close("a")
+    assert "a" not in manager
+    assert "b" in manager
+    manager.close()
+    assert len(manager) == 0
+    with pytest.raises(SessionClosedError):
+        manager.session("c")
+    manager.close()  # idempotent
 
 
 SIGTERM_SCRIPT = textwrap.dedent(

@@ -23,6 +23,8 @@ import pytest
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
+from tests.checkpoint_helpers import key_env  # noqa: E402
+
 pytestmark = pytest.mark.timeout(180)
 
 TOKEN = "test-token-of-this-module"
@@ -54,6 +56,7 @@ async def _stdio(work_root: Path, *extra: str) -> AsyncIterator[ClientSession]:
             "30",
             *extra,
         ],
+        env=key_env(),
     )
     async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as client:
         await client.initialize()

@@ -128,12 +128,12 @@ def test_stream_text_joins_lists_of_lines() -> None:
     assert stream_text(outputs, "stdout") == "a\nb"
 
 
-def test_feed_returns_the_chunk_for_on_output_and_none_for_status() -> None:
+def test_feed_returns_the_chunk_for_on_output_and_nothing_for_status() -> None:
     builder = CellOutputs()
-    assert builder.feed(message("status", execution_state="busy")) is None
-    assert builder.feed(message("execute_input", code="1", execution_count=7)) is None
+    assert builder.feed(message("status", execution_state="busy")) == []
+    assert builder.feed(message("execute_input", code="1", execution_count=7)) == []
     assert builder.execution_count == 7
-    event = builder.feed(stream("hi\n"))
+    (event,) = builder.feed(stream("hi\n"))
     assert event == {"output_type": "stream", "name": "stdout", "text": "hi\n"}
 
 
@@ -194,7 +194,7 @@ def test_clear_output_wait_false_clears_at_once() -> None:
     builder = CellOutputs()
     builder.feed(stream("old\n"))
     builder.feed(display({"text/plain": "old display"}))
-    event = builder.feed(clear(wait=False))
+    (event,) = builder.feed(clear(wait=False))
     assert event == {"output_type": "clear_output", "wait": False}
     assert builder.outputs == []
     assert builder.finish() == []
@@ -203,7 +203,7 @@ def test_clear_output_wait_false_clears_at_once() -> None:
 def test_clear_output_wait_true_clears_when_the_next_output_arrives() -> None:
     builder = CellOutputs()
     builder.feed(stream("frame 1\n"))
-    event = builder.feed(clear(wait=True))
+    (event,) = builder.feed(clear(wait=True))
     assert event == {"output_type": "clear_output", "wait": True}
     # Nothing new yet: the old output is still shown.
     assert [o["output_type"] for o in builder.outputs] == ["stream"]
@@ -236,8 +236,7 @@ def test_update_display_data_rewrites_every_output_with_that_display_id() -> Non
     builder.feed(stream("between\n"))
     builder.feed(display({"text/plain": "v1 again"}, display_id="d1"))
     builder.feed(display({"text/plain": "other"}, display_id="d2"))
-    event = builder.feed(update({"text/plain": "v2", "text/html": "<b>v2</b>"}, "d1"))
-    assert event is not None
+    (event,) = builder.feed(update({"text/plain": "v2", "text/html": "<b>v2</b>"}, "d1"))
     assert event["output_type"] == "update_display_data"
     assert event["display_id"] == "d1"
     outputs = builder.finish()
@@ -268,7 +267,7 @@ def test_update_without_display_id_is_ignored() -> None:
     builder = CellOutputs()
     builder.feed(display({"text/plain": "x"}, display_id="d"))
     msg = message("update_display_data", data={"text/plain": "y"}, metadata={}, transient={})
-    assert builder.feed(msg) is None
+    assert builder.feed(msg) == []
     assert builder.finish()[0]["data"] == {"text/plain": "x"}
     assert builder.foreign_updates == []
 
@@ -434,3 +433,97 @@ def test_many_carriage_returns_per_chunk_are_linear() -> None:
     # "x\ry" leaves the cursor after the "y", so the next "x" lands beside it.
     assert text == "yx"
     assert seconds < 5, f"{seconds:.1f} s: quadratic?"
+
+
+# -- redaction and bounds on the way in ---------------------------------------------------
+
+SECRET = "Bearer tok-9c1e-secret-value"
+
+
+def _redactor() -> Any:
+    from jupyter_exec.network.redact import Redactor
+
+    return Redactor([SECRET])
+
+
+def _stream_events(events: list[dict[str, Any]], name: str = "stdout") -> str:
+    return "".join(e["text"] for e in events if e.get("name") == name)
+
+
+def test_a_secret_split_over_any_chunking_is_redacted_in_events_and_outputs() -> None:
+    import random
+
+    text = f"a {SECRET} b {SECRET[7:]} c\n"
+    rng = random.Random(7)
+    for _ in range(200):  # any way the kernel may cut the text into chunks
+        cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 12)))
+        chunks = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        builder = CellOutputs(redactor=_redactor())
+        events = [e for c in chunks for e in builder.feed(stream(c))] + builder.release()
+        shown = _stream_events(events)
+        assert shown == "a [secret redacted] b [secret redacted] c\n", chunks
+        assert builder.finish()[0]["text"] == shown
+
+
+def test_text_that_cannot_begin_a_secret_is_not_held_back() -> None:
+    builder = CellOutputs(redactor=_redactor())
+    assert _stream_events(builder.feed(stream("progress 10%\n"))) == "progress 10%\n"
+    # the end of this one may begin the secret: held until the next chunk of stdout
+    assert _stream_events(builder.feed(stream("token: Bear"))) == "token: "
+    # stderr and a display in between do not release it (kernels interleave streams)
+    assert _stream_events(builder.feed(stream("warn\n", "stderr")), "stderr") == "warn\n"
+    assert builder.feed(display({"text/plain": SECRET}))[0]["data"] == {
+        "text/plain": "[secret redacted]"
+    }
+    assert _stream_events(builder.feed(stream("er tok-9c1e-secret-value!\n"))) == (
+        "[secret redacted]!\n"
+    )
+    assert _stream_events(builder.feed(stream("ends Bea"))) == "ends "
+    assert _stream_events(builder.release()) == "Bea"  # the cell ended: it was harmless
+    assert builder.release() == []
+
+
+def test_encoded_forms_and_keys_are_redacted() -> None:
+    import base64
+    import urllib.parse
+
+    redactor = _redactor()
+    token = SECRET.split()[1]
+    for encoded in (
+        base64.b64encode(SECRET.encode()).decode(),
+        base64.b64encode(b"x" + token.encode()).decode(),  # shifted by a byte
+        base64.urlsafe_b64encode(b"xy" + SECRET.encode()).decode(),
+        urllib.parse.quote(SECRET, safe=""),
+        urllib.parse.quote_plus(SECRET),
+        SECRET.encode().hex(),
+    ):
+        assert "[secret redacted]" in redactor.text(f"<{encoded}>"), encoded
+    assert redactor.value({SECRET: [token]}) == {"[secret redacted]": ["[secret redacted]"]}
+    basic = base64.b64encode(b"user:hunter2-long").decode()
+    from jupyter_exec.network.redact import Redactor
+
+    assert Redactor([f"Basic {basic}"]).text("got user:hunter2-long") == "got [secret redacted]"
+
+
+def test_output_nested_too_deep_becomes_a_note_naming_the_limit() -> None:
+    from jupyter_exec.outputs import MAX_OUTPUT_DEPTH
+
+    deep: Any = 1
+    for _ in range(MAX_OUTPUT_DEPTH + 5):
+        deep = [deep]
+    fine: Any = 1
+    for _ in range(MAX_OUTPUT_DEPTH - 2):
+        fine = {"a": fine}
+    builder = CellOutputs()
+    builder.feed(display({"application/json": deep}))
+    builder.feed(display({"text/plain": "x"}, metadata={"m": deep}))
+    builder.feed(display({"application/json": fine}))
+    builder.feed(message("display_data", data=["not", "a", "bundle"], metadata={}))
+    builder.feed(message("stream", name="stdout", text=["not text"]))
+    outputs = builder.finish()
+    notes = [o["data"]["text/plain"] for o in outputs[:2]]
+    assert all(f"more than {MAX_OUTPUT_DEPTH} levels deep" in n for n in notes)
+    assert outputs[2]["data"]["application/json"] == fine
+    assert "wrong types" in outputs[3]["data"]["text/plain"]
+    assert outputs[4]["name"] == "stderr"
+    assert_valid_outputs(outputs)

@@ -270,5 +270,14 @@ def test_checkpoint_and_fork_error() -> None:
     assert issubclass(ForkError, KernelError)
     fields = [f.name for f in dataclasses.fields(jupyter_exec.Checkpoint)]
     assert fields[:4] == ["name", "cell_index", "created", "session"]
-    assert fields[4:] == ["path", "names", "skipped", "size", "automatic", "environment"]
+    assert fields[4:] == [
+        "path",
+        "names",
+        "skipped",
+        "size",
+        "automatic",
+        "environment",
+        "origin",
+        "digest",
+    ]
     assert issubclass(jupyter_exec.CheckpointError, jupyter_exec.JupyterExecError)

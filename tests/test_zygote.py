@@ -115,7 +115,7 @@ async def test_a_name_used_again_gets_a_kernel_forked_into_its_folder(
 ) -> None:
     s = await zygote.session("again")
     await s.execute("open('kept.txt', 'w').write('x')")
-    await zygote.close("again")
+    await zygote.close_session("again")
     again = await zygote.session("again")
     here = str(zygote.root / "again")
     found = await again.execute(
@@ -239,7 +239,7 @@ async def test_replay_of_a_zygote_session_reproduces(zygote: AsyncSessionManager
     replayed = read_valid_notebook(out)
     assert replayed.cells[0].source == SETUP
     assert [o.get("text") for o in replayed.cells[2].outputs] == ["3\n"]
-    await zygote.close("r")
+    await zygote.close_session("r")
     async with AsyncSession.resume(s.notebook_path) as resumed:  # a plain kernel: setup re-run
         assert (await resumed.execute("type(pd).__name__, int(frame.x.sum())")).text == (
             "('module', 3)"

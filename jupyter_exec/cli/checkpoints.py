@@ -3,8 +3,8 @@
 Checkpoints are written by sessions (``session.checkpoint()``, or automatically
 with ``checkpoint_every``) into ``<work dir>/.<session>_checkpoints/<name>/``.
 ``list`` reads their manifests (no file is unpickled, no link followed);
-``verify`` checks one whole (every file's sha256), as a restore would, before
-it is copied to another machine. Restoring is ``session.restore(path)``.
+``verify`` checks one whole (this host's MAC over its manifest, every file's
+sha256), as a restore would. Restoring is ``session.restore(path)``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from jupyter_exec.checkpoint_trust import TRUST_CLI_FLAG, origin_words
 from jupyter_exec.checkpoints import Checkpoint, on_disk
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import Subparsers, formatter
@@ -24,11 +25,14 @@ __all__ = ["add_checkpoints_parser", "sessions_in"]
 PREFIX, SUFFIX = ".", "_checkpoints"
 """Around a session's name in its checkpoints folder (``naming.checkpoints_folder``)."""
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Sessions write checkpoints (session.checkpoint(), or automatically every
 checkpoint_every seconds) into <work dir>/.<session>_checkpoints/<name>/. 'list' reads
 their manifests (nothing is unpickled, no link followed); 'verify' checks one whole
-(every file's sha256), as a restore would, before it is moved to another machine."""
+(this host's MAC over its manifest and every file's sha256), as a restore would.
+A checkpoint is signed with a key this host keeps (see the state how-to); one
+written by a Docker kernel loads into a kernel on this host only with
+jupyter-exec run --restore ... {TRUST_CLI_FLAG}."""
 
 EPILOG = f"""\
 examples:
@@ -37,9 +41,10 @@ examples:
   jupyter-exec checkpoints verify analysis/.main_checkpoints/loaded
                                                   check one whole before moving it
 
-Restore one into a session (on this machine or another with the same Python and
-library versions) with session.restore("<path>"), or start a run from it with
-jupyter-exec run FILE --restore <path or name>; see the state how-to.
+Restore one into a session (on this machine, or another that shares its checkpoint
+key, with the same Python and library versions) with session.restore("<path>"), or
+start a run from it with jupyter-exec run FILE --restore <path or name>; see the
+state how-to.
 
 {EXIT_STATUS_HELP}"""
 
@@ -97,6 +102,7 @@ def _summary(checkpoint: Checkpoint) -> dict[str, object]:
         "size": checkpoint.size,
         "names": list(checkpoint.names),
         "skipped": dict(checkpoint.skipped),
+        "origin": dict(checkpoint.origin),
         "python": checkpoint.environment.get("python"),
         "libraries": dict(checkpoint.environment.get("libraries") or {}),
     }
@@ -111,14 +117,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not found:
         print(f"no checkpoints in {args.work_dir}")
         return EXIT_OK
-    print(f"{'session':16} {'checkpoint':16} {'cell':>5} {'size':>10}  created (UTC)        names")
+    print(
+        f"{'session':16} {'checkpoint':16} {'cell':>5} {'size':>10}  {'origin':7}  "
+        "created (UTC)        names"
+    )
     for c in found:
         names = f"{len(c.names)} stored"
         if c.skipped:
             names += f", skipped: {', '.join(c.skipped)}"
         print(
             f"{c.session:16} {c.name:16} {c.cell_index + 1:>5} {_size(c.size):>10}  "
-            f"{c.created:%Y-%m-%d %H:%M:%S}  {names}"
+            f"{c.origin.get('backend', '?'):7}  {c.created:%Y-%m-%d %H:%M:%S}  {names}"
         )
     return EXIT_OK
 
@@ -128,7 +137,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     env = checkpoint.environment
     libraries = ", ".join(f"{k} {v}" for k, v in sorted((env.get("libraries") or {}).items()))
     print(
-        f"{checkpoint.path}: whole ({len(checkpoint.names)} names, {_size(checkpoint.size)}); "
+        f"{checkpoint.path}: whole ({len(checkpoint.names)} names, {_size(checkpoint.size)}) "
+        f"and signed by this host; written by {origin_words(checkpoint.origin)}; "
         f"Python {env.get('python')}; {libraries or 'no third-party libraries'}"
     )
     for name, reason in checkpoint.skipped.items():

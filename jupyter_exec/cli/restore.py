@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from jupyter_exec.checkpoint_trust import TRUST_CLI_FLAG
 from jupyter_exec.checkpoints import read_checkpoint
 from jupyter_exec.cli.checkpoints import sessions_in
 from jupyter_exec.exceptions import CheckpointError, InvalidArgument
@@ -40,6 +41,15 @@ def add_restore(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="load a --restore checkpoint taken in another environment (other Python or "
         "library versions) anyway, at your risk (restore(..., force=True))",
+    )
+    group.add_argument(
+        TRUST_CLI_FLAG,
+        dest="trust_checkpoint_origin",
+        action="store_true",
+        help="load a --restore checkpoint that a Docker (or remote) kernel wrote into a kernel "
+        "on this host: loading unpickles what that kernel wrote, code included, so only for a "
+        "container whose code you trust (restore(..., trust_origin=True)); a Docker kernel "
+        "loads one without it",
     )
 
 
@@ -88,9 +98,11 @@ def find_checkpoint(spec: str, work_dir: Path | None, session: str) -> Path:
     )
 
 
-def restore_into(session: Session, folder: Path, *, force: bool, quiet: bool) -> None:
+def restore_into(
+    session: Session, folder: Path, *, force: bool, quiet: bool, trust_origin: bool = False
+) -> None:
     """Load ``folder`` into ``session`` (a :class:`CheckpointError` when it is refused)."""
-    session.restore(folder, force=force)
+    session.restore(folder, force=force, trust_origin=trust_origin)
     if quiet:
         return
     try:

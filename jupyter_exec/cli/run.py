@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from jupyter_exec.checkpoint_trust import TRUST_CLI_FLAG
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP, EXIT_TIMEOUT, EXIT_USAGE
 from jupyter_exec.cli.options import (
     Subparsers,
@@ -212,6 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         kwargs["name"] = safe_name(path.stem)
     if args.force_restore and args.restore is None:
         raise InvalidArgument("--force-restore goes with --restore CHECKPOINT")
+    if args.trust_checkpoint_origin and args.restore is None:
+        raise InvalidArgument(f"{TRUST_CLI_FLAG} goes with --restore CHECKPOINT")
     start_from = None
     if args.restore is not None:  # found before a kernel starts; checked whole after
         work_dir = Path(kwargs["work_dir"]).expanduser() if kwargs.get("work_dir") else None
@@ -219,7 +222,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
     with _started(kwargs) as session:
         if start_from is not None:  # a refused checkpoint ends the run before any cell
-            restore_into(session, start_from, force=args.force_restore, quiet=args.quiet)
+            restore_into(
+                session,
+                start_from,
+                force=args.force_restore,
+                quiet=args.quiet,
+                trust_origin=args.trust_checkpoint_origin,
+            )
         status = _run_cells(blocks, session, printer, args.keep_going)
         _summary(session, status, len(blocks))
     return status

@@ -11,12 +11,16 @@ before the container starts, and is taken back if the start fails.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import os
 import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+import docker
+import docker.errors
 
 from jupyter_exec.docker import reap as reaping
 from jupyter_exec.docker.config import DockerTraits
@@ -37,6 +41,7 @@ from jupyter_exec.docker.options import (
 from jupyter_exec.docker.ownership import KernelUser, lend
 from jupyter_exec.docker.rundir import CONF_DIR, SOCKET_DIR, engine_path
 from jupyter_exec.docker.watchdog import ensure_watchdog
+from jupyter_exec.exceptions import WorkDirError
 
 __all__ = ["container_env", "live_containers", "run_spec", "start_container"]
 
@@ -122,24 +127,33 @@ def run_spec(
 
 
 def start_container(
-    docker_host: str, spec: RunSpec, work_dir: Path | None, user: KernelUser | None
+    docker_host: str,
+    spec: RunSpec,
+    work_dir: Path | None,
+    user: KernelUser | None,
+    identity: tuple[int, int] | None = None,
 ) -> str:
     """Start the container (blocking); return its id, remembered in :data:`live_containers`.
 
     The watchdog is made sure of first, since it must exist before any container it cleans
     up; a root-owned ``work_dir`` is lent to ``user`` and labelled, so the loan is taken back
-    whoever removes the container (and here, at once, if the start fails).
+    whoever removes the container (and here, at once, if the start fails). ``identity`` is
+    the (device, inode) of the work dir as :func:`jupyter_exec.safefs.pin_dir` opened it: the
+    loan and the folder the engine mounted are checked against it (see
+    :func:`check_mounted`), so a link swapped in meanwhile mounts or lends nothing.
     """
     client = connect(docker_host)
     ensure_watchdog(docker_host)  # before any container exists that it must clean up
     loan = None
     if user is not None and work_dir is not None:
-        loan = lend(work_dir, user)
+        loan = lend(work_dir, user, identity)
     if loan is not None:
         spec = dataclasses.replace(spec, labels={**spec.labels, reaping.L_LENT: loan.label})
     try:
         with docker_errors(f"starting kernel container from {spec.image}"):
             container = client.containers.run(**run_kwargs(spec))
+        if identity is not None:
+            check_mounted(client, str(container.id), spec.work_mount.target, identity)
     except BaseException:
         if loan is not None and work_dir is not None:
             reaping.release_loan(client, dict(spec.labels))
@@ -147,6 +161,32 @@ def start_container(
     container_id = str(container.id)
     live_containers[container_id] = (docker_host, dict(spec.labels))
     return container_id
+
+
+def check_mounted(
+    client: docker.DockerClient, container_id: str, target: str, identity: tuple[int, int]
+) -> None:
+    """Remove the container unless the folder mounted at ``target`` is the pinned one.
+
+    The engine resolves a mount source path itself, after we checked it: a kernel that swaps
+    a component for a link in between would get another folder mounted. Where this process
+    sees the container's mounts (``/proc/<pid>/root``: same host, enough privilege) the
+    mounted folder's (device, inode) must be ``identity``; elsewhere the pinned path, free of
+    links when checked, is what the engine was given.
+    """
+    try:
+        pid = int(client.api.inspect_container(container_id)["State"]["Pid"] or 0)
+        mounted = os.stat(f"/proc/{pid}/root{target}") if pid > 0 else None
+    except (OSError, docker.errors.APIError, KeyError, ValueError):
+        mounted = None
+    if mounted is None or (mounted.st_dev, mounted.st_ino) == identity:
+        return
+    with contextlib.suppress(docker.errors.APIError):
+        reaping.force_remove(client, container_id)
+    raise WorkDirError(
+        "the kernel's work dir was replaced (a symbolic link swapped in?) between its check "
+        "and the container's start; the container was removed"
+    )
 
 
 #: Containers started by this process and not yet cleaned up: removed at interpreter exit, so a

@@ -237,8 +237,13 @@ class Loan:
         return cls(parts[0], uid, gid, device, inode, (owner_uid, owner_gid))
 
 
-def lend(work_dir: Path, user: KernelUser) -> Loan | None:
-    """Let ``user`` create files in ``work_dir`` (that folder only); None when not needed."""
+def lend(work_dir: Path, user: KernelUser, identity: tuple[int, int] | None = None) -> Loan | None:
+    """Let ``user`` create files in ``work_dir`` (that folder only); None when not needed.
+
+    ``identity`` (device, inode) is the folder the caller pinned
+    (:func:`jupyter_exec.safefs.pin_dir`): a different folder found at that path now is
+    refused, never lent.
+    """
     if not user.lends:
         return None
     try:
@@ -247,6 +252,10 @@ def lend(work_dir: Path, user: KernelUser) -> Loan | None:
         raise WorkDirError(f"cannot lend the work dir to uid {user.uid}: {exc}") from None
     try:
         st = os.fstat(fd)
+        if identity is not None and (st.st_dev, st.st_ino) != identity:
+            raise WorkDirError(
+                f"work dir {work_dir} was replaced after it was checked; it is not lent"
+            )
         if st.st_uid == user.uid:
             return None
         try:

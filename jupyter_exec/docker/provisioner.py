@@ -13,7 +13,10 @@ How it works:
   kernel cannot change, and gives it to the kernel's uid with ``fchown`` on the new file, so no
   link the kernel plants can make the host write or chown anything else.
 * **Work dir**: the ``cwd`` jupyter_client passes to ``start_kernel`` (JupyterLab passes the
-  notebook's directory) is mounted at ``work_mount`` (``/work``) and is the kernel's cwd.
+  notebook's directory) is mounted at ``work_mount`` (``/work``) and is the kernel's cwd. It
+  is reached with :func:`jupyter_exec.safefs.pin_dir` (a link a kernel could have planted is
+  refused, never followed) and held open until the container runs: the loan and the folder
+  the engine mounted are checked against the pinned one by device and inode.
 * **User**: never root on the host by default (with a rootless engine the container's root is
   your own uid); see :mod:`jupyter_exec.docker.ownership` for the rule.
 * **Hardening**: ``--init``, no network, read-only root with a tmpfs ``/tmp`` (``HOME=/tmp``),
@@ -60,7 +63,13 @@ from jupyter_exec.docker.netproxy import proxy_command, write_proxy_bundle
 from jupyter_exec.docker.ownership import KernelUser, choose_user
 from jupyter_exec.docker.rundir import configure_connection, kernel_cmd, make_run_dir
 from jupyter_exec.docker.watcher import ExitWatcher
-from jupyter_exec.exceptions import KernelNotAliveError, KernelStartError
+from jupyter_exec.exceptions import (
+    JupyterExecError,
+    KernelNotAliveError,
+    KernelStartError,
+    WorkDirError,
+)
+from jupyter_exec.safefs import Folder, inside, pin_dir
 
 __all__ = ["DockerProvisioner"]
 
@@ -82,7 +91,14 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
 
     _reaped_hosts: set[str] = set()  # per process, on purpose
 
+    _pinned: Folder | None = None
+
     # -- helpers ---------------------------------------------------------------------------
+    def _forget_pin(self) -> None:
+        pinned, self._pinned = self._pinned, None
+        if pinned is not None:
+            pinned.close()
+
     def _client(self) -> docker.DockerClient:
         return connect(self.docker_host)
 
@@ -115,7 +131,16 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
         if proxy:
             self.network_proxy = str(proxy)
         extra_arguments = list(kwargs.pop("extra_arguments", None) or [])
-        work_dir = Path(kwargs.pop("cwd", None) or os.getcwd()).resolve()
+        # The folder is pinned (no link a kernel planted is followed) and held open until the
+        # container started, so its identity is checked where it is lent and mounted.
+        cwd = kwargs.pop("cwd", None) or os.getcwd()
+        try:
+            pinned = await asyncio.to_thread(pin_dir, cwd)
+        except FileNotFoundError:
+            raise WorkDirError(f"work dir {cwd} does not exist") from None
+        self._forget_pin()
+        self._pinned = pinned
+        work_dir = pinned.path
         client = await asyncio.to_thread(self._client)
         if self.reap_on_start:
             await asyncio.to_thread(self._reap_once, client)
@@ -161,11 +186,22 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
             image_tag=self._image_tag,
         )
         started = time.time()
+        identity = self._pinned.identity() if self._pinned is not None else None
+        if self.bind_dir or (self.docker_host and not self.docker_host.startswith("unix:")):
+            identity_mount = None  # the engine sees other paths: only the pinned path holds
+        else:
+            identity_mount = identity
         try:
             self._container_id = await asyncio.to_thread(
-                start_container, self.docker_host, spec, self._work_dir, self._kernel_user
+                start_container,
+                self.docker_host,
+                spec,
+                self._work_dir,
+                self._kernel_user,
+                identity_mount,
             )
         except BaseException:
+            self._forget_pin()
             if self._run_dir is not None:  # nothing will ever clean it up otherwise
                 shutil.rmtree(self._run_dir, ignore_errors=True)
                 self._run_dir = None
@@ -178,6 +214,7 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
         )
         self._watcher.start()
         self._active = True
+        self._forget_pin()
         self.log.debug("kernel %s runs in container %s", self.kernel_id, spec.name)
         return self.connection_info
 
@@ -228,6 +265,7 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
 
     async def cleanup(self, restart: bool = False) -> None:
         """Remove the container (unless kept); on final cleanup also the run dir and the loan."""
+        self._forget_pin()
         container_id, self._container_id = self._container_id, None
         if container_id is not None:
             await asyncio.to_thread(self._dispose, container_id, restart)
@@ -289,10 +327,11 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
             path = path[len(mount) :]
         elif os.path.isabs(path):
             return None
-        host = (self._work_dir / path).resolve()
-        if host != self._work_dir and self._work_dir not in host.parents:
+        try:
+            host = inside(self._work_dir, path)
+        except (JupyterExecError, OSError):  # outside, or through a link: not ours to map
             return None
-        return str(host) if host.exists() else None
+        return str(host) if os.path.lexists(host) else None
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info: dict[str, Any] = await super().get_provisioner_info()

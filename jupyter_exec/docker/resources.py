@@ -19,7 +19,7 @@ def kernels_dir() -> Path:
     """The ``kernels/`` directory; ``JUPYTER_EXEC_KERNELS_DIR`` overrides the search."""
     override = os.environ.get("JUPYTER_EXEC_KERNELS_DIR")
     candidates = [Path(override)] if override else []
-    candidates.append(Path(__file__).resolve().parents[2] / "kernels")
+    candidates.append(Path(__file__).resolve().parents[2] / "kernels")  # trusted: the package
     for prefix in (sys.prefix, sysconfig.get_path("data"), "/usr/local", "/usr"):
         candidates.append(Path(prefix) / "share" / "jupyter-exec" / "kernels")
     for candidate in candidates:

@@ -14,6 +14,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import signal
 from typing import Any
 
@@ -22,7 +23,7 @@ from tornado.iostream import StreamClosedError
 from jupyter_exec.e2b import fields
 from jupyter_exec.e2b.connect import end_stream, envelope, is_stream, read_request
 from jupyter_exec.e2b.errors import Unauthorized, connect_code, error_message, status_of
-from jupyter_exec.e2b.files import SandboxFiles
+from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
 from jupyter_exec.e2b.web import E2BHandler
@@ -71,11 +72,23 @@ class FilesHandler(E2BHandler):
     def max_body(self) -> int:
         return self.auth.max_body if self.request.method == "POST" else 0
 
-    def get(self) -> None:
+    async def get(self) -> None:
         path = self._path("read")
-        data = SandboxFiles(self.sandbox().paths).read(path or "")
+        fd = SandboxFiles(self.sandbox().paths).open_read(path or "")
         self.set_header("Content-Type", "application/octet-stream")
-        self.finish(data)
+        self.set_header("Content-Length", str(os.fstat(fd).st_size))
+        # Streamed a chunk at a time, each flushed before the next is read: memory stays at
+        # one chunk whatever the file's size (a sparse 1 TB file included).
+        try:
+            while chunk := os.read(fd, CHUNK):
+                self.write(chunk)
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    return  # the client left
+        finally:
+            os.close(fd)
+        self.finish()
 
     def post(self) -> None:
         path = self._path("write")
@@ -87,13 +100,15 @@ class FilesHandler(E2BHandler):
             parts = self.uploaded("file")
             if not parts:
                 raise InvalidArgument("the upload has no 'file' part")
-            if signed and (len(parts) != 1 or not path):
+            if signed and not path:
+                raise InvalidArgument("a signed upload URL writes to its own path: send 'path'")
+            if path and len(parts) != 1:
                 raise InvalidArgument(
-                    "a signed upload URL writes one file, to its path: send one 'file' part"
+                    f"the upload names one path ({path!r}) but has {len(parts)} 'file' parts; "
+                    "send one part per path, or no path and each part's filename"
                 )
-            for part in parts:
-                target = path if path and len(parts) == 1 else part.filename
-                written.append(files.write(target, part.body))
+            for part in parts:  # written where the request says, never a part's own name
+                written.append(files.write(path or part.filename, part.body))
         else:
             if not path:
                 raise InvalidArgument("say where to write: the 'path' query parameter")
@@ -186,10 +201,11 @@ class ProcessHandler(RPCHandler):
         tag = request.get("tag")
         if tag is not None and not isinstance(tag, str):
             raise InvalidArgument("'tag' must be a string")
-        sandbox.paths.ensure()
-        folder, _ = sandbox.paths.folder(fields.text(config, "cwd") or None)
-        if not folder.is_dir():
-            raise InvalidArgument(f"the cwd {config.get('cwd')!r} is not a folder in the sandbox")
+        cwd = fields.text(config, "cwd") or None
+        try:  # opened without following links: a planted one is refused (400)
+            folder, _ = sandbox.paths.folder(cwd)
+        except FileNotFoundError:
+            raise InvalidArgument(f"the cwd {cwd!r} is not a folder in the sandbox") from None
         seconds = fields.seconds_from_ms(self.request.headers.get("Connect-Timeout-Ms", ""))
         process = await sandbox.processes.start(
             config, folder, stdin=bool(request.get("stdin")), tag=tag

@@ -26,9 +26,12 @@ from typing import Any
 
 from jupyter_exec.e2b.paths import SandboxPaths
 from jupyter_exec.exceptions import StorageError, WorkDirError
-from jupyter_exec.safefs import Folder, storage_error, write_bytes
+from jupyter_exec.safefs import Folder, read_open, storage_error, write_bytes
 
-__all__ = ["SandboxFiles"]
+__all__ = ["CHUNK", "SandboxFiles"]
+
+CHUNK = 1 << 20
+"""Bytes a download sends at a time (its memory, whatever the file's size)."""
 
 
 def _split(relative: str) -> tuple[str, str]:
@@ -166,8 +169,12 @@ class SandboxFiles:
         assert entry is not None
         return entry
 
-    def read(self, path: str) -> bytes:
-        """The content of the regular file ``path`` (a link or a folder is refused)."""
+    def open_read(self, path: str) -> int:
+        """The regular file ``path`` open for reading (a descriptor the caller closes).
+
+        A link, a folder, a FIFO or a device is refused before anything is read; the caller
+        streams the content in chunks of :data:`CHUNK`, so a sparse 1 TB file costs no memory.
+        """
         relative = self.paths.relative(path)
         parent, name = _split(relative)
         if not name:
@@ -178,7 +185,15 @@ class SandboxFiles:
                 raise FileNotFoundError(errno.ENOENT, "no such file", path)
             if stat.S_ISDIR(st.st_mode):
                 raise StorageError(f"{path} is a folder, not a file", errno.EISDIR)
-            return folder.read_bytes(name)
+            return folder.open_file(name, os.O_RDONLY)
+
+    def read(self, path: str) -> bytes:
+        """The content of the regular file ``path``, bounded (``safefs.read_limit``)."""
+        fd = self.open_read(path)
+        try:
+            return read_open(fd, self.paths.shown(self.paths.relative(path)))
+        finally:
+            os.close(fd)
 
     def write(self, path: str, data: bytes) -> dict[str, Any]:
         """Replace ``path`` with ``data`` atomically, making its folders."""

@@ -9,16 +9,17 @@ put there by relative name. Here the work dir plays that part::
     "/etc/passwd", "../x"    ->  WorkDirError: outside the sandbox's files
 
 Only the mapping lives here; every host-side operation on the result goes
-through :mod:`jupyter_exec.safefs` (:mod:`jupyter_exec.e2b.files`), which
-also refuses links planted on the way.
+through :mod:`jupyter_exec.safefs` (:mod:`jupyter_exec.e2b.files`, and
+:meth:`SandboxPaths.folder` for a cwd), which refuses links planted on the way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.naming import check_text
+from jupyter_exec.safefs import Folder
 
 __all__ = ["HOME", "SandboxPaths"]
 
@@ -62,7 +63,18 @@ class SandboxPaths:
         """The path the client sees for ``relative``."""
         return f"{HOME}/{relative}" if relative else HOME
 
-    def folder(self, path: str | None) -> tuple[Path, str]:
-        """A folder's host path and shown path (for a context's cwd)."""
+    def folder(self, path: str | None, *, create: bool = False) -> tuple[Path, str]:
+        """A folder's host path and shown path (for a context's or a command's cwd).
+
+        The folder is opened from the work dir down without following links (made, with
+        ``create``), so a link the sandbox planted (``ln -s / /home/user/esc``) is refused
+        with a :class:`~jupyter_exec.StorageError` (``ELOOP``) before any kernel, mount or
+        loan is made from it; a file where a folder is named is one too (``ENOTDIR``).
+        """
         relative = self.relative(path)
-        return (self.root / relative if relative else self.root), self.shown(relative)
+        self.ensure()
+        try:
+            with Folder.open(self.root, relative, create=create) as opened:
+                return opened.path, self.shown(relative)
+        except StorageError as exc:  # said in the sandbox's terms, not the host's
+            raise StorageError(str(exc).replace(str(self.root), HOME), exc.errno) from None

@@ -9,6 +9,8 @@ whoever follows it: the ``Start`` stream that made it and any later
 ``Connect``, which sees the output from when it joined. A command runs until
 it ends, is signalled (``SendSignal``: ``handle.kill()``) or its sandbox is
 killed; a follower that leaves (a client timeout) does not stop it, as in envd.
+A sandbox with a network policy's secrets has them redacted from the output as
+it comes, as the kernel's are (:class:`~jupyter_exec.network.redact.Redactor`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from jupyter_exec.exceptions import BackendError, InvalidArgument, SessionNotFound
+from jupyter_exec.exceptions import BackendError, InvalidArgument, SessionNotFound, WorkDirError
+from jupyter_exec.network.redact import Redactor
 
 __all__ = ["Container", "Process", "Processes", "kernel_container"]
 
@@ -178,6 +181,9 @@ class Process:
     tag: str | None = None
     followers: list[asyncio.Queue[Event | None]] = field(default_factory=list)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    redactor: Redactor | None = None
+    """Takes the sandbox's network policy secrets out of the output (the command shares the
+    kernel's proxy, so an echoing host reaches it too); None: no secrets."""
 
     def follow(self) -> asyncio.Queue[Event | None]:
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -198,7 +204,7 @@ class Process:
     async def run(self) -> None:
         """Forward the output until the process ends, then its exit status."""
         try:
-            await self.runner.pump(self._publish)
+            await self.runner.pump(self._publish if self.redactor is None else self._redacted)
             code = await self.runner.wait()
         except Exception as exc:  # the engine failed under it: say so as its end
             log.warning("command %s failed: %s", self.pid, exc)
@@ -211,9 +217,19 @@ class Process:
             }
         else:
             end = {"exitCode": code, "exited": True, "status": f"exit status {code}"}
+        for name, text in self.redactor.release() if self.redactor is not None else ():
+            self._publish(_data(name, text.encode("latin-1")))  # held back: it was harmless
         self._publish({"end": end})
         self._publish(None)
         self.ended.set()
+
+    def _redacted(self, event: Event) -> None:
+        """Publish a data event redacted; the end of a chunk that may begin a secret waits."""
+        assert self.redactor is not None
+        for name, encoded in event.get("data", {}).items():
+            text = self.redactor.stream(name, base64.b64decode(encoded).decode("latin-1"))
+            if text:
+                self._publish(_data(name, text.encode("latin-1")))
 
     def signal(self, signum: int) -> None:
         self.runner.signal(signum)
@@ -243,7 +259,10 @@ class Processes:
         *,
         backend: str = "local",
         container: Callable[[], Awaitable[Container]] | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
+        self.secrets = secrets
+        """The network policy's secret values, redacted from every command's output."""
         self.work_dir = work_dir
         self.env = env
         self.backend = backend
@@ -284,7 +303,8 @@ class Processes:
             pid = runner.pid
         else:
             raise BackendError(f"commands are not served for {self.backend!r} sandboxes")
-        process = Process(runner, pid, dict(config), tag)
+        redactor = Redactor(self.secrets, latin1=True) if self.secrets else None
+        process = Process(runner, pid, dict(config), tag, redactor=redactor)
         self._running[pid] = process
         return process
 
@@ -295,7 +315,10 @@ class Processes:
 
         assert self.container is not None
         where = await self.container()
-        relative = cwd.resolve().relative_to(self.work_dir.resolve()).as_posix()
+        try:  # both lexical, from the sandbox's paths (checked there without following links)
+            relative = cwd.relative_to(self.work_dir).as_posix()
+        except ValueError:
+            raise WorkDirError(f"the cwd {cwd} is outside the sandbox's files") from None
         workdir = where.work_mount.rstrip("/") + ("" if relative == "." else f"/{relative}")
         live = await asyncio.to_thread(
             LiveExec, where.client, where.container_id, container_argv(cmd, args),

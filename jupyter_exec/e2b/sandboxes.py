@@ -195,9 +195,11 @@ class Sandboxes:
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
         env = {**host_env(), **sandbox.envs} if backend == "local" else dict(sandbox.envs)
+        policy = self.session_options.get("network")  # its secrets: redacted from commands too
         sandbox.processes = Processes(
-            paths.root, env, backend=backend, container=lambda: self._container(sandbox)
-        )
+            paths.root, env, backend=backend, container=lambda: self._container(sandbox),
+            secrets=policy.secret_values() if policy is not None else (),
+        )  # fmt: skip
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 
@@ -271,7 +273,7 @@ class Sandboxes:
 
     async def _close(self, name: str) -> None:
         with contextlib.suppress(SessionNotFound):
-            await self.manager.close(name)
+            await self.manager.close_session(name)
 
     async def reap(self) -> list[str]:
         """Kill the sandboxes whose timeout has passed; returns their ids."""
@@ -323,14 +325,13 @@ class Sandboxes:
         refuse_language(language)
         if cwd is not None and not isinstance(cwd, str):
             raise InvalidArgument("'cwd' must be a string: a folder of the sandbox")
-        folder, shown = sandbox.paths.folder(cwd)
+        folder, shown = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
         context_id = f"c-{secrets.token_hex(6)}"
         context = Context(context_id, f"{sandbox.id}.{context_id}", shown)
         options = self._options(sandbox)
 
         async def start() -> AsyncSession:
-            sandbox.paths.ensure()
-            folder.mkdir(parents=True, exist_ok=True)
+            sandbox.paths.folder(cwd)  # again, just before: the kernel pins it once more
             session = AsyncSession(work_dir=folder, name=context.session_name, **options)
             return await session.start()
 

@@ -131,7 +131,7 @@ class JupyterSandbox:
         live = self._share._session if self._share is not None else self._session
         if live is not None:
             return live.work_dir
-        return self._work_dir.resolve() if self._work_dir is not None else None
+        return self._work_dir.absolute() if self._work_dir is not None else None
 
     async def exec(
         self,
@@ -161,7 +161,7 @@ class JupyterSandbox:
         """Write ``content`` at ``path`` (relative to the work dir, confined to it)."""
         session = await self.session()
         target = self._inside(session, PurePosixPath(path))
-        base = session.work_dir.resolve()
+        base = session.work_dir.absolute()
         write_bytes(base, target.relative_to(base), content)
 
     async def remove_file(self, path: PurePosixPath) -> None:

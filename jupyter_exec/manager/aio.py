@@ -40,6 +40,7 @@ import os
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -84,7 +85,7 @@ class AsyncSessionManager(LoggingConfigurable):
     """Many named :class:`~jupyter_exec.AsyncSession` objects, warm pools, limits and culling.
 
     Use ``async with AsyncSessionManager(root_dir=...) as m:`` or ``await
-    m.start()`` / ``await m.shutdown()``. Every option is a configurable trait.
+    m.start()`` / ``await m.close()``. Every option is a configurable trait.
     """
 
     root_dir = _PathTrait(
@@ -198,8 +199,26 @@ class AsyncSessionManager(LoggingConfigurable):
             self._sigterm.install()
         return self
 
+    async def close(self, name: str | None = None) -> None:
+        """Close the manager: every session and every pooled kernel. Idempotent.
+
+        ``close()`` closes the object it is called on, as everywhere else in the package; one
+        session is closed with :meth:`close_session`. ``close(name)``, the spelling of 0.2 for
+        closing one session, still works for now and warns.
+        """
+        if name is not None:
+            warnings.warn(
+                "AsyncSessionManager.close(name) is deprecated and will close the manager in a "
+                "later release: use close_session(name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            await self.close_session(name)
+            return
+        await self.shutdown()
+
     async def shutdown(self) -> None:
-        """Close every session and stop every pooled kernel. Idempotent."""
+        """Close every session and stop every pooled kernel. Idempotent (same as ``close()``)."""
         if self._state in ("closing", "closed", "new"):
             self._state = "closed" if self._state == "new" else self._state
             return
@@ -333,7 +352,7 @@ class AsyncSessionManager(LoggingConfigurable):
         # No bookkeeping here: idle time is observed from the session's own last_activity.
         return await session.execute(code, timeout=timeout, on_output=on_output)
 
-    async def close(self, name: str) -> None:
+    async def close_session(self, name: str) -> None:
         """Close session ``name`` (its kernel stops; work dir and notebook stay)."""
         if self._registry.live_entry(name) is None:
             raise SessionNotFound(f"no open session named {name!r}")

@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import signal
 import threading
+import warnings
 import weakref
 from types import FrameType, TracebackType
 from typing import Any
@@ -106,10 +107,27 @@ class SessionManager:
         session = self.session(name)
         return session.execute(code, timeout=timeout)
 
-    def close(self, name: str) -> None:
+    def close_session(self, name: str) -> None:
         """Close session ``name``: its kernel stops; work dir and notebook stay."""
         self._wrappers.pop(name, None)
-        _LoopThread.run(self._async.close(name))
+        _LoopThread.run(self._async.close_session(name))
+
+    def close(self, name: str | None = None) -> None:
+        """Close the manager: every session and every pooled kernel. Idempotent.
+
+        One session is closed with :meth:`close_session`; ``close(name)``, the spelling of 0.2,
+        still closes that session for now and warns.
+        """
+        if name is not None:
+            warnings.warn(
+                "SessionManager.close(name) is deprecated and will close the manager in a later "
+                "release: use close_session(name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self.close_session(name)
+            return
+        self.shutdown()
 
     def cull_idle(self) -> builtins.list[str]:
         """Close sessions idle past ``cull_idle_timeout`` now; returns their names."""
@@ -120,7 +138,7 @@ class SessionManager:
         _LoopThread.run(self._async.wait_for_pools(timeout))
 
     def shutdown(self) -> None:
-        """Close every session and stop every pooled kernel. Idempotent."""
+        """Close every session and stop every pooled kernel. Idempotent (same as ``close()``)."""
         self._wrappers.clear()
         _LoopThread.run(self._async.shutdown())
         _open_managers.discard(self)

@@ -10,10 +10,12 @@ TLS untouched). The order is what makes failures clear:
    names the host and the verification error: the kernel's client shows it
    (``Tunnel connection failed: 502 the certificate of api.example.org:443 is not valid ...``);
 2. accept the ``CONNECT`` and do the TLS handshake with the kernel as that host;
-3. read one request; its ``Host`` must name the same host (the secret goes to the host it is
-   for, not to another name the same server answers); rewrite its head with the secret headers
-   and ``Connection: close``; relay the body and the response. One request per connection, each
-   recorded with ``secret=True``.
+3. read one request, strictly (:func:`~jupyter_exec.network.wire.read_head`: no bare LF, no
+   second ``Host``, no ``TRACE``...); the kernel's TLS server name (SNI), its ``Host`` and an
+   absolute-form target must all name the host that was decided (the secret goes to the host
+   it is for, not to another name the same server or CDN answers: ``421`` otherwise); rewrite
+   its head with the secret headers and ``Connection: close``; relay the body and the
+   response. One request per connection, each recorded with ``secret=True``.
 
 This module needs no ``cryptography``: the contexts come from :mod:`jupyter_exec.network.tls`.
 """
@@ -25,16 +27,18 @@ import contextlib
 import ssl
 import sys
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from jupyter_exec.network.policy import Decision
 from jupyter_exec.network.rules import normalise_host
 from jupyter_exec.network.wire import (
     CHUNK,
-    host_of,
+    BadRequest,
+    Head,
+    check_host,
+    host_header,
     pipe,
     printable,
-    read_request,
+    read_head,
     refuse,
     request_head,
 )
@@ -87,7 +91,7 @@ async def intercept(
             why = printable(str(exc)) or "timed out"
             record(Decision(True, f"{reason}; the kernel did not complete TLS ({why})"), False)
             return
-        await _relay(reader, writer, up_reader, up_writer, host, reason, headers, record)
+        await _relay(reader, writer, up_reader, up_writer, host, port, reason, headers, record)
     finally:
         up_writer.close()
         writer.close()
@@ -99,29 +103,27 @@ async def _relay(
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
     host: str,
+    port: int,
     reason: str,
     headers: tuple[tuple[str, str], ...],
     record: Record,
 ) -> None:
     try:
-        request = await read_request(reader, writer, HEAD_TIMEOUT, "not an HTTP request")
+        head = await read_head(reader, HEAD_TIMEOUT)
+        path = _checked(head, writer, host, port)
     except asyncio.IncompleteReadError:
         return  # the kernel closed without a request: nothing was sent, nothing to record
-    if request is None:
-        return
-    method, target, version, lines = request
-    named = host_of(lines)
-    path = target
-    if not target.startswith("/"):  # absolute form inside the tunnel: its host counts too
-        url = urlsplit(target)
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        named = url.hostname if named is None else named
-    if named is not None and _name(named) != host:
-        why = f"the request inside the tunnel to {host} names {printable(named)!r}"
+    except BadRequest as exc:
+        why = f"inside the tunnel to {host}:{port}: {exc}"
         record(Decision(False, why), False)
-        await refuse(writer, 421, "Misdirected Request", f"{why}: refused by the network proxy")
+        phrase = "Misdirected Request" if exc.status == 421 else str(exc)
+        await refuse(writer, exc.status, phrase, f"{why}: refused by the network proxy")
         return
-    up_writer.write(request_head(method, path, version, lines, headers))
+    up_writer.write(
+        request_head(
+            head.method, path, head.version, head.lines, headers, host=host_header(host, port, 443)
+        )
+    )
     record(Decision(True, f"{reason}; HTTPS intercepted"), True)
     body = asyncio.ensure_future(pipe(reader, up_writer))
     try:
@@ -130,6 +132,18 @@ async def _relay(
         body.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await body
+
+
+def _checked(head: Head, writer: asyncio.StreamWriter, host: str, port: int) -> str:
+    """The request's path once the kernel's TLS server name (SNI), its ``Host`` and an
+    absolute-form target all name ``host``; :class:`BadRequest` (421) otherwise."""
+    from jupyter_exec.network.tls import server_name  # loaded: this connection used it
+
+    sni = server_name(writer.get_extra_info("ssl_object"))
+    if sni is None or _name(sni) != host:
+        shown = "no name" if sni is None else repr(printable(sni))
+        raise BadRequest(f"the TLS server name (SNI) is {shown}, not {host!r}", 421)
+    return check_host(head, host, port)
 
 
 def _name(text: str) -> str:

@@ -25,13 +25,20 @@ import importlib.util
 import ipaddress
 import os
 import re
-import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jupyter_exec.exceptions import InvalidArgument, MissingDependency
-from jupyter_exec.network.rules import Rule, address_of, normalise_host, parse_rule
+from jupyter_exec.network.pem import read_certificates
+from jupyter_exec.network.rules import (
+    Rule,
+    address_of,
+    is_global,
+    normalise_host,
+    parse_rule,
+    views,
+)
 
 __all__ = [
     "Connection",
@@ -100,11 +107,13 @@ class NetworkPolicy:
     """Which hosts a Docker kernel may reach; see the module docstring for the rules.
 
     ``secrets`` maps a host name to headers (``{"api.example.org": {"Authorization": "..."}}``)
-    that the proxy adds to that host's requests, plain HTTP and HTTPS (intercepted); they never
-    enter the kernel. Their values are kept out of ``repr`` and :meth:`to_dict`. ``ask`` decides
-    connections no rule decides. ``extra_ca`` is a PEM file of certificate authorities trusted
-    besides the system's, for HTTPS hosts: by the proxy when it connects to a host with secrets,
-    and by the kernel (its CA bundle includes them) for the hosts it reaches through a tunnel.
+    that the proxy adds to that host's HTTPS requests (intercepted, the host's certificate
+    verified; plain HTTP to it is refused); they never enter the kernel. Their values are kept
+    out of ``repr`` and :meth:`to_dict`. ``ask`` decides connections no rule decides, per host
+    and port. ``extra_ca`` is a PEM file of certificate authorities trusted besides the
+    system's, for HTTPS hosts: by the proxy when it connects to a host with secrets, and by the
+    kernel (its CA bundle includes them) for the hosts it reaches through a tunnel; only its
+    certificates are used, and a file that holds a private key is refused.
     """
 
     __slots__ = ("_allow", "_ask", "_deny", "_extra_ca", "_secrets")
@@ -265,31 +274,31 @@ class NetworkPolicy:
         return not any(rule.matches(name, port) for rule in (*self._deny, *self._allow))
 
     def check_addresses(self, host: str, port: int, addresses: Iterable[str]) -> Decision | None:
-        """A refusal when a name resolved into a denied range, or into a private range that no
+        """A refusal when a name resolved into a denied range, or to an address that is not
+        globally routable (:func:`~jupyter_exec.network.rules.routable_views`) and that no
         ``allow`` address rule lists; None when the addresses are fine.
 
-        Without the second check an allowed (or wildcard) name that resolves to 127.0.0.1 or a
-        cloud metadata address would reach the host's own services.
+        The proxy connects to exactly the addresses checked here (it resolves once, on the
+        host), so a name cannot answer one address to the check and another to the connect.
+        Without the second check an allowed (or wildcard) name that resolves to 127.0.0.1, a
+        private network, CGNAT space or a cloud metadata address (169.254.169.254,
+        100.100.100.200) would reach services that are not the internet's.
         """
         for text in addresses:
-            address = ipaddress.ip_address(text)
-            for rule in self._deny:
-                if rule.covers_address(address, port):
-                    return Decision(False, f"{host} resolves to {address}, denied by {rule.text!r}")
-            special = (
-                address.is_loopback
-                or address.is_link_local
-                or address.is_private
-                or address.is_unspecified
-                or address.is_multicast
-                or address.is_reserved
-            )
-            if special and not any(rule.covers_address(address, port) for rule in self._allow):
-                return Decision(
-                    False,
-                    f"{host} resolves to {address}, a local or private address the allow "
-                    "list does not name",
-                )
+            for address in views(ipaddress.ip_address(text)):
+                for rule in self._deny:
+                    if rule.covers_address(address, port):
+                        return Decision(
+                            False, f"{host} resolves to {address}, denied by {rule.text!r}"
+                        )
+                if not is_global(address) and not any(
+                    rule.covers_address(address, port) for rule in self._allow
+                ):
+                    return Decision(
+                        False,
+                        f"{host} resolves to {address}, a local, private or otherwise not "
+                        "globally routable address the allow list does not name",
+                    )
         return None
 
 
@@ -347,16 +356,20 @@ def _secrets(
 
 
 def _extra_ca(value: str | os.PathLike[str] | None) -> str | None:
-    """The absolute path of a PEM file OpenSSL can load as trusted authorities."""
+    """The absolute path of a PEM file of certificates (and nothing else: a private key in it
+    is refused, see :mod:`jupyter_exec.network.pem`)."""
     if value is None:
         return None
     if not isinstance(value, str | os.PathLike) or not str(value):
         raise InvalidArgument("NetworkPolicy extra_ca must be the path of a PEM file")
     path = os.path.abspath(os.fspath(value))
     try:
-        ssl.create_default_context(cafile=path)
-    except (OSError, ssl.SSLError) as exc:
+        read_certificates(path)
+    except OSError as exc:
         raise InvalidArgument(
-            f"NetworkPolicy extra_ca {path!r} is not a readable PEM file of certificates ({exc})"
+            f"NetworkPolicy extra_ca {path!r} is not a readable PEM file of certificates "
+            f"({exc.strerror or exc})"
         ) from None
+    except ValueError as exc:
+        raise InvalidArgument(f"NetworkPolicy extra_ca {path!r} is refused: {exc}") from None
     return path

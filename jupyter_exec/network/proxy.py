@@ -11,11 +11,16 @@ The proxy speaks the two forms clients use through a proxy:
   intercepted (:mod:`jupyter_exec.network.intercept`) with the session's certificate authority
   (:mod:`jupyter_exec.network.tls`), whose certificate is the one thing of it the kernel gets:
   in :data:`TRUST_NAME`, which the provisioner joins to the image's CA bundle.
-* ``GET http://host/path`` (plain HTTP, absolute form): decided on the URL's host, sent on as an
-  origin-form request with ``Connection: close`` and the policy's secret headers for that host.
+* ``GET http://host/path`` (plain HTTP, absolute form): decided on the URL's host (which its
+  ``Host`` header must name), sent on as an origin-form request with ``Connection: close``.
+  Never with secrets: plain HTTP to a host that has some is refused, saying to use https (a
+  secret goes over TLS to a host whose certificate the proxy verified, nowhere else).
 
-Names are resolved here, on the host (the kernel resolves none), and the resolved addresses are
-checked again (a name may not lead to a denied range or, unless listed, to a private one).
+Every request head is read strictly (:func:`~jupyter_exec.network.wire.read_head`): what two
+HTTP parsers could read two ways is refused, not passed on. Names are resolved here, on the host
+(the kernel resolves none), and the resolved addresses are checked again, then connected to as
+checked (a name may not lead to a denied range or, unless listed, to an address that is not
+globally routable: :meth:`NetworkPolicy.check_addresses`).
 A refusal is a ``403`` whose reason phrase and body say which host and which policy, so the
 message reaches the code even through ``urllib``'s "Tunnel connection failed: 403 ...".
 Every decision is kept (:attr:`NetworkProxy.connections`) for the cell that was running.
@@ -35,21 +40,33 @@ import shutil
 import socket
 import ssl
 import tempfile
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from jupyter_exec.exceptions import KernelStartError
-from jupyter_exec.network import forwarder
+from jupyter_exec.network import forwarder, pem
 from jupyter_exec.network.intercept import intercept
-from jupyter_exec.network.policy import Connection, Decision, NetworkPolicy, NetworkRequest
+from jupyter_exec.network.policy import (
+    AskCallback,
+    Connection,
+    Decision,
+    NetworkPolicy,
+    NetworkRequest,
+)
+from jupyter_exec.network.redact import redact, secret_needles
 from jupyter_exec.network.rules import normalise_host
 from jupyter_exec.network.wire import (
     CHUNK,
+    BadRequest,
+    Head,
+    check_host,
+    host_header,
     pipe,
     printable,
-    read_request,
+    read_head,
     refuse,
     request_head,
 )
@@ -93,6 +110,11 @@ MAX_CONNECTIONS = 256
 socket thousands of times and use up this process's file descriptors)."""
 MAX_KEPT = 10_000
 """Decisions kept in memory; a cell that tries more keeps the latest."""
+
+ASK_FAILED = (
+    "the ask callback failed (its error is in the log of the process that runs the session)"
+)
+"""What the kernel is told when ``ask`` raised: never the exception's own text."""
 
 resolver_overrides: dict[str, str] = {}
 """Host name -> address, consulted before the host's resolver: like an ``/etc/hosts`` for the
@@ -152,7 +174,7 @@ class NetworkProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._kept: collections.deque[tuple[int, Connection]] = collections.deque(maxlen=MAX_KEPT)
         self._count = 0
-        self._asked: dict[str, Decision] = {}
+        self._asked: dict[tuple[str, int], Decision] = {}
         self._ask_lock = asyncio.Lock()
         self._closed = False
         self._authority: Authority | None = None
@@ -225,23 +247,28 @@ class NetworkProxy:
 
     def _trust(self, folder: Path) -> None:
         """Make the session's authority (a policy with secrets) and write what the kernel must
-        trust; the authority's key stays in this process."""
-        trusted = b""
+        trust: certificates only. The authority's key stays in this process; ``extra_ca`` is
+        read again (it may have changed since the policy was made) and only its certificates
+        are written, re-encoded (:mod:`jupyter_exec.network.pem`)."""
+        trusted = ""
         try:
+            extra = None
+            if self.policy.extra_ca is not None:
+                extra = pem.read_certificates(self.policy.extra_ca)
             if self.policy.secret_hosts:
                 from jupyter_exec.network import tls  # the 'network' extra, checked by the policy
 
                 self._authority = tls.Authority(self.policy.secret_hosts, self.session)
-                self._upstream = tls.upstream_context(self.policy.extra_ca)
-                trusted = self._authority.certificate_pem
-            if self.policy.extra_ca is not None:
-                trusted += b"\n" + Path(self.policy.extra_ca).read_bytes()
-        except (OSError, ssl.SSLError) as exc:  # extra_ca changed since the policy was made
+                self._upstream = tls.upstream_context(extra)
+                trusted = self._authority.certificate_pem.decode("ascii")
+            if extra is not None:
+                trusted += extra
+        except (OSError, ValueError, ssl.SSLError) as exc:  # changed since the policy was made
             raise KernelStartError(
                 f"the network policy's extra_ca {self.policy.extra_ca!r} cannot be used: {exc}"
             ) from None
         if trusted:
-            (folder / TRUST_NAME).write_bytes(trusted)
+            (folder / TRUST_NAME).write_text(trusted, encoding="ascii")
             (folder / TRUST_NAME).chmod(0o644)
 
     async def close(self) -> None:
@@ -284,28 +311,46 @@ class NetworkProxy:
 
     # -- deciding --------------------------------------------------------------------
     async def decide(self, host: str, port: int) -> Decision:
-        """The policy's answer, asking ``ask`` (once per host per session) when no rule decides."""
+        """The policy's answer, asking ``ask`` (once per host *and port* per session: a yes
+        for ``host:443`` opens nothing else of that host) when no rule decides."""
         ask = self.policy.ask
         if ask is None or not self.policy.undecided(host, port):
             return self.policy.decide(host, port)
-        name = normalise_host(host)
+        key = (normalise_host(host), port)
         async with self._ask_lock:
-            if name not in self._asked:
-                request = NetworkRequest(name, port, self.session, self.cell)
-                try:
-                    if inspect.iscoroutinefunction(ask):
-                        answer = await ask(request)
-                    else:  # may block (a person at a prompt): not on the event loop
-                        answer = await asyncio.to_thread(ask, request)
-                        if inspect.isawaitable(answer):
-                            answer = await answer
-                except Exception as exc:
-                    return Decision(False, f"the ask callback failed: {exc!r}")
-                if not isinstance(answer, Decision):  # a Decision also says why
-                    said = "allowed when asked" if answer is True else "denied when asked"
-                    answer = Decision(answer is True, said)
-                self._asked[name] = answer
-            return self._asked[name]
+            if key not in self._asked:
+                answer = await self._ask(ask, NetworkRequest(key[0], port, self.session, self.cell))
+                if answer is None:  # the callback failed: denied, not remembered
+                    return Decision(False, ASK_FAILED)
+                self._asked[key] = answer
+            return self._asked[key]
+
+    async def _ask(self, ask: AskCallback, request: NetworkRequest) -> Decision | None:
+        """``ask``'s answer as a :class:`Decision`; None when it raised.
+
+        What the callback raised is the person's to read (the log of this process, the
+        policy's secrets masked), never the kernel's: its text may hold anything the
+        callback knew, so the kernel is told only that asking failed.
+        """
+        try:
+            if inspect.iscoroutinefunction(ask):
+                answer = await ask(request)
+            else:  # may block (a person at a prompt): not on the event loop
+                answer = await asyncio.to_thread(ask, request)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+        except Exception as exc:
+            told = "".join(traceback.format_exception(exc))
+            masked = redact(told, secret_needles(self.policy.secret_values()))
+            log.error("session %s: the network policy's ask callback failed about %s:%d; "
+                      "the connection is denied:\n%s", self.session, request.host,
+                      request.port, masked)  # fmt: skip
+            return None
+        if isinstance(answer, Decision):  # a Decision also says why
+            return answer
+        return Decision(
+            answer is True, "allowed when asked" if answer is True else "denied when asked"
+        )
 
     async def _resolve(self, host: str, port: int) -> list[str]:
         with contextlib.suppress(ValueError):
@@ -336,24 +381,37 @@ class NetworkProxy:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await read_request(reader, writer, HEAD_TIMEOUT, "not an HTTP proxy request")
-        if request is None:
+        try:
+            head = await read_head(reader, HEAD_TIMEOUT)
+        except BadRequest as exc:
+            await refuse(writer, exc.status, str(exc), f"{exc}: refused by the network proxy")
             return
-        method, target, version, lines = request
-        if method == "CONNECT":
-            host, port = _authority(target)
-            path = ""
+        if head.method == "CONNECT":
+            host, port = _authority(head.target)
         else:
-            url = urlsplit(target)
+            url = urlsplit(head.target)
             if url.scheme.lower() != "http" or not url.hostname:
                 await refuse(writer, 400, "Bad Request", "send absolute http:// URLs or CONNECT")
                 return
-            host, port = url.hostname, url.port or 80
-            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            try:
+                host, port = url.hostname, url.port or 80
+            except ValueError:
+                host, port = "", 0
         if not host or not 0 < port < 65536:
-            await refuse(writer, 400, "Bad Request", f"bad target {printable(target)}")
+            await refuse(writer, 400, "Bad Request", f"bad target {printable(head.target)}")
             return
-        shown = f"{printable(host)}:{port}"
+        path = ""
+        if head.method != "CONNECT":
+            refusal = self._plain_refusal(head, host, port)
+            if isinstance(refusal, Decision):
+                await self._deny(writer, host, port, refusal)
+                return
+            if isinstance(refusal, BadRequest):
+                self._record(printable(host), port, Decision(False, str(refusal)))
+                await refuse(writer, refusal.status, str(refusal), f"{refusal}: refused by the "
+                             "session's network proxy")  # fmt: skip
+                return
+            path = refusal
         decision = await self.decide(host, port)
         addresses: list[str] = []
         if decision.allowed:
@@ -366,15 +424,10 @@ class NetworkProxy:
             else:
                 decision = self.policy.check_addresses(host, port, addresses) or decision
         if not decision.allowed:
-            self._record(printable(host), port, decision)
-            message = (
-                f"connection to {shown} denied by the session's network policy "
-                f"({self.policy.describe()}): {decision.reason}"
-            )
-            await refuse(writer, 403, message, message)
+            await self._deny(writer, host, port, decision)
             return
         secret = self.policy.headers_for(host)
-        if method == "CONNECT" and secret and self._authority is not None:
+        if head.method == "CONNECT" and secret and self._authority is not None:
             assert self._upstream is not None
             await intercept(
                 reader,
@@ -391,21 +444,63 @@ class NetworkProxy:
             return
         upstream = await self._open(addresses, port)
         if upstream is None:
+            shown = f"{printable(host)}:{port}"
             decision = Decision(True, f"{decision.reason}; could not connect")
             self._record(host, port, decision)
             await refuse(writer, 502, f"cannot reach {shown}", f"cannot reach {shown}")
             return
         up_reader, up_writer = upstream
         try:
-            if method == "CONNECT":
+            if head.method == "CONNECT":
                 self._record(host, port, decision)
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
-                self._record(host, port, decision, bool(secret))
-                up_writer.write(request_head(method, path, version, lines, secret))
+                self._record(host, port, decision)
+                up_writer.write(
+                    request_head(
+                        head.method,
+                        path,
+                        head.version,
+                        head.lines,
+                        host=host_header(host, port, 80),
+                    )
+                )
             await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
             up_writer.close()
+
+    def _plain_refusal(self, head: Head, host: str, port: int) -> str | Decision | BadRequest:
+        """A plain-HTTP request's path, or why it is refused before anything is decided: its
+        host has secrets (sent over verified TLS only, never in clear text to whoever answers
+        for the name), or its ``Host`` names another host than its URL."""
+        try:
+            name = normalise_host(host)
+        except ValueError:
+            return head.target  # not a host name: the policy refuses it, saying so
+        listed = self.policy.decide(name, port)
+        if name in self.policy.secret_hosts and (
+            listed.allowed or self.policy.undecided(name, port)
+        ):
+            where = name if port == 443 else f"{name}:{port}"
+            return Decision(
+                False,
+                f"use https://{where}/: the policy has secrets for {name}, which are only sent "
+                "over TLS to the verified host; plain HTTP to it is refused",
+            )
+        try:
+            return check_host(head, name, port)
+        except BadRequest as exc:
+            return exc
+
+    async def _deny(
+        self, writer: asyncio.StreamWriter, host: str, port: int, decision: Decision
+    ) -> None:
+        self._record(printable(host), port, decision)
+        message = (
+            f"connection to {printable(host)}:{port} denied by the session's network policy "
+            f"({self.policy.describe()}): {decision.reason}"
+        )
+        await refuse(writer, 403, message, message)
 
     async def _open(
         self, addresses: list[str], port: int

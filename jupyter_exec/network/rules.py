@@ -11,10 +11,22 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-__all__ = ["IPAddress", "IPNetwork", "Rule", "address_of", "normalise_host", "parse_rule"]
+__all__ = [
+    "IPAddress",
+    "IPNetwork",
+    "Rule",
+    "address_of",
+    "is_global",
+    "normalise_host",
+    "parse_rule",
+    "views",
+]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+"""The NAT64 well-known prefix: its addresses are the IPv4 address in their last 32 bits."""
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
@@ -36,7 +48,7 @@ class Rule:
             return False
         address = address_of(host)
         if address is not None:
-            return self.network is not None and address in self.network
+            return self.network is not None and any(a in self.network for a in views(address))
         if self.name is None:
             return False
         if self.name == "*":
@@ -46,10 +58,38 @@ class Rule:
         return host == self.name
 
     def covers_address(self, address: IPAddress, port: int) -> bool:
-        """Whether an address rule covers a resolved ``address``."""
+        """Whether an address rule covers a resolved ``address`` (one of :func:`views`)."""
         if self.network is None or (self.port is not None and self.port != port):
             return False
         return address in self.network
+
+
+def views(address: IPAddress) -> tuple[IPAddress, ...]:
+    """Every address a connection to ``address`` reaches or is carried to, to be checked
+    each: an IPv4-mapped IPv6 address *is* its IPv4 address, a NAT64 one (``64:ff9b::/96``)
+    is translated to it; a 6to4 (``2002::/16``) or Teredo one also carries one."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return (address,)
+    if address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    if address in _NAT64:
+        return (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
+    if address.sixtofour is not None:
+        return (address, address.sixtofour)
+    if address.teredo is not None:
+        return (address, address.teredo[1])
+    return (address,)
+
+
+def is_global(address: IPAddress) -> bool:
+    """Whether ``address`` (one of :func:`views`) is on the public internet: not private,
+    loopback, link-local, CGNAT (``100.64.0.0/10``), documentation, benchmarking, reserved,
+    unspecified, multicast or (IPv6) site-local."""
+    if not address.is_global or address.is_multicast or address.is_reserved:
+        return False
+    if address.is_unspecified or address.is_loopback or address.is_link_local:
+        return False
+    return not (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
 
 
 def address_of(text: str) -> IPAddress | None:

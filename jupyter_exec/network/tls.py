@@ -24,6 +24,7 @@ import datetime
 import os
 import ssl
 import tempfile
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from jupyter_exec.exceptions import MissingDependency
 if TYPE_CHECKING:
     from cryptography import x509
 
-__all__ = ["Authority", "upstream_context"]
+__all__ = ["Authority", "server_name", "upstream_context"]
 
 #: ALPN offered on both legs: the proxy reads and writes HTTP/1.1 only, so a client that would
 #: prefer HTTP/2 (curl does) falls back to it.
@@ -43,6 +44,22 @@ VALIDITY = datetime.timedelta(days=30)
 proxy only with its kernel; a month is far beyond any session's life)."""
 SKEW = datetime.timedelta(hours=1)
 """Certificates start an hour in the past: a container's clock a little behind still accepts."""
+
+_server_names: weakref.WeakKeyDictionary[ssl.SSLObject, str | None] = weakref.WeakKeyDictionary()
+
+
+def _remember_server_name(
+    connection: ssl.SSLObject | ssl.SSLSocket, name: str | None, context: ssl.SSLContext
+) -> None:
+    """The server context's SNI callback: keep the name the kernel's client asked for."""
+    if isinstance(connection, ssl.SSLObject):
+        _server_names[connection] = name
+
+
+def server_name(connection: object) -> str | None:
+    """The TLS server name (SNI) the kernel sent on ``connection`` (an ``SSLObject`` of a
+    server context made here); None when it sent none."""
+    return _server_names.get(connection) if isinstance(connection, ssl.SSLObject) else None
 
 
 def _name(text: str) -> x509.Name:
@@ -109,6 +126,7 @@ class Authority:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.set_alpn_protocols(ALPN)
+            context.sni_callback = _remember_server_name
             leaf = self._leaf(host).public_bytes(serialization.Encoding.PEM)
             key = self._leaf_key.private_bytes(
                 serialization.Encoding.PEM,
@@ -188,9 +206,10 @@ def _load_chain(context: ssl.SSLContext, pem: bytes) -> None:
 
 
 def upstream_context(extra_ca: str | None = None) -> ssl.SSLContext:
-    """The context the proxy verifies a real host with: the system's trust, plus ``extra_ca``."""
+    """The context the proxy verifies a real host with: the system's trust, plus ``extra_ca``
+    (the PEM text of its certificates, as :func:`~jupyter_exec.network.pem.certificates` gives)."""
     context = ssl.create_default_context()
     if extra_ca:
-        context.load_verify_locations(cafile=extra_ca)
+        context.load_verify_locations(cadata=extra_ca)
     context.set_alpn_protocols(ALPN)
     return context

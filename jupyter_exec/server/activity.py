@@ -127,7 +127,10 @@ class KernelActivity:
         content = msg.get("content")
         if not isinstance(content, dict):
             assert self._session is not None
-            content = self._session.unpack(getattr(content, "bytes", content))
+            try:
+                content = self._session.unpack(getattr(content, "bytes", content))
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
+                content = {}
             msg["content"] = content  # decoded once, whoever asks next
         return content if isinstance(content, dict) else {}
 

@@ -11,8 +11,9 @@ session's proxy awaits it, and the request waits here as a :class:`PendingApprov
                  ◄── True / False ◄──────┘               {"allow": true}
                      (or False after ``timeout`` seconds: denied)
 
-The proxy remembers the answer for that host for the rest of the session, so a
-person is asked once per host. An approval nobody answers in time is denied; the
+The proxy remembers the answer for that host *and port* for the rest of the
+session, so a person is asked once per host and port (a yes for ``host:443`` does not
+open ``host:22``). An approval nobody answers in time is denied; the
 kernel's request then fails with the policy's denial message. Closing a session
 denies what it still waits for.
 """

@@ -33,6 +33,7 @@ from jupyter_exec.state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
+    from jupyter_exec.server.origins import ReplayOrigins
     from jupyter_exec.server.paths import ServerRoot
 
 __all__ = ["Branches", "CheckpointNotFound"]
@@ -49,6 +50,7 @@ class Branches:
     manager: AsyncSessionManager
     root: ServerRoot
     _sessions: dict[str, ServerSession]
+    replay_origins: ReplayOrigins
 
     # Provided by ServerSessions.
     def live(self, session_id: str) -> ServerSession:
@@ -128,6 +130,7 @@ class Branches:
             await child.close()
             raise
         self._sessions[entry.id] = entry
+        self.replay_origins.remember(entry)
         parent.forks.append(entry.id)
         return entry
 
@@ -217,4 +220,4 @@ class Branches:
         if entry.backend == "docker":  # its forks ran in its container, which is gone now
             for fork_id in entry.forks:
                 if fork_id in self.manager:
-                    await self.manager.close(fork_id)
+                    await self.manager.close_session(fork_id)

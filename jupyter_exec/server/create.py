@@ -35,11 +35,13 @@ from jupyter_exec.exceptions import (
     KernelStartError,
     SessionConflict,
     SessionLimitError,
+    StorageError,
     WorkDirError,
 )
 from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import MAX_UNDO_STEPS
+from jupyter_exec.safefs import Folder
 from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
     from jupyter_exec.network.proxy import NetworkProxy
     from jupyter_exec.server.approvals import Approvals
+    from jupyter_exec.server.origins import ReplayOrigins
     from jupyter_exec.server.paths import ServerRoot
     from jupyter_exec.server.sessions import ServerSessions
 
@@ -85,6 +88,7 @@ class Creation:
     _sessions: dict[str, ServerSession]
     _reserved: set[Path]
     _borrowing: set[str]
+    replay_origins: ReplayOrigins
 
     # Provided by ServerSessions.
     async def start(self) -> None:
@@ -173,6 +177,7 @@ class Creation:
             self._borrowing.discard(kernel_id or "")
         entry = started[0]
         self._sessions[entry.id] = entry
+        self.replay_origins.remember(entry)
         return entry
 
     def _limit_reached(self, exc: SessionLimitError) -> SessionLimitError:
@@ -186,8 +191,10 @@ class Creation:
         shown = self.root.api_path(folder)
         if folder.exists() and not folder.is_dir():
             raise InvalidRequest(f"work_dir {shown!r} is a file, not a folder; name a folder")
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
+        try:  # made from the root down, no link followed (a planted one: StorageError, 400)
+            Folder.open(self.root.root, shown, create=True).close()
+        except StorageError:
+            raise
         except OSError as exc:
             raise WorkDirError(
                 f"cannot create work_dir {shown!r}: {exc.strerror}; choose another folder"

@@ -17,6 +17,7 @@ rightly asked (a kernel would not start, the disk is full) or a bug.
 
 from __future__ import annotations
 
+import errno
 from http.client import responses
 from typing import Any
 
@@ -24,11 +25,13 @@ from tornado.web import HTTPError
 
 from jupyter_exec.exceptions import (
     BackendError,
+    CheckpointError,
     ForkError,
     InvalidArgument,
     JupyterExecError,
     KernelError,
     KernelNotAliveError,
+    NotebookError,
     SessionClosedError,
     SessionConflict,
     SessionLimitError,
@@ -39,7 +42,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.server.approvals import ApprovalNotFound
 from jupyter_exec.server.branches import CheckpointNotFound
 
-__all__ = ["STATUS", "clip", "error_body", "status_of"]
+__all__ = ["REFUSED_ERRNOS", "STATUS", "clip", "error_body", "status_of"]
 
 STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (SessionNotFound, 404),
@@ -51,6 +54,7 @@ STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (KernelNotAliveError, 409),  # the kernel was shut down outside the API
     (SessionClosedError, 409),
     (ForkError, 409),  # this kernel cannot fork (remote, not IPython), or the fork failed
+    (CheckpointError, 409),  # damaged, unsigned, altered, another environment or origin
     (SessionLimitError, 429),
     (StorageError, 507),  # the server's disk, not the client
     (KernelError, 503),  # a kernel that would not start or died
@@ -63,10 +67,27 @@ MAX_MESSAGE = 2000
 """Longest message sent back: a message quotes what the client sent, which may be huge."""
 
 
+REFUSED_ERRNOS = frozenset({errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENOTDIR, errno.EFBIG})
+"""A :class:`StorageError` with one of these is a path refused on purpose (a planted link, a
+FIFO or a device, a file where a folder is named, a file over the read limit): the request met
+what a kernel left there, not a failing disk, so it answers 400, not 507. A session notebook
+that could not be saved for one of these reasons answers 409: the request was right, the work
+dir holds what the kernel planted (the message says what to remove)."""
+
+
+def _refused(exc: BaseException | None) -> bool:
+    return isinstance(exc, StorageError) and exc.errno in REFUSED_ERRNOS
+
+
 def status_of(exc: BaseException | None) -> int | None:
     """The HTTP status for one of jupyter-exec's exceptions; ``None`` for any other."""
     if not isinstance(exc, JupyterExecError):
         return None
+    if _refused(exc):
+        return 400
+    cause = exc.__cause__
+    if isinstance(exc, NotebookError) and _refused(cause):  # a link where the record goes
+        return 409
     return next(code for kind, code in STATUS if isinstance(exc, kind))
 
 

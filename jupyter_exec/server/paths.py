@@ -2,8 +2,13 @@
 
 Clients name folders the way Jupyter's contents API does: ``/``-separated and
 relative to the server root (``ServerApp.root_dir``). Every such path is
-resolved here, once, with symlinks followed, and refused unless it stays
-inside the root; hidden components are refused too (unless the contents
+checked here, once, by :func:`jupyter_exec.safefs.inside`: component by
+component from the root, and a symbolic link anywhere below the root is
+refused (a :class:`~jupyter_exec.WorkDirError`, a 400), never
+followed, so what a kernel planted cannot lead a session, a replay or a
+Docker kernel's mount elsewhere. The path handed on is the checked one,
+unresolved, and the Docker provisioner pins it again without following
+links (:func:`jupyter_exec.safefs.pin_dir`). Hidden components are refused too (unless the contents
 manager allows hidden files), because Jupyter's own file handler would not
 serve anything inside them. Output files are handed back as URLs of that
 handler (``/files/...``), so reading them goes through Jupyter's
@@ -16,8 +21,9 @@ import os
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.naming import unsafe_character
+from jupyter_exec.safefs import inside
 
 __all__ = ["NAME_MAX", "PATH_MAX", "ServerRoot"]
 
@@ -34,6 +40,7 @@ class ServerRoot:
     def __init__(
         self, root_dir: str | os.PathLike[str], base_url: str = "/", *, allow_hidden: bool = False
     ) -> None:
+        # Trusted origin: the server's own configured root (links above it are the admin's).
         self.root = Path(os.path.realpath(root_dir))
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.allow_hidden = allow_hidden
@@ -76,21 +83,24 @@ class ServerRoot:
                 raise WorkDirError(
                     f"{api_path!r} has a hidden component ({part!r}); Jupyter does not serve those"
                 )
-        path = Path(os.path.realpath(self.root.joinpath(*pure.parts)))
-        if not self._inside(path):
-            raise WorkDirError(f"{api_path!r} leads outside the server root (through a symlink)")
-        return path
+        try:
+            return inside(self.root, PurePosixPath(*pure.parts) if pure.parts else "")
+        except StorageError as exc:  # a link (ELOOP) or a file named as a folder (ENOTDIR)
+            raise WorkDirError(
+                f"{api_path!r} is refused: it leads through a symlink or a file below the "
+                f"server root, which is never followed ({exc})"
+            ) from None
 
     def _inside(self, real: Path) -> bool:
         """Whether an already resolved path is the root or below it."""
         return real == self.root or self.root in real.parents
 
     def contains(self, path: Path) -> bool:
-        return self._inside(Path(os.path.realpath(path)))
+        return self._inside(_lexical(path))
 
     def api_path(self, path: Path) -> str:
-        """The API path of ``path`` (which must be inside the root)."""
-        real = Path(os.path.realpath(path))
+        """The API path of ``path`` (which must be inside the root; compared as written)."""
+        real = _lexical(path)
         if not self._inside(real):
             raise WorkDirError(f"{path} is outside the server root")
         return real.relative_to(self.root).as_posix() if real != self.root else ""
@@ -102,3 +112,8 @@ class ServerRoot:
     def files_url(self, path: Path) -> str:
         """The server-relative URL at which Jupyter's file handler serves ``path``."""
         return self.url_of(self.api_path(path))
+
+
+def _lexical(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute and normalised as written (links are refused on the way in)."""
+    return Path(os.path.normpath(os.path.abspath(path)))

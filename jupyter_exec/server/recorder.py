@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jupyter_exec.exceptions import NotebookError, WorkDirError
+from jupyter_exec.outputs import MAX_OUTPUT_DEPTH, too_deep
 from jupyter_exec.recorder import (
     NBFORMAT_MINOR,
     NotebookRecorder,
@@ -54,6 +55,10 @@ from jupyter_exec.runorder import PersonRun, match_runs
 __all__ = ["LiveDocument", "MergingRecorder"]
 
 log = logging.getLogger("jupyter_exec.server")
+
+MAX_FILE_DEPTH = MAX_OUTPUT_DEPTH + 4
+"""How deep a cell read back from the file may nest: an output's bundle, in its list, in its
+cell (deeper cells are dropped, so saving never meets Python's recursion limit)."""
 
 
 @dataclass
@@ -196,14 +201,23 @@ class MergingRecorder(NotebookRecorder):
                 raw = json.loads(folder.read_bytes(self.path.name).decode("utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, WorkDirError) as exc:
-            # A half-written file (JupyterLab writes in place) or a broken one:
-            # keep the last layout we knew, try again on the next save.
-            log.warning("cannot merge with %s (%s); keeping the previous layout", self.path, exc)
+        except (OSError, ValueError, WorkDirError, RecursionError) as exc:
+            # A half-written file (JupyterLab writes in place), a broken one, or one a
+            # kernel filled with JSON nested past what can be parsed: keep the last layout
+            # we knew, try again on the next save.
+            reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+            log.warning("cannot merge with %s (%s); keeping the previous layout", self.path, reason)
             return None
         if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
             log.warning("%s is not a notebook any more; rewriting it", self.path)
             return None
+        if too_deep(raw.get("metadata"), MAX_FILE_DEPTH):
+            log.warning("the metadata of %s is nested too deep; keeping ours", self.path)
+            raw["metadata"] = None
+        deep = [c for c in raw["cells"] if too_deep(c, MAX_FILE_DEPTH)]
+        if deep:  # no person writes these; kept, a save would fail on them every time
+            log.warning("dropping %d cell(s) nested too deep from %s", len(deep), self.path)
+            raw["cells"] = [c for c in raw["cells"] if not any(c is d for d in deep)]
         return raw
 
     def _merge_from_disk(self) -> None:

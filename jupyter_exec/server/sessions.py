@@ -44,6 +44,7 @@ from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.branches import Branches
 from jupyter_exec.server.create import Creation, SessionLimitReached
 from jupyter_exec.server.entry import ServerSession
+from jupyter_exec.server.origins import ReplayOrigins
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.views import Views
 from jupyter_exec.server.work import Work
@@ -96,6 +97,7 @@ class ServerSessions(Creation, Views, Work, Branches):
         self.approvals = Approvals(approval_timeout)
         self._sessions: dict[str, ServerSession] = {}
         self._reserved: set[Path] = set()  # notebooks of sessions being created
+        self.replay_origins = ReplayOrigins()  # what each session ran: the kernel a replay uses
         self._borrowing: set[str] = set()  # kernels being attached to, by sessions being created
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
@@ -159,7 +161,7 @@ class ServerSessions(Creation, Views, Work, Branches):
     async def delete(self, session_id: str) -> None:
         """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
         self.get(session_id)
-        await self.manager.close(session_id)  # the session's on_close: _release
+        await self.manager.close_session(session_id)  # the session's on_close: _release
 
     async def _release(self, entry: ServerSession) -> None:
         """The server's side of a closed session: its Jupyter session and kernels go too.

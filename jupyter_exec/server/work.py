@@ -23,6 +23,7 @@ from jupyter_exec.session import OutputCallback
 
 if TYPE_CHECKING:
     from jupyter_exec.network.proxy import NetworkProxy
+    from jupyter_exec.server.origins import ReplayOrigins
     from jupyter_exec.server.paths import ServerRoot
 
 __all__ = ["Work"]
@@ -41,6 +42,7 @@ class Work:
     kernel_names: dict[str, str]
     timeout: float | None
     startup_timeout: float
+    replay_origins: ReplayOrigins
     _background: set[asyncio.Task[Any]]
 
     # Provided by ServerSessions and its other mixins (which come first in its bases).
@@ -109,6 +111,9 @@ class Work:
         The kernel comes from the server's kernel manager (so it is visible, and
         runs on the gateway if there is one) and is shut down afterwards. The
         replay is recorded beside the notebook as ``<stem>.replayed.ipynb``.
+        Without ``kernel_name``, the kernelspec is the one the server saw run
+        the notebook (or its Docker work dir), before the file's own
+        (:mod:`~jupyter_exec.server.origins`).
         """
         from jupyter_exec.replay import replay_async  # imported on use: it is a big module
 
@@ -121,7 +126,9 @@ class Work:
             recorded = read_notebook(path)
         except NotebookError as exc:
             raise InvalidRequest(f"{notebook!r} cannot be replayed: {exc}") from None
-        kernel_name = kernel_name or _kernelspec_of(recorded) or self.kernel_names["local"]
+        # Not the notebook's word alone: a Docker kernel can rewrite the file (server.origins).
+        chosen = kernel_name or self.replay_origins.kernel_for(path, _kernelspec_of(recorded))
+        kernel_name = chosen or self.kernel_names["local"]
         await self._check_kernelspec(kernel_name)
         kernel_manager = self.serverapp.kernel_manager
         kernel_id = await self._start_server_kernel(kernel_name, path.parent)

@@ -151,7 +151,7 @@ def test_f4_signed_multipart_upload_writes_only_its_signed_path(sdk: Running) ->
         two = [("file", ("a.txt", b"a")), ("file", ("b.txt", b"b"))]
         answer = client.post(url, files=two)
         assert answer.status_code == 400, answer.text
-        assert "one 'file' part" in answer.json()["message"]
+        assert "'file' parts" in answer.json()["message"]
     assert sorted(p.name for p in home.iterdir() if p.suffix == ".txt") == ["target.txt"]
     assert not (sdk.root / "escaped.txt").exists()
     assert not (sdk.root.parent / "escaped.txt").exists()

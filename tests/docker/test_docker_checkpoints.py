@@ -4,7 +4,6 @@ killed with SIGKILL comes back from them in a new container."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,6 +15,7 @@ import pytest
 
 from jupyter_exec import Checkpoint, CheckpointError, Session
 from jupyter_exec.docker.forking import host_pid
+from tests.checkpoint_helpers import signed_manifest
 from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.docker
@@ -116,9 +116,7 @@ def test_docker_damaged_checkpoint_and_planted_links_are_refused(
         foreign = tmp_path / "foreign"
         shutil.copytree(mark.path, foreign)
         body["environment"]["libraries"]["numpy"] = "1.26.4"
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        signed = {"sha256": hashlib.sha256(canonical.encode()).hexdigest(), "body": body}
-        (foreign / "manifest.json").write_text(json.dumps(signed))
+        (foreign / "manifest.json").write_text(signed_manifest(body))  # by this host's key
         here = (s.execute("np.__version__").text or "").strip("'")
         with pytest.raises(CheckpointError, match=f"numpy 1.26.4 in the checkpoint, {here} in"):
             s.restore(foreign)

@@ -40,13 +40,19 @@ def test_a_docker_run_starts_from_the_checkpoint_of_the_one_before(
     assert again.returncode == EXIT_OK, again.stderr
     assert "got 1 [1, 2]" in again.stdout
 
-    # into a local kernel: the same state, if this Python is the image's major.minor
-    python = json.loads((auto / "manifest.json").read_text())["body"]["environment"]["python"]
+    # into a local kernel: refused (its pickles would run on the host) unless trusted; then
+    # the same state, if this Python is the image's major.minor
     local = cli("run", "use.py", "--work-dir", "here", "--restore", str(auto), cwd=tmp_path)
+    assert local.returncode == EXIT_USAGE, local.stderr
+    assert "written by a Docker kernel" in local.stderr
+    assert "--trust-checkpoint-origin" in local.stderr
+    trusted = ["--restore", str(auto), "--trust-checkpoint-origin"]
+    python = json.loads((auto / "manifest.json").read_text())["body"]["environment"]["python"]
+    local = cli("run", "use.py", "--work-dir", "here", *trusted, cwd=tmp_path)
     if python.split(".")[:2] != [str(sys.version_info[0]), str(sys.version_info[1])]:
         assert local.returncode == EXIT_USAGE, local.stderr
         assert f"Python {python} in the checkpoint" in local.stderr
-        local = cli("run", "use.py", "--work-dir", "here", "--restore", str(auto),
-                    "--force-restore", cwd=tmp_path)  # fmt: skip
+        local = cli("run", "use.py", "--work-dir", "here", *trusted, "--force-restore",
+                    cwd=tmp_path)  # fmt: skip
     assert local.returncode == EXIT_OK, local.stderr
     assert "got 1 [1, 2]" in local.stdout

@@ -94,5 +94,5 @@ async def test_pooled_kernels_are_keyed_by_their_network_policy(
         sc = await manager.session("sc", **docker, network=c)
         assert [i.from_pool for i in manager.list() if i.name == "sc"] == [False]
         assert sc._kernel.network.policy == c  # type: ignore[attr-defined]
-        await manager.close("sa")
+        await manager.close_session("sa")
         assert not proxies[0].serving  # closed with its session

@@ -3,10 +3,10 @@
 Every kernel made from a policy session's state runs in its container and goes out through
 its proxy; each must also record its cells' connections and redact the policy's secrets,
 and the proxy must be closed once, by the session that started it. Python API here; the
-MCP server in test_policy_state_mcp.py. A test HTTP server on loopback is reached by a name
-mapped in the proxy's own resolver (as in test_docker_network_policy.py); ``/echo`` quotes
-the request's ``Authorization`` header, so the secret the proxy adds comes back to the kernel
-and must be redacted from what is recorded.
+MCP server in test_policy_state_mcp.py. A test HTTPS server on loopback is reached by a name
+mapped in the proxy's own resolver (as in test_docker_network_policy.py; secrets go over
+verified TLS only); ``/echo`` quotes the request's ``Authorization`` header, so the secret the
+proxy adds comes back to the kernel and must be redacted from what is recorded.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from jupyter_exec import AsyncSession, Execution, NetworkPolicy
 from jupyter_exec.network.shared import SharedProxy
-from tests.tls_servers import answering, http_server
+from tests.tls_servers import answering, https_echo
 
 pytestmark = pytest.mark.docker
 
@@ -38,9 +38,20 @@ _Echo = answering("hello {path}")  # (the tests fetch ``/echo`` only)
 
 
 @pytest.fixture
-def echo_port() -> Iterator[int]:
-    with http_server(_Echo, "web.test") as port:
-        yield port
+def echo_tls(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """The echo server over TLS: its port and its authority's file."""
+    with https_echo(_Echo, tmp_path / "ca", "web.test") as served:
+        yield served
+
+
+@pytest.fixture
+def echo_port(echo_tls: tuple[int, Path]) -> int:
+    return echo_tls[0]
+
+
+@pytest.fixture
+def echo_ca(echo_tls: tuple[int, Path]) -> Path:
+    return echo_tls[1]
 
 
 def _received(since: int) -> list[str | None]:
@@ -48,16 +59,18 @@ def _received(since: int) -> list[str | None]:
     return [headers.get("Authorization") for headers in _Echo.seen[since:]]
 
 
-def _policy() -> NetworkPolicy:
+def _policy(ca: Path) -> NetworkPolicy:
     return NetworkPolicy(
-        allow=["web.test", "127.0.0.1"], secrets={"web.test": {"Authorization": SECRET}}
+        allow=["web.test", "127.0.0.1"],
+        secrets={"web.test": {"Authorization": SECRET}},
+        extra_ca=ca,
     )
 
 
 async def _echoed(session: AsyncSession, port: int) -> Execution:
     """Fetch the echo through the policy; the reply holds the secret the proxy added."""
     before = len(_Echo.seen)
-    execution = await session.execute(f"print(fetch('http://web.test:{port}/echo'))")
+    execution = await session.execute(f"print(fetch('https://web.test:{port}/echo'))")
     execution.raise_for_error()
     assert _received(before) == [SECRET]  # the proxy added it; the server saw it
     return execution
@@ -90,14 +103,14 @@ def _count_closes(owner: Any) -> list[int]:
 
 
 async def test_fork_undo_restore_and_recovery_keep_recording_and_redacting(
-    kernel_image: str, tmp_path: Path, echo_port: int
+    kernel_image: str, tmp_path: Path, echo_port: int, echo_ca: Path
 ) -> None:
     session = AsyncSession(
         work_dir=tmp_path / "w",
         name="p",
         backend="docker",
         docker={"image": kernel_image},
-        network=_policy(),
+        network=_policy(echo_ca),
         undo_steps=3,
     )
     async with session:
@@ -141,7 +154,7 @@ async def test_fork_undo_restore_and_recovery_keep_recording_and_redacting(
 
 
 async def test_a_fork_of_a_fork_and_its_undo_share_the_one_proxy(
-    kernel_image: str, tmp_path: Path, echo_port: int
+    kernel_image: str, tmp_path: Path, echo_port: int, echo_ca: Path
 ) -> None:
     """Views of views still reach the session's proxy; no kernel but the first closes it."""
     async with AsyncSession(
@@ -149,7 +162,7 @@ async def test_a_fork_of_a_fork_and_its_undo_share_the_one_proxy(
         name="p",
         backend="docker",
         docker={"image": kernel_image},
-        network=_policy(),
+        network=_policy(echo_ca),
         undo_steps=2,
     ) as session:
         owner = session._kernel.network  # type: ignore[union-attr]

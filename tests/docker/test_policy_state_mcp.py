@@ -22,11 +22,19 @@ from typing import Any
 
 import pytest
 
-from tests.docker.test_policy_state import FETCH, SECRET, _Echo, _received, echo_port
+from tests.docker.test_policy_state import (
+    FETCH,
+    SECRET,
+    _Echo,
+    _received,
+    echo_ca,
+    echo_port,
+    echo_tls,
+)
 
 pytestmark = pytest.mark.docker
 
-__all__ = ["echo_port"]  # the fixture, shared with the Python API's test
+__all__ = ["echo_ca", "echo_port", "echo_tls"]  # the fixtures, shared with the Python API's test
 
 WRAPPER = """\
 import sys
@@ -48,11 +56,14 @@ def short_tmp() -> Iterator[Path]:
 
 
 @contextlib.asynccontextmanager
-async def _mcp(tmp_path: Path, temp: Path, *args: str) -> AsyncIterator[Any]:
+async def _mcp(tmp_path: Path, temp: Path, ca: Path, *args: str) -> AsyncIterator[Any]:
+    """The server; ``ca`` is what its proxy trusts to verify the echo server (as
+    ``SSL_CERT_FILE``: a policy file names no ``extra_ca``)."""
     mcp = pytest.importorskip("mcp")
     wrapper = tmp_path / "cli.py"
     wrapper.write_text(WRAPPER, encoding="utf-8")
     env = {**os.environ, "TMPDIR": str(temp), "JX_STATE_TOKEN": SECRET.removeprefix("Bearer ")}
+    env["SSL_CERT_FILE"] = str(ca)
     params = mcp.StdioServerParameters(
         command=sys.executable, args=[str(wrapper), "mcp", *args], env=env
     )
@@ -71,7 +82,7 @@ def _text(result: Any) -> str:
 
 async def _echo(client: Any, session: str, port: int) -> str:
     before = len(_Echo.seen)
-    code = f"print(fetch('http://web.test:{port}/echo'))"
+    code = f"print(fetch('https://web.test:{port}/echo'))"
     text = _text(await client.call_tool("execute_code", {"code": code, "session": session}))
     assert _received(before) == [SECRET]  # the proxy added it; the server saw it
     return text.strip()
@@ -90,7 +101,12 @@ def _recorded(notebook: Path, port: int) -> None:
 
 @pytest.mark.parametrize("pool", ["0", "1"])
 async def test_mcp_fork_undo_and_restore_keep_recording_and_redacting(
-    kernel_image: str, tmp_path: Path, short_tmp: Path, echo_port: int, pool: str
+    kernel_image: str,
+    tmp_path: Path,
+    short_tmp: Path,
+    echo_port: int,
+    echo_ca: Path,
+    pool: str,
 ) -> None:
     """With a warm pool too: the session takes the pooled kernel's proxy over from its lender."""
     policy = tmp_path / "policy.json"
@@ -107,7 +123,7 @@ async def test_mcp_fork_undo_and_restore_keep_recording_and_redacting(
     root = tmp_path / "mcp"
     redacted = "you sent [secret redacted]"
     async with _mcp(
-        tmp_path, short_tmp, "--work-dir", str(root), "--env", f"docker:{kernel_image}",
+        tmp_path, short_tmp, echo_ca, "--work-dir", str(root), "--env", f"docker:{kernel_image}",
         "--network-policy", str(policy), "--undo-steps", "3", "--pool-size", pool,
     ) as client:  # fmt: skip
         _text(await client.call_tool("execute_code", {"code": FETCH, "session": "p"}))

@@ -79,7 +79,7 @@ async def test_a_culled_attached_session_leaves_the_kernel_running(
     status, model = await api("POST", "sessions", body={"kernel_id": persons_kernel})
     assert status == 201, model
     app = jp_serverapp.extension_manager.extension_points["jupyter_exec"].app
-    await app.manager.close(model["id"])
+    await app.manager.close_session(model["id"])
     assert (await api("GET", "sessions", model["id"]))[0] == 404
     assert persons_kernel in await _kernels(jp_fetch)
     assert (await run_as_person(jp_serverapp, persons_kernel, "1"))["status"] == "ok"

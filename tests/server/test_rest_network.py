@@ -23,7 +23,7 @@ from jupyter_exec.docker.engine import connect
 from jupyter_exec.exceptions import DockerUnavailable
 from jupyter_exec.network import NetworkRequest
 from jupyter_exec.server.approvals import ApprovalNotFound, Approvals
-from tests.tls_servers import answering, fetch_code, http_server
+from tests.tls_servers import answering, fetch_code, https_echo
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -142,9 +142,13 @@ _Handler = answering("hello through the policy")
 
 
 @pytest.fixture
-def web_port() -> Iterator[int]:
-    with http_server(_Handler, "web.test", "evil.test", "slow.test") as port:
-        yield port
+def web_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """The test server over TLS (a host with secrets is reached over HTTPS only). A REST policy
+    names no ``extra_ca``, so the proxy (in this process) trusts the server's authority through
+    ``SSL_CERT_FILE``; the kernel trusts the session's authority through its bundle."""
+    with https_echo(_Handler, tmp_path / "ca", "web.test", "evil.test", "slow.test") as served:
+        monkeypatch.setenv("SSL_CERT_FILE", str(served[1]))
+        yield served[0]
 
 
 @pytest.fixture
@@ -203,7 +207,8 @@ async def test_ask_is_answered_over_rest_and_no_secret_is_ever_shown(
     assert (await call("POST", "sessions", sid, "execute", body={"code": FETCH}))[0] == 200
 
     async def fetch(host: str, path: str = "/") -> Any:
-        code = f"print(json.dumps(fetch('http://{host}:{web_port}{path}')))"
+        scheme = "https" if host == "web.test" else "http"  # refused ones: the 403 body shows
+        code = f"print(json.dumps(fetch('{scheme}://{host}:{web_port}{path}')))"
         return await call("POST", "sessions", sid, "execute", body={"code": code})
 
     # An undecided host waits as a pending approval; allowed over REST, the request goes on.
@@ -296,7 +301,7 @@ async def test_docker_forks_and_undo_keep_the_policy_and_end_with_their_session(
     await run(sid, FETCH)
     await run(sid, "x = 1")
     await run(sid, "x = 2")
-    echo = f"print(fetch('http://web.test:{web_port}/echo'))"
+    echo = f"print(fetch('https://web.test:{web_port}/echo'))"
 
     # A fork runs in the session's container, behind the same proxy: allowed, recorded, redacted.
     status, forks = await call("POST", "sessions", sid, "fork", body={})
