@@ -49,11 +49,14 @@ sessions in :mod:`jupyter_exec.mcp_sessions`, the tools in
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import importlib
 import ipaddress
+import json
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -63,7 +66,7 @@ from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.mcp_sessions import SessionRegistry
 from jupyter_exec.mcp_tools import _sdk, build_server
 
-__all__ = ["TOKEN_ENV", "SessionRegistry", "build_server", "http_app", "main", "serve"]
+__all__ = ["ROUTES", "TOKEN_ENV", "SessionRegistry", "build_server", "http_app", "main", "serve"]
 
 DEFAULT_PORT = 8765
 TOKEN_ENV = "JUPYTER_EXEC_MCP_TOKEN"
@@ -108,49 +111,112 @@ def transport_security(host: str) -> Any:
     )
 
 
-class BearerAuth:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``.
+MCP_PATH = "/mcp"
+MAX_BODY = 8 << 20
+"""Largest request body (one JSON-RPC message: a cell's code, an elicitation's answer): 8 MiB."""
 
-    Binding to loopback keeps other machines out, not other users and
-    processes of this one; the token does. Compared in constant time.
+ROUTES: dict[str, tuple[str, int]] = {MCP_PATH: ("bearer_token", MAX_BODY)}
+"""Every path the HTTP transport serves, the credential that opens it, and its body limit.
+:class:`BearerAuth` decides from this table, before the app (or any body) is reached."""
+
+
+class BearerAuth:
+    """ASGI middleware: the one gate of the HTTP transport, before the SDK's app.
+
+    Every request must carry ``Authorization: Bearer <token>`` (binding to
+    loopback keeps other machines out, not other users and processes of this
+    one; the token does; compared in constant time), name a path of
+    :data:`ROUTES` (any other is 404), and send no more body than the route
+    takes: a declared ``Content-Length`` over it is refused (413) unread, and
+    a longer streamed body is cut off at the limit. Nothing is read before the
+    token is checked.
     """
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str | None) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = f"Bearer {token}".encode() if token is not None else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                body = (
-                    b'{"error": "unauthorized: send the header Authorization: Bearer <token> '
-                    b"(the token jupyter-exec mcp printed, or $" + TOKEN_ENV.encode() + b')"}'
-                )
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer realm="jupyter-exec"'),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        if self._expected is not None and not hmac.compare_digest(
+            headers.get(b"authorization", b""), self._expected
+        ):
+            why = (
+                f"send the header Authorization: Bearer <token> (printed at start, or ${TOKEN_ENV})"
+            )
+            await _discard(receive, headers)
+            await _refuse(send, 401, f"unauthorized: {why}")
+            return
+        route = ROUTES.get(str(scope.get("path", "")).rstrip("/") or "/")
+        if route is None:
+            await _discard(receive, headers)
+            await _refuse(send, 404, f"no such route; the MCP endpoint is {MCP_PATH}")
+            return
+        limit = route[1]
+        declared = headers.get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > limit:
+            await _refuse(send, 413, f"the request body is larger than {limit:,} bytes")
+            return
+        await self.app(scope, _bounded(receive, limit), send)
+
+
+DISCARD = 64 << 10
+"""A refused request's body, when it declares no more than this, is read and dropped (never
+kept) so that the connection closes cleanly and the client reads the refusal; a longer one is
+not read at all: the connection closes under it."""
+
+
+async def _discard(receive: Any, headers: dict[bytes, bytes]) -> None:
+    declared = headers.get(b"content-length", b"")
+    if not declared.isdigit() or int(declared) > DISCARD:
+        return
+    seen = 0
+    while seen <= DISCARD:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
+
+
+def _bounded(receive: Any, limit: int) -> Any:
+    """``receive`` that ends the request as a disconnect once its body passes ``limit``."""
+    seen = 0
+
+    async def bounded() -> Any:
+        nonlocal seen
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                return {"type": "http.disconnect"}
+        return message
+
+    return bounded
+
+
+async def _refuse(send: Any, status: int, message: str) -> None:
+    headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="jupyter-exec"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.body", "body": body})
 
 
 def http_app(server: Any, *, host: str, token: str | None) -> Any:
-    """The streamable-HTTP ASGI app: Host/Origin checked, and the token required unless None."""
+    """The streamable-HTTP ASGI app behind :class:`BearerAuth` (token None: ``--no-token``)."""
     security = transport_security(host)
     if _sdk().v2:
         app = server.streamable_http_app(host=host, transport_security=security)
     else:
         server.settings.transport_security = security
         app = server.streamable_http_app()
-    return BearerAuth(app, token) if token is not None else app
+    return BearerAuth(app, token)
 
 
 def new_token() -> str:
@@ -173,11 +239,12 @@ async def serve(
     ``registry.close_all()`` on every exit path, signals included.
     """
     server = build_server(registry, max_output_chars=max_output_chars)
-    await registry.start()
     if transport == "stdio":
+        await registry.start()
         await server.run_stdio_async()
         return
     _check_loopback(host)
+    listener = bind(host, port)  # first: a taken port is told before any kernel starts
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -185,6 +252,11 @@ async def serve(
         def capture_signals(self) -> Any:  # the command line owns the process's signals
             yield
 
+    try:
+        await registry.start()
+    except BaseException:
+        listener.close()
+        raise
     app = http_app(server, host=host, token=token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     print(
@@ -192,7 +264,30 @@ async def serve(
         file=sys.stderr,
         flush=True,
     )
-    await _Server(config).serve()
+    with listener:
+        await _Server(config).serve(sockets=[listener])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The HTTP transport's listening socket; a port that cannot be had is InvalidArgument.
+
+    Bound here rather than by uvicorn, which logs a taken port and exits the
+    process: the command line says it in one line, naming the port and ``--port``.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = "is taken by another program" if exc.errno == errno.EADDRINUSE else (
+            f"cannot be listened on ({exc.strerror or exc})")  # fmt: skip
+        raise InvalidArgument(
+            f"port {port} on {host} {why}: choose another with --port N"
+        ) from None
+    return sock
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import secrets
 import sys
@@ -26,12 +27,17 @@ from jupyter_exec.cli.options import (
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
+    positive_int,
     session_kwargs,
     zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
+from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["add_e2b_parser"]
+__all__ = ["KEY_ENV", "add_e2b_parser", "api_key_from"]
+
+KEY_ENV = ("E2B_API_KEY", "JUPYTER_EXEC_API_KEY")
+"""Where the server's API key is read from (never the command line: ``ps`` shows that)."""
 
 EPILOG = f"""\
 examples:
@@ -42,8 +48,9 @@ examples:
   jupyter-exec e2b --backend docker --allow pypi.org --allow files.pythonhosted.org
                                          ... that may reach the package index, nothing else
   E2B_API_KEY=k jupyter-exec e2b --port 49999
-                                         many sandboxes, each with its own access token;
-                                         clients set E2B_API_KEY=k,
+                                         many sandboxes, each with its own access token
+                                         (or --api-key-file FILE; not --api-key, which `ps`
+                                         shows to every user); clients set E2B_API_KEY=k,
                                          E2B_API_URL=http://127.0.0.1:49999 and
                                          E2B_SANDBOX_URL=http://127.0.0.1:49999
 
@@ -54,15 +61,57 @@ Requests whose Host or Origin is not this machine are refused.
 {EXIT_STATUS_HELP}"""
 
 
+def positive_float(text: str) -> float:
+    """A finite number above 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {text}")
+    return value
+
+
 def _debug_default() -> bool:
     return os.environ.get("E2B_DEBUG", "false").lower() == "true"
+
+
+def api_key_from(args: argparse.Namespace) -> tuple[str, bool]:
+    """The server's API key and whether it was made here (so printing it is the only way).
+
+    From ``--api-key-file``, else the deprecated ``--api-key`` (which every user
+    of the machine reads in ``ps``: a warning says so), else ``$E2B_API_KEY``
+    (or ``$JUPYTER_EXEC_API_KEY``), else a new one.
+    """
+    if args.api_key_file:
+        try:
+            key = Path(args.api_key_file).expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(
+                f"cannot read --api-key-file {args.api_key_file}: {exc}"
+            ) from None
+        if not key:
+            raise InvalidArgument(f"--api-key-file {args.api_key_file} is empty")
+        return key, False
+    if args.api_key:
+        print(
+            "[jupyter-exec] warning: --api-key shows the key to every user of this machine "
+            f"(ps, /proc); set {KEY_ENV[0]} or use --api-key-file instead",
+            file=sys.stderr,
+            flush=True,
+        )
+        return str(args.api_key), False
+    for name in KEY_ENV:
+        if os.environ.get(name):
+            return os.environ[name], False
+    return secrets.token_urlsafe(24), True
 
 
 def cmd_e2b(args: argparse.Namespace) -> int:
     """Run the server until a signal stops it."""
     from jupyter_exec.e2b import E2BConfig, E2BServer
 
-    api_key = args.api_key or os.environ.get("E2B_API_KEY") or secrets.token_urlsafe(24)
+    api_key, made = api_key_from(args)
     options: dict[str, Any] = session_kwargs(args, STATE_OPTIONS)
     if args.backend:
         options["backend"] = args.backend
@@ -83,6 +132,8 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         zygote=zygote_kwargs(args),
         max_sessions=args.max_sessions,
         sandbox_timeout=args.sandbox_timeout,
+        max_sandbox_timeout=args.max_sandbox_timeout,
+        max_upload_bytes=args.max_upload_mb << 20,
     )
     server = E2BServer(config)
 
@@ -94,7 +145,8 @@ def cmd_e2b(args: argparse.Namespace) -> int:
         if args.debug:
             print("[jupyter-exec] debug mode: clients set E2B_DEBUG=true (no token)",
                   file=sys.stderr, flush=True)  # fmt: skip
-        print(f"[jupyter-exec] API mode: E2B_API_KEY={api_key} E2B_API_URL={base} "
+        shown = api_key if made else "<the key you gave>"
+        print(f"[jupyter-exec] API mode: E2B_API_KEY={shown} E2B_API_URL={base} "
               f"E2B_SANDBOX_URL={base}", file=sys.stderr, flush=True)  # fmt: skip
         await asyncio.Event().wait()
 
@@ -104,7 +156,7 @@ def cmd_e2b(args: argparse.Namespace) -> int:
 
 def add_e2b_parser(subparsers: Subparsers) -> None:
     """Register ``jupyter-exec e2b``."""
-    from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT
+    from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
 
     parser = subparsers.add_parser(
         "e2b",
@@ -128,8 +180,12 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     auth.add_argument("--debug", action=argparse.BooleanOptionalAction, default=_debug_default(),
                       help="serve the SDK's debug-mode sandbox (no token; loopback only; "
                       "default: on when E2B_DEBUG=true)")  # fmt: skip
-    auth.add_argument("--api-key", metavar="KEY", help="the key API calls must carry "
-                      "(default $E2B_API_KEY, else a new one, printed)")  # fmt: skip
+    auth.add_argument("--api-key-file", metavar="FILE", help="a file holding the key API "
+                      "calls must carry (default $E2B_API_KEY, else a new one, "
+                      "printed)")  # fmt: skip
+    auth.add_argument("--api-key", metavar="KEY", help="deprecated: the key on the command "
+                      "line, where `ps` shows it to every user; use $E2B_API_KEY or "
+                      "--api-key-file")  # fmt: skip
     sandboxes = parser.add_argument_group("sandboxes")
     sandboxes.add_argument("--root-dir", default="jupyter-exec-e2b", metavar="DIR",
                            help="one work dir per sandbox "
@@ -148,6 +204,14 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     sandboxes.add_argument("--sandbox-timeout", type=non_negative_float, default=300.0,
                            metavar="S", help="a sandbox's life when create() gives none "
                            "(default 300; 0: no end)")  # fmt: skip
+    sandboxes.add_argument("--max-sandbox-timeout", type=positive_float,
+                           default=MAX_SANDBOX_TIMEOUT, metavar="S",
+                           help="the longest life a client may give a sandbox (create, "
+                           "connect, set_timeout; more is refused; "
+                           f"default {MAX_SANDBOX_TIMEOUT:g})")  # fmt: skip
+    sandboxes.add_argument("--max-upload-mb", type=positive_int, default=MAX_UPLOAD >> 20,
+                           metavar="MB", help="the largest file upload, in MiB (other requests "
+                           f"take far less; default {MAX_UPLOAD >> 20})")  # fmt: skip
     add_session_options(parser, STATE_OPTIONS, title="sandbox state")
     add_network_policy(parser)
     add_zygote(parser)

@@ -4,7 +4,10 @@ jupyter-exec's own dependencies; the ``e2b`` extra adds the SDK, for its clients
 
 * :mod:`~jupyter_exec.e2b.app` - :class:`E2BServer`: the tornado app, its ports, the engine;
 * :mod:`~jupyter_exec.e2b.sandboxes` - sandboxes and code contexts as manager sessions;
-* :mod:`~jupyter_exec.e2b.web` - Host/Origin checks, tokens, errors (the handlers' base);
+* :mod:`~jupyter_exec.e2b.auth` - which credential opens which route, decided in one place;
+* :mod:`~jupyter_exec.e2b.web` - Host/Origin checks, the credential, the bounded body, errors
+  (the handlers' base);
+* :mod:`~jupyter_exec.e2b.fields` - a client's JSON and its fields, checked (400, never 500);
 * :mod:`~jupyter_exec.e2b.code` - ``/execute`` and ``/contexts`` (the code interpreter);
 * :mod:`~jupyter_exec.e2b.envd` - ``/files``, filesystem and process RPCs (envd);
 * :mod:`~jupyter_exec.e2b.api` - create, list, connect, kill (the E2B API);

@@ -1,7 +1,8 @@
 """The E2B API's sandbox endpoints (``E2B_API_URL``): create, list, get, connect, timeout, kill.
 
 Every request needs the server's API key (``X-API-KEY``, which the SDK sends
-from ``E2B_API_KEY``). Create and connect answer with the sandbox's access
+from ``E2B_API_KEY``), as the route table declares (:data:`jupyter_exec.e2b.app.ROUTES`).
+Create and connect answer with the sandbox's access
 token, which the SDK then sends on every request to that sandbox.
 Templates, pause and resume, snapshots and metrics are E2B cloud features:
 their routes answer 404, and the SDK says so.
@@ -9,6 +10,7 @@ their routes answer 404, and the SDK says so.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -31,19 +33,35 @@ def created(sandbox: Sandbox) -> dict[str, Any]:
     }
 
 
-def _timeout(body: dict[str, Any]) -> float | None:
+def _timeout(body: dict[str, Any], most: float) -> float | None:
+    """The body's ``timeout`` in seconds: a finite number from 0 to ``most`` (None: not given).
+
+    So every sandbox a client makes ends, and the reaper ends it: NaN, infinity,
+    a negative or a boolean is refused, as is more than the server's maximum.
+    """
     value = body.get("timeout")
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or value < 0:
-        raise InvalidArgument("'timeout' must be a number of seconds >= 0")
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument("'timeout' must be a number of seconds")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not (math.isfinite(seconds) and 0 <= seconds <= most):
+        raise InvalidArgument(
+            f"'timeout' must be a number of seconds from 0 to {most:g} (this server's maximum "
+            f"sandbox life), not {value if isinstance(value, float) else 'that'}"
+        )
+    return seconds
 
 
 class APIHandler(E2BHandler):
-    def prepare(self) -> None:
-        super().prepare()
-        self.require_api_key()
+    """The API's routes (opened by the server's key: see jupyter_exec.e2b.app.ROUTES)."""
+
+    @property
+    def max_timeout(self) -> float:
+        return self.server.sandboxes.max_timeout
 
 
 class SandboxesHandler(APIHandler):
@@ -51,14 +69,17 @@ class SandboxesHandler(APIHandler):
 
     async def post(self) -> None:
         body = self.json_body()
+        template = body.get("templateID")
+        if template is not None and not isinstance(template, str):
+            raise InvalidArgument("'templateID' must be a string")
         for name in ("metadata", "envVars"):
             if not isinstance(body.get(name) or {}, dict):
                 raise InvalidArgument(f"{name!r} must be an object of strings")
         sandbox = await self.server.sandboxes.create(
-            template=body.get("templateID"),
+            template=template,
             metadata=body.get("metadata"),
             envs=body.get("envVars"),
-            timeout=_timeout(body),
+            timeout=_timeout(body, self.max_timeout),
         )
         self.send_json(created(sandbox), status=201)
 
@@ -92,8 +113,10 @@ class TimeoutHandler(APIHandler):
 
     def post(self, sandbox_id: str) -> None:
         sandbox = self.server.sandboxes.get(sandbox_id)
-        seconds = _timeout(self.json_body())
-        self.server.sandboxes.set_timeout(sandbox, 0 if seconds is None else seconds)
+        seconds = _timeout(self.json_body(), self.max_timeout)
+        if seconds is None:
+            raise InvalidArgument("say how long the sandbox lives: 'timeout' in seconds")
+        self.server.sandboxes.set_timeout(sandbox, seconds)
         self.set_status(204)
         self.finish()
 
@@ -103,7 +126,7 @@ class ConnectHandler(APIHandler):
 
     def post(self, sandbox_id: str) -> None:
         sandbox = self.server.sandboxes.get(sandbox_id)
-        seconds = _timeout(self.json_body())
+        seconds = _timeout(self.json_body(), self.max_timeout)
         if seconds is not None:
             self.server.sandboxes.set_timeout(sandbox, seconds)
         self.send_json(created(sandbox))

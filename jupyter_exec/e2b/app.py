@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import socket
@@ -24,16 +25,26 @@ from pathlib import Path
 from typing import Any
 
 from tornado.httpserver import HTTPServer
+from tornado.log import access_log
 from tornado.netutil import bind_sockets
-from tornado.web import Application
+from tornado.web import Application, HTTPError, RequestHandler
 
 from jupyter_exec.e2b import api, code, envd
+from jupyter_exec.e2b.auth import (
+    API_KEY,
+    CODE_BODY,
+    FILE_SIGNATURE,
+    PUBLIC,
+    SANDBOX_TOKEN,
+    SMALL_BODY,
+    RouteAuth,
+)
 from jupyter_exec.e2b.sandboxes import Sandboxes, sandbox_options
-from jupyter_exec.e2b.web import LOOPBACK_NAMES
+from jupyter_exec.e2b.web import LOOPBACK_NAMES, E2BHandler
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager
 
-__all__ = ["CODE_PORT", "ENVD_PORT", "E2BConfig", "E2BServer", "is_loopback"]
+__all__ = ["CODE_PORT", "ENVD_PORT", "ROUTES", "E2BConfig", "E2BServer", "is_loopback"]
 
 log = logging.getLogger("jupyter_exec.e2b")
 
@@ -43,6 +54,53 @@ ENVD_PORT = 49983
 """envd's port in the SDK's debug mode."""
 REAP_INTERVAL = 5.0
 """Seconds between two looks for sandboxes past their timeout."""
+MAX_UPLOAD = 1 << 30
+"""The files route's default body limit (1 GiB); every other route takes far less."""
+MAX_SANDBOX_TIMEOUT = 86_400.0
+"""The longest timeout a client may give a sandbox: 24 hours, E2B's own maximum."""
+
+_SANDBOX = r"(?P<sandbox_id>[A-Za-z0-9._-]+)"
+_CONTEXT = r"(?P<context_id>[A-Za-z0-9._-]+)"
+_TOKEN = frozenset({SANDBOX_TOKEN})
+_KEY = frozenset({API_KEY})
+_FILES = frozenset({SANDBOX_TOKEN, FILE_SIGNATURE})
+_HEALTH = frozenset({PUBLIC, SANDBOX_TOKEN})
+
+ROUTES: tuple[tuple[str, type[E2BHandler], RouteAuth], ...] = (
+    (r"/execute", code.ExecuteHandler, RouteAuth(_TOKEN, CODE_BODY)),
+    (r"/contexts", code.ContextsHandler, RouteAuth(_TOKEN, SMALL_BODY)),
+    (rf"/contexts/{_CONTEXT}", code.ContextHandler, RouteAuth(_TOKEN, SMALL_BODY)),
+    (rf"/contexts/{_CONTEXT}/restart", code.ContextRestartHandler, RouteAuth(_TOKEN, SMALL_BODY)),
+    (r"/health", envd.HealthHandler, RouteAuth(_HEALTH, 0)),
+    (r"/files", envd.FilesHandler, RouteAuth(_FILES, MAX_UPLOAD)),
+    (r"/filesystem\.Filesystem/(?P<method>\w+)", envd.FilesystemHandler,
+     RouteAuth(_TOKEN, SMALL_BODY)),
+    (r"/process\.Process/(?P<method>\w+)", envd.ProcessHandler, RouteAuth(_TOKEN, CODE_BODY)),
+    (r"/(?:v2/)?sandboxes", api.SandboxesHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}", api.SandboxHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}/timeout", api.TimeoutHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/(?:v2/)?sandboxes/{_SANDBOX}/connect", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
+)  # fmt: skip
+"""Every route, its handler, and what opens it (:mod:`jupyter_exec.e2b.auth`): the one table.
+The files route's body limit is the server's :attr:`E2BConfig.max_upload_bytes`."""
+
+
+class NotFoundHandler(E2BHandler):
+    """Any other path: 404 in the API's shape, its body never read."""
+
+    def get(self, *args: str) -> None:
+        raise HTTPError(404, f"no such route: {self.request.path}")
+
+    post = put = patch = delete = get
+
+
+def log_request(handler: RequestHandler) -> None:
+    """tornado's access log line without the query: a file URL's signature is a credential."""
+    status = handler.get_status()
+    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    access_log.log(level, "%d %s %s (%s) %.2fms", status, handler.request.method,
+                   handler.request.path, handler.request.remote_ip,
+                   1000.0 * handler.request.request_time())  # fmt: skip
 
 
 def is_loopback(host: str) -> bool:
@@ -67,7 +125,11 @@ class E2BConfig:
     """``AsyncSessionManager`` zygote traits (``zygote_size``, ``zygote_preload``...)."""
     max_sessions: int = 0
     sandbox_timeout: float = 300.0
+    max_sandbox_timeout: float = MAX_SANDBOX_TIMEOUT
+    """The longest life a client may give a sandbox (create, connect, set_timeout)."""
     execution_timeout: float | None = None
+    max_upload_bytes: int = MAX_UPLOAD
+    """The largest file upload (``files.write``, ``upload_url``) the server takes."""
 
     def check(self) -> None:
         if self.debug and not is_loopback(self.host):
@@ -103,48 +165,70 @@ class E2BServer:
             debug=config.debug,
             session_options=kernel_options,
             default_timeout=config.sandbox_timeout,
+            max_timeout=config.max_sandbox_timeout,
         )
         self._servers: list[HTTPServer] = []
         self._reaper: asyncio.Task[None] | None = None
         self.ports: list[int] = []
 
     def make_app(self) -> Application:
-        sandbox_id = r"(?P<sandbox_id>[A-Za-z0-9._-]+)"
-        handlers: list[Any] = [
-            (r"/execute", code.ExecuteHandler),
-            (r"/contexts", code.ContextsHandler),
-            (r"/contexts/(?P<context_id>[A-Za-z0-9._-]+)", code.ContextHandler),
-            (r"/contexts/(?P<context_id>[A-Za-z0-9._-]+)/restart", code.ContextRestartHandler),
-            (r"/health", envd.HealthHandler),
-            (r"/files", envd.FilesHandler),
-            (r"/filesystem\.Filesystem/(?P<method>\w+)", envd.FilesystemHandler),
-            (r"/process\.Process/(?P<method>\w+)", envd.ProcessHandler),
-            (r"/(?:v2/)?sandboxes", api.SandboxesHandler),
-            (rf"/sandboxes/{sandbox_id}", api.SandboxHandler),
-            (rf"/sandboxes/{sandbox_id}/timeout", api.TimeoutHandler),
-            (rf"/(?:v2/)?sandboxes/{sandbox_id}/connect", api.ConnectHandler),
-        ]
-        return Application(handlers, e2b_server=self, xsrf_cookies=False)
+        """The app: every route of :data:`ROUTES`, each with the credentials it declares."""
+        upload = self.config.max_upload_bytes
+        handlers: list[Any] = []
+        for pattern, handler, auth in ROUTES:
+            if handler is envd.FilesHandler:
+                auth = RouteAuth(auth.opens_with, upload)
+            handlers.append((pattern, handler, {"auth": auth}))
+        return Application(
+            handlers,
+            e2b_server=self,
+            xsrf_cookies=False,
+            log_function=log_request,
+            default_handler_class=NotFoundHandler,
+            default_handler_args={"auth": RouteAuth(frozenset({PUBLIC}), 0)},
+        )
 
     async def start(self) -> E2BServer:
-        """Start the engine and listen on every port (0: a free one, see :attr:`ports`)."""
-        await self.manager.start()
-        app = self.make_app()
+        """Listen on every port (0: a free one, see :attr:`ports`), then start the engine.
+
+        The ports are bound first, so a taken one is told at once, in one line
+        naming it and the option that moves it, before any kernel starts.
+        """
+        bound: list[list[socket.socket]] = []
         try:
-            for port in self.config.ports:
-                family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
-                sockets = bind_sockets(port, self.config.host, family=family)
-                server = HTTPServer(app, max_body_size=1 << 30, idle_connection_timeout=3600)
-                server.add_sockets(sockets)
-                self._servers.append(server)
-                self.ports.append(sockets[0].getsockname()[1])
-        except OSError:
-            await self.stop()
+            for index, port in enumerate(self.config.ports):
+                bound.append(self._bind(index, port))
+            await self.manager.start()
+        except BaseException:
+            for sock in (s for sockets in bound for s in sockets):
+                sock.close()
             raise
+        app = self.make_app()
+        for sockets in bound:
+            # The ceiling before a route has decided; each route sets its own after the
+            # credential (jupyter_exec.e2b.web), so no body is read before that.
+            server = HTTPServer(app, max_body_size=SMALL_BODY, idle_connection_timeout=3600)
+            server.add_sockets(sockets)
+            self._servers.append(server)
+            self.ports.append(sockets[0].getsockname()[1])
         self._reaper = asyncio.create_task(self._reap_loop(), name="jupyter-exec e2b reaper")
         log.info("E2B server on %s ports %s; sandboxes in %s", self.config.host, self.ports,
                  self.manager.root)  # fmt: skip
         return self
+
+    def _bind(self, index: int, port: int) -> list[socket.socket]:
+        """The listening sockets of ``port``; a port that cannot be had is InvalidArgument."""
+        host = self.config.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            return bind_sockets(port, host, family=family)
+        except OSError as exc:
+            flag = "--port" if index == 0 else "--envd-port"
+            why = "is taken by another program" if exc.errno == errno.EADDRINUSE else (
+                f"cannot be listened on ({exc.strerror or exc})")  # fmt: skip
+            raise InvalidArgument(
+                f"port {port} on {host} {why}: choose another with {flag} N (0: any free port)"
+            ) from None
 
     async def _reap_loop(self) -> None:
         while True:

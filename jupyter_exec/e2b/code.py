@@ -123,6 +123,7 @@ class ExecuteHandler(E2BHandler):
             self.on_connection_close()
 
     def on_connection_close(self) -> None:
+        super().on_connection_close()  # a body still arriving ends too (E2BHandler streams it)
         if self._task is not None and not self._task.done():
             self._task.cancel()
 

@@ -17,6 +17,7 @@ import json
 import struct
 from typing import Any
 
+from jupyter_exec.e2b.fields import loads
 from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["STREAM_TYPE", "end_stream", "envelope", "is_stream", "read_request"]
@@ -38,10 +39,7 @@ def read_request(body: bytes, content_type: str) -> dict[str, Any]:
         if flags & 0x01:
             raise InvalidArgument("compressed Connect messages are not accepted")
         body = body[5 : 5 + size]
-    try:
-        message = json.loads(body or b"{}")
-    except ValueError as exc:
-        raise InvalidArgument(f"the request is not JSON: {exc}") from None
+    message = loads(body or b"{}")
     if not isinstance(message, dict):
         raise InvalidArgument("the request must be a JSON object")
     return message

@@ -20,8 +20,9 @@ from typing import Any
 
 from tornado.iostream import StreamClosedError
 
+from jupyter_exec.e2b import fields
 from jupyter_exec.e2b.connect import end_stream, envelope, is_stream, read_request
-from jupyter_exec.e2b.errors import connect_code, error_message, status_of
+from jupyter_exec.e2b.errors import Unauthorized, connect_code, error_message, status_of
 from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
@@ -40,21 +41,40 @@ class Deadline(JupyterExecError, TimeoutError):
 
 
 class HealthHandler(E2BHandler):
-    """``GET /health``: 204 while the sandbox lives, 502 "was not found" after."""
+    """``GET /health``: 204 while the sandbox lives, 502 "was not found" after.
+
+    Public about the server itself; a request naming a sandbox needs its token
+    (the route table decides both), so it never tells a stranger about one.
+    """
 
     def get(self) -> None:
-        if self.request.headers.get("E2b-Sandbox-Id"):
-            self.sandbox()
         self.set_status(204)
         self.finish()
 
 
 class FilesHandler(E2BHandler):
-    """``GET /files?path=`` downloads a file; ``POST`` uploads (multipart or octet-stream)."""
+    """``GET /files?path=`` downloads a file; ``POST`` uploads (multipart or octet-stream).
+
+    Opened by the sandbox's token, or by a file URL's signature: then only for
+    the one path and operation it was made for (:class:`~jupyter_exec.e2b.auth.Grant`),
+    so a signed upload writes to its signed path whatever its parts are called.
+    """
+
+    def _path(self, operation: str) -> str | None:
+        path = self.get_query_argument("path", None)
+        grant = self.grant
+        if grant is None or grant.path is None:
+            return path  # the sandbox's token: any path of the sandbox
+        if grant.operation != operation or grant.path != (path or ""):
+            raise Unauthorized("a file URL opens only the path and operation it was made for")
+        return path
+
+    def max_body(self) -> int:
+        return self.auth.max_body if self.request.method == "POST" else 0
 
     async def get(self) -> None:
-        sandbox = self.sandbox()
-        fd = SandboxFiles(sandbox.paths).open_read(self.get_query_argument("path", ""))
+        path = self._path("read")
+        fd = SandboxFiles(self.sandbox().paths).open_read(path or "")
         self.set_header("Content-Type", "application/octet-stream")
         self.set_header("Content-Length", str(os.fstat(fd).st_size))
         # Streamed a chunk at a time, each flushed before the next is read: memory stays at
@@ -71,15 +91,17 @@ class FilesHandler(E2BHandler):
         self.finish()
 
     def post(self) -> None:
-        sandbox = self.sandbox()
-        files = SandboxFiles(sandbox.paths)
-        path = self.get_query_argument("path", None)
+        path = self._path("write")
+        files = SandboxFiles(self.sandbox().paths)
+        signed = self.grant is not None and self.grant.path is not None
         content_type = self.request.headers.get("Content-Type", "")
         written = []
         if content_type.startswith("multipart/"):
-            parts = self.request.files.get("file", [])
+            parts = self.uploaded("file")
             if not parts:
                 raise InvalidArgument("the upload has no 'file' part")
+            if signed and not path:
+                raise InvalidArgument("a signed upload URL writes to its own path: send 'path'")
             if path and len(parts) != 1:
                 raise InvalidArgument(
                     f"the upload names one path ({path!r}) but has {len(parts)} 'file' parts; "
@@ -90,7 +112,7 @@ class FilesHandler(E2BHandler):
         else:
             if not path:
                 raise InvalidArgument("say where to write: the 'path' query parameter")
-            written.append(files.write(path, self.request.body))
+            written.append(files.write(path, self.body()))
         self.send_json(written)
 
 
@@ -100,7 +122,7 @@ class RPCHandler(E2BHandler):
     error_style = "connect"
 
     async def post(self, method: str) -> None:
-        request = read_request(self.request.body, self.request.headers.get("Content-Type", ""))
+        request = read_request(self.body(), self.request.headers.get("Content-Type", ""))
         sandbox = self.sandbox()
         handler = getattr(self, f"rpc_{method}", None)
         if handler is None:
@@ -141,32 +163,27 @@ class FilesystemHandler(RPCHandler):
     """``/filesystem.Filesystem/*``: Stat, ListDir, MakeDir, Remove, Move."""
 
     async def rpc_Stat(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
-        return {"entry": SandboxFiles(sandbox.paths).stat(str(request.get("path", "")))}
+        return {"entry": SandboxFiles(sandbox.paths).stat(fields.text(request, "path"))}
 
     async def rpc_ListDir(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
-        depth = int(request.get("depth") or 1)
-        entries = SandboxFiles(sandbox.paths).list(str(request.get("path", "")), depth)
+        depth = fields.integer(request, "depth", default=1, most=fields.MAX_DEPTH)
+        entries = SandboxFiles(sandbox.paths).list(fields.text(request, "path"), depth)
         return {"entries": entries}
 
     async def rpc_MakeDir(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
-        return {"entry": SandboxFiles(sandbox.paths).make_dir(str(request.get("path", "")))}
+        return {"entry": SandboxFiles(sandbox.paths).make_dir(fields.text(request, "path"))}
 
     async def rpc_Remove(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
-        SandboxFiles(sandbox.paths).remove(str(request.get("path", "")))
+        SandboxFiles(sandbox.paths).remove(fields.text(request, "path"))
         return {}
 
     async def rpc_Move(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
-        source, destination = str(request.get("source", "")), str(request.get("destination", ""))
+        source, destination = fields.text(request, "source"), fields.text(request, "destination")
         return {"entry": SandboxFiles(sandbox.paths).move(source, destination)}
 
 
-def _deadline(header: str) -> float | None:
-    """Seconds from a ``Connect-Timeout-Ms`` header (None: no deadline)."""
-    return int(header) / 1000 if header.isdigit() else None
-
-
 def _input_bytes(request: dict[str, Any]) -> bytes:
-    data = (request.get("input") or {}).get("stdin")
+    data = fields.obj(request, "input").get("stdin")
     if not isinstance(data, str):
         raise InvalidArgument("send stdin input as base64 in input.stdin")
     try:
@@ -180,16 +197,18 @@ class ProcessHandler(RPCHandler):
     CloseStdin."""
 
     async def rpc_Start(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
-        config = request.get("process") or {}
+        config = fields.obj(request, "process")
+        tag = request.get("tag")
+        if tag is not None and not isinstance(tag, str):
+            raise InvalidArgument("'tag' must be a string")
+        cwd = fields.text(config, "cwd") or None
         try:  # opened without following links: a planted one is refused (400)
-            folder, _ = sandbox.paths.folder(config.get("cwd"))
+            folder, _ = sandbox.paths.folder(cwd)
         except FileNotFoundError:
-            raise InvalidArgument(
-                f"the cwd {config.get('cwd')!r} is not a folder in the sandbox"
-            ) from None
-        seconds = _deadline(self.request.headers.get("Connect-Timeout-Ms", ""))
+            raise InvalidArgument(f"the cwd {cwd!r} is not a folder in the sandbox") from None
+        seconds = fields.seconds_from_ms(self.request.headers.get("Connect-Timeout-Ms", ""))
         process = await sandbox.processes.start(
-            config, folder, stdin=bool(request.get("stdin")), tag=request.get("tag")
+            config, folder, stdin=bool(request.get("stdin")), tag=tag
         )
         queue = process.follow()
         sandbox.processes.launch(process)
@@ -219,7 +238,8 @@ class ProcessHandler(RPCHandler):
 
     async def rpc_SendSignal(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         process = sandbox.processes.get(request.get("process"))
-        signum = SIGNALS.get(request.get("signal"))
+        wanted = request.get("signal")
+        signum = SIGNALS.get(wanted) if isinstance(wanted, (str, int)) else None
         if signum is None:
             raise InvalidArgument("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
         process.signal(signum)

@@ -276,10 +276,17 @@ class Processes:
         """Start ``config`` (envd's ``ProcessConfig``: cmd, args, envs) in ``cwd``."""
         cmd = config.get("cmd")
         args = config.get("args") or []
-        if not isinstance(cmd, str) or not cmd or not all(isinstance(a, str) for a in args):
-            raise InvalidArgument("a process needs a 'cmd' string and 'args' strings")
+        if (
+            not isinstance(cmd, str)
+            or not cmd
+            or not isinstance(args, list)
+            or not all(isinstance(a, str) for a in args)
+        ):
+            raise InvalidArgument("a process needs a 'cmd' string and a list of 'args' strings")
         envs = config.get("envs") or {}
-        env = {**self.env, **{str(k): str(v) for k, v in envs.items()}}
+        if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
+            raise InvalidArgument("a process's 'envs' must map names to strings")
+        env = {**self.env, **{str(k): v for k, v in envs.items()}}
         if self.backend == "docker" and self.container is not None:
             runner: Runner = await self._in_container(cmd, list(args), cwd, env, stdin)
             pid = next(self._pids)
@@ -331,18 +338,28 @@ class Processes:
         finally:
             self._running.pop(process.pid, None)
 
-    def get(self, selector: dict[str, Any] | None) -> Process:
-        """The running process a ``ProcessSelector`` (pid or tag) names."""
-        selector = selector or {}
-        if "pid" in selector:
-            process = self._running.get(int(selector["pid"]))
+    def get(self, selector: object) -> Process:
+        """The running process a ``ProcessSelector`` (``{"pid": n}`` or ``{"tag": s}``) names."""
+        if not isinstance(selector, dict) or not selector:
+            raise InvalidArgument(
+                '\'process\' must be an object: {"pid": <number>} or {"tag": "..."}'
+            )
+        pid, tag = selector.get("pid"), selector.get("tag")
+        if isinstance(pid, str) and pid.isdigit() and len(pid) <= 18:
+            pid = int(pid)
+        if pid is not None:
+            if isinstance(pid, bool) or not isinstance(pid, int):
+                raise InvalidArgument("a process's 'pid' must be a whole number")
+            process = self._running.get(pid)
             if process is not None:
                 return process
-        elif "tag" in selector:
-            for process in self._running.values():
-                if process.tag == selector["tag"]:
-                    return process
-        raise SessionNotFound(f"no running process matches {selector}")
+            raise SessionNotFound(f"no running process has pid {pid}")
+        if not isinstance(tag, str):
+            raise InvalidArgument("a process selector needs a 'pid' number or a 'tag' string")
+        for process in self._running.values():
+            if process.tag == tag:
+                return process
+        raise SessionNotFound(f"no running process has the tag {tag[:100]!r}")
 
     def list(self) -> list[Process]:
         return list(self._running.values())

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import math
 import os
 import secrets
 import time
@@ -91,8 +92,17 @@ def sandbox_options(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def refuse_language(language: str | None) -> None:
+def _client_seconds(seconds: float, most: float) -> float:
+    """A client's sandbox timeout, checked again where it is used: finite, 0 to ``most``."""
+    if not (math.isfinite(seconds) and 0 <= seconds <= most):
+        raise InvalidArgument(f"a sandbox's timeout is 0 to {most:g} seconds, not {seconds!r}")
+    return float(seconds)
+
+
+def refuse_language(language: object) -> None:
     """Refuse any language but Python, saying what this server runs."""
+    if language is not None and not isinstance(language, str):
+        raise InvalidArgument("'language' must be a string, such as 'python'")
     if language is not None and language.lower() not in LANGUAGES:
         raise InvalidArgument(
             f"this sandbox runs Python only, not {language!r}: use language='python' (or "
@@ -168,11 +178,14 @@ class Sandboxes:
         debug: bool = False,
         session_options: dict[str, Any] | None = None,
         default_timeout: float = 300.0,
+        max_timeout: float = 86_400.0,
     ) -> None:
         self.manager = manager
         self.debug = debug
         self.session_options = dict(session_options or {})
         self.default_timeout = default_timeout
+        self.max_timeout = max_timeout
+        """The longest life a client may give a sandbox (the API refuses more)."""
         self._sandboxes: dict[str, Sandbox] = {}
 
     # -- sandboxes --------------------------------------------------------------------------
@@ -198,16 +211,24 @@ class Sandboxes:
         envs: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> Sandbox:
-        """A new sandbox with its token, its default Python kernel started."""
+        """A new sandbox with its token, its default Python kernel started.
+
+        ``timeout``: its life in seconds, a client's (checked by the API: finite, at most
+        :attr:`max_timeout`); None takes the server's default, whose 0 means no end.
+        """
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
-        seconds = self.default_timeout if timeout is None else float(timeout)
+        if timeout is None:
+            seconds = self.default_timeout
+            end = time.time() + seconds if 0 < seconds < math.inf else None
+        else:
+            end = time.time() + _client_seconds(timeout, self.max_timeout)
         sandbox = self._new(
             sandbox_id,
             secrets.token_urlsafe(24),
             template=template or "code-interpreter-v1",
             metadata={str(k): str(v) for k, v in (metadata or {}).items()},
             envs={str(k): str(v) for k, v in (envs or {}).items()},
-            end=time.time() + seconds if seconds > 0 else None,
+            end=end,
         )
         try:
             await self.context_session(sandbox, None)
@@ -238,7 +259,8 @@ class Sandboxes:
         return list(self._sandboxes.values())
 
     def set_timeout(self, sandbox: Sandbox, seconds: float) -> None:
-        sandbox.end = time.time() + seconds if seconds > 0 else None
+        """A client's new timeout: the sandbox ends ``seconds`` from now (0: at the next reap)."""
+        sandbox.end = time.time() + _client_seconds(seconds, self.max_timeout)
 
     async def kill(self, sandbox_id: str) -> None:
         """Stop the sandbox's kernels; its files and notebooks stay in its work dir."""
@@ -283,8 +305,10 @@ class Sandboxes:
             sandbox.contexts[DEFAULT_CONTEXT] = context
         return context
 
-    async def context_session(self, sandbox: Sandbox, context_id: str | None) -> AsyncSession:
+    async def context_session(self, sandbox: Sandbox, context_id: object) -> AsyncSession:
         """The kernel of ``context_id`` (None: the default context, started if need be)."""
+        if context_id is not None and not isinstance(context_id, str):
+            raise InvalidArgument("'context_id' must be a string: the id create_code_context gave")
         if context_id is None or context_id == DEFAULT_CONTEXT:
             context = self.default_context(sandbox)
             async with sandbox.lock:
@@ -295,10 +319,12 @@ class Sandboxes:
         return self.manager.get(found.session_name)
 
     async def create_context(
-        self, sandbox: Sandbox, *, language: str | None = None, cwd: str | None = None
+        self, sandbox: Sandbox, *, language: object = None, cwd: object = None
     ) -> Context:
         """A new context: its own kernel, in the sandbox's work dir (or ``cwd`` inside it)."""
         refuse_language(language)
+        if cwd is not None and not isinstance(cwd, str):
+            raise InvalidArgument("'cwd' must be a string: a folder of the sandbox")
         folder, shown = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
         context_id = f"c-{secrets.token_hex(6)}"
         context = Context(context_id, f"{sandbox.id}.{context_id}", shown)

@@ -1,39 +1,42 @@
-"""The handlers' base: who may ask (Host, Origin, tokens), which sandbox, and errors once.
+"""The handlers' base: who may ask (Host, Origin, the route's credential), then the body.
 
-Every request passes three checks before a handler runs:
+Every request passes these steps, in this order, before a handler method runs:
 
 * **Host and Origin.** Bound to loopback, the server answers only requests
   whose ``Host`` names this machine, and refuses any ``Origin`` that is not
   a loopback page: a web page the user visits cannot reach it through DNS
   rebinding or a cross-site ``fetch``. The SDK sends no ``Origin``.
-* **Tokens.** The API (create, list, connect, kill) needs ``X-API-KEY``, the
-  server's key (the SDK sends ``E2B_API_KEY``). A sandbox's endpoints need its
-  own access token, which the create call returned and the SDK sends as
-  ``X-Access-Token`` (envd) or ``E2B-Traffic-Access-Token`` (code); a token
-  opens its own sandbox only, so no sandbox serves another's files. Download
-  and upload URLs carry a signature made from that token instead. The
-  debug-mode sandbox has no token: it exists only in debug mode, which only
-  listens on loopback.
-* **The sandbox.** ``E2b-Sandbox-Id`` names it (the SDK always sends it);
-  one that does not exist answers 502 "was not found", as E2B's proxy does.
+* **The route's credential.** Each route of :data:`jupyter_exec.e2b.app.ROUTES`
+  declares what opens it (:class:`~jupyter_exec.e2b.auth.RouteAuth`), and
+  :func:`jupyter_exec.e2b.auth.decide` decides, once, from the headers and
+  the query alone: the API needs the server's key, a sandbox's routes its
+  own access token, and only the files route takes a file URL's signature,
+  for its one path and operation. The :class:`~jupyter_exec.e2b.auth.Grant`
+  is :attr:`E2BHandler.grant`; :meth:`E2BHandler.sandbox` is its sandbox.
+* **The body**, read only now (``@stream_request_body``: tornado hands the
+  body to :meth:`data_received` after ``prepare()``), and no larger than the
+  route's limit: a declared ``Content-Length`` over it is refused (413)
+  before a byte is read, a longer body closes the connection. A refused
+  request's body is never read into memory.
 
-Handlers raise our exceptions; :meth:`E2BHandler.write_error` turns each
-into a status and body through :mod:`jupyter_exec.e2b.errors`, once.
+Subclasses cannot change these steps: :meth:`E2BHandler.__init_subclass__`
+refuses a handler that overrides ``prepare``, ``initialize`` or
+``data_received``. Handlers raise our exceptions; :meth:`E2BHandler.write_error`
+turns each into a status and body through :mod:`jupyter_exec.e2b.errors`, once.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from tornado.web import HTTPError, RequestHandler
+from tornado import httputil
+from tornado.http1connection import HTTP1Connection
+from tornado.web import HTTPError, RequestHandler, stream_request_body
 
+from jupyter_exec.e2b.auth import Grant, Request, RouteAuth, decide, file_signature
 from jupyter_exec.e2b.errors import (
     SandboxGone,
     Unauthorized,
@@ -42,8 +45,9 @@ from jupyter_exec.e2b.errors import (
     error_message,
     status_of,
 )
+from jupyter_exec.e2b.fields import loads
 from jupyter_exec.e2b.sandboxes import Sandbox
-from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
+from jupyter_exec.exceptions import InvalidArgument
 
 if TYPE_CHECKING:
     from jupyter_exec.e2b.app import E2BServer
@@ -53,6 +57,9 @@ __all__ = ["LOOPBACK_NAMES", "E2BHandler", "file_signature"]
 log = logging.getLogger("jupyter_exec.e2b")
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+SEALED = ("prepare", "initialize", "data_received")
+"""The steps every request takes: a handler overriding one of them could skip the credential."""
 
 
 def _hostname(value: str) -> str:
@@ -64,17 +71,28 @@ def _hostname(value: str) -> str:
     return host.split(":", 1)[0].lower()
 
 
-def file_signature(path: str, operation: str, user: str, token: str, expiration: str) -> str:
-    """The signature of a file URL, as the SDK makes it from the sandbox's token."""
-    raw = f"{path}:{operation}:{user}:{token}" + (f":{expiration}" if expiration else "")
-    digest = hashlib.sha256(raw.encode()).digest()
-    return "v1_" + base64.b64encode(digest).rstrip(b"=").decode("ascii")
-
-
+@stream_request_body
 class E2BHandler(RequestHandler):
-    """Checks Host and Origin, finds the sandbox, and answers errors in the SDK's terms."""
+    """Checks Host and Origin and the route's credential, then takes the body, bounded."""
 
     error_style = "plain"  # "plain" {"code": 404, "message"}, or "connect" {"code": "not_found"}
+    grant: Grant | None = None
+    """What opened this request (set by :meth:`prepare`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = [name for name in SEALED if name in vars(cls)]
+        if overridden:
+            raise TypeError(
+                f"{cls.__name__} overrides {overridden}: every E2B request is authenticated "
+                "there, from the route table (jupyter_exec.e2b.app.ROUTES)"
+            )
+
+    def initialize(self, auth: RouteAuth) -> None:
+        self.auth = auth
+        self._chunks: list[bytes] = []
+        self._body: bytes | None = None
+        self._admitted = False
 
     @property
     def server(self) -> E2BServer:
@@ -91,72 +109,74 @@ class E2BHandler(RequestHandler):
         origin = self.request.headers.get("Origin")
         if origin is not None and _hostname(origin) not in (allowed or LOOPBACK_NAMES):
             raise HTTPError(403, f"requests from web pages at {origin!r} are refused")
+        self.grant = decide(self.auth.opens_with, self._as_request(), self.server.sandboxes,
+                            self.server.api_key)  # fmt: skip
+        self._bound_body()
+        self._admitted = True
+
+    def _as_request(self) -> Request:
+        return Request(
+            self.request.method or "",
+            self.request.headers.get,
+            lambda name: self.get_query_argument(name, ""),
+        )
+
+    def _bound_body(self) -> None:
+        """Let the connection read at most the route's limit; refuse a longer declared body."""
+        limit = self.max_body()
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.set_max_body_size(limit)  # the connection closes past it
+        declared = self.request.headers.get("Content-Length", "0")
+        if not declared.isdigit():
+            raise InvalidArgument(f"Content-Length must be a number of bytes, not {declared!r}")
+        if int(declared) > limit:
+            raise HTTPError(
+                413, f"the request body is larger than this route takes ({limit:,} bytes)"
+            )
+
+    def max_body(self) -> int:
+        """The route's body limit (the files route's is the server's upload limit)."""
+        return self.auth.max_body
+
+    def data_received(self, chunk: bytes) -> None:
+        """Keep the body of an admitted request (the connection stops it at the limit)."""
+        if not self._finished:  # a refused request's body is dropped as it arrives
+            self._chunks.append(chunk)
+
+    def body(self) -> bytes:
+        """The whole request body (read after the credential was checked, within the limit)."""
+        if self._body is None:
+            self._body = b"".join(self._chunks)
+            self._chunks.clear()
+        return self._body
+
+    def uploaded(self, field: str) -> list[httputil.HTTPFile]:
+        """The parts named ``field`` of a multipart body."""
+        files: dict[str, list[httputil.HTTPFile]] = {}
+        arguments: dict[str, list[bytes]] = {}
+        try:
+            httputil.parse_body_arguments(
+                self.request.headers.get("Content-Type", ""), self.body(), arguments, files,
+                self.request.headers,
+            )  # fmt: skip
+        except httputil.HTTPInputError as exc:
+            raise InvalidArgument(f"the multipart upload cannot be read: {exc}") from None
+        return files.get(field, [])
 
     # -- who is asking ----------------------------------------------------------------------
 
-    def require_api_key(self) -> None:
-        given = self.request.headers.get("X-API-KEY", "")
-        key = self.server.api_key
-        if key is None:
-            return
-        if not hmac.compare_digest(given.encode(), key.encode()):
+    def sandbox(self) -> Sandbox:
+        """The sandbox the request's credential opened."""
+        sandbox = self.grant.sandbox if self.grant is not None else None
+        if sandbox is None:
             raise Unauthorized(
-                "send the server's API key: set E2B_API_KEY to the key `jupyter-exec e2b` printed"
+                "send the E2b-Sandbox-Id header and the sandbox's access token (X-Access-Token)"
             )
-
-    def sandbox(self, sandbox_id: str | None = None) -> Sandbox:
-        """The sandbox this request is for, if its token (or signature) opens it."""
-        sandbox_id = sandbox_id or self.request.headers.get("E2b-Sandbox-Id")
-        if not sandbox_id:
-            signed = self._signed_sandbox()
-            if signed is not None:
-                return signed
-            if self.server.sandboxes.debug:
-                sandbox_id = "debug_sandbox_id"
-            else:
-                raise InvalidArgument("say which sandbox: send the E2b-Sandbox-Id header")
-        try:
-            sandbox = self.server.sandboxes.get(sandbox_id)
-        except SessionNotFound as exc:
-            raise SandboxGone(str(exc)) from None
-        headers = self.request.headers
-        for token in (headers.get("X-Access-Token"), headers.get("E2B-Traffic-Access-Token")):
-            if sandbox.allows(token):
-                return sandbox
-        if self._signature_opens(sandbox):
-            return sandbox
-        raise Unauthorized(f"this request does not carry sandbox {sandbox_id!r}'s access token")
-
-    def _signature_opens(self, sandbox: Sandbox) -> bool:
-        signature = self.get_query_argument("signature", "")
-        if not signature or sandbox.token is None:
-            return False
-        expiration = self.get_query_argument("signature_expiration", "")
-        if expiration and (not expiration.isdigit() or int(expiration) < time.time()):
-            return False
-        operation = "read" if self.request.method == "GET" else "write"
-        expected = file_signature(
-            self.get_query_argument("path", ""),
-            operation,
-            self.get_query_argument("username", ""),
-            sandbox.token,
-            expiration,
-        )
-        return hmac.compare_digest(signature.encode(), expected.encode())
-
-    def _signed_sandbox(self) -> Sandbox | None:
-        if not self.get_query_argument("signature", ""):
-            return None
-        for sandbox in self.server.sandboxes.every():
-            if self._signature_opens(sandbox):
-                return sandbox
-        raise Unauthorized("the file URL's signature is wrong or has expired")
+        return sandbox
 
     def json_body(self) -> dict[str, Any]:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError as exc:
-            raise InvalidArgument(f"the request body is not JSON: {exc}") from None
+        body = loads(self.body() or b"{}")
         if not isinstance(body, dict):
             raise InvalidArgument("the request body must be a JSON object")
         return body
@@ -177,6 +197,8 @@ class E2BHandler(RequestHandler):
                       exc_info=exc_info)  # fmt: skip
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
+        if not self._admitted:  # refused before its body was read: tornado closes, say so
+            self.set_header("Connection", "close")
         if self.error_style == "connect":
             body: dict[str, Any] = {"code": connect_code(status), "message": error_message(exc)}
         else:

@@ -1,28 +1,41 @@
 """REST handlers under ``/api/exec``: parse the request, call ServerSessions, write JSON.
 
-Every method is behind Jupyter's authentication (``@web.authenticated``) and
-its authorizer (``@authorized`` on the ``exec`` resource; running code is the
-``execute`` action, as for kernels), and jupyter_server's own ``Host`` and
-``Origin`` checks (:class:`~jupyter_server.base.handlers.APIHandler`).
-Handlers raise jupyter-exec's exceptions and never pick a status:
-:class:`ExecAPIHandler` turns every exception into a status and a JSON body
-through the one table in :mod:`~jupyter_exec.server.errors`. Request bodies
-are checked by :mod:`~jupyter_exec.server.bodies` before anything runs.
+Who may call a route is decided in one place, :meth:`ExecAPIHandler.prepare`,
+from what each handler class declares, before a byte of its body is read:
+
+* Jupyter's own checks (:class:`~jupyter_server.base.handlers.APIHandler`:
+  ``Host``, ``Origin``, XSRF for browsers) and its identity (a token or a
+  login cookie): no user, 403;
+* jupyter_server's authorizer, on the ``exec`` resource with the action the
+  route declares per method in :attr:`ExecAPIHandler.actions` (running code
+  is ``execute``, as for kernels); a session attached to a running kernel
+  also needs ``execute`` on ``kernels`` (:meth:`ExecAPIHandler.require`), as
+  JupyterLab's kernel websocket does;
+* the body, streamed in only then, no larger than the route's
+  :attr:`~ExecAPIHandler.max_body` (a longer declared one: 413, unread).
+
+A handler cannot skip these: :meth:`ExecAPIHandler.__init_subclass__` refuses
+one that overrides ``prepare`` or ``data_received``, or that serves a method
+it declares no action for. Handlers raise jupyter-exec's exceptions and never
+pick a status: :class:`ExecAPIHandler` turns every exception into a status and
+a JSON body through the one table in :mod:`~jupyter_exec.server.errors`.
+Request bodies are checked by :mod:`~jupyter_exec.server.bodies` before anything runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar
 
-from jupyter_server.auth.decorator import authorized
+from jupyter_core.utils import ensure_async
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.utils import url_escape, url_path_join
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from jupyter_exec.exceptions import JupyterExecError
@@ -41,26 +54,77 @@ SETTINGS_KEY = "jupyter_exec_sessions"
 KEEPALIVE = 15.0
 """Seconds of silence after which a stream sends an SSE comment, so proxies keep it open."""
 
-_Method = TypeVar("_Method", bound=Callable[..., Awaitable[None]])
+SMALL_BODY = 1 << 20
+"""Largest body of a route that carries no code: 1 MiB."""
+CODE_BODY = 16 << 20
+"""Largest body of a route that carries code: 16 MiB."""
+
+METHODS = ("get", "post", "put", "patch", "delete")
+SEALED = ("prepare", "data_received")
 
 
-def exec_authorized(action: str | None = None) -> Callable[[_Method], _Method]:
-    """jupyter_server's ``@authorized`` on the ``exec`` resource (typed, for mypy --strict).
-
-    ``action`` defaults, as in jupyter_server, to the HTTP method's: read for
-    GET, write for POST and DELETE.
-    """
-    return cast("Callable[[_Method], _Method]", authorized(action, resource=AUTH_RESOURCE))
-
-
+@web.stream_request_body
 class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
-    """Base of the jupyter-exec handlers: the sessions, JSON in and out, errors translated.
+    """Base of the jupyter-exec handlers: who may call, the body, JSON in and out, errors.
 
-    ``body_fields`` is what the route's POST body may hold (see :mod:`bodies`).
+    Each route declares :attr:`actions` (the authorizer's action per HTTP
+    method, on :data:`AUTH_RESOURCE`), :attr:`body_fields` (what its POST
+    body may hold, see :mod:`bodies`) and :attr:`max_body`.
     """
 
     auth_resource = AUTH_RESOURCE
+    actions: ClassVar[Mapping[str, str]] = {}
+    """``{"GET": "read", "POST": "execute"}``: what the authorizer is asked, per method."""
     body_fields: ClassVar[bodies.Fields] = bodies.NO_FIELDS
+    max_body: ClassVar[int] = SMALL_BODY
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overridden = [name for name in SEALED if name in vars(cls)]
+        undeclared = [m.upper() for m in METHODS if m in vars(cls) and m.upper() not in cls.actions]
+        if overridden or undeclared:
+            raise TypeError(
+                f"{cls.__name__}: every request is authorised in ExecAPIHandler.prepare from "
+                f"the class's `actions`; it overrides {overridden} or declares no action for "
+                f"{undeclared}"
+            )
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Authenticate, authorise the route's declared action, then let the body in."""
+        self._chunks: list[bytes] = []
+        self._admitted = False
+        await super().prepare()
+        method = (self.request.method or "").upper()
+        action = self.actions.get(method)
+        if action is not None:  # else tornado answers 405 (no such method here)
+            await self.require(action, AUTH_RESOURCE)
+        self._bound_body()
+        self._admitted = True
+
+    async def require(self, action: str, resource: str) -> None:
+        """403 unless the authenticated user may do ``action`` on ``resource``."""
+        user = self.current_user
+        if not user or not await ensure_async(
+            self.authorizer.is_authorized(self, user, action, resource)
+        ):
+            raise web.HTTPError(403, f"not authorized to {action} on {resource}")
+
+    def _bound_body(self) -> None:
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.set_max_body_size(self.max_body)  # the connection closes past it
+        declared = self.request.headers.get("Content-Length", "0")
+        if not declared.isdigit():
+            raise bodies.InvalidRequest("Content-Length must be a number of bytes")
+        if int(declared) > self.max_body:
+            raise web.HTTPError(
+                413, f"the request body is larger than this route takes ({self.max_body:,} bytes)"
+            )
+
+    def data_received(self, chunk: bytes) -> None:
+        """Keep the body of an admitted request (a refused one's is dropped as it arrives)."""
+        if self._admitted and not self._finished:
+            self._chunks.append(chunk)
 
     @property
     def sessions(self) -> ServerSessions:
@@ -69,7 +133,7 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     def body(self) -> dict[str, Any]:
         """The request body, checked against :attr:`body_fields`."""
-        return bodies.parse_body(self.request.body, self.body_fields)
+        return bodies.parse_body(b"".join(self._chunks), self.body_fields)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -102,6 +166,8 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         body = error_body(status_code, exc, self.request.method or "", self.allowed_methods())
         self.set_header("Content-Type", "application/json")
+        if not getattr(self, "_admitted", False):  # refused before its body: tornado closes
+            self.set_header("Connection", "close")
         self.finish(json.dumps(body))
 
     @classmethod
@@ -116,17 +182,18 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
 class SessionsHandler(ExecAPIHandler):
     """``/api/exec/sessions``: list and create."""
 
+    actions = {"GET": "read", "POST": "write"}
+
     body_fields = bodies.CREATE
 
-    @web.authenticated
-    @exec_authorized()
     async def get(self) -> None:
         self.write_json([self.sessions.model(e) for e in self.sessions.list()])
 
-    @web.authenticated
-    @exec_authorized()
     async def post(self) -> None:
-        entry = await self.sessions.create(**self.body())
+        body = self.body()
+        if "kernel_id" in body:  # an agent on a running kernel runs code on it, as its owner
+            await self.require("execute", "kernels")
+        entry = await self.sessions.create(**body)
         self.set_header("Location", self.session_url(entry.id))
         self.write_json(self.sessions.model(entry), status=201)
 
@@ -134,13 +201,11 @@ class SessionsHandler(ExecAPIHandler):
 class SessionHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}``: look at one, or stop it (the notebook stays)."""
 
-    @web.authenticated
-    @exec_authorized()
+    actions = {"GET": "read", "DELETE": "write"}
+
     async def get(self, session_id: str) -> None:
         self.write_json(self.sessions.model(self.sessions.get(session_id)))
 
-    @web.authenticated
-    @exec_authorized()
     async def delete(self, session_id: str) -> None:
         await self.sessions.delete(session_id)
         self.set_status(204)
@@ -150,10 +215,11 @@ class SessionHandler(ExecAPIHandler):
 class ExecuteHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/execute``: run code, answer when it is done."""
 
-    body_fields = bodies.EXECUTE
+    actions = {"POST": "execute"}
 
-    @web.authenticated
-    @exec_authorized("execute")
+    body_fields = bodies.EXECUTE
+    max_body = CODE_BODY
+
     async def post(self, session_id: str) -> None:
         body = self.body()
         _, execution = await self.sessions.execute(session_id, body["code"], body.get("timeout"))
@@ -170,10 +236,11 @@ class ExecuteStreamHandler(ExecAPIHandler):
     to the end and is recorded in the notebook.
     """
 
-    body_fields = bodies.EXECUTE
+    actions = {"POST": "execute"}
 
-    @web.authenticated
-    @exec_authorized("execute")
+    body_fields = bodies.EXECUTE
+    max_body = CODE_BODY
+
     async def post(self, session_id: str) -> None:
         queue: asyncio.Queue[str | None] = asyncio.Queue()
         body = self.body()
@@ -221,8 +288,8 @@ class ExecuteStreamHandler(ExecAPIHandler):
 class InterruptHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/interrupt``: KeyboardInterrupt in the running code."""
 
-    @web.authenticated
-    @exec_authorized("execute")
+    actions = {"POST": "execute"}
+
     async def post(self, session_id: str) -> None:
         self.body()
         await self.sessions.interrupt(session_id)
@@ -233,8 +300,8 @@ class InterruptHandler(ExecAPIHandler):
 class RestartHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/restart``: a fresh kernel process; all state is lost."""
 
-    @web.authenticated
-    @exec_authorized("execute")
+    actions = {"POST": "execute"}
+
     async def post(self, session_id: str) -> None:
         self.body()
         entry = await self.sessions.restart(session_id)
@@ -244,10 +311,10 @@ class RestartHandler(ExecAPIHandler):
 class ForkHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/fork``: new sessions from this one's live state (201)."""
 
+    actions = {"POST": "execute"}
+
     body_fields = bodies.FORK
 
-    @web.authenticated
-    @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
         body = self.body()
         forks = await self.sessions.fork(session_id, body.get("n", 1), body.get("name"))
@@ -260,10 +327,10 @@ class ForkHandler(ExecAPIHandler):
 class UndoHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/undo``: the state from before the last ``n`` cells."""
 
+    actions = {"POST": "execute"}
+
     body_fields = bodies.UNDO
 
-    @web.authenticated
-    @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
         entry = await self.sessions.undo(session_id, self.body().get("n", 1))
         self.write_json(self.sessions.model(entry))
@@ -272,16 +339,14 @@ class UndoHandler(ExecAPIHandler):
 class CheckpointsHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/checkpoints``: list them, or take one (201)."""
 
+    actions = {"GET": "read", "POST": "execute"}
+
     body_fields = bodies.CHECKPOINT
 
-    @web.authenticated
-    @exec_authorized()
     async def get(self, session_id: str) -> None:
         made = self.sessions.checkpoints(session_id)
         self.write_json([self.sessions.checkpoint_model(c) for c in made])
 
-    @web.authenticated
-    @exec_authorized("execute")
     async def post(self, session_id: str) -> None:
         made = await self.sessions.checkpoint(session_id, self.body().get("name"))
         url = url_path_join(self.session_url(session_id), "checkpoints", url_escape(made.name))
@@ -292,8 +357,8 @@ class CheckpointsHandler(ExecAPIHandler):
 class RestoreHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/checkpoints/{name}/restore``: back to that checkpoint."""
 
-    @web.authenticated
-    @exec_authorized("execute")
+    actions = {"POST": "execute"}
+
     async def post(self, session_id: str, name: str) -> None:
         self.body()
         entry = await self.sessions.restore(session_id, name)
@@ -303,8 +368,8 @@ class RestoreHandler(ExecAPIHandler):
 class ApprovalsHandler(ExecAPIHandler):
     """``/api/exec/approvals``: network requests waiting for a person, of every session."""
 
-    @web.authenticated
-    @exec_authorized()
+    actions = {"GET": "read"}
+
     async def get(self) -> None:
         self.write_json([p.model() for p in self.sessions.approvals.list()])
 
@@ -312,8 +377,8 @@ class ApprovalsHandler(ExecAPIHandler):
 class SessionApprovalsHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/approvals``: the pending approvals of one session."""
 
-    @web.authenticated
-    @exec_authorized()
+    actions = {"GET": "read"}
+
     async def get(self, session_id: str) -> None:
         self.sessions.get(session_id)
         self.write_json([p.model() for p in self.sessions.approvals.list(session_id)])
@@ -322,10 +387,10 @@ class SessionApprovalsHandler(ExecAPIHandler):
 class ApprovalHandler(ExecAPIHandler):
     """``/api/exec/approvals/{id}``: allow or deny one (``{"allow": true}``)."""
 
+    actions = {"POST": "execute"}
+
     body_fields = bodies.ANSWER
 
-    @web.authenticated
-    @exec_authorized("execute")
     async def post(self, approval_id: str) -> None:
         allow = self.body()["allow"]
         answered = self.sessions.approvals.answer(approval_id, allow)
@@ -335,10 +400,10 @@ class ApprovalHandler(ExecAPIHandler):
 class ReplayHandler(ExecAPIHandler):
     """``/api/exec/replay``: re-run a notebook on a fresh kernel, report cell by cell."""
 
+    actions = {"POST": "execute"}
+
     body_fields = bodies.REPLAY
 
-    @web.authenticated
-    @exec_authorized("execute")
     async def post(self) -> None:
         body = self.body()
         notebook = body.pop("notebook")

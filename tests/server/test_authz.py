@@ -189,13 +189,46 @@ class DenyExec(Authorizer):
         return resource != "exec"
 
 
+class DenyKernelExecute(Authorizer):
+    """A user who may use jupyter-exec, and read kernels, but not run code on kernels."""
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        return not (resource == "kernels" and action == "execute")
+
+
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest) -> Config:
-    """The extension enabled; for the test named ``*denied*``, an authorizer denying ``exec``."""
+    """The extension enabled; for the test named ``*denied*``, an authorizer denying ``exec``,
+    and for ``*kernels*``, one denying ``execute`` on ``kernels``."""
     config: dict[str, Any] = {"ServerApp": {"jpserver_extensions": {"jupyter_exec.server": True}}}
     if "denied" in request.node.name:
         config["ServerApp"]["authorizer_class"] = DenyExec
+    if "kernels" in request.node.name:
+        config["ServerApp"]["authorizer_class"] = DenyKernelExecute
     return Config(config)
+
+
+async def test_f10_attaching_to_a_kernel_needs_execute_on_kernels(
+    api: Api, jp_fetch: Any, root: Path
+) -> None:
+    """Finding 10 of issue 20: an agent attached to a person's kernel runs code on it, so the
+    attach is authorised as JupyterLab's kernel websocket is (``execute`` on ``kernels``), not
+    on ``exec`` alone."""
+    body = {"path": "mine.ipynb", "type": "notebook", "name": "mine.ipynb", "kernel": {}}
+    response = await jp_fetch("api", "sessions", method="POST", body=json.dumps(body))
+    persons_kernel = str(json.loads(response.body)["kernel"]["id"])
+    status, error = await api(
+        "POST", "sessions", body={"name": "helper", "kernel_id": persons_kernel}
+    )
+    assert status == 403, error
+    assert "execute on kernels" in error["message"]
+    assert (await api("GET", "sessions"))[1] == []  # nothing attached
+    # The same user may still start sessions of their own (exec is allowed): the refusal is
+    # the kernel's, not the route's.
+    status, model = await api("POST", "sessions", body={"name": "own"})
+    assert status == 201, model
+    assert model["kernel"]["id"] != persons_kernel
+    await api("DELETE", "sessions", model["id"])
 
 
 async def test_every_endpoint_is_denied_by_an_authorizer_that_denies_exec(jp_fetch: Any) -> None:
