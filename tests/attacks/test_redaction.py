@@ -22,6 +22,7 @@ import asyncio
 import base64
 import json
 import os
+import ssl
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -331,8 +332,10 @@ async def test_f7_mcp_tool_result(kernel_image: str, tmp_path: Path, short_tmp: 
     policy.write_text(json.dumps(POLICY))
     policy.chmod(0o600)
     root = tmp_path / "mcp"
+    # The secret comes from the kernel itself: the proxy never dials, so the system's CAs do.
+    system_ca = Path(ssl.get_default_verify_paths().openssl_cafile)
     async with _mcp(
-        tmp_path, short_tmp, "--work-dir", str(root), "--env", f"docker:{kernel_image}",
+        tmp_path, short_tmp, system_ca, "--work-dir", str(root), "--env", f"docker:{kernel_image}",
         "--network-policy", str(policy),
     ) as client:  # fmt: skip
         answers = []
