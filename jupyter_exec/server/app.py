@@ -21,6 +21,7 @@ from traitlets import Float, Integer, Unicode, observe
 
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.server.handlers import SETTINGS_KEY, default_handlers
+from jupyter_exec.server.refusals import translate_refusals
 from jupyter_exec.server.sessions import ServerSessions
 
 __all__ = ["JupyterExecApp"]
@@ -90,6 +91,7 @@ class JupyterExecApp(ExtensionApp):
         )
         self.settings[SETTINGS_KEY] = self.sessions
         assert self.serverapp is not None
+        translate_refusals(self.serverapp.kernel_manager)
         assert self.serverapp.event_logger is not None
         self.serverapp.event_logger.add_listener(
             schema_id=CONTENTS_EVENTS, listener=self._on_contents_event

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_core.utils import ensure_async
+from tornado.web import HTTPError
 
 from jupyter_exec.exceptions import (
     JupyterExecError,
@@ -278,6 +279,10 @@ class Creation:
             return str(await ensure_async(self.serverapp.kernel_manager.start_kernel(**kwargs)))
         except JupyterExecError:
             raise
+        except HTTPError as exc:  # our refusal, made a 4xx for Jupyter's own routes: ours again
+            if isinstance(exc.__cause__, JupyterExecError):
+                raise exc.__cause__ from None
+            raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
         except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
             raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
 

@@ -79,8 +79,17 @@ def _refused(exc: BaseException | None) -> bool:
     return isinstance(exc, StorageError) and exc.errno in REFUSED_ERRNOS
 
 
+def _ours(exc: BaseException | None) -> BaseException | None:
+    """``exc``, or the exception of ours it was raised from on a Jupyter route's behalf
+    (:mod:`jupyter_exec.server.refusals`)."""
+    if isinstance(exc, HTTPError) and isinstance(exc.__cause__, JupyterExecError):
+        return exc.__cause__
+    return exc
+
+
 def status_of(exc: BaseException | None) -> int | None:
     """The HTTP status for one of jupyter-exec's exceptions; ``None`` for any other."""
+    exc = _ours(exc)
     if not isinstance(exc, JupyterExecError):
         return None
     if _refused(exc):
@@ -110,6 +119,7 @@ def error_body(
     ``method`` and ``allowed`` (the route's methods) make a 405 say what would work.
     """
     reason = responses.get(status, "Error")
+    exc = _ours(exc)
     if isinstance(exc, JupyterExecError):
         return {"error": type(exc).__name__, "message": clip(str(exc)), "reason": reason}
     if isinstance(exc, HTTPError):
