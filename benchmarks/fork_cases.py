@@ -1,7 +1,7 @@
 """Forking a live kernel against starting a fresh one and re-running the same cells.
 
 What an agent does today to get a second copy of its state is replay: a new
-kernel, then every cell again. A fork (:func:`jupyter_exec.forking.fork_kernel`)
+kernel, then every cell again. A fork (:func:`jupyter_exec.state.forking.fork_kernel`)
 copies the process copy-on-write instead. For namespaces of 10, 100 and 500 MB
 (a float array made by the cells, as loading data would) each row gives:
 
@@ -11,7 +11,7 @@ copies the process copy-on-write instead. For namespaces of 10, 100 and 500 MB
   ``/proc/<pid>/smaps_rollup``, after it ran one cell that touches nothing),
   against the resident memory of the fresh kernel that holds the same data;
 * **undo**: a kernel started from a snapshot taken before a cell that
-  rewrote the data (:mod:`jupyter_exec.snapshots`), against the same replay;
+  rewrote the data (:mod:`jupyter_exec.state.snapshots`), against the same replay;
   and what taking the snapshot cost, in time and, once the cell rewrote every
   page, in memory (the worst case of copy-on-write).
 
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.core import Config, Row, case, median, progress, scratch_dir
-from jupyter_exec.forking import fork_kernel
-from jupyter_exec.kernel import KernelHandle, kernel_spec_for_python, start_kernel
+from jupyter_exec.engine.kernel import KernelHandle, kernel_spec_for_python, start_kernel
 from jupyter_exec.manager import AsyncSessionManager
-from jupyter_exec.snapshots import drop, start_from, take_snapshot
+from jupyter_exec.state.forking import fork_kernel
+from jupyter_exec.state.snapshots import drop, start_from, take_snapshot
 
 __all__ = ["fork_case", "fork_docker_case", "zygote_case"]
 
@@ -218,7 +218,7 @@ if __name__ == "__main__":
 
 
 async def _docker_kernel(cwd: Path) -> KernelHandle:
-    from jupyter_exec.backends import docker_kernel_spec
+    from jupyter_exec.engine.backends import docker_kernel_spec
 
     return await start_kernel(spec=docker_kernel_spec({}), cwd=cwd, startup_timeout=300)
 

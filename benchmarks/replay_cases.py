@@ -1,6 +1,6 @@
 """Replay against nbclient: the per-cell cost of re-running a notebook *and* checking it.
 
-nbclient executes a notebook; ``jupyter_exec.replay`` executes it, records
+nbclient executes a notebook; ``jupyter_exec.notebook.replay`` executes it, records
 the replay as a notebook (files for rich outputs, an atomic save per cell)
 and compares every cell with its record. Both run the same notebook in the
 same process, alternating, so machine drift hits both alike.
@@ -26,7 +26,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from benchmarks.core import Config, Row, case
-from jupyter_exec.replay import replay
+from jupyter_exec.notebook.replay import replay
 
 __all__ = ["replay_overhead"]
 

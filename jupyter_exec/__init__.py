@@ -4,6 +4,7 @@ The whole public surface is here; everything else is private and may change.
 """
 
 from jupyter_exec._version import __version__
+from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import (
     BackendError,
     CheckpointError,
@@ -33,10 +34,9 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo, SessionManager
 from jupyter_exec.models import CellError, Execution, Result, ScriptResult, StateRecovery
 from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.notebook.replay import CellResult, ReplayReport, replay, replay_async
 from jupyter_exec.options import SessionOptions
-from jupyter_exec.replay import CellResult, ReplayReport, replay, replay_async
-from jupyter_exec.session import AsyncSession
-from jupyter_exec.state import Checkpoint
+from jupyter_exec.state.session_state import Checkpoint
 from jupyter_exec.sync import Session
 
 __all__ = [

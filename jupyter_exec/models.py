@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from jupyter_exec.engine.mime import BINARY, joined
 from jupyter_exec.exceptions import (
     ExecutionError,
     ExecutionTimeout,
     KernelDiedError,
     SessionClosedError,
 )
-from jupyter_exec.mime import BINARY, joined
 from jupyter_exec.network.policy import Connection
 
 __all__ = ["CellError", "Execution", "Result", "ScriptResult", "StateRecovery", "Status"]

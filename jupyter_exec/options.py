@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from jupyter_exec.boundary.naming import check_text, validate_name
+from jupyter_exec.engine.outputs import DEFAULT_MAX_STREAM_CHARS
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.naming import check_text, validate_name
 from jupyter_exec.network.policy import NetworkPolicy
-from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
 
 __all__ = [
     "DEFAULT_CHECKPOINT_EVERY",

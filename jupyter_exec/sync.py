@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
+from jupyter_exec.engine.session import AsyncSession, OutputCallback
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -30,8 +31,7 @@ from jupyter_exec.options import (
     Backend,
     SessionOptions,
 )
-from jupyter_exec.session import AsyncSession, OutputCallback
-from jupyter_exec.state import Checkpoint
+from jupyter_exec.state.session_state import Checkpoint
 
 __all__ = ["Session"]
 

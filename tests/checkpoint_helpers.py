@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec import checkpoint_trust
+from jupyter_exec.boundary import trust as checkpoint_trust
 
 __all__ = ["key_env", "manifest_body", "resign", "signed_manifest"]
 

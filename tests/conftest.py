@@ -23,7 +23,7 @@ from jupyter_exec import Session
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-# The host's checkpoint key (jupyter_exec.checkpoint_trust): one of the test run's own, never
+# The host's checkpoint key (jupyter_exec.boundary.trust): one of the test run's own, never
 # the user's; set before anything runs so CLI and server subprocesses inherit it.
 _KEY_DIR = Path(tempfile.mkdtemp(prefix="jx-checkpoint-key-"))
 os.environ["JUPYTER_EXEC_CHECKPOINT_KEY"] = str(_KEY_DIR / "checkpoint.key")

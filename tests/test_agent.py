@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_exec.agent import kernel_source, not_run_notice
-from jupyter_exec.codeblocks import CodeBlock
+from jupyter_exec.agents.agent import kernel_source, not_run_notice
+from jupyter_exec.agents.codeblocks import CodeBlock
 
 
 @pytest.mark.parametrize(

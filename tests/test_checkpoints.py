@@ -24,7 +24,7 @@ from jupyter_exec import (
     InvalidArgument,
     KernelNotAliveError,
 )
-from jupyter_exec.inkernel_state import changed_in_place
+from jupyter_exec.state.inkernel_state import changed_in_place
 from tests.checkpoint_helpers import resign, signed_manifest
 from tests.conftest import read_valid_notebook
 
@@ -307,7 +307,7 @@ async def test_with_undo_snapshots_the_lost_names_are_those_changed_after_it(
 async def test_automatic_checkpoints_stop_past_their_size_budget(
     sessions: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("jupyter_exec.durable.AUTO_MAX_BYTES", 200_000)
+    monkeypatch.setattr("jupyter_exec.state.durable.AUTO_MAX_BYTES", 200_000)
     session = await sessions("big", checkpoint_every=0.001)
     await session.execute("small = list(range(100))")
     assert [c.name for c in session.checkpoints()] == ["auto-1"]

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from jupyter_exec import Session
+from jupyter_exec.boundary.naming import checkpoints_folder
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
-from jupyter_exec.naming import checkpoints_folder
 from tests.checkpoint_helpers import key_env
 from tests.checkpoint_helpers import resign as signed_resign
 from tests.cli_helpers import run_cli

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec import Session, StorageError, WorkDirError
-from jupyter_exec.codeblocks import (
+from jupyter_exec.agents.codeblocks import (
     CodeBlock,
     cell_source,
     extract_code_blocks,

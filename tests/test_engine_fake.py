@@ -27,7 +27,7 @@ from fake_kernel import (
 )
 
 from jupyter_exec import AsyncSession, Execution, SessionClosedError, StorageError
-from jupyter_exec.kernel import _launch_or_undo
+from jupyter_exec.engine.kernel import _launch_or_undo
 
 ReadNotebook = Callable[[Path], nbformat.NotebookNode]
 

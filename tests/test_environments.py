@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec import InvalidArgument, KernelStartError, Session
-from jupyter_exec.codeblocks import extract_code_blocks, prepare_block
-from jupyter_exec.environments import (
+from jupyter_exec.agents.codeblocks import extract_code_blocks, prepare_block
+from jupyter_exec.engine.environments import (
     DockerEnv,
     SystemPython,
     VirtualEnv,
@@ -131,8 +131,8 @@ def test_venv_on_demand_and_pip_in_a_shell_block(tmp_path: Path) -> None:
 
 async def test_a_network_policy_goes_with_a_docker_environment_only() -> None:
     from jupyter_exec import NetworkPolicy
-    from jupyter_exec.environments import with_network
-    from jupyter_exec.launch import resolve_environment
+    from jupyter_exec.engine.environments import with_network
+    from jupyter_exec.engine.launch import resolve_environment
     from jupyter_exec.options import SessionOptions
 
     policy = NetworkPolicy(allow=["pypi.org", "files.pythonhosted.org"])

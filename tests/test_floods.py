@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_exec import Session, guard
-from jupyter_exec.kernel import start_kernel
-from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
+from jupyter_exec import Session
+from jupyter_exec.engine import guard
+from jupyter_exec.engine.kernel import start_kernel
+from jupyter_exec.engine.outputs import DEFAULT_MAX_STREAM_CHARS
 
 MiB = 1 << 20
 HOST_BOUND = 200 * MiB

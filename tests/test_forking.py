@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_exec import guard
-from jupyter_exec.exceptions import ForkError, KernelNotAliveError
-from jupyter_exec.forking import fork_kernel
-from jupyter_exec.kernel import (
+from jupyter_exec.engine import guard
+from jupyter_exec.engine.kernel import (
     KernelHandle,
     _OneSpec,
     attach_kernel,
@@ -27,7 +25,9 @@ from jupyter_exec.kernel import (
     restart_kernel,
     start_kernel,
 )
-from jupyter_exec.snapshots import drop, start_from, take_snapshot
+from jupyter_exec.exceptions import ForkError, KernelNotAliveError
+from jupyter_exec.state.forking import fork_kernel
+from jupyter_exec.state.snapshots import drop, start_from, take_snapshot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

@@ -185,8 +185,8 @@ def test_written_secrets_in_a_file_others_can_read_are_warned_about(
 
 def test_the_mcp_registry_pools_kernels_for_a_policy(tmp_path: Path) -> None:
     """Pools are keyed by policy, so a warm pool may hold kernels for one."""
-    from jupyter_exec.environments import DockerEnv
-    from jupyter_exec.mcp_server import SessionRegistry
+    from jupyter_exec.engine.environments import DockerEnv
+    from jupyter_exec.mcp.server import SessionRegistry
 
     policy = {"allow": ["pypi.org"]}
     assert SessionRegistry(tmp_path, DockerEnv(network=policy), pool_size=1).pool_size == 1

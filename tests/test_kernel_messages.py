@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from jupyter_client.session import Session
 
-from jupyter_exec.receiver import _deserialize
+from jupyter_exec.engine.receiver import _deserialize
 
 
 def _frames(session: Session, content: dict[str, object]) -> list[bytes]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jupyter_exec import Session
-from jupyter_exec.llm import EXIT_TIMEOUT, condense_traceback, exit_code, render
+from jupyter_exec.agents.llm import EXIT_TIMEOUT, condense_traceback, exit_code, render
 
 
 def _render(session: Session, code: str, **kwargs: object) -> str:
@@ -142,7 +142,7 @@ def test_denied_connections_are_named_once_per_host_with_the_policy(session: Ses
 
 
 def test_many_denied_hosts_are_counted() -> None:
-    from jupyter_exec.llm import MAX_DENIED_HOSTS, denied_connections
+    from jupyter_exec.agents.llm import MAX_DENIED_HOSTS, denied_connections
     from jupyter_exec.network import Connection
 
     tried = [Connection(f"h{i}.example", 443, "denied", "not in the allow list") for i in range(13)]

@@ -49,7 +49,7 @@ async def _stdio(work_root: Path, *extra: str) -> AsyncIterator[ClientSession]:
         command=sys.executable,
         args=[
             "-m",
-            "jupyter_exec.mcp_server",
+            "jupyter_exec.mcp",
             "--work-dir",
             str(work_root),
             "--timeout",
@@ -238,7 +238,7 @@ async def _http(
         [
             sys.executable,
             "-m",
-            "jupyter_exec.mcp_server",
+            "jupyter_exec.mcp",
             "--transport",
             "http",
             "--port",
@@ -326,25 +326,27 @@ async def _refusals(url: str, port: int) -> None:
 
 
 def test_http_refuses_non_loopback(tmp_path: Path) -> None:
-    from jupyter_exec.mcp_server import main
+    from jupyter_exec.cli import main
 
-    assert main(["--transport", "http", "--host", "0.0.0.0", "--work-dir", str(tmp_path)]) == 2
+    assert (
+        main(["mcp", "--transport", "http", "--host", "0.0.0.0", "--work-dir", str(tmp_path)]) == 2
+    )
 
 
 def test_ask_person_needs_docker_kernels(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Asking about hosts means a network policy, which only a Docker kernel has."""
-    from jupyter_exec.mcp_server import main
+    from jupyter_exec.cli import main
 
-    assert main(["--ask-person", "--work-dir", str(tmp_path)]) == 2
+    assert main(["mcp", "--ask-person", "--work-dir", str(tmp_path)]) == 2
     assert "--ask-person" in capsys.readouterr().err
     assert not (tmp_path / "default").exists()
 
 
 def test_ask_person_answers_go_out_on_the_running_call() -> None:
     """The proxy's question reaches the context of the session's running call, and only then."""
-    from jupyter_exec.mcp_ask import ElicitingAsk
+    from jupyter_exec.mcp.ask import ElicitingAsk
     from jupyter_exec.network.policy import NetworkRequest
 
     asker = ElicitingAsk(timeout=5)
@@ -362,7 +364,7 @@ def test_ask_person_answers_go_out_on_the_running_call() -> None:
 
 def test_help_has_examples() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "jupyter_exec.mcp_server", "--help"],
+        [sys.executable, "-m", "jupyter_exec.mcp", "--help"],
         capture_output=True,
         text=True,
         check=True,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec import InvalidArgument
-from jupyter_exec.naming import (
+from jupyter_exec.boundary.naming import (
     check_text,
     default_session_name,
     files_folder,

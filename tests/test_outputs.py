@@ -13,7 +13,7 @@ from typing import Any
 
 import nbformat
 
-from jupyter_exec.outputs import (
+from jupyter_exec.engine.outputs import (
     CellOutputs,
     overwrite_line,
     stream_text,
@@ -506,7 +506,7 @@ def test_encoded_forms_and_keys_are_redacted() -> None:
 
 
 def test_output_nested_too_deep_becomes_a_note_naming_the_limit() -> None:
-    from jupyter_exec.outputs import MAX_OUTPUT_DEPTH
+    from jupyter_exec.engine.outputs import MAX_OUTPUT_DEPTH
 
     deep: Any = 1
     for _ in range(MAX_OUTPUT_DEPTH + 5):

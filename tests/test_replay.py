@@ -25,7 +25,8 @@ from PIL import Image
 
 from jupyter_exec import Execution, NotebookError, Session
 from jupyter_exec.cli import main
-from jupyter_exec.compare import (
+from jupyter_exec.models import CellError
+from jupyter_exec.notebook.compare import (
     DEFAULT_RULES,
     ImageTolerance,
     compare_images,
@@ -33,8 +34,7 @@ from jupyter_exec.compare import (
     normalize,
     parse_rule,
 )
-from jupyter_exec.models import CellError
-from jupyter_exec.replay import (
+from jupyter_exec.notebook.replay import (
     CellResult,
     ReplayReport,
     _judge,
@@ -436,8 +436,8 @@ def test_replayed_notebook_is_new_and_the_original_untouched(
     nb = read_notebook(mixed.report.output)
     assert [c.execution_count for c in nb.cells] == list(range(1, len(MIXED_CELLS) + 1))
     assert [c.source for c in nb.cells] == MIXED_CELLS
-    assert nb.metadata.jupyter_exec.replay.of == str(mixed.path)
-    assert nb.metadata.jupyter_exec.replay.reproduced is False
+    assert nb.metadata.jupyter_exec.notebook.replay.of == str(mixed.path)
+    assert nb.metadata.jupyter_exec.notebook.replay.reproduced is False
 
 
 def test_progress_line_per_cell(mixed: Replayed) -> None:
@@ -814,7 +814,7 @@ def _shared_notebook() -> Any:
 
 
 def test_run_order_sorts_only_the_cells_that_carry_one() -> None:
-    from jupyter_exec.runorder import run_order
+    from jupyter_exec.notebook.runorder import run_order
 
     nb = _shared_notebook()
     assert run_order(nb.cells) == [2, 1, 3, 0, 4]

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec import NotebookError, StorageError, WorkDirError
-from jupyter_exec.recorder import NotebookRecorder
-from jupyter_exec.safefs import Folder, write_bytes
+from jupyter_exec.boundary.paths import Folder, write_bytes
+from jupyter_exec.engine.store import FileSpill, OutputStore
+from jupyter_exec.notebook.recorder import NotebookRecorder
 from jupyter_exec.server.recorder import MergingRecorder
-from jupyter_exec.store import FileSpill, OutputStore
 
 META = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_exec import StorageError, WorkDirError, mime
-from jupyter_exec.store import (
+from jupyter_exec import StorageError, WorkDirError
+from jupyter_exec.engine import mime
+from jupyter_exec.engine.store import (
     FileSpill,
     OutputStore,
     WorkDirTracker,

@@ -262,7 +262,7 @@ def test_the_blocking_manager_takes_the_same_traits(tmp_path: Path) -> None:
 async def test_the_mcp_server_serves_sessions_from_a_zygote(tmp_path: Path) -> None:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
-    argv = ["-m", "jupyter_exec.mcp_server", "--work-dir", str(tmp_path), "--zygote-size", "1"]
+    argv = ["-m", "jupyter_exec.mcp", "--work-dir", str(tmp_path), "--zygote-size", "1"]
     params = StdioServerParameters(command=sys.executable, args=[*argv, "--preload", "json"])
     async with stdio_client(params) as streams, ClientSession(*streams) as client:
         await client.initialize()
@@ -285,8 +285,8 @@ def test_front_ends_take_the_zygote_options(tmp_path: Path) -> None:
     from jupyter_exec.cli import build_parser
     from jupyter_exec.cli.options import zygote_kwargs
     from jupyter_exec.e2b.app import E2BConfig, E2BServer
-    from jupyter_exec.environments import DockerEnv
-    from jupyter_exec.mcp_server import SessionRegistry
+    from jupyter_exec.engine.environments import DockerEnv
+    from jupyter_exec.mcp.server import SessionRegistry
 
     for command in ("mcp", "e2b"):
         args = build_parser().parse_args(

@@ -15,10 +15,10 @@ import os
 import sys
 from pathlib import Path
 
-from jupyter_exec.checkpoint_trust import TRUST_CLI_FLAG, origin_words
-from jupyter_exec.checkpoints import Checkpoint, on_disk
+from jupyter_exec.boundary.trust import TRUST_CLI_FLAG, origin_words
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import Subparsers, formatter
+from jupyter_exec.state.checkpoints import Checkpoint, on_disk
 
 __all__ = ["add_checkpoints_parser", "sessions_in"]
 

@@ -13,6 +13,7 @@ import sys
 import traceback
 from typing import TextIO
 
+from jupyter_exec.engine.scripts import TIMEOUT_EXIT_CODE
 from jupyter_exec.exceptions import (
     CheckpointError,
     ExecutionError,
@@ -23,7 +24,6 @@ from jupyter_exec.exceptions import (
     SessionConflict,
     WorkDirError,
 )
-from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
 
 __all__ = [
     "EXIT_FAILED",

@@ -1,6 +1,6 @@
 """``jupyter-exec mcp``: the MCP server's command line, and its stop on any signal.
 
-The server is :mod:`jupyter_exec.mcp_server`; this module reads the options,
+The server is :mod:`jupyter_exec.mcp.server`; this module reads the options,
 and runs it so that Ctrl-C, SIGTERM (systemd, ``docker stop``, Kubernetes) and
 SIGHUP all end it the same way: every session closed, Docker kernels
 stopped, notebooks saved, then exit status 128 + the signal.
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     STATE_OPTIONS,
@@ -33,8 +34,7 @@ from jupyter_exec.cli.options import (
 )
 from jupyter_exec.cli.signals import serve_until_stopped
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.llm import DEFAULT_LLM_CHARS
-from jupyter_exec.mcp_ask import DEFAULT_ASK_TIMEOUT
+from jupyter_exec.mcp.ask import DEFAULT_ASK_TIMEOUT
 
 if TYPE_CHECKING:
     from jupyter_exec.network.policy import NetworkPolicy
@@ -73,7 +73,7 @@ Local sessions run with your rights; use --env docker for code you do not trust.
 
 def _asking(policy: NetworkPolicy | None, args: argparse.Namespace, backend: str) -> NetworkPolicy:
     """``policy`` (none: deny every host) with an ``ask`` that elicits the person's answer."""
-    from jupyter_exec.mcp_ask import ElicitingAsk
+    from jupyter_exec.mcp.ask import ElicitingAsk
     from jupyter_exec.network.policy import NetworkPolicy
 
     if backend != "docker" or getattr(args, "network", False):
@@ -93,8 +93,8 @@ def _asking(policy: NetworkPolicy | None, args: argparse.Namespace, backend: str
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Run the MCP server until its client leaves (stdio) or a signal stops it."""
-    from jupyter_exec.environments import with_network
-    from jupyter_exec.mcp_server import SessionRegistry, _check_loopback, new_token, serve
+    from jupyter_exec.engine.environments import with_network
+    from jupyter_exec.mcp.server import SessionRegistry, _check_loopback, new_token, serve
 
     environment = environment_from_args(args)
     policy = network_policy_from_args(args, environment.backend)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import Backend, SessionOptions, option_fields

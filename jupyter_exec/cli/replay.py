@@ -1,6 +1,6 @@
 """``jupyter-exec replay``: re-run a notebook and report, cell by cell, whether it reproduced.
 
-The work itself is :func:`jupyter_exec.replay.replay`; this module turns the
+The work itself is :func:`jupyter_exec.notebook.replay.replay`; this module turns the
 command line into its arguments and its report into text and an exit status.
 """
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from jupyter_exec import safefs
+from jupyter_exec.boundary import paths as safefs
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
@@ -24,9 +24,9 @@ from jupyter_exec.cli.options import (
     session_kwargs,
     with_environment,
 )
-from jupyter_exec.compare import DEFAULT_RULES, ImageTolerance, parse_rule
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.replay import ReplayReport, replay
+from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, parse_rule
+from jupyter_exec.notebook.replay import ReplayReport, replay
 
 __all__ = ["add_replay_parser"]
 

@@ -15,11 +15,11 @@ import os
 import sys
 from pathlib import Path
 
-from jupyter_exec.checkpoint_trust import TRUST_CLI_FLAG
-from jupyter_exec.checkpoints import read_checkpoint
+from jupyter_exec.boundary.naming import checkpoints_folder
+from jupyter_exec.boundary.trust import TRUST_CLI_FLAG
 from jupyter_exec.cli.checkpoints import sessions_in
 from jupyter_exec.exceptions import CheckpointError, InvalidArgument
-from jupyter_exec.naming import checkpoints_folder
+from jupyter_exec.state.checkpoints import read_checkpoint
 from jupyter_exec.sync import Session
 
 __all__ = ["add_restore", "find_checkpoint", "restore_into"]

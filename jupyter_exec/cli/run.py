@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from jupyter_exec.checkpoint_trust import TRUST_CLI_FLAG
+from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, cells_from_file
+from jupyter_exec.boundary.naming import safe_name
+from jupyter_exec.boundary.trust import TRUST_CLI_FLAG
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP, EXIT_TIMEOUT, EXIT_USAGE
 from jupyter_exec.cli.options import (
     Subparsers,
@@ -35,10 +37,8 @@ from jupyter_exec.cli.options import (
     with_environment,
 )
 from jupyter_exec.cli.restore import add_restore, find_checkpoint, restore_into
-from jupyter_exec.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.models import Execution
-from jupyter_exec.naming import safe_name
 from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]

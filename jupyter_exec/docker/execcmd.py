@@ -26,7 +26,7 @@ import docker
 from docker.utils import socket as docker_socket
 
 from jupyter_exec.docker.engine import docker_errors
-from jupyter_exec.scripts import TIMEOUT_EXIT_CODE
+from jupyter_exec.engine.scripts import TIMEOUT_EXIT_CODE
 
 __all__ = ["TIMEOUT_EXIT_CODE", "LiveExec", "exec_command", "watchdog_argv"]
 

@@ -1,6 +1,6 @@
 """Forking a kernel that runs in a Docker container: the child's connection file and its host pid.
 
-The in-kernel fork (:mod:`jupyter_exec.inkernel_fork`) works unchanged in a
+The in-kernel fork (:mod:`jupyter_exec.state.inkernel_fork`) works unchanged in a
 container; two things differ on the host's side, and both are here:
 
 * **Where the child listens.** Its connection file must be readable in the
@@ -30,11 +30,11 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
+from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.docker.options import CONTAINER_CONF_DIR, CONTAINER_RUN_DIR
 from jupyter_exec.docker.rundir import CONF_DIR, MAX_SOCKET_PATH, SOCKET_DIR
 from jupyter_exec.exceptions import ForkError
-from jupyter_exec.safefs import Folder
 
 __all__ = ["child_connection", "control_socket", "host_pid"]
 

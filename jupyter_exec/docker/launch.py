@@ -138,7 +138,8 @@ def start_container(
     The watchdog is made sure of first, since it must exist before any container it cleans
     up; a root-owned ``work_dir`` is lent to ``user`` and labelled, so the loan is taken back
     whoever removes the container (and here, at once, if the start fails). ``identity`` is
-    the (device, inode) of the work dir as :func:`jupyter_exec.safefs.pin_dir` opened it: the
+    the (device, inode) of the work dir as :func:`jupyter_exec.boundary.paths.pin_dir` opened it:
+    the
     loan and the folder the engine mounted are checked against it (see
     :func:`check_mounted`), so a link swapped in meanwhile mounts or lends nothing.
     """

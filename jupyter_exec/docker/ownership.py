@@ -241,7 +241,7 @@ def lend(work_dir: Path, user: KernelUser, identity: tuple[int, int] | None = No
     """Let ``user`` create files in ``work_dir`` (that folder only); None when not needed.
 
     ``identity`` (device, inode) is the folder the caller pinned
-    (:func:`jupyter_exec.safefs.pin_dir`): a different folder found at that path now is
+    (:func:`jupyter_exec.boundary.paths.pin_dir`): a different folder found at that path now is
     refused, never lent.
     """
     if not user.lends:

@@ -9,12 +9,13 @@ How it works:
   can write, bind-mounted at ``/run/jx``, where it creates its sockets and the client connects
   to them (so the container needs no network at all); and ``c``, mounted read-only at
   ``/run/jxc``, holding the container's copy of the connection file (its ``ip`` is
-  ``/run/jx/k``). The host writes that copy with :mod:`jupyter_exec.safefs` into a folder the
+  ``/run/jx/k``). The host writes that copy with :mod:`jupyter_exec.boundary.paths` into a folder
+  the
   kernel cannot change, and gives it to the kernel's uid with ``fchown`` on the new file, so no
   link the kernel plants can make the host write or chown anything else.
 * **Work dir**: the ``cwd`` jupyter_client passes to ``start_kernel`` (JupyterLab passes the
   notebook's directory) is mounted at ``work_mount`` (``/work``) and is the kernel's cwd. It
-  is reached with :func:`jupyter_exec.safefs.pin_dir` (a link a kernel could have planted is
+  is reached with :func:`jupyter_exec.boundary.paths.pin_dir` (a link a kernel could have planted is
   refused, never followed) and held open until the container runs: the loan and the folder
   the engine mounted are checked against the pinned one by device and inode.
 * **User**: never root on the host by default (with a rootless engine the container's root is
@@ -53,6 +54,7 @@ import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
+from jupyter_exec.boundary.paths import Folder, inside, pin_dir
 from jupyter_exec.docker import reap as reaping
 from jupyter_exec.docker.config import DockerTraits
 from jupyter_exec.docker.engine import connect, docker_errors, is_rootless
@@ -69,7 +71,6 @@ from jupyter_exec.exceptions import (
     KernelStartError,
     WorkDirError,
 )
-from jupyter_exec.safefs import Folder, inside, pin_dir
 
 __all__ = ["DockerProvisioner"]
 

@@ -7,7 +7,8 @@ a short private run dir on the host (``<run_root>/jx-XXXXXXXX``, mode 0700) with
   kernel creates its sockets there and the client connects to them;
 * ``c`` (:data:`CONF_DIR`), mounted read-only at ``/run/jxc``: the container's copy of the
   connection file (its ``ip`` is ``/run/jx/k``). The host writes it with
-  :mod:`jupyter_exec.safefs` into a folder the kernel cannot change and hands it to the kernel's
+  :mod:`jupyter_exec.boundary.paths` into a folder the kernel cannot change and hands it to the
+  kernel's
   uid with ``fchown`` on the new file, so no link the kernel plants can make the host write or
   chown anything else.
 
@@ -26,10 +27,10 @@ from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
 
+from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.docker.options import CONTAINER_CONF_DIR, CONTAINER_RUN_DIR
 from jupyter_exec.docker.ownership import KernelUser
 from jupyter_exec.exceptions import KernelStartError
-from jupyter_exec.safefs import Folder
 
 __all__ = [
     "CONF_DIR",

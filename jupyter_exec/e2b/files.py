@@ -1,7 +1,7 @@
 """Every file operation of envd (stat, list, make_dir, remove, move, read, write) on a work dir.
 
 Each one starts from the sandbox's work dir (a folder the server chose, so
-trusted) and walks down with :class:`jupyter_exec.safefs.Folder`: no folder
+trusted) and walks down with :class:`jupyter_exec.boundary.paths.Folder`: no folder
 on the way is a link, a final name that is a link is never followed (``stat``
 reports it as a link; ``read`` and ``write`` refuse it), and ``..`` or an
 absolute path outside ``/home/user`` never gets this far
@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
+from jupyter_exec.boundary.paths import Folder, read_open, storage_error, write_bytes
 from jupyter_exec.e2b.paths import SandboxPaths
 from jupyter_exec.exceptions import StorageError, WorkDirError
-from jupyter_exec.safefs import Folder, read_open, storage_error, write_bytes
 
 __all__ = ["CHUNK", "SandboxFiles"]
 

@@ -9,7 +9,7 @@ put there by relative name. Here the work dir plays that part::
     "/etc/passwd", "../x"    ->  WorkDirError: outside the sandbox's files
 
 Only the mapping lives here; every host-side operation on the result goes
-through :mod:`jupyter_exec.safefs` (:mod:`jupyter_exec.e2b.files`, and
+through :mod:`jupyter_exec.boundary.paths` (:mod:`jupyter_exec.e2b.files`, and
 :meth:`SandboxPaths.folder` for a cwd), which refuses links planted on the way.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+from jupyter_exec.boundary.naming import check_text
+from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.exceptions import StorageError, WorkDirError
-from jupyter_exec.naming import check_text
-from jupyter_exec.safefs import Folder
 
 __all__ = ["HOME", "SandboxPaths"]
 

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from jupyter_exec.e2b.kernel_formats import CHART_MIME, DATA_MIME
-from jupyter_exec.mime import joined
-from jupyter_exec.outputs import strip_ansi
+from jupyter_exec.engine.mime import joined
+from jupyter_exec.engine.outputs import strip_ansi
 
 __all__ = ["MIME_FIELDS", "count_line", "encode", "error_line", "event_lines", "result_line"]
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
+from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
-from jupyter_exec.session import AsyncSession
 
 __all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "sandbox_options"]
 

@@ -12,7 +12,7 @@
 * :mod:`jupyter_exec.integrations.deepagents` - Deep Agents: a sandbox backend
   (shell commands and files) on a session.
 
-Each is a thin adapter over :mod:`jupyter_exec.agent`, which runs the code and
+Each is a thin adapter over :mod:`jupyter_exec.agents.agent`, which runs the code and
 says what happened the same way for every front end. The frameworks are
 optional dependencies, imported only when an adapter is used; a missing one is
 reported by :class:`MissingDependency`, naming the extra that installs it.

@@ -9,7 +9,7 @@ Drop-in for ``autogen.coding``'s executors::
     agent = ConversableAgent("runner", llm_config=False,
                              code_execution_config={"executor": executor})
 
-A thin adapter: the blocks are run by :mod:`jupyter_exec.agent` (what runs,
+A thin adapter: the blocks are run by :mod:`jupyter_exec.agents.agent` (what runs,
 what the model reads, the exit code, the files), shared with every other
 front end; this module only speaks AG2's types. As AG2's own executors do, a
 ``work_dir`` that does not exist and a ``kernel_name`` that is not installed
@@ -32,12 +32,12 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from jupyter_exec.agent import SCRIPT_POLICY, run_blocks, run_script_blocks
-from jupyter_exec.codeblocks import CodeBlock, extract_code_blocks, normalise_language
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.agents.agent import SCRIPT_POLICY, run_blocks, run_script_blocks
+from jupyter_exec.agents.codeblocks import CodeBlock, extract_code_blocks, normalise_language
+from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.sync import Session, _LoopThread
 
@@ -109,7 +109,7 @@ class SessionCodeExecutor:
         and the session notebook go there. ``output_dir`` is accepted as
         AG2's name for it.
     environment:
-        Where the kernel runs: an :class:`~jupyter_exec.environments.Environment`
+        Where the kernel runs: an :class:`~jupyter_exec.engine.environments.Environment`
         or its string form (``"local"``, ``"venv:.venv"``, ``"docker"``, ...).
     kernel_name:
         A kernelspec to run instead (``"python3"``, ``"ir"``, ...); it must be

@@ -17,7 +17,7 @@ session, its stateful code tool, in the same work dir and container::
     tools = [SandboxCodeTool(code), SandboxShellTool(shell)]
 
 Each ``exec`` is a new process in the session's environment, run by
-:func:`jupyter_exec.agent.run_command` (shared with the Deep Agents backend):
+:func:`jupyter_exec.agents.agent.run_command` (shared with the Deep Agents backend):
 the work dir as its current directory, killed with exit code 124 past its
 timeout, recorded in the session's notebook as a ``%%bash`` cell. Files are
 written and removed on the host side of the work dir (visible in the
@@ -35,15 +35,15 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from jupyter_exec.agent import run_command
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.agents.agent import run_command
+from jupyter_exec.boundary.paths import write_bytes
+from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.session import AsyncSession
+from jupyter_exec.engine.store import confined_path
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.integrations import require
 from jupyter_exec.integrations.ag2_tools import JupyterCodeEnvironment
 from jupyter_exec.network import NetworkPolicy
-from jupyter_exec.safefs import write_bytes
-from jupyter_exec.session import AsyncSession
-from jupyter_exec.store import confined_path
 
 __all__ = ["JupyterSandbox"]
 

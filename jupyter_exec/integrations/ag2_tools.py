@@ -16,7 +16,7 @@ notebook::
     env = JupyterCodeEnvironment(work_dir="analysis", environment="docker")
     agent = Agent("analyst", config=..., tools=[SandboxCodeTool(env)])
 
-A thin adapter: the code is run by :mod:`jupyter_exec.agent`, shared with
+A thin adapter: the code is run by :mod:`jupyter_exec.agents.agent`, shared with
 every other front end (what runs, what the model reads, the exit code). AG2
 is imported only when a result is made (this module imports without it);
 ``CodeRunResult`` comes from ``ag2.tools.code``.
@@ -31,13 +31,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from jupyter_exec.agent import run_block
-from jupyter_exec.codeblocks import CodeBlock
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.agents.agent import run_block
+from jupyter_exec.agents.codeblocks import CodeBlock
+from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.network import NetworkPolicy
-from jupyter_exec.session import AsyncSession
 
 __all__ = ["JupyterCodeEnvironment"]
 
@@ -54,7 +54,7 @@ class JupyterCodeEnvironment:
 
     Parameters are as for :class:`~jupyter_exec.integrations.ag2.SessionCodeExecutor`:
     ``work_dir``, ``environment`` (an
-    :class:`~jupyter_exec.environments.Environment` or its string form),
+    :class:`~jupyter_exec.engine.environments.Environment` or its string form),
     ``timeout`` per call, ``max_output_chars``, ``network`` (a
     :class:`~jupyter_exec.NetworkPolicy` for a Docker environment), and any other
     :class:`~jupyter_exec.AsyncSession` option. The kernel starts on the first

@@ -16,7 +16,7 @@ session's kernel does (this machine, a venv, or the hardened container of
     agent = create_deep_agent(model=model, backend=sandbox)
 
 Each command is a new process in the session's environment
-(:func:`jupyter_exec.agent.run_command`, shared with the AG2 sandbox), with
+(:func:`jupyter_exec.agents.agent.run_command`, shared with the AG2 sandbox), with
 the work dir as its current directory, past ``timeout`` killed with exit code
 124, and recorded in the session's notebook as a ``%%bash`` cell with its
 output. The output is
@@ -43,8 +43,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.agent import run_command
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.agents.agent import run_command
+from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.integrations import require
 from jupyter_exec.models import ScriptResult
 from jupyter_exec.sync import Session, _LoopThread

@@ -22,7 +22,7 @@ notebook; calls outside a thread share one session (in ``_shared``). A failing c
 ``ToolException``, which LangChain returns to the model as an error tool
 message (``status="error"``) holding the same text.
 
-A thin adapter over :func:`jupyter_exec.agent.run_block`. Every session lives
+A thin adapter over :func:`jupyter_exec.agents.agent.run_block`. Every session lives
 on jupyter-exec's own event loop (the one blocking sessions use), so the tool
 works from synchronous ``invoke`` and from ``ainvoke`` in any event loop.
 LangChain is imported when a tool is made; without it,
@@ -40,13 +40,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from jupyter_exec.agent import BlockResult, run_block
-from jupyter_exec.codeblocks import CodeBlock
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.agents.agent import BlockResult, run_block
+from jupyter_exec.agents.codeblocks import CodeBlock
+from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.boundary.naming import safe_name
+from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS
-from jupyter_exec.naming import safe_name
-from jupyter_exec.session import AsyncSession
 from jupyter_exec.sync import _LoopThread
 
 __all__ = ["DEFAULT_DESCRIPTION", "JupyterSessions", "python_tool"]

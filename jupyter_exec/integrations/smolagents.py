@@ -14,7 +14,7 @@ subclass for a Jupyter kernel, local, in a venv or in the hardened container::
     agent = CodeAgent(tools=[], model=model, executor=executor,
                       step_callbacks=[executor.show_images])
 
-A thin adapter: every action is run by :func:`jupyter_exec.agent.run_block`,
+A thin adapter: every action is run by :func:`jupyter_exec.agents.agent.run_block`,
 as for every other front end, so the model reads the same text (outputs in
 order, plots named by the file they were saved to, a short traceback, the
 timeout) and every action is a cell of the session's notebook. What is
@@ -39,12 +39,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.agent import BlockResult, run_block
-from jupyter_exec.codeblocks import CodeBlock
-from jupyter_exec.environments import Environment, parse_environment
+from jupyter_exec.agents.agent import BlockResult, run_block
+from jupyter_exec.agents.codeblocks import CodeBlock
+from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, render
+from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.integrations import require
-from jupyter_exec.llm import DEFAULT_LLM_CHARS, render
 from jupyter_exec.models import Execution
 from jupyter_exec.sync import Session, _LoopThread
 

@@ -19,9 +19,9 @@ import weakref
 from types import FrameType, TracebackType
 from typing import Any
 
+from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.manager.aio import AsyncSessionManager, SessionInfo
 from jupyter_exec.models import Execution
-from jupyter_exec.session import AsyncSession
 from jupyter_exec.sync import Session, _LoopThread
 
 __all__ = ["SessionManager"]

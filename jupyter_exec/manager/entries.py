@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.naming import files_folder, notebook_name
-from jupyter_exec.session import AsyncSession
+from jupyter_exec.boundary.naming import files_folder, notebook_name
+from jupyter_exec.engine.session import AsyncSession
 
 __all__ = ["Entry", "SessionInfo", "incarnation"]
 

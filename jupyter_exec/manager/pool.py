@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.launch import network_of
+from jupyter_exec.engine.launch import network_of
 from jupyter_exec.network.policy import NetworkPolicy
 
 __all__ = ["KernelPool", "PoolKey", "WarmKernel", "follow_rename"]

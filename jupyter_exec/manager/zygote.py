@@ -7,7 +7,7 @@ session that needs them pays it on its first cell. A zygote pays it once
     Zygote.start(key, preload)
       ├─ a kernel launched as any pooled kernel is, in <pool>/z<n>
       ├─ silent requests: import the preload modules, run the setup code
-      ├─ a snapshot of it (jupyter_exec.snapshots): a process that serves no client,
+      ├─ a snapshot of it (jupyter_exec.state.snapshots): a process that serves no client,
       │    runs no code, and forks on request; the kernel that did the imports is stopped
       └─ fork(<pool>/k<n>) ─► a child kernel, moved into its own folder, ready
 
@@ -47,13 +47,13 @@ from typing import Any
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.session import Session
 
-from jupyter_exec import snapshots
+from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
-from jupyter_exec.forking import AdoptedProvisioner
-from jupyter_exec.kernel import KernelHandle
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.starter import PooledKernelStarter
-from jupyter_exec.snapshots import Snapshot, drop, start_from, take_snapshot
+from jupyter_exec.state import snapshots
+from jupyter_exec.state.forking import AdoptedProvisioner
+from jupyter_exec.state.snapshots import Snapshot, drop, start_from, take_snapshot
 
 __all__ = [
     "DEFAULT_PRELOAD",

@@ -4,7 +4,7 @@ The first line is that secrets never enter the kernel (the proxy adds them on th
 allowed host may echo a header back (a debugging endpoint, an error page quoting the request),
 and then the kernel holds the secret and may print it. So every output of a cell is redacted
 *as it arrives* from the kernel (:class:`Redactor`, applied by
-:class:`~jupyter_exec.outputs.CellOutputs`), before anything else sees it: the ``on_output``
+:class:`~jupyter_exec.engine.outputs.CellOutputs`), before anything else sees it: the ``on_output``
 events (REST SSE, the E2B ``/execute`` stream, live cells in a shared notebook), the
 Execution, the notebook, the saved and spilled files, MCP and agent tool results.
 
@@ -115,7 +115,7 @@ def _redact_text(text: str, needles: tuple[str, ...], shortest: int) -> str:
 def redact(value: Any, needles: tuple[str, ...]) -> Any:
     """``value`` (JSON-like: dicts, lists, strings) with every needle replaced, in keys too;
     shares nothing that changed with the original. Nesting is bounded by the caller
-    (:func:`jupyter_exec.outputs.bounded`)."""
+    (:func:`jupyter_exec.engine.outputs.bounded`)."""
     if not needles:
         return value
     return _redact(value, needles, min(len(n) for n in needles))

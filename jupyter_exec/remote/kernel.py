@@ -1,7 +1,7 @@
 """A kernel on a Jupyter server, driven as if it were a local ``AsyncKernelManager``.
 
 :class:`RemoteKernelManager` implements exactly the part of jupyter_client's
-kernel manager that :mod:`jupyter_exec.kernel` uses (``client()``,
+kernel manager that :mod:`jupyter_exec.engine.kernel` uses (``client()``,
 ``is_alive()``, ``interrupt_kernel()``, ``restart_kernel()``,
 ``shutdown_kernel()``, ``kernel_id``, ``kernel_spec``, ``has_kernel``,
 ``provisioner``) with REST calls, and :class:`RemoteKernelClient` the part of

@@ -3,7 +3,7 @@
 The server's kernels come from its ``MultiKernelManager``: ``/api/kernels`` lists them,
 JupyterLab shows them in its Running panel and connects notebooks to them through
 ``/api/kernels/{id}/channels``. A fork's kernel, or the kernel an undo starts from a
-snapshot, is started by the engine instead (:mod:`jupyter_exec.forking`): a process forked
+snapshot, is started by the engine instead (:mod:`jupyter_exec.state.forking`): a process forked
 from a running kernel, driven through a ``KernelManager`` of the engine's making. jupyter_server
 has no public call to take such a kernel in, so :func:`adopt` does what its ``start_kernel``
 does after a launch, for a process that already runs::
@@ -26,7 +26,7 @@ from typing import Any
 
 from jupyter_server._tz import utcnow
 
-from jupyter_exec.kernel import KernelHandle
+from jupyter_exec.engine.kernel import KernelHandle
 
 __all__ = ["adopt", "forget", "kernel_id_of"]
 

@@ -1,6 +1,7 @@
 """Forks, undo and checkpoints of the extension's sessions, kept in step with the server.
 
-The engine does the work (:mod:`jupyter_exec.state`); what is added here is the server's
+The engine does the work (:mod:`jupyter_exec.state.session_state`); what is added here is the
+server's
 side of it. A fork or an undo gives a session a kernel the engine started, and the server
 must know it, or JupyterLab would keep showing (and connecting people to) the old one::
 
@@ -21,15 +22,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 
-from jupyter_exec.branching import MAX_FORKS
 from jupyter_exec.exceptions import ForkError, InvalidArgument, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
-from jupyter_exec.state import Checkpoint
+from jupyter_exec.state.branching import MAX_FORKS
+from jupyter_exec.state.session_state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
@@ -80,7 +81,7 @@ class Branches:
                     f"(max_sessions={limit})"
                 )
             )
-        children = cast("list[ServerAsyncSession]", await parent.session.fork(n, name))
+        children = await parent.session.fork(n, name)
         made: list[ServerSession] = []
         try:
             for child in children:

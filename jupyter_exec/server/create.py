@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
+from jupyter_exec.boundary.naming import default_session_name, validate_name
+from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import (
     JupyterExecError,
     KernelStartError,
@@ -39,15 +42,12 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.naming import default_session_name, validate_name
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.options import MAX_UNDO_STEPS
-from jupyter_exec.safefs import Folder
 from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
 from jupyter_exec.server.network import checked_policy
-from jupyter_exec.session import AsyncSession, Backend
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager

@@ -17,15 +17,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.engine.session import AsyncSession, Backend, OutputCallback
 from jupyter_exec.models import Execution
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.server import live
 from jupyter_exec.server.activity import KernelActivity
 from jupyter_exec.server.recorder import MergingRecorder
-from jupyter_exec.session import AsyncSession, Backend, OutputCallback
 
 if TYPE_CHECKING:
-    from jupyter_exec.kernel import KernelHandle
+    from jupyter_exec.engine.kernel import KernelHandle
     from jupyter_exec.network.proxy import NetworkProxy
 
 __all__ = ["ServerAsyncSession", "ServerSession"]

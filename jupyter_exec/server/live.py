@@ -15,7 +15,7 @@ to disk. The session then writes there, and the file is left to the room::
     a person deletes an agent  ─► put back after the agent cell before it
     cell                          (the two-writers rule of server/recorder.py)
     a person runs a cell on    ─► the cell gets its place in the run order
-    the agent's kernel            (jupyter_exec.runorder), stamped in the document
+    the agent's kernel            (jupyter_exec.notebook.runorder), stamped in the document
 
 The agent is also present in the room's awareness, under the session's name,
 so JupyterLab shows it as a collaborator. When no room holds the notebook (no
@@ -32,13 +32,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.runorder import PersonRun, match_runs
+from jupyter_exec.notebook.runorder import PersonRun, match_runs
 from jupyter_exec.server.livecell import ORIGIN, LiveCell, update_cell
 from jupyter_exec.server.recorder import MergingRecorder
 
 if TYPE_CHECKING:
+    from jupyter_exec.engine.session import OutputCallback
     from jupyter_exec.models import Execution
-    from jupyter_exec.session import OutputCallback
 
 
 log = logging.getLogger("jupyter_exec.server")
@@ -291,7 +291,7 @@ async def run_cell(
         live = recorder.live
         doc = await live.refresh() if isinstance(live, LiveNotebook) else None
         if isinstance(live, LiveNotebook) and doc is not None:
-            from jupyter_exec.recorder import new_cell_id
+            from jupyter_exec.notebook.recorder import new_cell_id
 
             cell = LiveCell.place(live, doc, code, new_cell_id(), session.options.max_output_chars)
             recorder.next_cell_id = cell.id

@@ -2,13 +2,14 @@
 
 Clients name folders the way Jupyter's contents API does: ``/``-separated and
 relative to the server root (``ServerApp.root_dir``). Every such path is
-checked here, once, by :func:`jupyter_exec.safefs.inside`: component by
+checked here, once, by :func:`jupyter_exec.boundary.paths.inside`: component by
 component from the root, and a symbolic link anywhere below the root is
 refused (a :class:`~jupyter_exec.WorkDirError`, a 400), never
 followed, so what a kernel planted cannot lead a session, a replay or a
 Docker kernel's mount elsewhere. The path handed on is the checked one,
 unresolved, and the Docker provisioner pins it again without following
-links (:func:`jupyter_exec.safefs.pin_dir`). Hidden components are refused too (unless the contents
+links (:func:`jupyter_exec.boundary.paths.pin_dir`). Hidden components are refused too (unless the
+contents
 manager allows hidden files), because Jupyter's own file handler would not
 serve anything inside them. Output files are handed back as URLs of that
 handler (``/files/...``), so reading them goes through Jupyter's
@@ -21,9 +22,9 @@ import os
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
+from jupyter_exec.boundary.naming import unsafe_character
+from jupyter_exec.boundary.paths import inside
 from jupyter_exec.exceptions import StorageError, WorkDirError
-from jupyter_exec.naming import unsafe_character
-from jupyter_exec.safefs import inside
 
 __all__ = ["NAME_MAX", "PATH_MAX", "ServerRoot"]
 

@@ -18,7 +18,7 @@ from jupyter_exec.models import Execution
 from jupyter_exec.server.entry import ServerSession
 from jupyter_exec.server.listing import live_fields
 from jupyter_exec.server.network import policy_model
-from jupyter_exec.state import Checkpoint
+from jupyter_exec.state.session_state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.server.paths import ServerRoot

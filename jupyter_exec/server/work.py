@@ -14,12 +14,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.engine.session import OutputCallback
 from jupyter_exec.exceptions import JupyterExecError, NotebookError
 from jupyter_exec.models import Execution
-from jupyter_exec.recorder import read_notebook
+from jupyter_exec.notebook.recorder import read_notebook
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerSession
-from jupyter_exec.session import OutputCallback
 
 if TYPE_CHECKING:
     from jupyter_exec.network.proxy import NetworkProxy
@@ -115,7 +115,7 @@ class Work:
         the notebook (or its Docker work dir), before the file's own
         (:mod:`~jupyter_exec.server.origins`).
         """
-        from jupyter_exec.replay import replay_async  # imported on use: it is a big module
+        from jupyter_exec.notebook.replay import replay_async  # imported on use: it is a big module
 
         path = self.root.resolve(notebook)
         if path.suffix != ".ipynb" or not path.is_file():

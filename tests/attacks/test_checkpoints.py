@@ -2,7 +2,7 @@
 or alters checkpoints so that a session on the host unpickles its code.
 
 The attacker is code in a real Docker kernel (our image, our engine): it writes into its work
-dir, which the host later reads. The host's defence is :mod:`jupyter_exec.checkpoint_trust`:
+dir, which the host later reads. The host's defence is :mod:`jupyter_exec.boundary.trust`:
 a MAC under a key the host keeps, over a manifest that names every file's sha256 and the
 backend that wrote it, and a refusal to load a Docker checkpoint into a kernel on the host
 without ``trust_origin=True``. Each test checks the refusal (our ``CheckpointError``, naming
@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_exec import Checkpoint, CheckpointError, Session, checkpoint_trust
+from jupyter_exec import Checkpoint, CheckpointError, Session
+from jupyter_exec.boundary import trust as checkpoint_trust
 from tests.checkpoint_helpers import manifest_body
 from tests.cli_helpers import run_cli
 from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
@@ -529,7 +530,7 @@ async def test_f2_mcp_restore_of_a_docker_checkpoint_into_a_local_session_is_ref
     assert genuine is not None
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "jupyter_exec.mcp_server", "--work-dir", str(tmp_path / "mcp")],
+        args=["-m", "jupyter_exec.mcp", "--work-dir", str(tmp_path / "mcp")],
         env=key_env(),
     )
     async with stdio_client(params) as streams, ClientSession(*streams) as client:

@@ -8,7 +8,7 @@ attacks are in ``test_paths_docker.py``.
 
 The last test holds the rule that makes these hold for the next surface too: nothing in the
 package resolves a path (``.resolve()``, ``os.path.realpath``) except the one resolver,
-:mod:`jupyter_exec.safefs`, and a short list of paths of trusted origin.
+:mod:`jupyter_exec.boundary.paths`, and a short list of paths of trusted origin.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import pytest
 from cli_helpers import run_cli
 
 from jupyter_exec import NotebookError, Session, StorageError, WorkDirError
-from jupyter_exec.safefs import inside, pin_dir, read_regular, write_bytes
+from jupyter_exec.boundary.paths import inside, pin_dir, read_regular, write_bytes
 
 PACKAGE = Path(__file__).parents[2] / "jupyter_exec"
 SECRET = "TOPSECRET-host-only-4711"
@@ -46,10 +46,10 @@ TRUSTED_RESOLVES = {
     # A Dockerfile the person names on the command line, to build an image from.
     ("docker/image.py", "build_image"),
     # Compared with a local kernel's /proc/<pid>/fd links (real paths); nothing is opened by it.
-    ("branching.py", "writing_files"),
+    ("state/branching.py", "writing_files"),
     # Is the host's checkpoint key inside a folder a kernel sees? A comparison of real paths,
     # so that a link cannot hide the key from it; nothing is opened through the result.
-    ("checkpoint_trust.py", "check_outside"),
+    ("boundary/trust.py", "check_outside"),
 }
 
 
@@ -80,7 +80,7 @@ async def _mcp(work_root: Path) -> AsyncIterator[Any]:
     mcp = pytest.importorskip("mcp")
     params = mcp.StdioServerParameters(
         command=sys.executable,
-        args=["-m", "jupyter_exec.mcp_server", "--work-dir", str(work_root), "--timeout", "60"],
+        args=["-m", "jupyter_exec.mcp", "--work-dir", str(work_root), "--timeout", "60"],
     )
     async with (
         mcp.stdio_client(params) as streams,
@@ -308,7 +308,7 @@ def test_f1_nothing_but_the_resolver_resolves_a_path() -> None:
     allowed_seen: set[tuple[str, str]] = set()
     for source in sorted(PACKAGE.rglob("*.py")):
         module = source.relative_to(PACKAGE).as_posix()
-        if module == "safefs.py":
+        if module == "boundary/paths.py":
             continue  # the resolver
         for line, called, function in _resolving_calls(ast.parse(source.read_text())):
             if (module, function) in TRUSTED_RESOLVES:
@@ -316,7 +316,7 @@ def test_f1_nothing_but_the_resolver_resolves_a_path() -> None:
                 continue
             offending.append(f"{module}:{line} {called}() in {function}")
     assert not offending, (
-        "paths must be reached through jupyter_exec.safefs (inside, pin_dir, Folder), "
+        "paths must be reached through jupyter_exec.boundary.paths (inside, pin_dir, Folder), "
         "never resolved: " + "; ".join(offending)
     )
     assert allowed_seen == TRUSTED_RESOLVES, "an allow-list entry is stale: remove it"

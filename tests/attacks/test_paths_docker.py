@@ -29,12 +29,12 @@ pytest.importorskip("e2b_code_interpreter")
 from e2b import InvalidArgumentException, SandboxException
 from e2b_code_interpreter import Sandbox
 
+from jupyter_exec.boundary.paths import pin_dir
 from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.launch import check_mounted
 from jupyter_exec.docker.reap import LABEL
 from jupyter_exec.e2b import E2BConfig
 from jupyter_exec.exceptions import DockerUnavailable, WorkDirError
-from jupyter_exec.safefs import pin_dir
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2b"))  # the E2B tests' server helpers
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))  # the REST tests' server helpers

@@ -34,7 +34,7 @@ from pytest_jupyter import jupyter_server as _plugin
 from traitlets.config import Config
 
 from jupyter_exec import AsyncSession, NetworkPolicy
-from jupyter_exec.outputs import MAX_OUTPUT_DEPTH
+from jupyter_exec.engine.outputs import MAX_OUTPUT_DEPTH
 
 _FixtureType = type(pytest.fixture(lambda: None))
 globals().update(  # pytest-jupyter's real servers, as tests/server/conftest.py takes them

@@ -5,7 +5,7 @@ walked too, and one that declares no credential fails here:
 
 * the E2B server: its tornado app's rules (:data:`jupyter_exec.e2b.app.ROUTES`),
   each Connect service expanded to every ``rpc_*`` method its handler serves;
-* the MCP server's HTTP transport: :data:`jupyter_exec.mcp_server.ROUTES`, and
+* the MCP server's HTTP transport: :data:`jupyter_exec.mcp.server.ROUTES`, and
   paths it does not serve;
 * the REST extension: :data:`jupyter_exec.server.handlers.default_handlers`.
 
@@ -39,8 +39,8 @@ from tornado.web import RequestHandler
 from jupyter_exec.e2b import E2BConfig
 from jupyter_exec.e2b.auth import CREDENTIALS, FILE_SIGNATURE, PUBLIC, RouteAuth
 from jupyter_exec.e2b.web import E2BHandler
-from jupyter_exec.mcp_server import MAX_BODY
-from jupyter_exec.mcp_server import ROUTES as MCP_ROUTES
+from jupyter_exec.mcp.server import MAX_BODY
+from jupyter_exec.mcp.server import ROUTES as MCP_ROUTES
 from jupyter_exec.server.handlers import ExecAPIHandler, default_handlers
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -240,7 +240,7 @@ def mcp_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     work = tmp_path_factory.mktemp("mcp-routes")
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_exec.mcp_server", "--transport", "http",
+        [sys.executable, "-m", "jupyter_exec.mcp", "--transport", "http",
          "--port", str(port), "--work-dir", str(work)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -27,8 +27,8 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, build_image, image_exists
 from jupyter_exec.docker.reap import L_PID, LABEL
+from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import DockerUnavailable
-from jupyter_exec.kernel import KernelHandle
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 TEST_BASE_IMAGE = os.environ.get("JX_TEST_BASE_IMAGE", "jupyter-exec/base:bookworm")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_exec.boundary.naming import checkpoints_folder
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
-from jupyter_exec.naming import checkpoints_folder
 from tests.cli_helpers import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec import Session
-from jupyter_exec.outputs import DEFAULT_MAX_STREAM_CHARS
+from jupyter_exec.engine.outputs import DEFAULT_MAX_STREAM_CHARS
 
 pytestmark = pytest.mark.docker
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from jupyter_exec.engine.kernel import KernelHandle, restart_kernel
 from jupyter_exec.exceptions import ForkError, KernelDiedError
-from jupyter_exec.forking import fork_kernel
-from jupyter_exec.kernel import KernelHandle, restart_kernel
-from jupyter_exec.snapshots import drop, start_from, take_snapshot
+from jupyter_exec.state.forking import fork_kernel
+from jupyter_exec.state.snapshots import drop, start_from, take_snapshot
 
 if TYPE_CHECKING:
     from tests.docker.conftest import Kernel, StartKernel

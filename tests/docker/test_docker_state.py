@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_exec import InvalidArgument, Session
 from jupyter_exec.docker.reap import L_PID, LABEL
-from jupyter_exec.forking import AdoptedProvisioner, container_of
+from jupyter_exec.state.forking import AdoptedProvisioner, container_of
 from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.docker

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from jupyter_exec import AsyncSession, NetworkPolicy
-from jupyter_exec.agent import run_block, run_command
-from jupyter_exec.codeblocks import CodeBlock
-from jupyter_exec.environments import DockerEnv
+from jupyter_exec.agents.agent import run_block, run_command
+from jupyter_exec.agents.codeblocks import CodeBlock
+from jupyter_exec.engine.environments import DockerEnv
 from jupyter_exec.integrations.ag2 import SessionCodeExecutor
 from jupyter_exec.integrations.ag2_sandbox import JupyterSandbox as AG2Sandbox
 from jupyter_exec.integrations.deepagents import JupyterSandbox

@@ -27,7 +27,7 @@ import pytest
 from jupyter_exec import NotebookError, Session, StorageError
 from jupyter_exec.cli.replay import _write_report
 from jupyter_exec.docker.reap import L_PID, L_RUN_DIR, LABEL
-from jupyter_exec.replay import replay_async
+from jupyter_exec.notebook.replay import replay_async
 
 OWNER = (1000, 1000)  # conftest.OWNER: who owns the test work dirs
 

@@ -17,8 +17,8 @@ import pytest
 
 from jupyter_exec.docker.image import BuildOptions, build_image
 from jupyter_exec.docker.reap import L_KEEP, L_PID, LABEL, reap
+from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import ImageError, KernelStartError
-from jupyter_exec.kernel import KernelHandle
 
 if TYPE_CHECKING:
     from tests.docker.conftest import StartKernel

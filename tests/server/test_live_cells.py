@@ -35,7 +35,7 @@ from lab_helpers import (
 from server_helpers import JupyterProcess, on_disk, run_as_person, run_of
 from traitlets.config import Config
 
-from jupyter_exec.replay import replay, replay_async
+from jupyter_exec.notebook.replay import replay, replay_async
 from jupyter_exec.server.live import collaboration
 
 Api = Callable[..., Awaitable[tuple[int, Any]]]

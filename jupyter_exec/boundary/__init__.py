@@ -1,0 +1,15 @@
+"""The boundary between kernels and the host: where every such decision is taken, once.
+
+* :mod:`.paths` - the one resolver for every path a client, a notebook or a
+  kernel-writable folder supplies: component by component, no link followed,
+  nothing outside its root; bounded reads that never open a FIFO or a device.
+* :mod:`.trust` - the host's checkpoint key, the manifest's MAC and the origin
+  rule: what a Docker kernel wrote is never unpickled on the host unasked.
+* :mod:`.naming` - names of sessions and the files derived from them.
+
+The network boundary (secrets, hosts, addresses) is :mod:`jupyter_exec.network`;
+each server's per-route authentication is its own route table
+(:mod:`jupyter_exec.e2b.auth`, the REST handlers' base class, the MCP gate).
+This package imports only the error tree: every other layer may use it.
+See docs/security.md.
+"""

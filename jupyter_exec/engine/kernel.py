@@ -1,0 +1,351 @@
+"""Starting, watching and stopping one kernel through jupyter_client.
+
+The seam to every backend is jupyter_client's ``AsyncKernelManager`` and its
+kernel provisioners: a local kernel uses an installed kernelspec (or one made
+here for a given interpreter), a Docker kernel a kernelspec naming our
+provisioner. This module translates jupyter_client's and zmq's errors into
+ours, once.
+
+Finding the interpreter a kernel runs is in :mod:`~jupyter_exec.engine.interpreters`,
+reading its messages off the sockets in :mod:`~jupyter_exec.engine.receiver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import queue
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+from jupyter_client.manager import AsyncKernelManager
+
+from jupyter_exec.engine.interpreters import (
+    activate,
+    kernel_interpreter,
+    kernel_spec_for_python,
+    resolve_python,
+)
+from jupyter_exec.engine.receiver import Receiver
+from jupyter_exec.exceptions import (
+    BackendError,
+    JupyterExecError,
+    KernelDiedError,
+    KernelStartError,
+)
+
+__all__ = ["KernelHandle", "kernel_spec_for_python", "resolve_python", "start_kernel"]
+# kernel_spec_for_python and resolve_python live in jupyter_exec.engine.interpreters; they
+# stay importable from here, where they were first published.
+
+QUIET_POLL = 0.25
+"""Seconds without messages after which a waiting client checks the kernel is alive."""
+
+
+class _OneSpec(KernelSpecManager):
+    """A kernelspec manager that knows one in-memory spec (for ``python=`` and backends)."""
+
+    def __init__(self, spec: KernelSpec, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._spec = spec
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return self._spec
+
+
+async def describe_exit(km: AsyncKernelManager) -> str:
+    """A short account of how a dead kernel ended, for the user.
+
+    A provisioner may know better than an exit code (the Docker one can tell
+    an OOM kill from ``docker kill``): its ``async exit_description()`` wins.
+    """
+    provisioner = km.provisioner
+    describe = getattr(provisioner, "exit_description", None)
+    if describe is not None:
+        told = await describe()
+        if told:
+            return str(told)
+    process = getattr(provisioner, "process", None)
+    code = process.poll() if process is not None else None
+    if code is None:
+        return "the kernel stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGKILL": " (the OOM killer or an explicit kill)",
+            "SIGSEGV": " (a crash in native code)",
+        }
+        return f"the kernel process was killed by {name}{hint.get(name, '')}"
+    return f"the kernel process exited with code {code}"
+
+
+@dataclass
+class KernelHandle:
+    """A started kernel: its manager, a connected client and what it said about itself."""
+
+    km: AsyncKernelManager
+    kc: AsyncKernelClient
+    kernel_info: dict[str, Any] = field(default_factory=dict)
+    spec: KernelSpec | None = None
+    iopub: Receiver = field(init=False)
+    shell: Receiver = field(init=False)
+    stream_guard: bool | None = field(default=None, init=False)
+    """Whether the in-kernel stream guard is active (None: not tried since the kernel started)."""
+    network: Any = field(default=None, init=False)
+    """The session's network proxy (a Docker kernel with a policy); closed with the kernel."""
+
+    def __post_init__(self) -> None:
+        self.iopub = Receiver(self.kc.iopub_channel)
+        self.shell = Receiver(self.kc.shell_channel)
+
+    @property
+    def kernel_id(self) -> str:
+        return str(self.km.kernel_id)
+
+    def process_alive(self) -> bool:
+        """Whether the kernel process runs: a cheap local check (no round trip) where possible."""
+        process = getattr(self.km.provisioner, "process", None)
+        if process is not None:
+            return bool(process.poll() is None)
+        return bool(self.km.has_kernel)
+
+    async def is_alive(self) -> bool:
+        try:
+            return bool(await self.km.is_alive())
+        except Exception:  # a provisioner that cannot tell is treated as dead
+            return False
+
+    async def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Wait until the kernel answers on shell *and* IOPub is delivering.
+
+        Instead of a fixed flush wait, this sends ``kernel_info_request`` and
+        waits for its reply and for the IOPub status message it causes; if
+        IOPub was not yet subscribed, the status is lost and it tries again.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            msg_id = self.kc.kernel_info()
+            reply = await self._shell_reply(msg_id, deadline)
+            if await self._iopub_saw(msg_id, min(deadline, time.monotonic() + 0.3)):
+                self.kernel_info = reply
+                self.stream_guard = None  # a new kernel process: the guard is to be installed
+                return reply
+            if time.monotonic() >= deadline:
+                raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")
+
+    async def _shell_reply(self, msg_id: str, deadline: float) -> dict[str, Any]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KernelStartError(
+                    "the kernel did not answer kernel_info within the start timeout"
+                )
+            try:
+                msg = await self.shell.get(min(QUIET_POLL, remaining))
+            except queue.Empty:
+                if not await self.is_alive():
+                    raise KernelStartError(
+                        f"the kernel died while starting: {await describe_exit(self.km)}"
+                    ) from None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return dict(msg["content"])
+
+    async def _iopub_saw(self, msg_id: str, deadline: float) -> bool:
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self.iopub.get(remaining)
+            except queue.Empty:
+                return False
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
+
+    async def shutdown(self, *, now: bool = False, kernel: bool = True) -> None:
+        """Disconnect, and (unless ``kernel=False``) stop the kernel."""
+        try:
+            self.kc.stop_channels()
+        finally:
+            try:
+                if kernel and self.km.has_kernel:
+                    try:
+                        await self.km.shutdown_kernel(now=now)
+                    except Exception:  # already dead or never answered: make sure it is gone
+                        await self.km.shutdown_kernel(now=True)
+            finally:
+                if self.network is not None and kernel:
+                    await self.network.close()
+
+
+def _activate(env: dict[str, str], km: AsyncKernelManager) -> None:
+    """For an installed Python kernelspec: activate its interpreter's environment."""
+    try:
+        spec = km.kernel_spec
+    except NoSuchKernel:
+        return  # start_kernel reports it
+    if spec is None or not spec.argv:
+        return
+    exe = kernel_interpreter(spec.argv)
+    if exe.name.startswith("python"):
+        activate(exe, env)
+
+
+IN_MEMORY_HISTORY = "--HistoryManager.hist_file=:memory:"
+"""IPython keeps a session's input history in memory, as nbclient's kernels do.
+
+Otherwise every cell is also written to the user's ``history.sqlite``: a
+disk write on each round trip (the largest difference in warm latency
+between a plain kernel and nbclient's), contention between concurrent
+kernels on one database, and an agent's code mixed into a person's
+history. The session notebook is the record of what ran.
+"""
+
+
+def _ipython_args(km: AsyncKernelManager) -> list[str]:
+    """Extra command-line arguments for an IPython kernel (none for other kernels)."""
+    try:
+        argv = km.kernel_spec.argv if km.kernel_spec is not None else []
+    except NoSuchKernel:
+        return []  # start_kernel reports it
+    return [IN_MEMORY_HISTORY] if any("ipykernel" in str(a) for a in argv) else []
+
+
+def _local(spec: KernelSpec | None) -> bool:
+    return spec is None or "kernel_provisioner" not in (spec.metadata or {})
+
+
+def _ipc_base() -> str | None:
+    """An absolute socket path prefix for an ipc kernel, or None if it would be too long.
+
+    ZMQ names the sockets ``<prefix>-<n>``; a Unix socket path may not exceed
+    107 bytes. The prefix must be absolute: kernel and client run in different
+    working directories.
+    """
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    runtime = Path(jupyter_runtime_dir())
+    runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+    base = str(runtime / f"jx-{uuid.uuid4().hex[:12]}")
+    return base if len(base) + 3 <= 107 else None
+
+
+async def _launch_or_undo(km: AsyncKernelManager, **kwargs: Any) -> None:
+    """``km.start_kernel(**kwargs)``; cancelled half way, the process it launched is stopped.
+
+    A cancel (a stopped command, a caller that gave up) can land after the
+    kernel's process exists but before the manager has returned: the launch
+    is let finish (it does not wait for the kernel to be ready, so it is quick)
+    and what it started is shut down, so no kernel outlives the cancel.
+    """
+    launch = asyncio.ensure_future(km.start_kernel(**kwargs))
+    try:
+        await asyncio.shield(launch)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await launch
+        with contextlib.suppress(Exception):
+            await km.shutdown_kernel(now=True)
+        raise
+
+
+async def start_kernel(
+    *,
+    kernel_name: str = "python3",
+    spec: KernelSpec | None = None,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 60.0,
+) -> KernelHandle:
+    """Start a kernel (from ``spec`` if given, else the installed ``kernel_name``) and connect."""
+    kwargs: dict[str, Any] = {"kernel_name": kernel_name}
+    if spec is not None:
+        kwargs["kernel_spec_manager"] = _OneSpec(spec)
+    km = AsyncKernelManager(**kwargs)
+    if _local(spec):
+        ipc_base = _ipc_base()
+        if ipc_base is not None:
+            # Unix sockets in the user's runtime dir: no TCP port other local users
+            # could reach, and no "running over TCP without encryption" warning.
+            km.transport = "ipc"
+            km.ip = ipc_base
+    # A short shutdown wait: a kernel that ignores shutdown_request is killed soon.
+    km.shutdown_wait_time = 3.0
+    kernel_env = dict(os.environ if env is None else env)
+    kernel_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    if spec is None:
+        _activate(kernel_env, km)
+    try:
+        await _launch_or_undo(km, cwd=str(cwd), env=kernel_env, extra_arguments=_ipython_args(km))
+    except NoSuchKernel:
+        raise KernelStartError(
+            f"no kernelspec named {kernel_name!r}; installed: "
+            f"{', '.join(sorted(KernelSpecManager().find_kernel_specs())) or 'none'} "
+            f"(install ipykernel's with: {sys.executable} -m ipykernel install --user)"
+        ) from None
+    except JupyterExecError:
+        raise
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+    kc = km.client()
+    kc.start_channels()
+    handle = KernelHandle(km=km, kc=kc, spec=km.kernel_spec)
+    try:
+        await handle.wait_ready(startup_timeout)
+    except BaseException:
+        await handle.shutdown(now=True)
+        raise
+    return handle
+
+
+async def attach_kernel(km: AsyncKernelManager, startup_timeout: float = 60.0) -> KernelHandle:
+    """Connect to a kernel someone else started (a Jupyter server's, a gateway's, a pool's)."""
+    kc = km.client()
+    # Typed as returning None, but a gateway client's is a coroutine.
+    started: Any = getattr(kc, "start_channels")()  # noqa: B009
+    if inspect.isawaitable(started):  # a gateway client opens its websocket here
+        await started
+    try:
+        spec = km.kernel_spec
+        if inspect.isawaitable(spec):
+            spec = await spec
+    except Exception:  # e.g. a gateway's kernelspec unknown here: it is only informative
+        spec = None
+    handle = KernelHandle(km=km, kc=kc, spec=spec)
+    try:
+        await handle.wait_ready(startup_timeout)
+    except BaseException:
+        kc.stop_channels()
+        raise
+    return handle
+
+
+async def restart_kernel(handle: KernelHandle, startup_timeout: float = 60.0) -> None:
+    """Restart in place (same connection, so the client stays connected) and wait until ready."""
+    try:
+        await handle.km.restart_kernel(now=True)
+    except JupyterExecError:
+        raise
+    except (OSError, RuntimeError) as exc:
+        raise KernelDiedError(f"the kernel could not be restarted: {exc}") from exc
+    await handle.wait_ready(startup_timeout)
+
+
+async def interrupt_kernel(handle: KernelHandle) -> None:
+    try:
+        await handle.km.interrupt_kernel()
+    except JupyterExecError:
+        raise
+    except (OSError, RuntimeError) as exc:
+        raise BackendError(f"could not interrupt the kernel: {exc}") from exc

@@ -1,0 +1,317 @@
+"""Running one cell on a kernel: send it, collect its outputs, enforce its deadline, notice death.
+
+The three ways a cell can end besides normally, and what happens::
+
+    deadline passed  ─► interrupt (KeyboardInterrupt)  ─► stops within the grace period: state kept
+                                                       └► does not: restart, state lost
+    kernel silent    ─► every QUIET_POLL s of silence, ask the backend if it is alive
+      and dead       ─► restart, report how it died (signal, exit code, OOM)
+    restarted by     ─► the waiting cell notices the generation changed and ends
+      someone else
+    session closed   ─► the waiting cell ends at once as "cancelled", with its outputs so far
+
+Nothing here touches the work dir or the notebook: the result is a
+:class:`CellRun`, which the session turns into files, a cell and an Execution.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import queue
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, describe_exit, interrupt_kernel
+from jupyter_exec.engine.outputs import CellOutputs, strip_ansi
+from jupyter_exec.models import CellError, Status
+
+__all__ = ["CellRun", "CellRunner", "OutputCallback"]
+
+log = logging.getLogger("jupyter_exec")
+
+OutputCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""Called with each output as it arrives (an nbformat output dict, a stream chunk,
+or a ``clear_output`` / ``update_display_data`` event); may be a coroutine function."""
+
+Outcome = Literal["idle", "timeout", "died", "restarted", "closed"]
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+@dataclass
+class CellRun:
+    """How a cell ended, before it is recorded."""
+
+    status: Status
+    error: CellError | None = None
+    state_lost: bool = False
+    timing: dict[str, str] = field(default_factory=dict)
+    """JupyterLab's per-cell timing keys (``iopub.status.busy``, ``shell.execute_reply``, ...)."""
+    reply_error: CellError | None = None
+    """The error the execute_reply names (the only report of e.g. an unknown ``%magic``)."""
+    user_expressions: dict[str, Any] = field(default_factory=dict)
+    """The execute_reply's ``user_expressions`` (what the session asked besides the code)."""
+
+
+class CellRunner:
+    """Runs cells on one kernel.
+
+    ``restart(note)`` is the session's way of restarting the kernel (it keeps
+    the note for the notebook and bumps ``generation()``), so a cell that is
+    waiting when someone else restarts the kernel can tell. ``closing()``
+    says the session is being closed: the cell stops waiting.
+    """
+
+    def __init__(
+        self,
+        kernel: KernelHandle,
+        *,
+        interrupt_grace: float,
+        restart: Callable[[str], Awaitable[None]],
+        generation: Callable[[], int],
+        closing: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.kernel = kernel
+        self.interrupt_grace = interrupt_grace
+        self._restart = restart
+        self._generation = generation
+        self._closing = closing
+
+    async def run(
+        self,
+        code: str,
+        builder: CellOutputs,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        metadata: dict[str, Any] | None = None,
+        user_expressions: dict[str, str] | None = None,
+    ) -> CellRun:
+        """Run ``code``; ``metadata`` goes into the execute_request (the stream guard reads it),
+        and so do ``user_expressions`` (their values land in ``CellRun.user_expressions``).
+
+        However the cell ends, stream text the builder's redactor still holds back (it
+        might have begun a secret) is passed on last."""
+        run = await self._run(code, builder, timeout, on_output, metadata, user_expressions)
+        released = builder.release()
+        if on_output is not None:
+            for event in released:
+                await _call(on_output, event)
+        return run
+
+    async def _run(
+        self,
+        code: str,
+        builder: CellOutputs,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        metadata: dict[str, Any] | None,
+        user_expressions: dict[str, str] | None,
+    ) -> CellRun:
+        run = CellRun(status="ok")
+        generation = self._generation()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        msg_id = self._send(code, metadata, user_expressions)
+        outcome = await self._collect(msg_id, builder, deadline, on_output, run.timing, generation)
+        if outcome == "closed":
+            run.status = "cancelled"
+            run.error = _CLOSED
+            return run
+        if outcome == "timeout":
+            assert timeout is not None
+            outcome = await self._stop_runaway(msg_id, builder, timeout, on_output, run, generation)
+            run.status = "timeout"
+            if run.state_lost:
+                return run
+        if outcome == "idle":
+            reply = await self._shell_reply(msg_id, run.timing)
+            if builder.execution_count is None:
+                builder.execution_count = reply.get("execution_count")
+            run.user_expressions = dict(reply.get("user_expressions") or {})
+            if run.status != "timeout":
+                run.status = "ok" if reply.get("status") == "ok" else "error"
+            if run.status == "error" and reply.get("ename"):
+                run.reply_error = CellError(
+                    str(reply["ename"]),
+                    str(reply.get("evalue", "")),
+                    strip_ansi("\n".join(reply.get("traceback") or [])),
+                )
+            return run
+        run.status = "died"
+        run.error = await self._after_death(outcome, run.timing)
+        run.state_lost = True
+        return run
+
+    def _send(
+        self, code: str, metadata: dict[str, Any] | None, expressions: dict[str, str] | None
+    ) -> str:
+        kc = self.kernel.kc
+        if not metadata and not expressions:
+            return str(kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False))
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": dict(expressions or {}),
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        msg = kc.session.msg("execute_request", content, metadata=metadata)
+        kc.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
+
+    async def _collect(
+        self,
+        msg_id: str,
+        builder: CellOutputs,
+        deadline: float | None,
+        on_output: OutputCallback | None,
+        timing: dict[str, str],
+        generation: int,
+    ) -> Outcome:
+        """Feed IOPub messages of ``msg_id`` to ``builder`` until the kernel is idle.
+
+        The liveness check runs only after QUIET_POLL seconds without messages,
+        so the fast path pays nothing for it.
+        """
+        while True:
+            if self._closing():
+                return "closed"
+            wait = QUIET_POLL
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return "timeout"
+            try:
+                msg = await self.kernel.iopub.get(wait)
+            except queue.Empty:
+                if generation != self._generation():
+                    return "restarted"
+                if deadline is not None and time.monotonic() >= deadline:
+                    return "timeout"
+                if not await self.kernel.is_alive():
+                    return "died"
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["header"]["msg_type"]
+            if kind == "status":
+                state = msg["content"].get("execution_state")
+                if state in ("busy", "idle"):
+                    timing[f"iopub.status.{state}"] = _iso(msg["header"].get("date"))
+                if state == "idle":
+                    return "idle"
+                continue
+            if kind == "execute_input":
+                timing["iopub.execute_input"] = _iso(msg["header"].get("date"))
+            events = builder.feed(msg)
+            if on_output is not None:
+                for event in events:
+                    await _call(on_output, event)
+
+    async def _shell_reply(self, msg_id: str, timing: dict[str, str]) -> dict[str, Any]:
+        """The execute_reply (normally already queued when IOPub goes idle)."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                msg = await self.kernel.shell.get(QUIET_POLL)
+            except queue.Empty:
+                if self._closing() or not await self.kernel.is_alive():
+                    break
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                timing["shell.execute_reply"] = _iso(msg["header"].get("date"))
+                return dict(msg["content"])
+        return {"status": "error"}
+
+    async def _stop_runaway(
+        self,
+        msg_id: str,
+        builder: CellOutputs,
+        timeout: float,
+        on_output: OutputCallback | None,
+        run: CellRun,
+        generation: int,
+    ) -> Outcome:
+        """Interrupt; if the cell does not stop within the grace period, restart."""
+        try:
+            await interrupt_kernel(self.kernel)
+        except Exception as exc:  # e.g. a backend with no interrupt: go on to restart
+            log.warning("interrupt failed: %s", exc)
+        grace = time.monotonic() + self.interrupt_grace
+        outcome = await self._collect(msg_id, builder, grace, on_output, run.timing, generation)
+        where = _interrupted_at(builder)
+        if outcome == "restarted":  # someone else restarted it meanwhile
+            run.error = CellError(
+                "ExecutionTimeout",
+                f"the code ran past its {timeout:g} s timeout and the kernel was restarted; "
+                "its state is lost",
+                where,
+            )
+            run.state_lost = True
+            return outcome
+        if outcome == "idle":
+            run.error = CellError(
+                "ExecutionTimeout",
+                f"the code ran past its {timeout:g} s timeout and was interrupted; "
+                "the kernel's state is kept",
+                where,
+            )
+            return outcome
+        reason = (
+            "the kernel died when interrupted"
+            if outcome == "died"
+            else f"it did not stop within {self.interrupt_grace:g} s of the interrupt"
+        )
+        await self._restart(f"restarted after a timeout ({reason})")
+        run.error = CellError(
+            "ExecutionTimeout",
+            f"the code ran past its {timeout:g} s timeout and {reason}; "
+            "the kernel was restarted and its state is lost",
+            where,
+        )
+        run.state_lost = True
+        return outcome
+
+    async def _after_death(self, outcome: Outcome, timing: dict[str, str]) -> CellError:
+        if outcome == "restarted":
+            return CellError(
+                "KernelRestarted", "the kernel was restarted while this code ran; its state is lost"
+            )
+        how = await describe_exit(self.kernel.km)
+        await self._restart(f"restarted after the kernel died ({how})")
+        return CellError(
+            "KernelDied",
+            f"the kernel died during this execution: {how}. It was restarted; its state is lost.",
+        )
+
+
+_CLOSED = CellError(
+    "SessionClosed", "the session was closed while this code ran; its outputs so far are kept"
+)
+
+
+async def _call(on_output: OutputCallback, event: dict[str, Any]) -> None:
+    try:
+        result = on_output(event)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("on_output callback failed (the execution goes on)")
+
+
+def is_interrupt(output: dict[str, Any]) -> bool:
+    return output.get("output_type") == "error" and output.get("ename") == "KeyboardInterrupt"
+
+
+def _interrupted_at(builder: CellOutputs) -> str:
+    """The KeyboardInterrupt traceback, as plain text: where the code was when stopped."""
+    for output in builder.outputs:
+        if is_interrupt(output):
+            return strip_ansi("\n".join(output.get("traceback", [])))
+    return ""

@@ -1,0 +1,106 @@
+"""Stateless script mode: code written to a file in the work dir and run as a new process.
+
+For parity with command-line executors (AG2's ``LocalCommandLineCodeExecutor``
+and ``DockerCommandLineCodeExecutor``): each run is a fresh process in the
+session's environment - the kernel's interpreter and environment on the host,
+or ``docker exec`` in the session's own container - and nothing persists in
+memory between runs. Output is stdout and stderr combined in order; a run past
+its timeout is killed with its children and exits 124, as with ``timeout(1)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_exec.boundary.naming import script_file_name
+from jupyter_exec.boundary.paths import write_bytes
+from jupyter_exec.engine.interpreters import kernel_interpreter
+from jupyter_exec.engine.store import confined_path, writable_path
+from jupyter_exec.exceptions import BackendError
+from jupyter_exec.models import ScriptResult
+
+__all__ = ["SCRIPT_LANGUAGES", "TIMEOUT_EXIT_CODE", "run_script", "script_path"]
+
+TIMEOUT_EXIT_CODE = 124
+"""Exit code of a script killed at its timeout (as with coreutils ``timeout``)."""
+
+SCRIPT_LANGUAGES = {"python": ".py", "sh": ".sh"}
+
+
+def script_path(
+    work_dir: Path, folder: str, number: int, language: str, filename: str | None
+) -> Path:
+    """Where a script goes: ``filename`` (confined to the work dir), or a numbered default."""
+    if language not in SCRIPT_LANGUAGES:
+        raise ValueError(f"unsupported script language {language!r}: use 'python' or 'sh'")
+    relative = filename or f"{folder}/{script_file_name(number, SCRIPT_LANGUAGES[language])}"
+    return confined_path(work_dir, relative)
+
+
+def _interpreter(language: str, kernel_argv: list[str]) -> list[str]:
+    if language == "sh":
+        return ["bash"]
+    return [str(kernel_interpreter(kernel_argv))]
+
+
+async def _run_local(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float | None
+) -> tuple[int, str, bool]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so a timeout kills its children too
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), timeout)
+        return process.returncode or 0, out.decode("utf-8", "replace"), False
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        out, _ = await process.communicate()
+        marker = f"\n[timed out after {timeout:g} s: killed]\n"
+        return TIMEOUT_EXIT_CODE, out.decode("utf-8", "replace") + marker, True
+
+
+async def run_script(
+    path: Path,
+    code: str,
+    language: str,
+    *,
+    work_dir: Path,
+    kernel_argv: list[str],
+    kernel_env: dict[str, str],
+    provisioner: Any,
+    timeout: float | None,
+) -> ScriptResult:
+    """Write ``code`` to ``path`` and run it in the session's environment."""
+    path = writable_path(work_dir, path.relative_to(work_dir.absolute()))
+    write_bytes(work_dir.absolute(), path.relative_to(work_dir.absolute()), code.encode("utf-8"))
+    interpreter = _interpreter(language, kernel_argv)
+    started = time.monotonic()
+    run_in_container = getattr(provisioner, "run_command", None)
+    if run_in_container is not None:
+        mount = str(getattr(provisioner, "work_mount", "/work")).rstrip("/")
+        inside = f"{mount}/{path.relative_to(work_dir.absolute()).as_posix()}"
+        argv = ["python" if language == "python" else "bash", inside]
+        code_, output = await run_in_container(argv, timeout=timeout)
+        timed_out = code_ == TIMEOUT_EXIT_CODE  # the in-container watchdog says so itself
+    else:
+        env = {**os.environ, **kernel_env}
+        try:
+            code_, output, timed_out = await _run_local(
+                [*interpreter, str(path)], work_dir, env, timeout
+            )
+        except OSError as exc:
+            raise BackendError(f"could not run {interpreter[0]}: {exc.strerror or exc}") from exc
+    return ScriptResult(code_, output, path, time.monotonic() - started, timed_out)

@@ -1,0 +1,461 @@
+"""AsyncSession: a kernel, a work dir and a notebook; code in, an Execution out.
+
+The session holds the parts together and keeps executions in order; each part
+lives in its own module::
+
+    SessionOptions  every option, validated, with its help          [options.py]
+    launch_kernel   the kernel for those options (local, interpreter,
+                    Docker, remote, given, from an environment)       [launch.py]
+    execute(code) ─► CellRunner: send it, collect IOPub into nbformat
+                     outputs, enforce the deadline, notice death     [runner.py]
+                  ─► Recording: output files, display updates across
+                     cells, the notebook cell, files the code wrote  [recording.py]
+                  ─► the caller's Execution, a copy of what was recorded [models.py]
+    fork / undo / checkpoint / restore: copy-on-write forks and
+                    snapshots of the kernel                           [state.py]
+
+Executions on one session are queued (an asyncio.Lock is FIFO), never
+interleaved. Local kernels run with the rights of this process: they are for
+trusted code. Use the Docker backend for anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from jupyter_exec.boundary.naming import check_encodable, files_folder
+from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
+from jupyter_exec.engine.languages import normalise_language
+from jupyter_exec.engine.launch import launch_kernel, resolve_environment
+from jupyter_exec.engine.recording import Recording
+from jupyter_exec.engine.runner import CellRunner, OutputCallback
+from jupyter_exec.engine.workdir import prepare_paths, remove_made
+from jupyter_exec.exceptions import BackendError, KernelNotAliveError, SessionClosedError
+from jupyter_exec.models import Execution, ScriptResult
+from jupyter_exec.notebook.meta import notebook_metadata
+from jupyter_exec.notebook.recorder import NotebookRecorder, read_notebook
+from jupyter_exec.options import (
+    DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_INTERRUPT_GRACE,
+    DEFAULT_MAX_OUTPUT_CHARS,
+    DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    DEFAULT_UNDO_STEPS,
+    Backend,
+    SessionOptions,
+    options_from,
+)
+from jupyter_exec.state.session_state import SessionState, StateMethods
+
+__all__ = ["AsyncSession", "Backend", "OutputCallback"]
+
+log = logging.getLogger("jupyter_exec")
+
+CLOSE_WAIT = 10.0
+"""Seconds ``close()`` waits for a running cell to record itself before stopping the kernel."""
+
+
+class AsyncSession(StateMethods):
+    """A stateful kernel session whose every execution is recorded as a notebook cell.
+
+    Takes the fields of :class:`~jupyter_exec.options.SessionOptions` as
+    keyword arguments (``work_dir``, ``kernel_name``, ``python``,
+    ``notebook``, ``name``, ``timeout``, ``backend``, ``docker``, ``env``,
+    ``environment``, ``url``, ``token``, ``kernel_manager``, ...; each one's
+    help is there), or a ready ``options=`` object, which arguments that
+    differ from their defaults override. Invalid options raise
+    :class:`~jupyter_exec.InvalidArgument` here, before any kernel starts.
+    """
+
+    recorder_class: type[NotebookRecorder] = NotebookRecorder
+    """What records the notebook; the server extension's subclass merges with a person's edits."""
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        kernel_name: str = "python3",
+        python: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | Literal[False] | None = None,
+        name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        *,
+        backend: Backend = "local",
+        docker: dict[str, Any] | None = None,
+        network: Any = None,
+        env: dict[str, str] | None = None,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        undo_steps: int = DEFAULT_UNDO_STEPS,
+        checkpoint_every: float | None = DEFAULT_CHECKPOINT_EVERY,
+        overwrite: bool = False,
+        environment: Any = None,
+        url: str | None = None,
+        token: str | None = None,
+        kernel_manager: Any = None,
+        owns_kernel: bool = False,
+        options: SessionOptions | None = None,
+    ) -> None:
+        given = dict(locals())  # exactly the parameters above: the SessionOptions fields
+        del given["self"], given["options"]
+        self._options = options_from(options, **given)
+        self._work_dir: Path | None = None
+        self._name: str | None = None
+        self._notebook_path: Path | None = None
+        self._kernel: KernelHandle | None = None
+        self._recording: Recording | None = None
+        self._lock = asyncio.Lock()
+        self._last_activity = time.monotonic()
+        self._closed = False
+        self._generation = 0  # bumped by every restart, so a waiting execute notices
+        # While a cell runs: a future done once it is recorded, and the task running it.
+        self._running: tuple[asyncio.Future[None], asyncio.Task[Any] | None] | None = None
+        self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
+        self._state = SessionState(self._options.undo_steps, self._options.checkpoint_every)
+        self.resumed: list[Execution] = []
+        """When resumed: the executions that rebuilt the kernel's state, in order."""
+
+    @property
+    def options(self) -> SessionOptions:
+        """The session's options (once started: with its environment resolved)."""
+        return self._options
+
+    @property
+    def timeout(self) -> float | None:
+        """Default seconds per execution (``None``: no limit)."""
+        return self._options.timeout
+
+    @property
+    def backend(self) -> Backend:
+        return self._options.backend
+
+    @property
+    def work_dir(self) -> Path:
+        if self._work_dir is None:
+            raise SessionClosedError("the session has not been started")
+        return self._work_dir
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            raise SessionClosedError("the session has not been started")
+        return self._name
+
+    @property
+    def files_dir(self) -> Path:
+        """``<work_dir>/<name>_files``: where rich outputs and overflowing streams are saved."""
+        return self.work_dir / files_folder(self.name)
+
+    @property
+    def notebook_path(self) -> Path | None:
+        """The recorded notebook, or ``None`` when recording is off."""
+        return self._notebook_path
+
+    @property
+    def _recorder(self) -> NotebookRecorder | None:
+        return self._recording.recorder if self._recording is not None else None
+
+    @property
+    def kernel_id(self) -> str | None:
+        return self._kernel.kernel_id if self._kernel else None
+
+    @property
+    def language_info(self) -> dict[str, Any]:
+        return dict(self._kernel.kernel_info.get("language_info", {})) if self._kernel else {}
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running (a cheap check for local kernels)."""
+        return self._kernel is not None and not self._closed and self._kernel.process_alive()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """Whether an execution is running or queued on this session."""
+        return self._lock.locked()
+
+    @property
+    def last_activity(self) -> float:
+        """``time.monotonic()`` when the last execution ended (or the session started)."""
+        return self._last_activity
+
+    async def check_alive(self) -> bool:
+        """Ask the backend whether the kernel is alive (accurate for every backend)."""
+        return self._kernel is not None and not self._closed and await self._kernel.is_alive()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._kernel else "not started")
+        where = f" work_dir={str(self._work_dir)!r}" if self._work_dir else ""
+        return f"<{type(self).__name__} {self._name or '?'} {self.backend} {state}{where}>"
+
+    @classmethod
+    def resume(
+        cls,
+        notebook: str | os.PathLike[str],
+        *,
+        until: int | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncSession:
+        """A session that continues a recorded notebook (started by ``async with`` / ``start()``).
+
+        On start, the notebook's code cells (the first ``until`` of them, if
+        given) are re-run silently to rebuild the kernel's state; their
+        executions are in ``session.resumed``. New cells are then appended to
+        the same notebook, numbering on. ``work_dir`` defaults to the
+        notebook's folder and ``name`` to its stem, so output files continue in
+        the same ``<name>_files`` folder. Other arguments are as for the constructor.
+        """
+        from jupyter_exec.notebook.resume import for_notebook
+
+        return for_notebook(cls, notebook, until, work_dir, name, kwargs)
+
+    async def start(self) -> AsyncSession:
+        """Make the work dir and notebook and start the kernel (idempotent; undone if it fails)."""
+        if self._closed:
+            raise SessionClosedError("this session was closed; create a new one")
+        if self._kernel is not None:
+            return self
+        made: list[Path] = []
+        try:
+            await self._start(made)
+        except BaseException:
+            await self._undo_start(made)
+            raise
+        log.info("session %s: kernel %s, work dir %s", self._name, self.kernel_id, self._work_dir)
+        return self
+
+    async def _start(self, made: list[Path]) -> None:
+        work_dir, name, self._notebook_path = prepare_paths(
+            self._options, made, resume=self._resume is not None
+        )
+        self._work_dir, self._name = work_dir, name
+        # Read a notebook to resume before starting anything, so a bad one costs no kernel.
+        recorded = (
+            read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
+        )
+        self._options = await resolve_environment(self._options)
+        self._kernel = await launch_kernel(self._options, work_dir)
+        if self._kernel.network is not None:  # what a network policy's ask is told
+            self._kernel.network.session = name
+        self._recording = Recording(work_dir, files_folder(name), self._notebook_path)
+        if recorded is not None and self._resume is not None:
+            from jupyter_exec.notebook.resume import rebuild
+
+            await rebuild(self, recorded, self._resume[0])
+        elif self._notebook_path is not None:
+            metadata = notebook_metadata(self._kernel, self._options, name)
+            self._recording.adopt(self.recorder_class(self._notebook_path, metadata))
+
+    async def _undo_start(self, made: list[Path]) -> None:
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            with contextlib.suppress(Exception):
+                await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+        if self._recording is not None:
+            self._recording.close()
+            self._recording = None
+        await asyncio.to_thread(remove_made, made, temporary=self._options.work_dir is None)
+
+    def record_cell(self, cell: dict[str, Any]) -> int | None:
+        """Append a cell that was not executed (replay keeps a notebook's layout with it).
+
+        Returns its index in the notebook (``None`` when recording is off).
+        """
+        return self._recording.record_cell(cell) if self._recording is not None else None
+
+    @property
+    def notebook_metadata(self) -> dict[str, Any]:
+        """A copy of the session notebook's metadata (empty when recording is off)."""
+        return self._recording.metadata() if self._recording is not None else {}
+
+    def set_notebook_metadata(self, key: str, value: Any) -> None:
+        """Set a top-level notebook metadata entry and save (no-op when recording is off)."""
+        if self._recording is not None:
+            self._recording.set_metadata(key, value)
+
+    async def close(self) -> None:
+        """Stop the kernel. The work dir and notebook stay. Idempotent.
+
+        A cell running meanwhile stops waiting, is recorded with its outputs
+        so far, and its caller gets :class:`~jupyter_exec.SessionClosedError`
+        carrying that Execution.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._running is not None and self._running[1] is not asyncio.current_task():
+            with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
+                await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
+        kernel, self._kernel = self._kernel, None
+        if self._recording is not None:
+            self._recording.close()
+        try:
+            if kernel is not None:
+                await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+        finally:
+            await self._state.close(self._options.shuts_down_kernel)
+        log.info("session %s closed; notebook %s", self._name, self._notebook_path)
+
+    async def __aenter__(self) -> AsyncSession:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _live_kernel(self) -> KernelHandle:
+        if self._closed:
+            raise SessionClosedError("the session is closed")
+        if self._kernel is None:
+            raise KernelNotAliveError(
+                "the session has not been started (use `async with` or start())"
+            )
+        return self._kernel
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell (KeyboardInterrupt in the kernel); state is kept."""
+        await interrupt_kernel(self._live_kernel())
+
+    async def restart(self, note: str = "restarted by request") -> None:
+        """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
+        kernel = await self._state.restartable(self, self._live_kernel())
+        self._generation += 1
+        await restart_kernel(kernel, self._options.startup_timeout)
+        assert self._recording is not None
+        self._recording.restart_note = note
+
+    async def run_script(
+        self,
+        code: str,
+        language: str = "python",
+        filename: str | None = None,
+        timeout: float | None = None,
+    ) -> ScriptResult:
+        """Write ``code`` to a file in the work dir and run it as a new process.
+
+        Stateless, like a command-line executor: the process runs in the
+        session's environment (the kernel's interpreter and environment on the
+        host, or the session's own container) with the work dir as cwd, and
+        shares nothing with the kernel. ``language`` is ``"python"`` or
+        ``"sh"`` (``"bash"``, ``"py"``... are accepted); ``filename`` (relative,
+        confined to the work dir) defaults to ``<name>_files/script-NNN.<ext>``.
+        A run past ``timeout`` is killed and exits 124.
+        """
+        if self.backend == "remote":
+            raise BackendError("run_script needs the kernel's own machine; use %%bash in a cell")
+        assert self._recording is not None
+        timeout = self.timeout if timeout is None else timeout
+        return await self._recording.run_script(
+            self._live_kernel(), code, normalise_language(language), filename, timeout
+        )
+
+    async def execute(
+        self,
+        code: str,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run ``code`` in the kernel and return what it did.
+
+        ``timeout`` overrides the session default for this call. Errors in the
+        code are returned as ``execution.error``; a timeout or a dead kernel
+        also end in an ``Execution`` (``status`` ``"timeout"`` / ``"died"``), so
+        this only raises for problems of the session itself: a write that
+        failed (:class:`~jupyter_exec.StorageError`,
+        :class:`~jupyter_exec.NotebookError`) or a ``close()`` meanwhile
+        (:class:`~jupyter_exec.SessionClosedError`), each carrying the Execution.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        check_encodable(code, "the code")
+        self._live_kernel()
+        async with self._lock:
+            kernel = self._live_kernel()
+            self._running = (asyncio.get_running_loop().create_future(), asyncio.current_task())
+            try:
+                await self._state.before_cell(self, kernel)
+                execution = await self._execute(
+                    kernel, code, self.timeout if timeout is None else timeout, on_output
+                )
+            except asyncio.CancelledError:
+                # The caller gave up: stop the cell too, so the next one does not wait behind it.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(interrupt_kernel(kernel))
+                raise
+            finally:
+                self._running[0].set_result(None)
+                self._running = None
+                self._last_activity = time.monotonic()
+        if execution.status == "cancelled":
+            if self._recording is not None:  # closed from within the cell (on_output): tidy up
+                self._recording.close()
+            raise SessionClosedError(
+                "the session was closed while this cell ran; the cell is recorded with its "
+                "outputs so far (see .execution)",
+                execution,
+            )
+        return execution
+
+    async def _execute(
+        self,
+        kernel: KernelHandle,
+        code: str,
+        timeout: float | None,
+        on_output: OutputCallback | None,
+        *,
+        record: bool = True,
+    ) -> Execution:
+        """Run one cell: the runner, then the recording (``record=False``: a resume, no writes)."""
+        recording = self._recording
+        assert recording is not None
+        cell = await recording.begin(kernel, write=record, max_chars=self._options.max_output_chars)
+        runner = CellRunner(
+            kernel,
+            interrupt_grace=self._options.interrupt_grace,
+            restart=self._restart_in_cell,
+            generation=lambda: self._generation,
+            closing=lambda: self._closed,
+        )
+        started = time.monotonic()
+        expressions = self._state.cell_expressions(kernel)
+        try:
+            run = await runner.run(
+                code, cell.builder, timeout, on_output, cell.metadata, expressions
+            )
+        except BaseException:
+            cell.abandon()
+            raise
+        run.error = self._state.explain_recovery(run.error)
+        try:
+            execution = self._state.annotate(
+                recording.record(code, cell, run, time.monotonic() - started)
+            )
+        finally:
+            self._state.after_record(self, cell.index if record else None)
+        await self._state.after_cell(self, kernel, run, cell.index)
+        return execution
+
+    async def _restart_in_cell(self, note: str) -> None:
+        """The runner's restart (a dead or runaway kernel): with undo snapshots kept, the
+        state from before the cell comes back instead of an empty kernel."""
+        if not await self._state.recover(self):
+            await self.restart(note)
+            await self._state.recover_from_disk(self)
+
+
+if TYPE_CHECKING:
+    from jupyter_exec.state.host import ForkHost
+
+    def _has_the_shape_the_state_machinery_needs(session: AsyncSession) -> ForkHost:
+        return session  # mypy: the engine still satisfies jupyter_exec.state.host.ForkHost

@@ -1,0 +1,364 @@
+"""Do two runs of a cell show the same thing? Pure functions, no kernel, no I/O.
+
+A notebook's outputs are noisy in ways that say nothing about whether a result
+was reproduced: a stream split over several outputs by one tool and merged by
+another, an ``execute_result`` that another front end saved as
+``display_data``, a PNG re-encoded with another zlib level, a memory address or
+a wall time. So both sides are first reduced to a canonical form, and only
+differences that survive it count::
+
+    outputs ─► canonical text lines   streams merged per name (\\r applied),
+               (+ normalisation rules) rich outputs by mime type (HTML
+                                       whitespace collapsed, JSON key-sorted),
+                                       errors as "ename: evalue"
+            ─► images, decoded        compared by pixels (Pillow) or bytes
+
+Tracebacks are not compared (they name cell numbers and file paths); the
+error's name and value are.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import difflib
+import io
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_exec.engine.mime import IMAGES, is_json
+from jupyter_exec.engine.outputs import overwrite_line, strip_ansi
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Comparison",
+    "ImageTolerance",
+    "Rule",
+    "compare_outputs",
+    "normalize",
+    "parse_rule",
+]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A normalisation rule: every match of ``pattern`` is replaced by ``replacement``."""
+
+    name: str
+    pattern: re.Pattern[str]
+    replacement: str
+    example: str = ""
+
+    def apply(self, text: str) -> str:
+        return self.pattern.sub(self.replacement, text)
+
+
+def _rule(name: str, pattern: str, replacement: str, example: str, flags: int = 0) -> Rule:
+    return Rule(name, re.compile(pattern, flags), replacement, example)
+
+
+_DURATION_UNITS = r"(?:ns|[µμu]s|ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?)"
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    _rule(
+        "ipykernel-file",
+        r"ipykernel_\d+[/\\]\d+\.py",
+        "ipykernel_<pid>/<cell>.py",
+        "/tmp/ipykernel_4711/3391.py:2: UserWarning -> /tmp/ipykernel_<pid>/<cell>.py:2: ...",
+    ),
+    _rule(
+        "uuid",
+        r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+        "<uuid>",
+        "run 3f2b9c1e-0c4e-4d3b-9a37-1f0e2d9c9d1a -> run <uuid>",
+        re.IGNORECASE,
+    ),
+    _rule(
+        "widget-id",
+        r'("model_id": ")[0-9a-f]{32}"',
+        r'\1<id>"',
+        '{"model_id": "9f1c...(32 hex)"} -> {"model_id": "<id>"} (ipywidgets)',
+    ),
+    _rule(
+        "styler-id",
+        r"\bT_[0-9a-f]{5}(?=[_\W])",
+        "T_<id>",
+        '<table id="T_8a3f1_"> -> <table id="T_<id>_"> (pandas Styler)',
+    ),
+    _rule(
+        "address",
+        r"\b0x[0-9a-f]{8,16}\b",
+        "0x<addr>",
+        "<Foo object at 0x7f3a2c1d0e80> -> <Foo object at 0x<addr>>",
+        re.IGNORECASE,
+    ),
+    _rule(
+        "tempfile",
+        r"\btmp[a-z0-9_]{8}\b",
+        "tmp<random>",
+        "/tmp/tmpk2j4_x9q/data.csv -> /tmp/tmp<random>/data.csv",
+    ),
+    _rule(
+        "datetime",
+        r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b",
+        "<datetime>",
+        "2024-05-01 12:03:44.123+00:00 (or a date alone) -> <datetime>",
+    ),
+    _rule(
+        "datetime-repr",
+        r"datetime\.(?:datetime|date|time)\([\d, ]*\)",
+        "<datetime>",
+        "datetime.datetime(2024, 5, 1, 12, 3) -> <datetime>",
+    ),
+    _rule(
+        "clock-time",
+        r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b",
+        "<time>",
+        "Mon May  1 12:03:44 2024 -> Mon May  1 <time> 2024",
+    ),
+    _rule(
+        "tqdm",
+        r"(?:\d+(?:\.\d+)?\s?(?:[kMG]?(?:it|B)/s|s/it)|\?it/s)"
+        r"|\[\d+:\d{2}(?::\d{2})?<(?:\d+:\d{2}(?::\d{2})?|\?)",
+        "<rate>",
+        "100%|####| 50/50 [00:01<00:00, 41.3it/s] -> 100%|####| 50/50 <rate>, <rate>]",
+    ),
+    _rule(
+        "timeit-loops",
+        r"\b[\d,]+ loops? each\b",
+        "<n> loops each",
+        "(mean ± std. dev. of 7 runs, 1,000 loops each) -> (... 7 runs, <n> loops each)",
+    ),
+    _rule(
+        "duration",
+        rf"\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\s?{_DURATION_UNITS}(?![\w/])",
+        "<duration>",
+        "Wall time: 1.23 s / took 15ms / 3.2 µs ± 41 ns -> Wall time: <duration> / ...",
+    ),
+)
+"""The volatile-output rules applied by default, in order (see the README's table)."""
+
+
+def parse_rule(text: str, name: str | None = None) -> Rule:
+    """A user rule from ``REGEX`` (matches become ``<normalized>``) or ``REGEX=>REPLACEMENT``.
+
+    Raises ``ValueError`` with the regex error when ``REGEX`` does not compile.
+    """
+    pattern, sep, replacement = text.partition("=>")
+    if not pattern:
+        raise ValueError(f"empty normalisation rule {text!r}")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid normalisation regex {pattern!r}: {exc}") from None
+    return Rule(name or f"user:{pattern}", compiled, replacement if sep else "<normalized>")
+
+
+def normalize(text: str, rules: Iterable[Rule]) -> str:
+    """``text`` with ANSI codes removed and every rule applied in order."""
+    text = strip_ansi(text)
+    for rule in rules:
+        text = rule.apply(text)
+    return text
+
+
+@dataclass(frozen=True)
+class ImageTolerance:
+    """How different two images may be and still count as the same.
+
+    A pixel differs when any channel (RGBA) differs by more than
+    ``pixel_threshold`` (0-255); the images are the same when at most
+    ``fraction`` (0-1) of the pixels differ. Images of different sizes always
+    differ. The default is exact pixel equality (PNG bytes may still differ).
+    """
+
+    fraction: float = 0.0
+    pixel_threshold: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fraction <= 1.0:
+            raise ValueError(f"image tolerance must be within 0..1, not {self.fraction}")
+        if not 0 <= self.pixel_threshold <= 255:
+            raise ValueError(f"pixel threshold must be within 0..255, not {self.pixel_threshold}")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of comparing a cell's recorded outputs with its replayed ones."""
+
+    same: bool
+    diff: str = ""
+    """A unified diff of the canonical text (``---`` recorded, ``+++`` replayed), shortened."""
+    notes: tuple[str, ...] = field(default=())
+    """Differences a text diff cannot show, e.g. how much two images differ."""
+
+
+# -- canonical form ------------------------------------------------------------------
+
+_SKIPPED_MIMES = frozenset({"application/vnd.jupyter.widget-state+json"})
+_HTML_GAP_RE = re.compile(r">\s*<")
+_SPACE_RE = re.compile(r"\s+")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return "".join(str(v) for v in value)
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _terminal_text(text: str) -> str:
+    """Stream text as a terminal shows it: ``\\r`` and ``\\b`` applied, line by line."""
+    if "\r" not in text and "\b" not in text:
+        return text
+    return "\n".join(overwrite_line(line) for line in text.split("\n"))
+
+
+def _render_value(mime: str, value: Any, rules: Sequence[Rule]) -> list[str]:
+    if is_json(mime):
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):  # not JSON after all: compare the text
+                value = json.loads(value)
+        text = json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False, default=str)
+    else:
+        text = _text(value)
+        if mime in ("text/html", "image/svg+xml"):
+            # Whitespace between tags is layout; one tag per line makes the diff readable.
+            text = _HTML_GAP_RE.sub(">\n<", _SPACE_RE.sub(" ", text.strip()))
+    return normalize(text, rules).splitlines()
+
+
+@dataclass
+class _Canonical:
+    lines: list[str]
+    images: list[tuple[str, str, bytes]]  # (label, mime, payload)
+
+
+def canonical(outputs: Iterable[Mapping[str, Any]], rules: Sequence[Rule]) -> _Canonical:
+    """The comparable form of a cell's outputs (see the module docstring)."""
+    streams: dict[str, list[str]] = {}
+    rich: list[str] = []
+    images: list[tuple[str, str, bytes]] = []
+    errors: list[str] = []
+    number = 0
+    for output in outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            streams.setdefault(str(output.get("name", "stdout")), []).append(
+                _text(output.get("text", ""))
+            )
+        elif kind in ("execute_result", "display_data"):
+            number += 1
+            data = output.get("data") or {}
+            for mime in sorted(data):
+                if mime in _SKIPPED_MIMES:
+                    continue
+                label = f"[output {number}: {mime}]"
+                if mime in IMAGES:
+                    rich.append(f"{label} <image>")
+                    images.append((label, mime, _decode(data[mime])))
+                else:
+                    rich.append(label)
+                    rich.extend(_render_value(mime, data[mime], rules))
+        elif kind == "error":
+            ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
+            errors.append(normalize(f"{ename}: {evalue}", rules))
+    lines: list[str] = []
+    for name in sorted(streams):
+        lines.append(f"[{name}]")
+        lines.extend(normalize(_terminal_text("".join(streams[name])), rules).splitlines())
+    lines.extend(rich)
+    for error in errors:
+        lines.append("[error]")
+        lines.extend(error.splitlines())
+    return _Canonical(lines, images)
+
+
+def _decode(value: Any) -> bytes:
+    text = _text(value)
+    try:
+        return base64.b64decode(text)
+    except (binascii.Error, ValueError):
+        return text.encode()
+
+
+# -- images --------------------------------------------------------------------------
+
+
+def compare_images(before: bytes, after: bytes, tolerance: ImageTolerance) -> str | None:
+    """``None`` if the images count as the same, else why not.
+
+    Uses Pillow when it is installed (decoded pixels: a re-encoded PNG is the
+    same image); without it, only identical bytes are the same.
+    """
+    if before == after:
+        return None
+    try:
+        from PIL import Image, ImageChops
+    except ImportError:
+        return "image bytes differ (install Pillow to compare pixels)"
+    try:
+        with Image.open(io.BytesIO(before)) as a_file, Image.open(io.BytesIO(after)) as b_file:
+            a = a_file.convert("RGBA")
+            b = b_file.convert("RGBA")
+    except Exception:  # Pillow raises assorted types for undecodable data
+        return "image bytes differ (not decodable as images)"
+    if a.size != b.size:
+        return f"image size {a.size[0]}x{a.size[1]} -> {b.size[0]}x{b.size[1]}"
+    bands = ImageChops.difference(a, b).split()
+    worst = bands[0]
+    for band in bands[1:]:
+        worst = ImageChops.lighter(worst, band)
+    histogram = worst.histogram()
+    changed = sum(histogram[tolerance.pixel_threshold + 1 :])
+    if not changed:
+        return None
+    share = changed / (a.size[0] * a.size[1])
+    if share <= tolerance.fraction:
+        return None
+    peak = max(i for i, n in enumerate(histogram) if n)
+    return (
+        f"{changed:,} of {a.size[0] * a.size[1]:,} pixels differ ({share:.2%}; "
+        f"largest channel difference {peak})"
+    )
+
+
+# -- comparing -----------------------------------------------------------------------
+
+MAX_DIFF_LINES = 40
+MAX_DIFF_LINE_CHARS = 200
+
+
+def _short_diff(before: list[str], after: list[str]) -> str:
+    lines = list(difflib.unified_diff(before, after, "recorded", "replayed", n=1, lineterm=""))
+    shown = [
+        line if len(line) <= MAX_DIFF_LINE_CHARS else line[:MAX_DIFF_LINE_CHARS] + "…"
+        for line in lines[:MAX_DIFF_LINES]
+    ]
+    if len(lines) > MAX_DIFF_LINES:
+        shown.append(f"... ({len(lines) - MAX_DIFF_LINES} more diff lines)")
+    return "\n".join(shown)
+
+
+def compare_outputs(
+    before: Iterable[Mapping[str, Any]],
+    after: Iterable[Mapping[str, Any]],
+    rules: Sequence[Rule] = DEFAULT_RULES,
+    image_tolerance: ImageTolerance | None = None,
+) -> Comparison:
+    """Compare a cell's recorded outputs with its replayed ones (nbformat output dicts)."""
+    tolerance = image_tolerance or ImageTolerance()
+    old = canonical(before, rules)
+    new = canonical(after, rules)
+    notes: list[str] = []
+    old_images = {(label, mime): data for label, mime, data in old.images}
+    for label, mime, data in new.images:
+        if (label, mime) in old_images:
+            why = compare_images(old_images[(label, mime)], data, tolerance)
+            if why is not None:
+                notes.append(f"{label} {why}")
+    diff = "" if old.lines == new.lines else _short_diff(old.lines, new.lines)
+    return Comparison(same=not diff and not notes, diff=diff, notes=tuple(notes))

@@ -1,0 +1,116 @@
+"""Resuming a recorded session: re-run its notebook's code to rebuild the kernel's state.
+
+Called by :meth:`~jupyter_exec.AsyncSession.start` for a session made with
+:meth:`~jupyter_exec.AsyncSession.resume`. The re-run cells are executed
+without writing anything (no files, no new cells); then the notebook becomes
+the session's live record, so new cells are appended to it, numbering on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from jupyter_exec.boundary.naming import backup_notebook_name, safe_name
+from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.notebook.meta import is_undone, notebook_metadata
+from jupyter_exec.notebook.recorder import new_cell_id
+from jupyter_exec.notebook.runorder import run_order
+
+if TYPE_CHECKING:
+    from jupyter_exec.engine.session import AsyncSession
+
+__all__ = ["for_notebook", "rebuild"]
+
+log = logging.getLogger("jupyter_exec")
+
+
+S = TypeVar("S", bound="AsyncSession")
+
+
+def for_notebook(
+    cls: type[S],
+    notebook: str | os.PathLike[str],
+    until: int | None,
+    work_dir: str | os.PathLike[str] | None,
+    name: str | None,
+    options: dict[str, Any],
+) -> S:
+    """An unstarted session of class ``cls`` set to resume ``notebook`` when it starts."""
+    if until is not None and until < 0:
+        raise InvalidArgument(f"until must be >= 0, not {until}")
+    path = Path(notebook).expanduser().absolute()
+    session = cls(
+        path.parent if work_dir is None else work_dir,
+        notebook=path,
+        name=name or safe_name(path.stem),
+        overwrite=True,
+        **options,
+    )
+    session._resume = (until,)
+    return session
+
+
+async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
+    """Re-run the recorded code cells, then adopt the notebook as the session's record.
+
+    With ``until``, cells after the ``until``-th code cell no longer match
+    the kernel's state: the full notebook is first copied to
+    ``<stem>.before-resume-<time>.ipynb`` beside it, then the live record is
+    cut after that cell, so it stays a faithful, replayable account.
+    """
+    path = session.notebook_path
+    kernel = session._kernel
+    recording = session._recording
+    assert path is not None
+    assert kernel is not None
+    assert recording is not None
+    cells = [dict(c) for c in nb.cells]
+    for cell in cells:
+        cell.setdefault("id", new_cell_id())  # nbformat < 4.5 had no cell ids
+    positions = [  # in the order the cells ran (a shared notebook says), else as placed
+        i
+        for i in run_order(cells)
+        if (c := cells[i])["cell_type"] == "code" and c["source"].strip() and not is_undone(c)
+    ]
+    entry: dict[str, Any] = {"at": datetime.now(timezone.utc).isoformat()}
+    if until is not None:
+        if until < len(positions):
+            backup = path.with_name(backup_notebook_name(path.stem))
+            with Folder.open(path.parent) as folder:  # never through a link the kernel made
+                folder.write_atomic(backup.name, [folder.read_bytes(path.name)])
+            kept = _kept(cells, positions, until)
+            entry.update(dropped_cells=len(cells) - len(kept), backup=backup.name)
+            cells = [cells[i] for i in kept]
+        positions = positions[:until]
+    code_cells = [nb.cells[i] for i in positions]
+    for cell in code_cells:
+        session.resumed.append(
+            await session._execute(kernel, cell.source, session.timeout, None, record=False)
+        )
+    failed = [i for i, e in enumerate(session.resumed, start=1) if not e.ok]
+    metadata = dict(nb.metadata)
+    ours = notebook_metadata(kernel, session.options, session.name)
+    metadata.update({k: v for k, v in ours.items() if k != "jupyter_exec"})
+    history = dict(metadata.get("jupyter_exec", {}))
+    history.setdefault("session", session.name)
+    entry.update(cells_rerun=len(code_cells), failed=failed)
+    history["resumed"] = [*history.get("resumed", []), entry]
+    metadata["jupyter_exec"] = history
+    recording.adopt(session.recorder_class(path, metadata, cells))
+    recording.restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
+    if failed:
+        log.warning("resume of %s: re-run cells %s failed", path, failed)
+
+
+def _kept(cells: list[dict[str, Any]], positions: list[int], until: int) -> list[int]:
+    """The cells that still match the state after re-running the first ``until`` of
+    ``positions``: those, and every cell that does not run placed before the last of them."""
+    rerun = set(positions[:until])
+    last = max(rerun, default=-1)
+    runnable = set(positions)
+    return [i for i in range(len(cells)) if i in rerun or (i not in runnable and i <= last)]
