@@ -101,121 +101,65 @@ suppress_warnings: list[str] = []
 jx_package_path = "../jupyter_exec"
 jx_layers = [
     {
-        "title": "Models, errors and names",
-        "about": "Plain data and vocabulary every other layer shares: the result objects, the "
-        "one error tree, MIME tables, naming rules, the typed options. No I/O, no kernel.",
-        "modules": [
-            "__init__",
-            "_version",
-            "models",
-            "exceptions",
-            "mime",
-            "naming",
-            "options",
-            "network",
-            "network.policy",
-            "network.rules",
-        ],
+        "title": "The public surface",
+        "about": "What ``import jupyter_exec`` gives: the result objects, the one error tree, "
+        "the typed options, the blocking ``Session``. The package root holds nothing else.",
+        "modules": ["__init__", "_version", "models", "exceptions", "options"],
     },
     {
-        "title": "Translation and input",
-        "about": "Functions from one representation to another, tested without a kernel: "
-        "kernel messages to nbformat outputs, output comparison, the files people give us to "
-        "run, Docker options to engine arguments.",
-        "modules": ["outputs", "compare", "sources", "docker.options", "network.redact"],
+        "title": "The boundary (boundary, network)",
+        "about": "Every decision between a kernel and the host, each taken in one place: the "
+        "path resolver, the checkpoint key and origin rule, names; the network policy and "
+        "the proxy that keeps secrets on TLS to the decided host. Imports only the error "
+        "tree. See the security page.",
+        "modules": ["boundary", "boundary.*", "network", "network.*"],
     },
     {
-        "title": "Files in the work dir",
-        "about": "Everything written on the host: output files, spills, the notebook and its "
-        "atomic saves, link-safe writes in folders a kernel can write.",
-        "modules": ["store", "recorder", "safefs", "server.recorder", "runorder", "workdir"],
+        "title": "The engine (engine)",
+        "about": "One session: a kernel started and watched, one cell run, its messages made "
+        "nbformat outputs, the cell recorded in the work dir. ``AsyncSession`` ties it "
+        "together. Never imports a front end.",
+        "modules": ["engine", "engine.*"],
     },
     {
-        "title": "Kernels: launch and backends",
-        "about": "How a kernel is started, watched and stopped: jupyter_client for local "
-        "kernels, our Docker provisioner, remote servers and gateways, environments.",
-        "modules": [
-            "kernel",
-            "interpreters",
-            "receiver",
-            "launch",
-            "backends",
-            "environments",
-            "venvs",
-            "docker",
-            "docker.*",
-            "remote",
-            "remote.*",
-            "forking",
-            "snapshots",
-            "inkernel_fork",
-            "inkernel_state",
-            "network.proxy",
-            "network.forwarder",
-            "network.wire",
-            "network.intercept",
-            "network.tls",
-            "network.bundle",
-            "network.shared",
-        ],
+        "title": "Backends (docker, remote)",
+        "about": "Where a kernel runs besides this machine: our hardened Docker provisioner "
+        "and the kernel gateways.",
+        "modules": ["docker", "docker.*", "remote", "remote.*"],
     },
     {
-        "title": "One cell",
-        "about": "Running one piece of code on a kernel: the cell runner (deadline, "
-        "interrupt, death), the stream guard that keeps output floods in the kernel's work "
-        "dir instead of host memory (its host side and the code it runs in the kernel), and "
-        "stateless script mode, and the code blocks taken from messages and Markdown files.",
-        "modules": ["runner", "guard", "inkernel", "scripts", "codeblocks", "inflight"],
+        "title": "State and the record (state, notebook)",
+        "about": "A session's state over time (fork, undo, checkpoints, recovery), seen "
+        "through a small protocol rather than the session class; the notebook as a record: "
+        "written, read, replayed, judged and resumed.",
+        "modules": ["state", "state.*", "notebook", "notebook.*"],
     },
     {
-        "title": "Sessions and managers",
-        "about": "The engine (``AsyncSession``) and its collaborators (the recording of each "
-        "cell, resuming from a notebook), its blocking face (``Session``), and many named "
-        "sessions with warm pools, limits and culling.",
-        "modules": [
-            "session",
-            "recording",
-            "resume",
-            "state",
-            "sync",
-            "manager",
-            "manager.*",
-            "branching",
-            "checkpoints",
-            "checkpoint_trust",
-            "durable",
-            "recovery",
-            "state_api",
-            "notebookmeta",
-        ],
+        "title": "Many sessions (manager, sync)",
+        "about": "The blocking face of the engine, and named sessions with warm pools, "
+        "zygotes, limits and culling.",
+        "modules": ["sync", "manager", "manager.*"],
     },
     {
-        "title": "Features on sessions",
-        "about": "What is built from sessions but is not a front end itself: replay, the "
-        "agent runner shared by every agent adapter, and the text a model is shown.",
-        "modules": ["replay", "replay_report", "replay_judge", "agent", "llm"],
-    },
-    {
-        "title": "Front ends",
+        "title": "Front ends (agents, integrations, mcp, server, e2b, cli)",
         "about": "Thin views: parse input, call the layers below, serialise the result. The "
-        "command line, the Jupyter server extension, the MCP and E2B servers, the agent "
-        "adapters.",
+        "agent layer every adapter shares, the framework adapters, the MCP server, the "
+        "Jupyter server extension, the E2B-compatible server, the command line.",
         "modules": [
             "__main__",
             "*.__main__",
-            "cli",
-            "cli.*",
-            "server",
-            "server.*",
-            "mcp_server",
-            "mcp_sessions",
-            "mcp_tools",
-            "mcp_state",
-            "mcp_ask",
-            "e2b",
-            "e2b.*",
+            "agents",
+            "agents.*",
             "integrations",
             "integrations.*",
+            "mcp",
+            "mcp.*",
+            "server",
+            "server.*",
+            "e2b",
+            "e2b.*",
+            "cli",
+            "cli.*",
         ],
     },
 ]
