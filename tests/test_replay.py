@@ -436,8 +436,8 @@ def test_replayed_notebook_is_new_and_the_original_untouched(
     nb = read_notebook(mixed.report.output)
     assert [c.execution_count for c in nb.cells] == list(range(1, len(MIXED_CELLS) + 1))
     assert [c.source for c in nb.cells] == MIXED_CELLS
-    assert nb.metadata.jupyter_exec.notebook.replay.of == str(mixed.path)
-    assert nb.metadata.jupyter_exec.notebook.replay.reproduced is False
+    assert nb.metadata.jupyter_exec.replay.of == str(mixed.path)
+    assert nb.metadata.jupyter_exec.replay.reproduced is False
 
 
 def test_progress_line_per_cell(mixed: Replayed) -> None:

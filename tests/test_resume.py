@@ -63,7 +63,7 @@ def test_resume_continues_state_numbering_and_recording(notebook: Path, read_not
     assert execution.cell_index == 5
     nb = read_notebook(notebook)
     assert [c.execution_count for c in nb.cells] == [1, 2, 3, 4, 5, 6]
-    assert nb.cells[5].metadata.jupyter_exec.engine.kernel.startswith("resumed")
+    assert nb.cells[5].metadata.jupyter_exec.kernel.startswith("resumed")
     (entry,) = nb.metadata.jupyter_exec.resumed
     assert entry.cells_rerun == 5
     assert entry.failed == [4]
