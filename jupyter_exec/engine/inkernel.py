@@ -121,7 +121,7 @@ class StreamGuard:
             self.saved += 1
             ext = self.large.get("extensions", {}).get(mime, ".bin")
             relative = f"{self.large.get('prefix', 'large')}-{self.saved}{ext}"
-            value = data.pop(mime)
+            value = data[mime]
             if isinstance(value, str):
                 value = (
                     base64.b64decode(value)
@@ -129,11 +129,17 @@ class StreamGuard:
                     else value.encode("utf-8", "surrogatepass")
                 )
             path = os.path.join(self.root, relative)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(value)
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(value)
+            except OSError:
+                continue  # not saved here: the output goes to the host whole, as without us
+            del data[mime]
             saved[mime] = relative
             notes.append(f"{mime} ({len(value):,} bytes) saved as {relative}")
+        if not saved:
+            return data, metadata
         data.setdefault("text/plain", "[" + "; ".join(notes) + "]")
         image = next((r for m, r in saved.items() if m.startswith("image/")), None)
         if image is not None and "text/html" not in data:
@@ -170,8 +176,15 @@ class StreamGuard:
         handle = self.handles.get(name)
         if handle is None:
             path = os.path.join(self.root, self.files[name])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            handle = open(path, "a", encoding="utf-8", errors="surrogatepass")  # noqa: SIM115
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                handle = open(path, "a", encoding="utf-8", errors="surrogatepass")  # noqa: SIM115
+            except OSError:
+                # Nowhere to keep it (a folder this uid may not write, a full disk): the text
+                # goes to the host as it would without the guard, and nothing is lost.
+                del self.files[name]
+                original(text)
+                return size
             self.handles[name] = handle
         handle.write(text)
         return size
