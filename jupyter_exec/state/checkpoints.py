@@ -163,13 +163,20 @@ def _signed_manifest(folder: Folder, where: Path) -> tuple[dict[str, Any], bytes
     return dict(body), raw
 
 
-def _read_manifest(folder: Folder, where: Path) -> bytes:
+def _open_or_missing(folder: Folder, name: str, missing: str) -> int:
+    """``name`` in ``folder``, open for reading; a missing one is CheckpointError(``missing``)."""
     try:
-        fd = folder.open_file(MANIFEST, os.O_RDONLY)
+        return folder.open_file(name, os.O_RDONLY)
     except FileNotFoundError:
-        raise CheckpointError(
-            f"{where} has no {MANIFEST}: not a checkpoint, or one whose writing never finished"
-        ) from None
+        raise CheckpointError(missing) from None
+
+
+def _read_manifest(folder: Folder, where: Path) -> bytes:
+    fd = _open_or_missing(
+        folder,
+        MANIFEST,
+        f"{where} has no {MANIFEST}: not a checkpoint, or one whose writing never finished",
+    )
     try:
         size = os.fstat(fd).st_size
         if size > MAX_MANIFEST_BYTES:
@@ -277,12 +284,9 @@ def _check_shape(body: Any, where: Path) -> None:
 
 def _check_file(folder: Folder, where: Path, entry: Mapping[str, Any]) -> None:
     name = entry["file"]
-    try:
-        fd = folder.open_file(name, os.O_RDONLY)
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"the checkpoint at {where} is partial: {name} ({entry['name']}) is missing"
-        ) from None
+    fd = _open_or_missing(
+        folder, name, f"the checkpoint at {where} is partial: {name} ({entry['name']}) is missing"
+    )
     digest = hashlib.sha256()
     size = 0
     try:
@@ -423,10 +427,7 @@ def copy_checkpoint(source: Checkpoint, work_dir: Path, session: str) -> str:
 
 def _copy_file(src: Folder, dst: Folder, where: Path, entry: Mapping[str, Any]) -> None:
     name = entry["file"]
-    try:
-        fd = src.open_file(name, os.O_RDONLY)
-    except FileNotFoundError:
-        raise CheckpointError(f"the checkpoint at {where} is partial: {name} is missing") from None
+    fd = _open_or_missing(src, name, f"the checkpoint at {where} is partial: {name} is missing")
     digest = hashlib.sha256()
     out = dst.create(name)
     try:
