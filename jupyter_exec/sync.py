@@ -16,7 +16,6 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
 from jupyter_exec.engine.session import AsyncSession, OutputCallback
@@ -133,7 +132,7 @@ def _close_open_sessions() -> None:
             session.close()
 
 
-class Session:
+class Session(contextlib.AbstractContextManager["Session"]):
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
     The blocking counterpart of :class:`AsyncSession`, with the same
@@ -341,15 +340,7 @@ class Session:
     def is_alive(self) -> bool:
         return _LoopThread.run(self._async.check_alive())
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -16,7 +16,7 @@ import signal
 import threading
 import warnings
 import weakref
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 from jupyter_exec.engine.session import AsyncSession
@@ -42,7 +42,7 @@ def _wrap(session: AsyncSession) -> Session:
     return Session.from_async(session)
 
 
-class SessionManager:
+class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
     """Many named :class:`~jupyter_exec.Session` objects with warm pools, limits and culling.
 
     Takes the traits of :class:`AsyncSessionManager` as keyword arguments
@@ -144,15 +144,7 @@ class SessionManager:
         _open_managers.discard(self)
         self._restore_sigterm()
 
-    def __enter__(self) -> SessionManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
     def __repr__(self) -> str:
