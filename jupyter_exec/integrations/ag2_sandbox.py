@@ -178,7 +178,7 @@ class JupyterSandbox:
         await self.session()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- the SandboxFactory protocol (what SandboxShellTool / SandboxCodeTool take) -----------
