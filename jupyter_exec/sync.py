@@ -121,15 +121,22 @@ class _Call(Generic[T]):
         return self._value
 
 
-_open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+class _ClosedAtExit(weakref.WeakSet[T]):
+    """Open objects of one kind: those a script forgot to close are closed with ``close`` at
+    interpreter exit (best effort), so no kernel outlives the interpreter."""
+
+    def __init__(self, close: Callable[[T], object]) -> None:
+        super().__init__()
+        self._close = close
+        atexit.register(self.close_all)
+
+    def close_all(self) -> None:
+        for item in list(self):
+            with contextlib.suppress(Exception):  # best effort at interpreter exit
+                self._close(item)
 
 
-@atexit.register
-def _close_open_sessions() -> None:
-    """Stop kernels a script forgot to close, so none outlives the interpreter."""
-    for session in list(_open_sessions):
-        with contextlib.suppress(Exception):  # best effort at interpreter exit
-            session.close()
+_open_sessions: _ClosedAtExit[Session] = _ClosedAtExit(lambda session: session.close())
 
 
 class Session(contextlib.AbstractContextManager["Session"]):
