@@ -54,6 +54,17 @@ def _session(work_dir: Path, *, notebook: bool = True, timeout: float = 120.0) -
     return Session(work_dir=work_dir, notebook=None if notebook else False, timeout=timeout)
 
 
+def _three_ways(root: Path, stack: ExitStack) -> tuple[BlockingFloor, Session, Session]:
+    """The floor, a recording session and one recording nothing, all closed by ``stack``."""
+    floor = BlockingFloor(root).start()
+    stack.callback(floor.close)
+    ours = _session(root / "rec")
+    stack.callback(ours.close)
+    plain = _session(root / "norec", notebook=False)
+    stack.callback(plain.close)
+    return floor, ours, plain
+
+
 # -- 1. session start -------------------------------------------------------------------
 
 
@@ -308,12 +319,7 @@ def png_cell(cfg: Config) -> list[Row]:
     cell). Floor: execute_interactive, outputs kept in a list.
     """
     with scratch_dir("png") as root, ExitStack() as stack:
-        floor = BlockingFloor(root).start()
-        stack.callback(floor.close)
-        ours = _session(root / "rec")
-        stack.callback(ours.close)
-        plain = _session(root / "norec", notebook=False)
-        stack.callback(plain.close)
+        floor, ours, plain = _three_ways(root, stack)
         size = _png_size(ours.execute(PNG_SETUP))
         _png_size(plain.execute(PNG_SETUP))
         floor.execute(PNG_SETUP)
@@ -613,12 +619,7 @@ def recording_end_to_end(cfg: Config) -> list[Row]:
     early = slice(10, 10 + window)
     late = slice(n - window, n)
     with scratch_dir("e2e") as root, ExitStack() as stack:
-        floor = BlockingFloor(root).start()
-        stack.callback(floor.close)
-        rec = _session(root / "rec")
-        stack.callback(rec.close)
-        plain = _session(root / "norec", notebook=False)
-        stack.callback(plain.close)
+        floor, rec, plain = _three_ways(root, stack)
         for setup in (rec.execute, plain.execute, floor.execute):
             setup(E2E_SETUP)
         variants = [

@@ -75,18 +75,19 @@ def _server(config: E2BConfig) -> Iterator[_Running]:
 def _sdk_env(**values: str | None) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
     try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_env(values)
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_env(saved)
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    """Set each variable; None unsets it."""
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @case("e2b-run-code")

@@ -16,7 +16,6 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
 from jupyter_exec.engine.session import AsyncSession, OutputCallback
@@ -122,18 +121,25 @@ class _Call(Generic[T]):
         return self._value
 
 
-_open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+class _ClosedAtExit(weakref.WeakSet[T]):
+    """Open objects of one kind: those a script forgot to close are closed with ``close`` at
+    interpreter exit (best effort), so no kernel outlives the interpreter."""
+
+    def __init__(self, close: Callable[[T], object]) -> None:
+        super().__init__()
+        self._close = close
+        atexit.register(self.close_all)
+
+    def close_all(self) -> None:
+        for item in list(self):
+            with contextlib.suppress(Exception):  # best effort at interpreter exit
+                self._close(item)
 
 
-@atexit.register
-def _close_open_sessions() -> None:
-    """Stop kernels a script forgot to close, so none outlives the interpreter."""
-    for session in list(_open_sessions):
-        with contextlib.suppress(Exception):  # best effort at interpreter exit
-            session.close()
+_open_sessions: _ClosedAtExit[Session] = _ClosedAtExit(lambda session: session.close())
 
 
-class Session:
+class Session(contextlib.AbstractContextManager["Session"]):
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
     The blocking counterpart of :class:`AsyncSession`, with the same
@@ -341,15 +347,7 @@ class Session:
     def is_alive(self) -> bool:
         return _LoopThread.run(self._async.check_alive())
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -59,7 +59,6 @@ import sys
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path, PurePath
-from types import TracebackType
 from typing import Any
 
 from jupyter_exec.exceptions import StorageError, WorkDirError
@@ -157,7 +156,7 @@ def _renameat2() -> Any:
     return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
 
 
-class Folder:
+class Folder(contextlib.AbstractContextManager["Folder"]):
     """An open directory reached from a trusted root without following links.
 
     Use it as a context manager (``with Folder.open(root, "a/b") as folder:``);
@@ -243,15 +242,7 @@ class Folder:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> Folder:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def sub(self, name: str, *, create: bool = False, mode: int = 0o755) -> Folder:

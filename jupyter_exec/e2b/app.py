@@ -254,5 +254,5 @@ class E2BServer:
     async def __aenter__(self) -> E2BServer:
         return await self.start()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()

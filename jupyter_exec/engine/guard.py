@@ -25,7 +25,6 @@ import codecs
 import contextlib
 import logging
 import os
-import queue
 import secrets
 import stat
 import time
@@ -37,9 +36,9 @@ from jupyter_exec.boundary import naming
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine import mime
 from jupyter_exec.engine.inkernel import KEY, install_code
-from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle
+from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.outputs import CellOutputs, Spill
-from jupyter_exec.exceptions import StorageError, WorkDirError
+from jupyter_exec.exceptions import KernelNotAliveError, StorageError, WorkDirError
 
 __all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "prepare"]
 
@@ -83,17 +82,11 @@ async def install(kernel: KernelHandle, work_dir: Path) -> bool:
 
 
 async def _run_silently(kernel: KernelHandle, code: str) -> dict[str, Any]:
-    msg_id = kernel.kc.execute(code, silent=True, store_history=False, allow_stdin=False)
     deadline = time.monotonic() + _INSTALL_TIMEOUT
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            msg = await kernel.shell.get(min(QUIET_POLL, remaining))
-        except queue.Empty:
-            if not await kernel.is_alive():
-                break
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return dict(msg["content"])
+    with contextlib.suppress(KernelNotAliveError):
+        reply = await kernel.run_silent(code, deadline, died="")
+        if reply is not None:
+            return reply
     return {"status": "error", "evalue": "no reply"}
 
 

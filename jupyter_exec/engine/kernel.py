@@ -40,6 +40,7 @@ from jupyter_exec.exceptions import (
     BackendError,
     JupyterExecError,
     KernelDiedError,
+    KernelNotAliveError,
     KernelStartError,
 )
 
@@ -146,22 +147,54 @@ class KernelHandle:
                 raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")
 
     async def _shell_reply(self, msg_id: str, deadline: float) -> dict[str, Any]:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KernelStartError(
-                    "the kernel did not answer kernel_info within the start timeout"
-                )
+        try:
+            reply = await self.shell_reply(msg_id, deadline, died="")
+        except KernelNotAliveError:
+            raise KernelStartError(
+                f"the kernel died while starting: {await describe_exit(self.km)}"
+            ) from None
+        if reply is None:
+            raise KernelStartError("the kernel did not answer kernel_info within the start timeout")
+        return reply
+
+    async def shell_reply(
+        self, msg_id: str, deadline: float, *, died: str | None = None
+    ) -> dict[str, Any] | None:
+        """The content of the shell reply to ``msg_id``; None if none came by ``deadline``.
+
+        The one wait for a reply every silent request uses (state, guard, pools). With
+        ``died``, the kernel is watched while quiet, and its death raises
+        :class:`KernelNotAliveError` with that message rather than waiting out the deadline.
+        """
+        while (remaining := deadline - time.monotonic()) > 0:
             try:
                 msg = await self.shell.get(min(QUIET_POLL, remaining))
             except queue.Empty:
-                if not await self.is_alive():
-                    raise KernelStartError(
-                        f"the kernel died while starting: {await describe_exit(self.km)}"
-                    ) from None
+                if died is not None and not await self.is_alive():
+                    raise KernelNotAliveError(died) from None
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return dict(msg["content"])
+        return None
+
+    async def run_silent(
+        self,
+        code: str,
+        deadline: float,
+        *,
+        expressions: dict[str, str] | None = None,
+        died: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Run ``code`` silently (no history, no count, no outputs, no stdin); the content of
+        its execute_reply, with ``expressions`` evaluated after it, as :meth:`shell_reply`."""
+        msg_id = self.kc.execute(
+            code,
+            silent=True,
+            store_history=False,
+            allow_stdin=False,
+            user_expressions=expressions or {},
+        )
+        return await self.shell_reply(msg_id, deadline, died=died)
 
     async def _iopub_saw(self, msg_id: str, deadline: float) -> bool:
         while (remaining := deadline - time.monotonic()) > 0:

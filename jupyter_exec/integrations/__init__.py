@@ -21,11 +21,13 @@ reported by :class:`MissingDependency`, naming the extra that installs it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
+from typing import Any
 
 from jupyter_exec.exceptions import MissingDependency
 
-__all__ = ["MissingDependency", "require"]
+__all__ = ["MissingDependency", "optional_base", "require"]
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:
@@ -37,3 +39,23 @@ def require(module: str, extra: str, what: str) -> ModuleType:
             f"{what} needs {module.split('.')[0]!r}, which is not installed here "
             f"({exc}). Install it with: pip install 'jupyter-exec[{extra}]'"
         ) from exc
+
+
+def optional_base(module: str, name: str, extra: str, what: str) -> type:
+    """The framework's class ``module.name``, for an adapter to subclass.
+
+    When the framework is not installed, a stand-in whose constructor raises
+    :class:`MissingDependency` (as :func:`require` does): the adapter's module still
+    imports, and only using the adapter says what to install.
+    """
+    package = module.split(".")[0]
+    if importlib.util.find_spec(package) is None:
+
+        class _Missing:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                require(package, extra, what)
+
+        _Missing.__doc__ = f"Stands in for ``{name}`` when {package} is not installed."
+        return _Missing
+    base: type = getattr(importlib.import_module(module), name)
+    return base

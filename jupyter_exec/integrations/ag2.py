@@ -25,11 +25,12 @@ extra to install (``jupyter-exec[ag2]``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 from jupyter_exec.agents.agent import SCRIPT_POLICY, run_blocks, run_script_blocks
@@ -98,7 +99,7 @@ class MarkdownBlockExtractor:
         ]
 
 
-class SessionCodeExecutor:
+class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor"]):
     """Runs an agent's code blocks in one stateful Jupyter session (local or Docker).
 
     Parameters
@@ -225,15 +226,7 @@ class SessionCodeExecutor:
         if session is not None:
             session.close()
 
-    def __enter__(self) -> SessionCodeExecutor:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

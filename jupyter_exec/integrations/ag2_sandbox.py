@@ -37,7 +37,7 @@ from typing import Any
 
 from jupyter_exec.agents.agent import run_command
 from jupyter_exec.boundary.paths import write_bytes
-from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.environments import Environment
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.engine.store import confined_path
 from jupyter_exec.exceptions import InvalidArgument
@@ -94,33 +94,31 @@ class JupyterSandbox:
             )
         self.timeout = timeout
         self.max_output = max_output
-        self._share = share
-        self._environment = (
-            share.environment if share else parse_environment(environment, network=network)
+        # One way to start a session: a code environment, shared or this sandbox's own.
+        self._owns = share is None
+        self._code = (
+            share
+            if share is not None
+            else JupyterCodeEnvironment(
+                work_dir,
+                environment=environment,
+                timeout=timeout,
+                network=network,
+                **session_options,
+            )
         )
         self._work_dir = Path(work_dir) if work_dir is not None else None
-        self._session_options = session_options
-        self._session: AsyncSession | None = None
 
     async def session(self) -> AsyncSession:
         """The session (started on first use)."""
-        if self._share is not None:
-            return await self._share.session()
-        if self._session is None:
-            options = await self._environment.async_session_options()
-            options.update(self._session_options)
-            options.setdefault("timeout", self.timeout)
-            session = AsyncSession(self._work_dir, **options)
-            await session.start()
-            self._session = session
-        return self._session
+        return await self._code.session()
 
     # -- the Sandbox protocol ------------------------------------------------------------------
 
     @property
     def workdir(self) -> PurePosixPath:
         """The work dir as commands see it: ``/work`` in a container, else the host path."""
-        if self._environment.backend == "docker":
+        if self._code.environment.backend == "docker":
             return DOCKER_WORKDIR
         host = self.host_workdir
         return PurePosixPath(host.as_posix()) if host is not None else PurePosixPath(".")
@@ -128,9 +126,9 @@ class JupyterSandbox:
     @property
     def host_workdir(self) -> Path | None:
         """The work dir on this machine, once the session has started (or if given)."""
-        live = self._share._session if self._share is not None else self._session
+        live = self._code.work_dir
         if live is not None:
-            return live.work_dir
+            return live
         return self._work_dir.absolute() if self._work_dir is not None else None
 
     async def exec(
@@ -173,15 +171,14 @@ class JupyterSandbox:
 
     async def aclose(self) -> None:
         """Stop its own session (a shared one is its owner's to close). Idempotent."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        if self._owns:
+            await self._code.aclose()
 
     async def __aenter__(self) -> JupyterSandbox:
         await self.session()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- the SandboxFactory protocol (what SandboxShellTool / SandboxCodeTool take) -----------

@@ -28,7 +28,6 @@ import asyncio
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from jupyter_exec.agents.agent import run_block
@@ -152,10 +151,5 @@ class JupyterCodeEnvironment:
         await self.session()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

@@ -36,8 +36,6 @@ and making a sandbox raises
 from __future__ import annotations
 
 import base64
-import importlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -45,7 +43,7 @@ from typing import Any
 
 from jupyter_exec.agents.agent import run_command
 from jupyter_exec.engine.environments import Environment, parse_environment
-from jupyter_exec.integrations import require
+from jupyter_exec.integrations import optional_base, require
 from jupyter_exec.models import ScriptResult
 from jupyter_exec.sync import Session, _LoopThread
 
@@ -96,18 +94,10 @@ print(json.dumps(results))
 """
 
 
-class _NeedsDeepagents:
-    """Stands in for ``BaseSandbox`` when deepagents is not installed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        require("deepagents", "deepagents", "JupyterSandbox")
-
-
 def _sandbox_base() -> type:
-    if importlib.util.find_spec("deepagents") is None:
-        return _NeedsDeepagents
-    base: type = importlib.import_module("deepagents.backends.sandbox").BaseSandbox
-    return base
+    return optional_base(
+        "deepagents.backends.sandbox", "BaseSandbox", "deepagents", "JupyterSandbox"
+    )
 
 
 def _protocol() -> Any:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import os
 from collections.abc import Coroutine
@@ -75,7 +76,7 @@ def _thread_folder(thread_id: str) -> str:
     return name
 
 
-class JupyterSessions:
+class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
     """The sessions behind a tool: one per LangGraph thread (or one for all), started on use.
 
     ``work_dir`` holds a folder per thread (``<work_dir>/<thread id>``; default:
@@ -168,9 +169,6 @@ class JupyterSessions:
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
-
-    def __enter__(self) -> JupyterSessions:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -32,8 +32,6 @@ and making an executor raises
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import io
 import os
 from pathlib import Path
@@ -44,7 +42,7 @@ from jupyter_exec.agents.codeblocks import CodeBlock
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, render
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.exceptions import BackendError
-from jupyter_exec.integrations import require
+from jupyter_exec.integrations import optional_base, require
 from jupyter_exec.models import Execution
 from jupyter_exec.sync import Session, _LoopThread
 
@@ -54,19 +52,10 @@ FINAL_ANSWER = "FinalAnswerException"
 """The exception smolagents' patched ``final_answer`` raises in the kernel to end the run."""
 
 
-class _NeedsSmolagents:
-    """Stands in for ``RemotePythonExecutor`` when smolagents is not installed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        require("smolagents", "smolagents", "JupyterExecutor")
-
-
 def _remote_executor_base() -> type:
-    if importlib.util.find_spec("smolagents") is None:
-        return _NeedsSmolagents
-    module = importlib.import_module("smolagents.remote_executors")
-    base: type = module.RemotePythonExecutor
-    return base
+    return optional_base(
+        "smolagents.remote_executors", "RemotePythonExecutor", "smolagents", "JupyterExecutor"
+    )
 
 
 def _quiet_logger() -> Any:

@@ -43,7 +43,6 @@ import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from traitlets import Bool, Dict, Float, Int, List, Unicode
@@ -243,12 +242,7 @@ class AsyncSessionManager(LoggingConfigurable):
     async def __aenter__(self) -> AsyncSessionManager:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
 
     def _check_running(self) -> None:

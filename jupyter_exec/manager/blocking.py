@@ -9,32 +9,22 @@ different sessions from different threads run concurrently.
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import contextlib
 import signal
 import threading
 import warnings
-import weakref
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.manager.aio import AsyncSessionManager, SessionInfo
 from jupyter_exec.models import Execution
-from jupyter_exec.sync import Session, _LoopThread
+from jupyter_exec.sync import Session, _ClosedAtExit, _LoopThread
 
 __all__ = ["SessionManager"]
 
-_open_managers: weakref.WeakSet[SessionManager] = weakref.WeakSet()
-
-
-@atexit.register
-def _shutdown_open_managers() -> None:
-    """Stop the kernels of managers a script forgot to shut down."""
-    for manager in list(_open_managers):
-        with contextlib.suppress(Exception):  # best effort at interpreter exit
-            manager.shutdown()
+_open_managers: _ClosedAtExit[SessionManager] = _ClosedAtExit(lambda manager: manager.shutdown())
 
 
 def _wrap(session: AsyncSession) -> Session:
@@ -42,7 +32,7 @@ def _wrap(session: AsyncSession) -> Session:
     return Session.from_async(session)
 
 
-class SessionManager:
+class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
     """Many named :class:`~jupyter_exec.Session` objects with warm pools, limits and culling.
 
     Takes the traits of :class:`AsyncSessionManager` as keyword arguments
@@ -144,15 +134,7 @@ class SessionManager:
         _open_managers.discard(self)
         self._restore_sigterm()
 
-    def __enter__(self) -> SessionManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
     def __repr__(self) -> str:

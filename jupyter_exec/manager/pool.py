@@ -178,7 +178,25 @@ async def drain(task: asyncio.Task[None] | None, ready: deque[WarmKernel], timeo
     await asyncio.gather(*(discard(w) for w in waiting))
 
 
-class KernelPool:
+class BacksOff:
+    """What a pool does when starting a kernel failed: count it, keep the error to show,
+    log it, and wait (doubling up to 30 s) unless the pool is stopping."""
+
+    failures: int
+    last_error: str | None
+    _stop: asyncio.Event
+
+    async def _back_off(self, exc: Exception, what: str, backoff: float) -> float:
+        """Note ``exc`` (logged after ``what``), wait ``backoff`` seconds; the next backoff."""
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        log.error("%s: %s", what, exc)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), backoff)
+        return min(backoff * 2, 30.0)
+
+
+class KernelPool(BacksOff):
     """Keeps ``size`` ready kernels of one key, refilling in the background.
 
     ``take()`` never waits: it returns a ready kernel or ``None`` (the caller
@@ -254,12 +272,8 @@ class KernelPool:
                 try:
                     warm = await self._start_one()
                 except Exception as exc:
-                    self.failures += 1
-                    self.last_error = f"{type(exc).__name__}: {exc}"
-                    log.error("pool %s: could not start a kernel: %s", self.key.label, exc)
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._stop.wait(), backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    what = f"pool {self.key.label}: could not start a kernel"
+                    backoff = await self._back_off(exc, what, backoff)
                     continue
                 finally:
                     self._starting -= 1

@@ -9,7 +9,6 @@ manager, :func:`~jupyter_exec.engine.launch.lend_network`) for the session to ta
 
 from __future__ import annotations
 
-import queue
 import time
 from pathlib import Path
 from typing import Any
@@ -65,12 +64,4 @@ async def warm_up(handle: KernelHandle, timeout: float) -> None:
     """
     if handle.kernel_info.get("language_info", {}).get("name") != "python":
         return
-    msg_id = handle.kc.execute("pass", silent=True, store_history=False)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = await handle.shell.get(0.5)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return
+    await handle.run_silent("pass", time.monotonic() + timeout)

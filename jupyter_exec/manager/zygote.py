@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import queue
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -48,7 +47,12 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.session import Session
 
 from jupyter_exec.engine.kernel import KernelHandle
-from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
+from jupyter_exec.exceptions import (
+    ForkError,
+    InvalidArgument,
+    KernelNotAliveError,
+    KernelStartError,
+)
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.starter import PooledKernelStarter
 from jupyter_exec.state import snapshots
@@ -162,18 +166,13 @@ class Preload:
 
 async def run_silent(handle: KernelHandle, code: str, timeout: float) -> dict[str, Any]:
     """Run ``code`` silently (no history, no count, no outputs); its execute_reply."""
-    msg_id = handle.kc.execute(code, silent=True, store_history=False, allow_stdin=False)
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            msg = await handle.shell.get(min(0.5, remaining))
-        except queue.Empty:
-            if not await handle.is_alive():
-                raise KernelStartError("the zygote's kernel died during its preload") from None
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return dict(msg["content"])
-    raise KernelStartError(f"the zygote's preload did not finish within {timeout:g} s")
+    try:
+        reply = await handle.run_silent(code, time.monotonic() + timeout, died="")
+    except KernelNotAliveError:
+        raise KernelStartError("the zygote's kernel died during its preload") from None
+    if reply is None:
+        raise KernelStartError(f"the zygote's preload did not finish within {timeout:g} s")
+    return reply
 
 
 class PreloadFailed(KernelStartError):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from jupyter_exec.exceptions import ForkError, InvalidArgument, KernelStartError
 from jupyter_exec.manager.pool import (
+    BacksOff,
     PoolKey,
     WarmKernel,
     _alive,
@@ -34,7 +35,7 @@ __all__ = ["ZygotePool"]
 log = logging.getLogger("jupyter_exec.manager")
 
 
-class ZygotePool:
+class ZygotePool(BacksOff):
     """Keeps ``size`` kernels forked from one zygote ready; the zygote kept alive.
 
     The same face as :class:`~jupyter_exec.manager.pool.KernelPool` (``key``,
@@ -186,12 +187,7 @@ class ZygotePool:
             except PreloadFailed:
                 return  # a configuration error: no retry (take() and wait_ready() raise it)
             except Exception as exc:
-                self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.error("zygote pool %s: %s", self.key.label, exc)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = await self._back_off(exc, f"zygote pool {self.key.label}", backoff)
                 self._wanted.set()
 
     async def _fill(self) -> None:

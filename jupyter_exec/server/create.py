@@ -209,34 +209,32 @@ class Creation:
         notebook_api = self.root.api_path(notebook)
         env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
         proxy = await _start_proxy(launch.policy, name)
-        try:
+        kernel_id: str | None = None
+        session: ServerAsyncSession | None = None
+        try:  # whatever was made is undone, newest first, if a later step fails
             kernel_id = launch.borrowed or await self._start_server_kernel(
                 launch.kernel_name, folder, env, network_proxy=proxy
             )
-        except BaseException:
-            if proxy is not None:
-                await proxy.close()
-            raise
-        session = ServerAsyncSession(
-            work_dir=folder,
-            name=name,
-            kernel_name=launch.kernel_name,
-            backend=launch.backend,
-            timeout=self.timeout if launch.timeout is None else launch.timeout,
-            startup_timeout=self.startup_timeout,
-            undo_steps=launch.undo_steps,
-            kernel_manager=kernel_manager.get_kernel(kernel_id),
-        )
-        session.network_proxy = proxy
-        try:
+            session = ServerAsyncSession(
+                work_dir=folder,
+                name=name,
+                kernel_name=launch.kernel_name,
+                backend=launch.backend,
+                timeout=self.timeout if launch.timeout is None else launch.timeout,
+                startup_timeout=self.startup_timeout,
+                undo_steps=launch.undo_steps,
+                kernel_manager=kernel_manager.get_kernel(kernel_id),
+            )
+            session.network_proxy = proxy
             await session.start()
             live.attach(session, self.serverapp, notebook_api)
             model = await self.serverapp.session_manager.create_session(
                 path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
             )
         except BaseException:
-            await session.close()
-            if launch.borrowed is None:  # a person's kernel stays theirs
+            if session is not None:
+                await session.close()
+            if kernel_id is not None and launch.borrowed is None:  # a person's kernel stays theirs
                 await self._shutdown_kernel(kernel_id)
             if proxy is not None:
                 await proxy.close()

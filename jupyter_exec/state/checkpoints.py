@@ -36,7 +36,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -122,22 +122,31 @@ def read_checkpoint(root: Path, relative: str, *, verify: bool) -> Checkpoint:
     """The checkpoint at ``root/relative`` (``root`` trusted, nothing below it); with
     ``verify``, every file is hashed too. :class:`CheckpointError` when it is not whole."""
     where = root / relative
+    with _opened(root, relative, "read") as folder:
+        body = _manifest(folder, where)
+        if verify:  # hashlib lets go of the GIL: the files are hashed side by side
+            entries = [e for e in body["variables"] if e["kind"] == "pickle"]
+            workers = max(1, min(len(entries), os.cpu_count() or 1, 4))
+            with ThreadPoolExecutor(workers, thread_name_prefix="jx-hash") as pool:
+                for done in [pool.submit(_check_file, folder, where, e) for e in entries]:
+                    done.result()
+    return _from_body(body, where)
+
+
+@contextlib.contextmanager
+def _opened(root: Path, relative: str, doing: str) -> Iterator[Folder]:
+    """The checkpoint's folder, open; a missing or unreadable one (or a file in it) is a
+    :class:`CheckpointError` saying what could not be done (``doing``: "read", "signed")."""
+    where = root / relative
     try:
         with Folder.open(root, relative) as folder:
-            body = _manifest(folder, where)
-            if verify:  # hashlib lets go of the GIL: the files are hashed side by side
-                entries = [e for e in body["variables"] if e["kind"] == "pickle"]
-                workers = max(1, min(len(entries), os.cpu_count() or 1, 4))
-                with ThreadPoolExecutor(workers, thread_name_prefix="jx-hash") as pool:
-                    for done in [pool.submit(_check_file, folder, where, e) for e in entries]:
-                        done.result()
+            yield folder
     except FileNotFoundError:
         raise CheckpointError(
             f"no checkpoint at {where} (the folder or a file is missing)"
         ) from None
     except (StorageError, WorkDirError) as exc:
-        raise CheckpointError(f"the checkpoint at {where} cannot be read: {exc}") from None
-    return _from_body(body, where)
+        raise CheckpointError(f"the checkpoint at {where} cannot be {doing}: {exc}") from None
 
 
 def _manifest(folder: Folder, where: Path) -> dict[str, Any]:
@@ -154,13 +163,20 @@ def _signed_manifest(folder: Folder, where: Path) -> tuple[dict[str, Any], bytes
     return dict(body), raw
 
 
-def _read_manifest(folder: Folder, where: Path) -> bytes:
+def _open_or_missing(folder: Folder, name: str, missing: str) -> int:
+    """``name`` in ``folder``, open for reading; a missing one is CheckpointError(``missing``)."""
     try:
-        fd = folder.open_file(MANIFEST, os.O_RDONLY)
+        return folder.open_file(name, os.O_RDONLY)
     except FileNotFoundError:
-        raise CheckpointError(
-            f"{where} has no {MANIFEST}: not a checkpoint, or one whose writing never finished"
-        ) from None
+        raise CheckpointError(missing) from None
+
+
+def _read_manifest(folder: Folder, where: Path) -> bytes:
+    fd = _open_or_missing(
+        folder,
+        MANIFEST,
+        f"{where} has no {MANIFEST}: not a checkpoint, or one whose writing never finished",
+    )
     try:
         size = os.fstat(fd).st_size
         if size > MAX_MANIFEST_BYTES:
@@ -199,28 +215,21 @@ def sign_checkpoint(
     since, by another kernel sharing the folder) is refused unsigned.
     """
     where = root / relative
-    try:
-        with Folder.open(root, relative) as folder:
-            _outer, body, _ = _parse(_read_manifest(folder, where), where)
-            if digest is not None and _sha(body) != digest:
-                raise CheckpointError(
-                    f"{where / MANIFEST} changed on disk after its kernel wrote it; not signed"
-                )
-            body = {**body, "origin": dict(origin)}
-            _check_shape(body, where)
-            canonical = _canonical(body)
-            outer = {
-                "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
-                "mac": checkpoint_trust.mac(canonical.encode()),
-                "body": body,
-            }
-            folder.write_atomic(MANIFEST, [json.dumps(outer).encode()])
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"no checkpoint at {where} (the folder or a file is missing)"
-        ) from None
-    except (StorageError, WorkDirError) as exc:
-        raise CheckpointError(f"the checkpoint at {where} cannot be signed: {exc}") from None
+    with _opened(root, relative, "signed") as folder:
+        _outer, body, _ = _parse(_read_manifest(folder, where), where)
+        if digest is not None and _sha(body) != digest:
+            raise CheckpointError(
+                f"{where / MANIFEST} changed on disk after its kernel wrote it; not signed"
+            )
+        body = {**body, "origin": dict(origin)}
+        _check_shape(body, where)
+        canonical = _canonical(body)
+        outer = {
+            "sha256": hashlib.sha256(canonical.encode()).hexdigest(),
+            "mac": checkpoint_trust.mac(canonical.encode()),
+            "body": body,
+        }
+        folder.write_atomic(MANIFEST, [json.dumps(outer).encode()])
     return _from_body(body, where)
 
 
@@ -275,12 +284,9 @@ def _check_shape(body: Any, where: Path) -> None:
 
 def _check_file(folder: Folder, where: Path, entry: Mapping[str, Any]) -> None:
     name = entry["file"]
-    try:
-        fd = folder.open_file(name, os.O_RDONLY)
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"the checkpoint at {where} is partial: {name} ({entry['name']}) is missing"
-        ) from None
+    fd = _open_or_missing(
+        folder, name, f"the checkpoint at {where} is partial: {name} ({entry['name']}) is missing"
+    )
     digest = hashlib.sha256()
     size = 0
     try:
@@ -421,10 +427,7 @@ def copy_checkpoint(source: Checkpoint, work_dir: Path, session: str) -> str:
 
 def _copy_file(src: Folder, dst: Folder, where: Path, entry: Mapping[str, Any]) -> None:
     name = entry["file"]
-    try:
-        fd = src.open_file(name, os.O_RDONLY)
-    except FileNotFoundError:
-        raise CheckpointError(f"the checkpoint at {where} is partial: {name} is missing") from None
+    fd = _open_or_missing(src, name, f"the checkpoint at {where} is partial: {name} is missing")
     digest = hashlib.sha256()
     out = dst.create(name)
     try:

@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import queue
 import secrets
 import time
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary import trust as checkpoint_trust
 from jupyter_exec.boundary.paths import Folder
-from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle
+from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import (
     CheckpointError,
     KernelNotAliveError,
@@ -382,38 +381,27 @@ async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) 
 
     The kernel's error, if any, becomes :class:`CheckpointError`.
     """
-    msg_id = kernel.kc.execute(
+    content = await kernel.run_silent(
         code,
-        silent=True,
-        store_history=False,
-        allow_stdin=False,
-        user_expressions={"r": expression},
+        time.monotonic() + timeout,
+        expressions={"r": expression},
+        died="the kernel died while handling a checkpoint",
     )
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            msg = await kernel.shell.get(min(QUIET_POLL, remaining))
-        except queue.Empty:
-            if not await kernel.is_alive():
-                raise KernelNotAliveError("the kernel died while handling a checkpoint") from None
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        content = msg["content"]
-        found = (content.get("user_expressions") or {}).get("r") or {}
-        if content.get("status") != "ok":
-            found = content
-        if found.get("status") != "ok":
-            raise CheckpointError(
-                f"the kernel could not do it: {found.get('ename', 'error')}: "
-                f"{found.get('evalue', 'no answer')}"
-            )
-        try:
-            value = ast.literal_eval(found["data"]["text/plain"])
-            return json.loads(value) if isinstance(value, str) else value
-        except (KeyError, ValueError, SyntaxError, TypeError):
-            raise CheckpointError("the kernel's answer could not be read") from None
-    raise CheckpointError(f"the kernel did not answer within {timeout:.0f} s")
+    if content is None:
+        raise CheckpointError(f"the kernel did not answer within {timeout:.0f} s")
+    found = (content.get("user_expressions") or {}).get("r") or {}
+    if content.get("status") != "ok":
+        found = content
+    if found.get("status") != "ok":
+        raise CheckpointError(
+            f"the kernel could not do it: {found.get('ename', 'error')}: "
+            f"{found.get('evalue', 'no answer')}"
+        )
+    try:
+        value = ast.literal_eval(found["data"]["text/plain"])
+        return json.loads(value) if isinstance(value, str) else value
+    except (KeyError, ValueError, SyntaxError, TypeError):
+        raise CheckpointError("the kernel's answer could not be read") from None
 
 
 def install_code(probe: str) -> str:

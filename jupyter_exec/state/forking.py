@@ -301,22 +301,11 @@ async def run_fork_request(handle: KernelHandle, code: str, deadline: float) -> 
 
 
 async def _reply(handle: KernelHandle, code: str, deadline: float) -> dict[str, Any]:
-    msg_id = handle.kc.execute(
-        code,
-        silent=True,
-        store_history=False,
-        allow_stdin=False,
-        user_expressions={"pid": PID_EXPRESSION},
+    reply = await handle.run_silent(
+        code, deadline, expressions={"pid": PID_EXPRESSION}, died="the kernel died while forking"
     )
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            msg = await handle.shell.get(min(QUIET_POLL, remaining))
-        except queue.Empty:
-            if not await handle.is_alive():
-                raise KernelNotAliveError("the kernel died while forking") from None
-            continue
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return dict(msg["content"])
+    if reply is not None:
+        return reply
     raise ForkError(
         "the kernel did not fork within the timeout (a cell still running?); "
         "the queued request expires unforked"

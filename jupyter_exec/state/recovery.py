@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import ast
 import logging
-import queue
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle
+from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import CheckpointError, ForkError, KernelNotAliveError
 from jupyter_exec.models import CellError, Execution, StateRecovery
 from jupyter_exec.notebook.meta import is_undone, mark_recovered, note_state_change
@@ -206,21 +205,14 @@ NAMES_EXPRESSION = "sorted(get_ipython().run_line_magic('who_ls', ''))"
 
 async def user_names(kernel: KernelHandle, timeout: float = 10.0) -> tuple[str, ...]:
     """The names in ``kernel``'s user namespace, asked silently (empty if it does not say)."""
-    msg_id = kernel.kc.execute(
-        "", silent=True, store_history=False, user_expressions={"names": NAMES_EXPRESSION}
+    content = await kernel.run_silent(
+        "", time.monotonic() + timeout, expressions={"names": NAMES_EXPRESSION}
     )
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            msg = await kernel.shell.get(min(QUIET_POLL, remaining))
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        found = (msg["content"].get("user_expressions") or {}).get("names") or {}
-        try:
-            names = ast.literal_eval((found.get("data") or {}).get("text/plain", "[]"))
-        except (ValueError, SyntaxError):
-            return ()
-        return tuple(str(n) for n in names) if isinstance(names, list) else ()
-    return ()
+    if content is None:
+        return ()
+    found = (content.get("user_expressions") or {}).get("names") or {}
+    try:
+        names = ast.literal_eval((found.get("data") or {}).get("text/plain", "[]"))
+    except (ValueError, SyntaxError):
+        return ()
+    return tuple(str(n) for n in names) if isinstance(names, list) else ()
