@@ -31,7 +31,7 @@ from benchmarks.docker_cases import docker_available, skipped
 from jupyter_exec import Session, SessionManager
 from jupyter_exec.e2b import E2BConfig, E2BServer
 
-__all__ = ["create_case", "create_docker_case", "run_code_case"]
+__all__ = ["create_case", "create_docker_case", "files_case", "run_code_case"]
 
 KEY = "benchmark-key"
 
@@ -124,6 +124,60 @@ def run_code_case(cfg: Config) -> list[Row]:
             f"vs {percentile(floor, 95) * 1000:.1f} ms",
             {"ours": ours, "floor": floor},
         )
+    ]
+
+
+@case("e2b-files")
+def files_case(cfg: Config) -> list[Row]:
+    """Writing and reading a 64 MiB file through the E2B SDK vs the same bytes on disk directly."""
+    from e2b_code_interpreter import Sandbox
+
+    size = (8 if cfg.quick else 64) << 20
+    rounds = 3 if cfg.quick else 7
+    payload = os.urandom(size)
+    with tempfile.TemporaryDirectory(prefix="bench-e2b-files-") as scratch:
+        config = E2BConfig(root_dir=Path(scratch) / "sandboxes", ports=(0,), debug=True,
+                           api_key=KEY)  # fmt: skip
+        direct = Path(scratch) / "direct.bin"
+        with _server(config) as running, _sdk_env(E2B_DEBUG="true", E2B_SANDBOX_URL=running.url):
+            sandbox = Sandbox.create()
+            times: dict[str, list[float]] = {"write": [], "read": [], "fwrite": [], "fread": []}
+            progress(f"e2b-files: {rounds} rounds of {size >> 20} MiB")
+            for _ in range(rounds):
+                start = time.perf_counter()
+                sandbox.files.write("bench.bin", payload)
+                times["write"].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                back = sandbox.files.read("bench.bin", format="bytes")
+                times["read"].append(time.perf_counter() - start)
+                assert len(back) == size
+                start = time.perf_counter()
+                direct.write_bytes(payload)
+                times["fwrite"].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                assert len(direct.read_bytes()) == size
+                times["fread"].append(time.perf_counter() - start)
+    mib = size / (1 << 20)
+
+    def rate(key: str) -> float:
+        return mib / median(times[key])
+
+    return [
+        Row(
+            f"e2b files.write {mib:.0f} MiB (median)",
+            rate("write"),
+            rate("fwrite"),
+            "MiB/s",
+            f"higher is better; floor = the same bytes written to disk directly; {rounds} rounds",
+            times,
+        ),
+        Row(
+            f"e2b files.read {mib:.0f} MiB (median)",
+            rate("read"),
+            rate("fread"),
+            "MiB/s",
+            "higher is better; floor = the same bytes read from disk directly",
+        ),
     ]
 
 
