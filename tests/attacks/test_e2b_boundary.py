@@ -21,7 +21,6 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -29,29 +28,11 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 import pytest
 from e2b_code_interpreter import Sandbox
-from e2b_server_helpers import API_KEY, Running, run_server
+from e2b_server_helpers import API_KEY, Running
 
-from jupyter_exec.e2b import E2BConfig
 from jupyter_exec.e2b.auth import SMALL_BODY
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    root = tmp_path_factory.mktemp("e2b-attacks")
-    config = E2BConfig(root_dir=root, ports=(0,), debug=False, api_key=API_KEY)
-    yield from run_server(config)
-
-
-@pytest.fixture
-def sdk(server: Running, monkeypatch: pytest.MonkeyPatch) -> Running:
-    """The SDK in API mode against the server."""
-    monkeypatch.delenv("E2B_DEBUG", raising=False)
-    monkeypatch.setenv("E2B_API_URL", server.url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", server.url)
-    monkeypatch.setenv("E2B_API_KEY", API_KEY)
-    return server
 
 
 def _query(url: str) -> dict[str, str]:
@@ -75,11 +56,11 @@ def _refused(answer: httpx.Response) -> str | None:
     return None
 
 
-def test_f4_upload_url_query_replayed_on_execute_process_and_filesystem(sdk: Running) -> None:
+def test_f4_upload_url_query_replayed_on_execute_process_and_filesystem(api_env: Running) -> None:
     victim = Sandbox.create()
     victim.run_code("state = 'kept'")
     victim.files.write("precious.txt", "do not touch")
-    home = sdk.root / victim.sandbox_id
+    home = api_env.root / victim.sandbox_id
     upload = _query(victim.upload_url("precious.txt"))
     download = _query(victim.download_url("precious.txt"))
     assert upload["signature"]
@@ -100,7 +81,7 @@ def test_f4_upload_url_query_replayed_on_execute_process_and_filesystem(sdk: Run
         ("DELETE", f"/sandboxes/{victim.sandbox_id}", {}, b""),
     ]  # fmt: skip
     problems = []
-    with httpx.Client(base_url=sdk.url, timeout=60) as client:
+    with httpx.Client(base_url=api_env.url, timeout=60) as client:
         for query in (upload, download):
             for named in ({}, {"E2b-Sandbox-Id": victim.sandbox_id}):
                 for method, path, headers, body in attempts:
@@ -138,9 +119,9 @@ def test_f4_upload_url_query_replayed_on_execute_process_and_filesystem(sdk: Run
     victim.kill()
 
 
-def test_f4_signed_multipart_upload_writes_only_its_signed_path(sdk: Running) -> None:
+def test_f4_signed_multipart_upload_writes_only_its_signed_path(api_env: Running) -> None:
     victim = Sandbox.create()
-    home = sdk.root / victim.sandbox_id
+    home = api_env.root / victim.sandbox_id
     url = victim.upload_url("target.txt")
     with httpx.Client(timeout=60) as client:
         for name in ("../../escaped.txt", "other.txt", "/home/user/other.txt"):
@@ -153,8 +134,8 @@ def test_f4_signed_multipart_upload_writes_only_its_signed_path(sdk: Running) ->
         assert answer.status_code == 400, answer.text
         assert "'file' parts" in answer.json()["message"]
     assert sorted(p.name for p in home.iterdir() if p.suffix == ".txt") == ["target.txt"]
-    assert not (sdk.root / "escaped.txt").exists()
-    assert not (sdk.root.parent / "escaped.txt").exists()
+    assert not (api_env.root / "escaped.txt").exists()
+    assert not (api_env.root.parent / "escaped.txt").exists()
     victim.kill()
 
 
@@ -188,10 +169,10 @@ def _status_line(sock: socket.socket) -> bytes:
     ],
 )
 def test_f8_a_stranger_body_is_refused_before_it_is_read(
-    sdk: Running, path: str, headers: str
+    api_env: Running, path: str, headers: str
 ) -> None:
     victim = Sandbox.create()
-    host, port = urlsplit(sdk.url).hostname, urlsplit(sdk.url).port
+    host, port = urlsplit(api_env.url).hostname, urlsplit(api_env.url).port
     assert host
     assert port
     before = _rss()
@@ -218,11 +199,11 @@ def test_f8_a_stranger_body_is_refused_before_it_is_read(
     victim.kill()
 
 
-def test_f8_an_admitted_body_over_its_route_limit_is_refused_unread(sdk: Running) -> None:
+def test_f8_an_admitted_body_over_its_route_limit_is_refused_unread(api_env: Running) -> None:
     victim = Sandbox.create()
     token = victim._envd_access_token
     assert token
-    host, port = urlsplit(sdk.url).hostname, urlsplit(sdk.url).port
+    host, port = urlsplit(api_env.url).hostname, urlsplit(api_env.url).port
     assert host
     assert port
     for path, headers in (
@@ -273,7 +254,7 @@ JSON_ROUTES: list[tuple[str, str, list[str], dict[str, str]]] = [
 ]
 
 
-def test_f10_malformed_input_is_a_4xx_with_a_reason_never_a_500(sdk: Running) -> None:
+def test_f10_malformed_input_is_a_4xx_with_a_reason_never_a_500(api_env: Running) -> None:
     victim = Sandbox.create()
     decoy = Sandbox.create()  # the API's timeout routes: a well-formed swap (1.5) ends it
     token = victim._envd_access_token
@@ -281,7 +262,7 @@ def test_f10_malformed_input_is_a_4xx_with_a_reason_never_a_500(sdk: Running) ->
     auth = {"E2b-Sandbox-Id": victim.sandbox_id, "X-Access-Token": token, "X-API-KEY": API_KEY}
     problems: list[str] = []
     before = {s.sandbox_id for s in Sandbox.list().next_items()}
-    with httpx.Client(base_url=sdk.url, timeout=120) as client:
+    with httpx.Client(base_url=api_env.url, timeout=120) as client:
         for method, path, fields, headers in JSON_ROUTES:
             path = path.format(sid=decoy.sandbox_id)
             bodies = _malformed_bodies() + [json.dumps(b).encode() for b in _swapped(fields)]
@@ -315,28 +296,28 @@ def test_f10_malformed_input_is_a_4xx_with_a_reason_never_a_500(sdk: Running) ->
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "-1", "1e300", "true",
                                    '"60"', "86401", "1" + "0" * 400])  # fmt: skip
-def test_f10_a_sandbox_that_never_ends_is_refused(sdk: Running, value: str) -> None:
+def test_f10_a_sandbox_that_never_ends_is_refused(api_env: Running, value: str) -> None:
     """A timeout the reaper can never reach (NaN, Infinity, past the maximum) is a 400."""
     victim = Sandbox.create(timeout=60)
     before = {s.sandbox_id for s in Sandbox.list().next_items()}
     key = {"X-API-KEY": API_KEY, "Content-Type": "application/json"}
     body = f'{{"templateID": "code-interpreter-v1", "timeout": {value}}}'
-    with httpx.Client(base_url=sdk.url, timeout=60) as client:
+    with httpx.Client(base_url=api_env.url, timeout=60) as client:
         for path in ("/sandboxes", f"/sandboxes/{victim.sandbox_id}/timeout",
                      f"/sandboxes/{victim.sandbox_id}/connect"):  # fmt: skip
             answer = client.post(path, content=body, headers=key)
             assert answer.status_code == 400, (path, answer.text)
             assert re.search("timeout|not a JSON number", answer.json()["message"]), answer.text
     assert {s.sandbox_id for s in Sandbox.list().next_items()} == before
-    end = sdk.server.sandboxes.get(victim.sandbox_id).end
+    end = api_env.server.sandboxes.get(victim.sandbox_id).end
     assert end is not None
     assert end <= time.time() + 61
     victim.kill()
 
 
-def test_f10_the_longest_timeout_is_reaped_and_a_short_one_ends(sdk: Running) -> None:
-    longest = Sandbox.create(timeout=int(sdk.server.config.max_sandbox_timeout))
-    assert sdk.server.sandboxes.get(longest.sandbox_id).end is not None
+def test_f10_the_longest_timeout_is_reaped_and_a_short_one_ends(api_env: Running) -> None:
+    longest = Sandbox.create(timeout=int(api_env.server.config.max_sandbox_timeout))
+    assert api_env.server.sandboxes.get(longest.sandbox_id).end is not None
     longest.kill()
     short = Sandbox.create(timeout=60)
     short.set_timeout(0)  # ends at the reaper's next look

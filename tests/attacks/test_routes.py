@@ -32,11 +32,10 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 import pytest
 from e2b_code_interpreter import Sandbox
-from e2b_server_helpers import API_KEY, Running, run_server
+from e2b_server_helpers import API_KEY, Running
 from server_helpers import JupyterProcess, free_port
 from tornado.web import RequestHandler
 
-from jupyter_exec.e2b import E2BConfig
 from jupyter_exec.e2b.auth import CREDENTIALS, FILE_SIGNATURE, PUBLIC, RouteAuth
 from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.mcp.server import MAX_BODY
@@ -99,21 +98,6 @@ def _head_refused(url: str, path: str, headers: str = "", length: int = 1 << 40)
 # -- the E2B server ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def e2b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    root = tmp_path_factory.mktemp("e2b-routes")
-    yield from run_server(E2BConfig(root_dir=root, ports=(0,), debug=False, api_key=API_KEY))
-
-
-@pytest.fixture
-def sdk(e2b: Running, monkeypatch: pytest.MonkeyPatch) -> Running:
-    monkeypatch.delenv("E2B_DEBUG", raising=False)
-    monkeypatch.setenv("E2B_API_URL", e2b.url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", e2b.url)
-    monkeypatch.setenv("E2B_API_KEY", API_KEY)
-    return e2b
-
-
 def _e2b_routes(running: Running) -> list[tuple[str, str, RouteAuth]]:
     """(method, path pattern, declared auth) for every route of the running app."""
     app = running.server.make_app()
@@ -133,8 +117,8 @@ def _e2b_routes(running: Running) -> list[tuple[str, str, RouteAuth]]:
     return found
 
 
-def test_every_e2b_route_declares_what_opens_it(e2b: Running) -> None:
-    routes = _e2b_routes(e2b)
+def test_every_e2b_route_declares_what_opens_it(api_server: Running) -> None:
+    routes = _e2b_routes(api_server)
     assert len(routes) > 20  # every RPC method, each its own route
     assert {auth.opens_with for _, _, auth in routes} >= {
         frozenset({"sandbox_token"}),
@@ -158,13 +142,13 @@ def _fill(pattern: str, sandbox_id: str) -> str:
 
 
 def test_f4_every_e2b_route_refuses_all_but_its_own_credential(
-    sdk: Running, caplog: pytest.LogCaptureFixture
+    api_env: Running, caplog: pytest.LogCaptureFixture
 ) -> None:
     victim = Sandbox.create()
     attacker = Sandbox.create()
     victim.run_code("state = 'kept'")
     victim.files.write("precious.txt", "do not touch")
-    home = sdk.root / victim.sandbox_id
+    home = api_env.root / victim.sandbox_id
     theirs = attacker._envd_access_token
     assert theirs
     urls = (victim.download_url("precious.txt"), victim.upload_url("precious.txt"))
@@ -185,8 +169,8 @@ def test_f4_every_e2b_route_refuses_all_but_its_own_credential(
     ]  # fmt: skip
     problems = []
     walked = 0
-    with httpx.Client(base_url=sdk.url, timeout=60) as client:
-        for method, pattern, auth in _e2b_routes(sdk):
+    with httpx.Client(base_url=api_env.url, timeout=60) as client:
+        for method, pattern, auth in _e2b_routes(api_env):
             path = _fill(pattern, victim.sandbox_id)
             for who, headers, query, credential in holdings:
                 if credential in auth.opens_with:
@@ -219,13 +203,13 @@ def test_f4_every_e2b_route_refuses_all_but_its_own_credential(
         sandbox.kill()
 
 
-def test_f8_every_e2b_route_refuses_a_strangers_body_unread(sdk: Running) -> None:
+def test_f8_every_e2b_route_refuses_a_strangers_body_unread(api_env: Running) -> None:
     victim = Sandbox.create()
-    for method, pattern, _ in _e2b_routes(sdk):
+    for method, pattern, _ in _e2b_routes(api_env):
         if method != "POST":
             continue
         path = _fill(pattern, victim.sandbox_id)
-        status = _head_refused(sdk.url, path, f"E2b-Sandbox-Id: {victim.sandbox_id}\r\n")
+        status = _head_refused(api_env.url, path, f"E2b-Sandbox-Id: {victim.sandbox_id}\r\n")
         assert status.split()[1] in (b"401", b"413"), (path, status)
     victim.kill()
 
