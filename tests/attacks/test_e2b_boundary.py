@@ -31,6 +31,7 @@ from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running
 
 from jupyter_exec.e2b.auth import SMALL_BODY
+from tests.attacks.raw import status_line
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -147,17 +148,6 @@ def _rss() -> int:
     raise AssertionError("no VmRSS")
 
 
-def _status_line(sock: socket.socket) -> bytes:
-    sock.settimeout(30)
-    data = b""
-    while b"\r\n" not in data:
-        chunk = sock.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.split(b"\r\n", 1)[0]
-
-
 @pytest.mark.parametrize(
     ("path", "headers"),
     [
@@ -185,7 +175,7 @@ def test_f8_a_stranger_body_is_refused_before_it_is_read(
             + f"Content-Type: application/octet-stream\r\nContent-Length: {1 << 40}\r\n\r\n"
         )
         sock.sendall(head.encode())
-        status = _status_line(sock)  # answered on the headers alone: no body was needed
+        status = status_line(sock)  # answered on the headers alone: no body was needed
         assert status.split()[1] in (b"401", b"404", b"413"), status
         try:  # the body that follows is not kept: the server hangs up on it
             for _ in range(256):
@@ -214,7 +204,7 @@ def test_f8_an_admitted_body_over_its_route_limit_is_refused_unread(api_env: Run
             length = f"Content-Length: {SMALL_BODY + 1}\r\n"
             head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}{length}\r\n"
             sock.sendall(head.encode())
-            assert _status_line(sock).split()[1] == b"413", path
+            assert status_line(sock).split()[1] == b"413", path
     assert victim.run_code("1 + 1").text == "2"
     victim.kill()
 

@@ -41,6 +41,7 @@ from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.mcp.server import MAX_BODY
 from jupyter_exec.mcp.server import ROUTES as MCP_ROUTES
 from jupyter_exec.server.handlers import ExecAPIHandler, default_handlers
+from tests.attacks.raw import status_line
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -85,14 +86,7 @@ def _head_refused(url: str, path: str, headers: str = "", length: int = 1 << 40)
                 f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
             ).encode()
         )
-        sock.settimeout(30)
-        data = b""
-        while b"\r\n" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    return data.split(b"\r\n", 1)[0]
+        return status_line(sock)
 
 
 # -- the E2B server ----------------------------------------------------------------------------
