@@ -21,3 +21,13 @@ def run_cli(
         check=False,
         **kwargs,
     )
+
+
+def stop_process(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """Stop a server the test started as a process manager would: SIGTERM, then SIGKILL."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

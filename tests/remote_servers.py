@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.cli_helpers import stop_process
+
 _DISABLE_EXTENSIONS = """
 import glob, json, os, sys
 names = set()
@@ -124,12 +126,7 @@ def run_server(kind: str, base: Path) -> Iterator[Server]:
         _wait_up(server)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
 
 
 class Proxy:

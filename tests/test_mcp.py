@@ -24,6 +24,7 @@ mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 from tests.checkpoint_helpers import key_env  # noqa: E402
+from tests.cli_helpers import stop_process  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -279,12 +280,7 @@ async def _http(
             await client.initialize()
             yield client
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if process.stderr is not None:
             process.stderr.close()
 

@@ -42,6 +42,7 @@ from jupyter_exec.mcp.server import MAX_BODY
 from jupyter_exec.mcp.server import ROUTES as MCP_ROUTES
 from jupyter_exec.server.handlers import ExecAPIHandler, default_handlers
 from tests.attacks.raw import status_line
+from tests.cli_helpers import stop_process
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -234,12 +235,7 @@ def mcp_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.2)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 HELLO = {
