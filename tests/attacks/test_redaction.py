@@ -31,6 +31,7 @@ from typing import Any
 import nbformat
 import pytest
 from pytest_jupyter import jupyter_server as _plugin
+from server_helpers import install_docker_kernelspec
 from traitlets.config import Config
 
 from jupyter_exec import AsyncSession, NetworkPolicy
@@ -179,13 +180,7 @@ def jp_server_config() -> Config:
 def docker_kernelspec(jp_data_dir: Path) -> str:
     """The server's ``python3-docker`` kernelspec on the test image."""
     docker_available()
-    shipped = Path(__file__).parents[2] / "kernels" / "python3-docker" / "kernel.json"
-    spec = json.loads(shipped.read_text())
-    spec["metadata"]["kernel_provisioner"]["config"]["image"] = TEST_IMAGE
-    folder = Path(jp_data_dir) / "kernels" / "python3-docker"
-    folder.mkdir(parents=True)
-    (folder / "kernel.json").write_text(json.dumps(spec))
-    return "python3-docker"
+    return install_docker_kernelspec(jp_data_dir, TEST_IMAGE)
 
 
 async def _call(jp_fetch: Any, method: str, *parts: str, body: Any = None) -> tuple[int, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,17 @@ ENABLE_FILE = (
     Path(__file__).parents[2] / "server_extension" / "jupyter_server_config.d" / "jupyter_exec.json"
 )
 SPEC = Path(__file__).parents[2] / "server_extension" / "openapi.yaml"
+DOCKER_KERNELSPEC = Path(__file__).parents[2] / "kernels" / "python3-docker" / "kernel.json"
+
+
+def install_docker_kernelspec(data_dir: str | Path, image: str) -> str:
+    """The shipped ``python3-docker`` kernelspec, on ``image``, in a test server's data dir."""
+    spec = json.loads(DOCKER_KERNELSPEC.read_text())
+    spec["metadata"]["kernel_provisioner"]["config"]["image"] = image
+    folder = Path(data_dir) / "kernels" / "python3-docker"
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    return "python3-docker"
 
 
 def spec_operations() -> set[tuple[str, str]]:

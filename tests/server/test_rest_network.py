@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from server_helpers import install_docker_kernelspec
 from traitlets.config import Config
 
 from jupyter_exec.docker.engine import connect
@@ -160,13 +161,7 @@ def docker_kernelspec(jp_data_dir: Path) -> str:
         if IN_CI:
             pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
         pytest.skip(f"no Docker engine: {exc}")
-    shipped = Path(__file__).parents[2] / "kernels" / "python3-docker" / "kernel.json"
-    spec = json.loads(shipped.read_text())
-    spec["metadata"]["kernel_provisioner"]["config"]["image"] = TEST_IMAGE
-    folder = Path(jp_data_dir) / "kernels" / "python3-docker"
-    folder.mkdir(parents=True)
-    (folder / "kernel.json").write_text(json.dumps(spec))
-    return "python3-docker"
+    return install_docker_kernelspec(jp_data_dir, TEST_IMAGE)
 
 
 FETCH = fetch_code(60)
