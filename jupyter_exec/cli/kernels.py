@@ -205,8 +205,13 @@ def _install_deno(*, user: bool, prefix: str | None) -> None:
         env = {**os.environ, "HOME": home, "DENO_NO_UPDATE_CHECK": "1"}
         _run([deno_bin, "jupyter", "--install", "--force"], "deno jupyter --install", env)
         written = Path(home, ".local", "share", "jupyter", "kernels", "deno")
-        if not (written / "kernel.json").is_file():
+        spec_file = written / "kernel.json"
+        if not spec_file.is_file():
             raise MissingDependency(f"deno jupyter --install wrote no kernelspec in {written}")
+        # Deno stops a running cell on an interrupt_request; a SIGINT ends the whole kernel.
+        spec = json.loads(spec_file.read_text())
+        spec["interrupt_mode"] = "message"
+        spec_file.write_text(json.dumps(spec, indent=1))
         KernelSpecManager().install_kernel_spec(
             str(written), kernel_name="deno", user=user, prefix=prefix, replace=True
         )

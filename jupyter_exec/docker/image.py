@@ -106,7 +106,9 @@ class BuildOptions:
         }
         if self.languages:  # (absent otherwise: the tags of images without them stay)
             parts["languages"] = list(self.languages)
-            parts["languages_file"] = (_languages_dir() / "Dockerfile").read_text()
+            parts["languages_files"] = [
+                (_languages_dir() / name).read_text() for name in ("Dockerfile", "deno_kernel.py")
+            ]
         digest.update(json.dumps(parts, sort_keys=True).encode())
         return digest.hexdigest()[:12]
 

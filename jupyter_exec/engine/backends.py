@@ -44,10 +44,10 @@ _IN_IMAGE: dict[str, tuple[list[str], str, str, str]] = {
         "signal",
     ),
     "typescript": (
-        ["deno", "jupyter", "--kernel", "--conn", "{connection_file}"],
+        ["python", "/opt/kernel/share/jupyter-exec/deno_kernel.py", "{connection_file}"],
         "Deno (Docker)",
         "typescript",
-        "signal",
+        "message",
     ),
 }
 
