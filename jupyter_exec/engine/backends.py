@@ -15,9 +15,9 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.docker import PROVISIONER_NAME
-from jupyter_exec.engine.languages import language_of_kernel
+from jupyter_exec.engine.languages import kernel_for, language_of_kernel
 
-__all__ = ["LANGUAGES_IMAGE", "docker_kernel_spec"]
+__all__ = ["LANGUAGES_IMAGE", "docker_kernel_spec", "language_kernelspec"]
 
 LANGUAGES_IMAGE = "jupyter-exec/kernel:languages"
 """The image a Docker kernel of another language than Python runs by default
@@ -50,6 +50,13 @@ _IN_IMAGE: dict[str, tuple[list[str], str, str, str]] = {
         "message",
     ),
 }
+
+
+def language_kernelspec(language: str, backend: str) -> str:
+    """The installed kernelspec that runs ``language`` on ``backend``: the language's own
+    (``ir``) locally, jupyter-exec's shipped one (``ir-docker``, in ``kernels/``) in Docker."""
+    kernel = kernel_for(language)
+    return f"{kernel}-docker" if backend == "docker" else kernel
 
 
 def docker_kernel_spec(options: dict[str, Any], kernel_name: str = "python3") -> KernelSpec:
