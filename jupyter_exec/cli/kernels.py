@@ -119,9 +119,7 @@ def install_language(language: str, *, user: bool, prefix: str | None) -> Path:
             "or typescript"
         )
     if language == "bash":
-        _pip("bash_kernel", "bash_kernel")
-        place = ["--user"] if user else ["--prefix", str(prefix)]
-        _run([sys.executable, "-m", "bash_kernel.install", *place], "installing bash_kernel")
+        _install_bash(user=user, prefix=prefix)
     elif language == "r":
         _install_r(user=user, prefix=prefix)
     else:
@@ -189,6 +187,46 @@ def _install_r(*, user: bool, prefix: str | None) -> None:
     )
 
 
+def _install_bash(*, user: bool, prefix: str | None) -> None:
+    """bash_kernel's own installer, into a scratch prefix; its kernelspec then goes where
+    it belongs, without the top-level ``codemirror_mode`` it adds (not a kernelspec field:
+    jupyter_client warns on every start)."""
+    _pip("bash_kernel", "bash_kernel")
+    with tempfile.TemporaryDirectory(prefix="jx-bash-") as scratch:
+        _run(
+            [sys.executable, "-m", "bash_kernel.install", "--prefix", scratch],
+            "python -m bash_kernel.install",
+        )
+        written = Path(scratch, "share", "jupyter", "kernels", "bash")
+        _install_spec(written, "bash", user=user, prefix=prefix, drop=("codemirror_mode",))
+
+
+def _install_spec(
+    written: Path,
+    name: str,
+    *,
+    user: bool,
+    prefix: str | None,
+    drop: Sequence[str] = (),
+    interrupt_mode: str | None = None,
+) -> None:
+    """Install the kernelspec an installer wrote to ``written`` as ``name``, adjusted."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec_file = written / "kernel.json"
+    if not spec_file.is_file():
+        raise MissingDependency(f"the {name} installer wrote no kernelspec in {written}")
+    spec = json.loads(spec_file.read_text())
+    for key in drop:
+        spec.pop(key, None)
+    if interrupt_mode is not None:
+        spec["interrupt_mode"] = interrupt_mode
+    spec_file.write_text(json.dumps(spec, indent=1))
+    KernelSpecManager().install_kernel_spec(
+        str(written), kernel_name=name, user=user, prefix=prefix, replace=True
+    )
+
+
 def _install_deno(*, user: bool, prefix: str | None) -> None:
     _pip("deno", "deno")
     deno_bin = subprocess.run(
@@ -199,22 +237,13 @@ def _install_deno(*, user: bool, prefix: str | None) -> None:
     ).stdout.strip()
     if not deno_bin or not Path(deno_bin).is_file():
         raise MissingDependency("the deno package is installed but its binary was not found")
-    from jupyter_client.kernelspec import KernelSpecManager
 
     with tempfile.TemporaryDirectory(prefix="jx-deno-") as home:
         env = {**os.environ, "HOME": home, "DENO_NO_UPDATE_CHECK": "1"}
         _run([deno_bin, "jupyter", "--install", "--force"], "deno jupyter --install", env)
         written = Path(home, ".local", "share", "jupyter", "kernels", "deno")
-        spec_file = written / "kernel.json"
-        if not spec_file.is_file():
-            raise MissingDependency(f"deno jupyter --install wrote no kernelspec in {written}")
         # Deno stops a running cell on an interrupt_request; a SIGINT ends the whole kernel.
-        spec = json.loads(spec_file.read_text())
-        spec["interrupt_mode"] = "message"
-        spec_file.write_text(json.dumps(spec, indent=1))
-        KernelSpecManager().install_kernel_spec(
-            str(written), kernel_name="deno", user=user, prefix=prefix, replace=True
-        )
+        _install_spec(written, "deno", user=user, prefix=prefix, interrupt_mode="message")
 
 
 def _installed_at(kernel: str) -> Path:

@@ -23,6 +23,7 @@ __all__ = [
     "LANGUAGE_KERNELS",
     "canonical_language",
     "install_hint",
+    "installed_languages",
     "kernel_for",
     "language_of_kernel",
     "normalise_language",
@@ -94,10 +95,22 @@ def canonical_language(name: object) -> str:
     word = "bash" if word == "sh" else word
     if word not in LANGUAGE_KERNELS or len(name.split()) != 1:
         raise InvalidArgument(
-            f"unknown language {name[:40]!r}: use one of {', '.join(LANGUAGES)} "
-            "(install a kernel with: jupyter-exec kernels install r bash javascript typescript)"
+            f"unknown language {name[:40]!r}: use one of {', '.join(LANGUAGES)} (installed "
+            f"here: {', '.join(installed_languages()) or 'none'}; install the others' kernels "
+            "with: jupyter-exec kernels install r bash javascript typescript)"
         )
     return word
+
+
+def installed_languages() -> list[str]:
+    """The languages whose kernels are installed here (their kernelspecs found by Jupyter)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    try:
+        found = set(KernelSpecManager().find_kernel_specs())
+    except OSError:  # an unreadable Jupyter path: say nothing is known to be there
+        return []
+    return [language for language in LANGUAGES if LANGUAGE_KERNELS[language] in found]
 
 
 def kernel_for(language: str) -> str:
