@@ -193,13 +193,13 @@ def test_the_notebook_carries_the_kernel_and_replays_and_resumes_on_it(
 
 
 def test_python_only_features_are_refused_for_other_languages(r_session: Session) -> None:
-    with pytest.raises(ForkError, match="fork\\(\\) needs an IPython kernel.*'r'"):
+    with pytest.raises(ForkError, match=r"fork\(\) needs an IPython kernel.*'r'"):
         r_session.fork()
-    with pytest.raises(ForkError, match="undo\\(\\) needs an IPython kernel"):
+    with pytest.raises(ForkError, match=r"undo\(\) needs an IPython kernel"):
         r_session.undo()
-    with pytest.raises(CheckpointError, match="checkpoint\\(\\) needs an IPython kernel"):
+    with pytest.raises(CheckpointError, match=r"checkpoint\(\) needs an IPython kernel"):
         r_session.checkpoint("before")
-    with pytest.raises(CheckpointError, match="restore\\(\\) needs an IPython kernel"):
+    with pytest.raises(CheckpointError, match=r"restore\(\) needs an IPython kernel"):
         r_session.restore("before")
     with pytest.raises(InvalidArgument, match="undo_steps needs a Python kernel"):
         Session(language="r", undo_steps=3, start=False)
