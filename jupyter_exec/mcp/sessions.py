@@ -145,8 +145,9 @@ class SessionRegistry:
         if name not in self.manager:
             environment = self._environment_for(backend)
             options = await self._options_for(environment)
-            if language not in (None, "python"):
-                options = {**options, "language": language}
+            if language not in (None, "python"):  # its own kernel, not the environment's Python
+                options = {k: v for k, v in options.items() if k != "python"}
+                options["language"] = language
             try:
                 await self.manager.session(name, **options)
             except SessionLimitError as exc:
