@@ -1,4 +1,4 @@
-"""The Docker subcommands of ``jupyter-exec``: ``image build``, ``kernels install``, ``reap``.
+"""The Docker subcommands of ``jupyter-exec``: ``image build`` and ``reap``.
 
 Each ``add_*_parser(subparsers)`` registers one subcommand whose ``func`` takes the parsed
 arguments and returns an exit status; our errors (Docker not running, a failed build) reach
@@ -9,20 +9,11 @@ limited to these three.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from jupyter_exec.cli.kernels import add_kernels_parser
 from jupyter_exec.cli.options import Subparsers as _Subparsers
 from jupyter_exec.cli.options import formatter as _formatter
-from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = [
-    "DOCKER_COMMANDS",
-    "add_image_parser",
-    "add_kernels_parser",
-    "add_reap_parser",
-    "install_docker_kernelspecs",
-]
+__all__ = ["DOCKER_COMMANDS", "add_image_parser", "add_reap_parser"]
 
 DOCKER_COMMANDS = ("image", "kernels", "reap")
 
@@ -148,27 +139,6 @@ def _image_build(args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(tag)
-    return 0
-
-
-def install_docker_kernelspecs(args: argparse.Namespace) -> int:
-    """``kernels install`` without a language: jupyter-exec's Docker kernelspecs."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    from jupyter_exec.docker.resources import kernelspec_dirs
-
-    prefix = args.prefix or (sys.prefix if args.sys_prefix else None)
-    manager = KernelSpecManager()
-    try:
-        for source in kernelspec_dirs():
-            dest = manager.install_kernel_spec(
-                str(source), kernel_name=source.name, user=args.user, prefix=prefix
-            )
-            print(f"installed kernelspec {source.name} in {dest}")
-    except OSError as exc:
-        raise InvalidArgument(
-            f"cannot install the kernelspecs there: {exc.strerror or exc} (try --user)"
-        ) from None
     return 0
 
 

@@ -33,7 +33,12 @@ from jupyter_exec.cli.options import Subparsers, formatter
 from jupyter_exec.engine.languages import LANGUAGE_KERNELS, LANGUAGES, canonical_language
 from jupyter_exec.exceptions import InvalidArgument, MissingDependency
 
-__all__ = ["add_kernels_parser", "install_language", "kernel_locations"]
+__all__ = [
+    "add_kernels_parser",
+    "install_docker_kernelspecs",
+    "install_language",
+    "kernel_locations",
+]
 
 R_PACKAGES = ("r-base-core", "r-cran-irkernel")
 """Debian's packages for R and its Jupyter kernel."""
@@ -94,8 +99,6 @@ def add_kernels_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
 
 def _install(args: argparse.Namespace) -> int:
     if not args.languages:
-        from jupyter_exec.cli.docker import install_docker_kernelspecs
-
         return install_docker_kernelspecs(args)
     languages = list(dict.fromkeys(canonical_language(name) for name in args.languages))
     prefix = None if args.user else (args.prefix or sys.prefix)
@@ -107,6 +110,27 @@ def _install(args: argparse.Namespace) -> int:
         where = install_language(language, user=args.user, prefix=prefix)
         done.add(kernel)
         print(f"installed the {language} kernel (kernelspec {kernel!r}) in {where}", flush=True)
+    return 0
+
+
+def install_docker_kernelspecs(args: argparse.Namespace) -> int:
+    """``kernels install`` without a language: jupyter-exec's Docker kernelspecs."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from jupyter_exec.docker.resources import kernelspec_dirs
+
+    prefix = args.prefix or (sys.prefix if args.sys_prefix else None)
+    manager = KernelSpecManager()
+    try:
+        for source in kernelspec_dirs():
+            dest = manager.install_kernel_spec(
+                str(source), kernel_name=source.name, user=args.user, prefix=prefix
+            )
+            print(f"installed kernelspec {source.name} in {dest}")
+    except OSError as exc:
+        raise InvalidArgument(
+            f"cannot install the kernelspecs there: {exc.strerror or exc} (try --user)"
+        ) from None
     return 0
 
 
