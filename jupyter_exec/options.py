@@ -94,8 +94,9 @@ class SessionOptions:
     language: str | None = field(
         default=None,
         metadata=_help(
-            "The language to run: python, r, bash, javascript or typescript (aliases such "
-            "as R, sh, js, ts, py too); it picks the kernel (python3, ir, bash, deno). "
+            "The language to run: python, r, bash, javascript, typescript or java (aliases "
+            "such as R, sh, js, ts, py too); it picks the kernel (python3, ir, bash, deno, "
+            "java). "
             "None: kernel_name decides."
         ),
     )
@@ -379,6 +380,11 @@ def _language(options: SessionOptions) -> None:
         raise InvalidArgument(
             f"python= names a Python interpreter; language={options.language!r} runs "
             f"the {kernel!r} kernel: drop one of them"
+        )
+    if language == "java" and options.backend == "docker":
+        raise InvalidArgument(
+            "language='java' runs on this machine's kernel only for now (JJava speaks TCP, "
+            "which a network-less container does not have): use backend='local'"
         )
     if options.undo_steps and language != "python":
         raise InvalidArgument(

@@ -178,3 +178,16 @@ def test_a_pool_key_follows_the_language_to_its_kernel() -> None:
     assert r.kernel_name == "ir"
     assert PoolKey.of({"language": "R", "kernel_name": "python3"}) == r
     assert PoolKey.of({}) != r
+
+
+def test_java_is_a_local_language_only_for_now() -> None:
+    assert kernel_for("Java") == "java"
+    assert SessionOptions(language="java").kernel_name == "java"
+    with pytest.raises(InvalidArgument, match="this machine's kernel only"):
+        SessionOptions(language="java", backend="docker")
+    with pytest.raises(InvalidArgument, match="Java has no Docker kernel"):
+        backends.docker_kernel_spec({}, "java")
+    with pytest.raises(InvalidArgument, match="Java has no Docker kernel"):
+        backends.language_kernelspec("java", "docker")
+    with pytest.raises(InvalidArgument, match="no Docker kernel for java"):
+        image_languages("r,java")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.languages
 
 
 def test_kernels_install_puts_each_languages_kernelspec_in_the_prefix(tmp_path: Path) -> None:
-    done = run_cli("kernels", "install", "r", "bash", "js", "ts", "--prefix", str(tmp_path))
+    done = run_cli("kernels", "install", "r", "bash", "js", "ts", "java", "--prefix", str(tmp_path))
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
     kernels = tmp_path / "share" / "jupyter" / "kernels"
     r = json.loads((kernels / "ir" / "kernel.json").read_text())
@@ -31,11 +31,15 @@ def test_kernels_install_puts_each_languages_kernelspec_in_the_prefix(tmp_path: 
     assert Path(deno["argv"][0]).name == "deno"
     # javascript and typescript share Deno's kernel: installed once.
     assert done.stdout.count("kernelspec 'deno'") == 1
-    assert sorted(p.name for p in kernels.iterdir()) == ["bash", "deno", "ir"]
+    java = json.loads((kernels / "java" / "kernel.json").read_text())
+    assert java["language"] == "java"
+    assert (kernels / "java" / "jjava.jar").is_file()  # the kernel itself comes along
+    assert sorted(p.name for p in kernels.iterdir()) == ["bash", "deno", "ir", "java"]
+    assert f"in {kernels / 'ir'}" in done.stdout
 
     # Jupyter finds them there, and each starts (bash shown; the others in the session tests).
     found = KernelSpecManager(kernel_dirs=[str(kernels)]).find_kernel_specs()
-    assert {"ir", "bash", "deno"} <= set(found)
+    assert {"ir", "bash", "deno", "java"} <= set(found)
     env = {**os.environ, "JUPYTER_PATH": str(tmp_path / "share" / "jupyter")}
     with Session(language="bash", work_dir=tmp_path / "w", env=env) as s:
         assert s.execute("echo $((6 * 7))").stdout == "42\n"

@@ -235,3 +235,21 @@ def test_a_python_session_still_gets_its_helpers(tmp_path: Path) -> None:
         assert kernel.runs_ipython
         assert kernel.stream_guard is True
         assert s._async._state.durable.installed is kernel
+
+
+def test_java_keeps_state_reports_errors_and_is_interrupted(tmp_path: Path) -> None:
+    """JJava (PyPI's jjava on a JDK): its JeroMQ has no ipc, so it runs on loopback TCP."""
+    with Session(language="java", work_dir=tmp_path, interrupt_grace=10) as s:
+        assert s.language == "java"
+        s.execute("int x = 41;").raise_for_error()
+        assert s.execute("x + 1").text == "42"
+        failed = s.execute('throw new IllegalStateException("not yet");')
+        assert failed.error is not None
+        assert "not yet" in failed.error.evalue
+        stopped = s.execute("while (true) {}", timeout=1.5)
+        assert (stopped.status, stopped.state_lost) == ("timeout", False)
+        assert s.execute("x").text == "41"
+        kernel = s._async._kernel
+        assert kernel is not None
+        assert kernel.km.transport == "tcp"
+        assert kernel.stream_guard is False

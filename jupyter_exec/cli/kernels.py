@@ -11,6 +11,8 @@ or the user's Jupyter dir (``--user``) or a ``--prefix``::
     javascript, typescript  pip install deno (the binary), then deno jupyter --install;
                             Deno writes its kernelspec into the user's home only, so it
                             is written into a scratch home and moved where it belongs
+    java                    a JDK from Debian (default-jdk-headless, when missing), then
+                            pip install --pre jjava: its wheel carries the kernelspec
 
 Without a language, ``kernels install`` installs jupyter-exec's own Docker kernelspecs
 ("Python 3 (Docker)"), as it always did.
@@ -42,6 +44,8 @@ __all__ = [
 
 R_PACKAGES = ("r-base-core", "r-cran-irkernel")
 """Debian's packages for R and its Jupyter kernel."""
+JDK_PACKAGE = "default-jdk-headless"
+"""Debian's JDK, for Java's kernel (JJava runs cells with the JDK's jshell)."""
 
 KERNELS_EPILOG = """\
 examples:
@@ -146,9 +150,11 @@ def install_language(language: str, *, user: bool, prefix: str | None) -> Path:
         _install_bash(user=user, prefix=prefix)
     elif language == "r":
         _install_r(user=user, prefix=prefix)
+    elif language == "java":
+        _install_java(user=user, prefix=prefix)
     else:
         _install_deno(user=user, prefix=prefix)
-    return _installed_at(LANGUAGE_KERNELS[language])
+    return _installed_at(LANGUAGE_KERNELS[language], user=user, prefix=prefix)
 
 
 def _run(argv: Sequence[str], what: str, env: dict[str, str] | None = None) -> None:
@@ -251,6 +257,40 @@ def _install_spec(
     )
 
 
+def _install_java(*, user: bool, prefix: str | None) -> None:
+    """JJava from PyPI (its wheel carries the kernel's jars and kernelspec, installed into
+    this environment), on a JDK from Debian (its ``jdk.jshell`` module runs the cells)."""
+    if not _has_jshell():
+        apt = shutil.which("apt-get")
+        if apt is None or os.geteuid() != 0:
+            raise MissingDependency(
+                "Java's kernel needs a JDK (java with the jdk.jshell module): install one "
+                f"(e.g. `sudo apt-get install -y {JDK_PACKAGE}`), then run this again"
+            )
+        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        _run([apt, "install", "-y", "--no-install-recommends", JDK_PACKAGE], "apt-get", quiet)
+    if importlib.util.find_spec("jjava") is None:
+        pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--pre"]
+        _run([*pip, "jjava"], "pip install jjava")
+    shipped = Path(sys.prefix, "share", "jupyter", "kernels", "java")
+    if Path(prefix or "") == Path(sys.prefix) and not user:
+        if not (shipped / "kernel.json").is_file():
+            raise MissingDependency(f"jjava is installed but its kernelspec is not in {shipped}")
+        return
+    with tempfile.TemporaryDirectory(prefix="jx-java-") as scratch:  # the jars go along
+        copy = Path(scratch, "java")
+        shutil.copytree(shipped, copy)
+        _install_spec(copy, "java", user=user, prefix=prefix)
+
+
+def _has_jshell() -> bool:
+    java = shutil.which("java")
+    if java is None:
+        return False
+    modules = subprocess.run([java, "--list-modules"], capture_output=True, text=True, check=False)
+    return "jdk.jshell" in modules.stdout
+
+
 def _install_deno(*, user: bool, prefix: str | None) -> None:
     _pip("deno", "deno")
     deno_bin = subprocess.run(
@@ -270,11 +310,12 @@ def _install_deno(*, user: bool, prefix: str | None) -> None:
         _install_spec(written, "deno", user=user, prefix=prefix, interrupt_mode="message")
 
 
-def _installed_at(kernel: str) -> Path:
-    from jupyter_client.kernelspec import KernelSpecManager
+def _installed_at(kernel: str, *, user: bool, prefix: str | None) -> Path:
+    """Where ``kernel``'s kernelspec was installed: the user's Jupyter dir or the prefix's."""
+    from jupyter_core.paths import jupyter_data_dir
 
-    found = kernel_locations(KernelSpecManager().find_kernel_specs())
-    return Path(found.get(kernel, "?"))
+    base = Path(jupyter_data_dir()) if user else Path(prefix or sys.prefix, "share", "jupyter")
+    return base / "kernels" / kernel
 
 
 def kernel_locations(specs: dict[str, str]) -> dict[str, str]:

@@ -120,6 +120,11 @@ def image_languages(text: str) -> tuple[str, ...]:
 
     asked = {canonical_language(word) for word in text.replace(" ", ",").split(",") if word}
     asked.discard("python")
+    if not asked <= set(IMAGE_LANGUAGES):
+        raise InvalidArgument(
+            f"no Docker kernel for {', '.join(sorted(asked - set(IMAGE_LANGUAGES)))} yet: "
+            f"the image can add {', '.join(IMAGE_LANGUAGES)}"
+        )
     return tuple(language for language in IMAGE_LANGUAGES if language in asked)
 
 

@@ -16,6 +16,7 @@ from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.docker import PROVISIONER_NAME
 from jupyter_exec.engine.languages import kernel_for, language_of_kernel
+from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["LANGUAGES_IMAGE", "docker_kernel_spec", "language_kernelspec"]
 
@@ -56,13 +57,25 @@ def language_kernelspec(language: str, backend: str) -> str:
     """The installed kernelspec that runs ``language`` on ``backend``: the language's own
     (``ir``) locally, jupyter-exec's shipped one (``ir-docker``, in ``kernels/``) in Docker."""
     kernel = kernel_for(language)
-    return f"{kernel}-docker" if backend == "docker" else kernel
+    if backend != "docker":
+        return kernel
+    _no_java_in_docker(language_of_kernel(kernel))
+    return f"{kernel}-docker"
+
+
+def _no_java_in_docker(language: str | None) -> None:
+    if language == "java":
+        raise InvalidArgument(
+            "Java has no Docker kernel yet (JJava speaks TCP, which a network-less "
+            "container does not have): run it on a local kernel"
+        )
 
 
 def docker_kernel_spec(options: dict[str, Any], kernel_name: str = "python3") -> KernelSpec:
     """A kernelspec that runs ``kernel_name``'s kernel in a container through
     ``DockerProvisioner`` (ipykernel for any name that is not one of the other languages')."""
     language = language_of_kernel(kernel_name) or "python"
+    _no_java_in_docker(language)
     argv, display, spec_language, interrupt = _IN_IMAGE.get(language, _IN_IMAGE["python"])
     config = dict(options)
     if language != "python" and not config.get("image"):

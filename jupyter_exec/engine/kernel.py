@@ -278,14 +278,18 @@ def _ipython_args(km: AsyncKernelManager) -> list[str]:
     return [IN_MEMORY_HISTORY] if any("ipykernel" in str(a) for a in argv) else []
 
 
+TCP_ONLY_KERNELS = frozenset({"deno", "java"})
+"""Kernel programs (``argv[0]``) that cannot bind ZMQ's ipc transport: Deno reads the
+connection file's ``ip`` as a host name; a JVM kernel's JeroMQ has no Unix sockets."""
+
+
 def _speaks_ipc(km: AsyncKernelManager) -> bool:
-    """Whether the kernel can bind ZMQ's ipc transport: Deno's kernel takes only TCP
-    addresses (it reads the connection file's ``ip`` as a host name)."""
+    """Whether the kernel can bind ZMQ's ipc transport (else it gets loopback TCP)."""
     try:
         argv = km.kernel_spec.argv if km.kernel_spec is not None else []
     except NoSuchKernel:
         return True  # start_kernel reports it
-    return not argv or Path(str(argv[0])).name != "deno"
+    return not argv or Path(str(argv[0])).name not in TCP_ONLY_KERNELS
 
 
 def _local(spec: KernelSpec | None) -> bool:

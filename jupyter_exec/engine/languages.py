@@ -7,9 +7,10 @@ answer, so it lives here, below all of them::
 
     normalise_language(fence tag)   ─► python, sh, r, javascript, typescript, or the tag itself
     canonical_language(name)        ─► one of LANGUAGES, or InvalidArgument naming them
-    kernel_for(language)            ─► the kernelspec that runs it (python3, ir, bash, deno)
+    kernel_for(language)            ─► the kernelspec that runs it (python3, ir, bash, deno, java)
 
-JavaScript and TypeScript share one kernel, Deno's, which runs both.
+JavaScript and TypeScript share one kernel, Deno's, which runs both. Java's is JJava
+(PyPI's ``jjava``, on a JDK), on this machine only for now.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__ = [
     "normalise_language",
 ]
 
-LANGUAGES: tuple[str, ...] = ("python", "r", "bash", "javascript", "typescript")
+LANGUAGES: tuple[str, ...] = ("python", "r", "bash", "javascript", "typescript", "java")
 """The languages a session can be asked for by name (``Session(language=...)``)."""
 
 LANGUAGE_KERNELS: dict[str, str] = {
@@ -38,6 +39,7 @@ LANGUAGE_KERNELS: dict[str, str] = {
     "bash": "bash",
     "javascript": "deno",
     "typescript": "deno",
+    "java": "java",
 }
 """Each language's kernelspec name, as its own installer names it."""
 
@@ -46,6 +48,7 @@ _SHELL = frozenset({"sh", "bash", "shell", "console", "zsh", "shell-session"})
 _R = frozenset({"r", "rscript", "ir"})
 _JAVASCRIPT = frozenset({"javascript", "js", "node", "nodejs", "mjs"})
 _TYPESCRIPT = frozenset({"typescript", "ts", "deno", "tsx"})
+_JAVA = frozenset({"java", "jshell", "jjava"})
 _SHELL_HINT_RE = re.compile(
     r"^\s*(\$ |pip |apt(-get)? |ls\b|cd |echo |cat |mkdir |curl |wget |git )"
 )
@@ -57,7 +60,7 @@ def _word(tag: str) -> str:
 
 
 def normalise_language(tag: str, code: str = "") -> str:
-    """``python`` / ``sh`` / ``r`` / ``javascript`` / ``typescript`` for the names people
+    """``python`` / ``sh`` / ``r`` / ``javascript`` / ``typescript`` / ``java`` for the names people
     use for them (other tags as given, lowercased); inferred when ``tag`` is empty."""
     word = _word(tag)
     if word in _PYTHON:
@@ -70,6 +73,8 @@ def normalise_language(tag: str, code: str = "") -> str:
         return "javascript"
     if word in _TYPESCRIPT:
         return "typescript"
+    if word in _JAVA:
+        return "java"
     if word:
         return word
     first = next((line for line in code.splitlines() if line.strip()), "")
@@ -97,7 +102,7 @@ def canonical_language(name: object) -> str:
         raise InvalidArgument(
             f"unknown language {name[:40]!r}: use one of {', '.join(LANGUAGES)} (installed "
             f"here: {', '.join(installed_languages()) or 'none'}; install the others' kernels "
-            "with: jupyter-exec kernels install r bash javascript typescript)"
+            "with: jupyter-exec kernels install r bash javascript typescript java)"
         )
     return word
 
