@@ -16,16 +16,30 @@ from typing import Any, Literal, TextIO
 
 __all__ = ["CellResult", "CellStatus", "ReplayReport"]
 
-CellStatus = Literal["same", "different", "error_now", "error_before", "skipped"]
-"""A cell's verdict: outputs match / differ / fails only now / failed only in the record /
-not run (non-code, empty, or past ``until``)."""
+CellStatus = Literal[
+    "same",
+    "equivalent",
+    "different",
+    "nondeterministic",
+    "error_now",
+    "error_before",
+    "not_run",
+    "skipped",
+]
+"""A cell's verdict: outputs match / mean the same (``reasons`` say why) / differ / differ
+between two replays too (``--runs 2``: not blamed on the record) / fails only now / failed only
+in the record / had no outputs in the record (never run there) / not run (non-code, empty, or
+past ``until``)."""
 
 _BAD: frozenset[str] = frozenset({"different", "error_now", "error_before"})
 _SHOWN = {
     "same": "same",
+    "equivalent": "equivalent",
     "different": "DIFFERENT",
+    "nondeterministic": "nondeterministic",
     "error_now": "ERROR NOW",
     "error_before": "ERROR BEFORE",
+    "not_run": "not run in the record",
     "skipped": "skipped",
 }
 
@@ -49,6 +63,14 @@ class CellResult:
     error_before: str | None = None
     error_now: str | None = None
     duration: float | None = None
+    reasons: tuple[str, ...] = ()
+    """Why an ``equivalent`` cell counts as the same, e.g. SVG attribute order."""
+    masks: tuple[str, ...] = ()
+    """The normalisation rules (masks) that changed this cell's text before comparing."""
+    recorded: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    """The recorded outputs (for the HTML report; not in :meth:`to_dict`)."""
+    replayed: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    """The replayed outputs, as judged (for the HTML report and ``--runs``)."""
 
     @property
     def number(self) -> int:
@@ -73,6 +95,8 @@ class CellResult:
             "error_before": self.error_before,
             "error_now": self.error_now,
             "duration": self.duration,
+            "reasons": list(self.reasons),
+            "masks": list(self.masks),
         }
 
 
