@@ -273,7 +273,8 @@ def test_papermill_and_unrun_cells_get_notes() -> None:
         "metadata": {"papermill": {"status": "pending"}, "tags": ["injected-parameters"]},
     }
     verdict = _judge(4, pending, _execution([stream("1\n")]), DEFAULT_RULES, ImageTolerance())
-    assert verdict.status == "different"
+    assert verdict.status == "not_run"  # no outputs in the record: nothing to compare with
+    assert verdict.ok
     assert verdict.number == 5
     assert any("not run in the record" in n for n in verdict.notes)
     assert any("injected parameters" in n for n in verdict.notes)
@@ -441,7 +442,10 @@ def test_replayed_notebook_is_new_and_the_original_untouched(
 
 
 def test_progress_line_per_cell(mixed: Replayed) -> None:
-    lines = mixed.progress.splitlines()
+    head, *lines = mixed.progress.splitlines()[1:]
+    # First what changed in the environment: the input file the record read is gone.
+    assert mixed.progress.splitlines()[0] == "environment: 1 difference(s) from the record"
+    assert head == "  input file input.txt: missing or unreadable here"
     assert len(lines) == len(MIXED_CELLS)
     assert lines[0] == "[ 1/11] cell 1 ... same"
     assert lines[2] == "[ 3/11] cell 3 ... DIFFERENT"
@@ -453,11 +457,15 @@ def test_report_as_json_and_markdown(mixed: Replayed) -> None:
     assert data["reproduced"] is False
     assert data["counts"] == {
         "same": 8,
+        "equivalent": 0,
         "different": 1,
+        "nondeterministic": 0,
         "error_now": 1,
         "error_before": 1,
+        "not_run": 0,
         "skipped": 0,
     }
+    assert data["environment_differences"] == ["input file input.txt: missing or unreadable here"]
     assert data["cells"][2]["status"] == "different"
     assert "address" in data["rules"]
     text = mixed.report.to_markdown()

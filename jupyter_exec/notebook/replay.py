@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -49,7 +49,14 @@ from jupyter_exec.engine.cancel import execute_to_the_end
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
-from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, Rule, parse_rule
+from jupyter_exec.notebook import envdiff
+from jupyter_exec.notebook.compare import (
+    DEFAULT_RULES,
+    ImageTolerance,
+    Rule,
+    compare_outputs,
+    parse_rule,
+)
 from jupyter_exec.notebook.judge import _judge, _skipped
 from jupyter_exec.notebook.meta import is_undone
 from jupyter_exec.notebook.recorder import new_cell_id, read_notebook
@@ -74,6 +81,12 @@ CellCallback = Callable[["CellResult"], Awaitable[None] | None]
 class _ReplaySession(AsyncSession):
     """The replay's session, which can also say what a recorded cell shows now."""
 
+    async def environment_here(
+        self, record: Mapping[str, Any], backend: str, kernel_name: str
+    ) -> dict[str, Any]:
+        """What this session's kernel runs on, for the facts ``record`` names."""
+        return await envdiff.here(self._live_kernel(), record, backend, kernel_name)
+
     def shown_now(self, cell_index: int | None) -> list[dict[str, Any]] | None:
         """A copy of cell ``cell_index``'s outputs in the notebook as it stands (None: none)."""
         recorder = self._recorder
@@ -89,7 +102,12 @@ def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]
     """The notebook's own kernel if installed, else python3 for Python notebooks."""
     spec = nb.metadata.get("kernelspec") or {}
     wanted = spec.get("name")
-    if not wanted or session_kwargs.get("python") or session_kwargs.get("backend") == "docker":
+    if (
+        not wanted
+        or session_kwargs.get("python")
+        or session_kwargs.get("environment") is not None
+        or session_kwargs.get("backend") == "docker"
+    ):
         return "python3"
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -178,6 +196,9 @@ async def replay_async(
     default_rules: bool = True,
     image_tolerance: float | ImageTolerance = 0.0,
     pixel_threshold: int = 0,
+    rtol: float = 0.0,
+    runs: int = 1,
+    in_recorded_env: bool = False,
     progress: TextIO | None = None,
     on_cell: CellCallback | None = None,
     **session_kwargs: Any,
@@ -202,8 +223,21 @@ async def replay_async(
         Images count as the same when at most this fraction of pixels differ by
         more than ``pixel_threshold`` in some channel (an :class:`ImageTolerance`
         may be given instead).
+    rtol:
+        Numbers in text outputs that agree within this relative tolerance make a
+        cell ``equivalent`` rather than ``different`` (DataFrame tables always
+        allow :data:`~jupyter_exec.notebook.compare.TABLE_RTOL`).
+    runs:
+        1, or 2 to replay twice: cells whose outputs differ between the two
+        replays are ``nondeterministic`` (not blamed on the record). The second
+        run is recorded beside the first (``<stem>.replayed-run2.ipynb``).
+    in_recorded_env:
+        Replay in an environment made from the record's
+        ``metadata.jupyter_exec.environment``: its Docker image by id, or a
+        cached venv with the recorded Python version and package versions.
     progress:
-        A stream for a one-line-per-cell progress display (e.g. ``sys.stderr``).
+        A stream for the environment differences (first) and a one-line-per-cell
+        progress display (e.g. ``sys.stderr``).
     on_cell:
         Called (or awaited) with each :class:`CellResult` as soon as it is known,
         and once more for a cell whose verdict a later cell's display update changed.
@@ -218,16 +252,32 @@ async def replay_async(
     clock = time.monotonic()
     if until is not None and until < 0:
         raise ValueError(f"until must be >= 0, not {until}")
+    if runs not in (1, 2):
+        raise ValueError(f"runs must be 1 or 2, not {runs}")
+    if rtol < 0:
+        raise ValueError(f"rtol must be >= 0, not {rtol}")
     tolerance = (
         image_tolerance
         if isinstance(image_tolerance, ImageTolerance)
         else ImageTolerance(image_tolerance, pixel_threshold)
     )
-    chosen_rules = _rules(default_rules, rules)
+    judging = _Judging(_rules(default_rules, rules), tolerance, rtol)
     source = Path(notebook).expanduser().absolute()
     nb = read_notebook(source)
     root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
     target = _output_path(source, root, output)
+    record = envdiff.recorded(nb.metadata)
+    if in_recorded_env:
+        if record is None:
+            raise NotebookError(
+                f"{source.name} records no environment (metadata.jupyter_exec.environment): "
+                "--in-recorded-env needs a notebook recorded by jupyter-exec"
+            )
+        made = envdiff.recorded_environment(record)
+        for key in ("python", "backend", "docker", "environment"):
+            session_kwargs.pop(key, None)
+        session_kwargs["environment"] = made
+        backend = "docker" if made.backend == "docker" else "local"
     warnings: list[str] = []
     order = run_order(nb.cells)  # placed order, unless the notebook says how its cells ran
     if order != sorted(order):
@@ -244,43 +294,124 @@ async def replay_async(
     ]
     to_run = {order[step] for step in (runnable if until is None else runnable[:until])}
     last_step = max((s for s in runnable if order[s] in to_run), default=-1)
-    bar = None if progress is None else _Progress(progress, len(to_run))
-    results: list[CellResult] = []
+    plan = _Plan(nb, order, to_run, last_step, until, judging)
 
-    async def emit(result: CellResult) -> None:
-        results.append(result)
-        await emit_again(result)
-
-    async def emit_again(result: CellResult) -> None:
+    async def notify(result: CellResult) -> None:
         if on_cell is not None:
             outcome = on_cell(result)
             if inspect.isawaitable(outcome):
                 await outcome
 
-    session = _ReplaySession(
-        root,
-        kernel_name,
-        notebook=target,
-        name=safe_name(target.stem),
-        timeout=timeout,
-        backend=backend,
-        overwrite=True,
-        **session_kwargs,
-    )
-    ran: list[tuple[int, Mapping[str, Any], Execution]] = []
+    def session_for(path: Path) -> _ReplaySession:
+        return _ReplaySession(
+            root,
+            kernel_name,
+            notebook=path,
+            name=safe_name(path.stem),
+            timeout=timeout,
+            backend=backend,
+            overwrite=True,
+            **session_kwargs,
+        )
+
+    bar = None if progress is None else _Progress(progress, len(to_run))
+    session = session_for(target)
     async with session:
-        for step, index in enumerate(order):
-            cell = nb.cells[index]
-            keep = until is None or step < last_step
-            if index in to_run:
+        found: list[str] = []
+        if record is not None:
+            now = await session.environment_here(record, backend, kernel_name)
+            found = envdiff.differences(record, now, session.work_dir)
+            if progress is not None:
+                _show_environment(progress, found)
+        results = await plan.run(session, bar, notify)
+        extra = {**_facts(nb), "environment": {"recorded": record}}
+        if record is not None:
+            extra["environment"]["here"] = now
+        if runs == 2:
+            second = session_for(target.with_name(f"{target.stem}-run2.ipynb"))
+            if progress is not None:
+                progress.write("replaying again to tell nondeterministic cells apart\n")
+            async with second:
+                again = await plan.run(second, None, None)
+            results = _nondeterministic(results, again, judging)
+            extra["second_run"] = str(second.notebook_path)
+        report = ReplayReport(
+            notebook=source,
+            cells=tuple(results),
+            output=target,
+            work_dir=session.work_dir,
+            until=until,
+            rules=tuple(r.name for r in judging.rules),
+            warnings=tuple(warnings),
+            started=started_at,
+            duration=round(time.monotonic() - clock, 3),
+            extra=extra,
+            environment=tuple(found),
+            runs=runs,
+        )
+        _note_in_notebook(session, source, report)
+    return report
+
+
+def _show_environment(stream: TextIO, found: Sequence[str]) -> None:
+    if not found:
+        stream.write("environment: as recorded\n")
+    else:
+        stream.write(f"environment: {len(found)} difference(s) from the record\n")
+        stream.writelines(f"  {line}\n" for line in found)
+    stream.flush()
+
+
+@dataclass(frozen=True)
+class _Judging:
+    rules: tuple[Rule, ...]
+    tolerance: ImageTolerance
+    rtol: float
+
+    def judge(
+        self,
+        index: int,
+        cell: Mapping[str, Any],
+        execution: Execution,
+        shown: Sequence[Mapping[str, Any]] | None = None,
+    ) -> CellResult:
+        return _judge(index, cell, execution, self.rules, self.tolerance, shown, self.rtol)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which cells a replay runs, in which order, and how they are judged."""
+
+    nb: Any
+    order: Sequence[int]
+    to_run: set[int]
+    last_step: int
+    until: int | None
+    judging: _Judging
+
+    async def run(
+        self,
+        session: _ReplaySession,
+        bar: _Progress | None,
+        notify: Callable[[CellResult], Awaitable[None]] | None,
+    ) -> list[CellResult]:
+        """Every cell's verdict in one session (see the module docstring)."""
+        results: list[CellResult] = []
+        ran: list[tuple[int, Mapping[str, Any], Execution]] = []
+        for step, index in enumerate(self.order):
+            cell = self.nb.cells[index]
+            keep = self.until is None or step < self.last_step
+            if index in self.to_run:
                 if bar is not None:
                     bar.start(index + 1)
                 execution = await execute_to_the_end(session, str(cell.source))
                 ran.append((index, cell, execution))
-                result = _judge(index, cell, execution, chosen_rules, tolerance)
+                result = self.judging.judge(index, cell, execution)
                 if bar is not None:
                     bar.finish(result)
-                await emit(result)
+                results.append(result)
+                if notify is not None:
+                    await notify(result)
                 continue
             if cell.cell_type != "code":
                 why = f"{cell.cell_type} cell"
@@ -289,38 +420,57 @@ async def replay_async(
             elif is_undone(cell):
                 why = "undone cell (session.undo or restore)"
             else:
-                why = f"after --until {until}"
+                why = f"after --until {self.until}"
             tags = (cell.get("metadata") or {}).get("tags", ())
             if keep and "papermill-error-cell-tag" not in tags:
                 _record_plain_cell(session, cell)
-            await emit(_skipped(index, cell, why))
+            results.append(_skipped(index, cell, why))
+            if notify is not None:
+                await notify(results[-1])
         for index, cell, execution in ran:  # what later cells changed: judged on the end state
             shown = session.shown_now(execution.cell_index)
             if shown is None or shown == list(execution.outputs):
                 continue
             position = next(i for i, r in enumerate(results) if r.index == index)
-            final = _judge(index, cell, execution, chosen_rules, tolerance, shown)
+            final = self.judging.judge(index, cell, execution, shown)
             if final.status == results[position].status and final.diff == results[position].diff:
                 continue
             final = replace(final, notes=(*final.notes, _REVISED))
             results[position] = final
             if bar is not None:
                 bar.revise(final)
-            await emit_again(final)
-        report = ReplayReport(
-            notebook=source,
-            cells=tuple(results),
-            output=target,
-            work_dir=session.work_dir,
-            until=until,
-            rules=tuple(r.name for r in chosen_rules),
-            warnings=tuple(warnings),
-            started=started_at,
-            duration=round(time.monotonic() - clock, 3),
-            extra=_facts(nb),
+            if notify is not None:
+                await notify(final)
+        return results
+
+
+_COMPARED = frozenset({"same", "equivalent", "different"})
+
+
+def _nondeterministic(
+    first: Sequence[CellResult], second: Sequence[CellResult], judging: _Judging
+) -> list[CellResult]:
+    """First-run verdicts, with cells whose two replays differ marked ``nondeterministic``."""
+    by_index = {r.index: r for r in second}
+    out: list[CellResult] = []
+    for result in first:
+        other = by_index.get(result.index)
+        if other is None or result.status not in _COMPARED or other.status not in _COMPARED:
+            out.append(result)
+            continue
+        between = compare_outputs(
+            result.replayed, other.replayed, judging.rules, judging.tolerance, judging.rtol
         )
-        _note_in_notebook(session, source, report)
-    return report
+        if between.verdict == "different" or (result.status == "same") != (other.status == "same"):
+            note = "its outputs differ between two replays, so a difference from the record "
+            note += "is not blamed on the record"
+            diff = between.diff or result.diff
+            out.append(
+                replace(result, status="nondeterministic", notes=(*result.notes, note), diff=diff)
+            )
+        else:
+            out.append(result)
+    return out
 
 
 def _facts(nb: Any) -> dict[str, Any]:

@@ -116,7 +116,11 @@ class ReplayReport:
     started: str = ""
     duration: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Facts about the source notebook, e.g. papermill's parameters."""
+    """Facts about the source notebook, e.g. papermill's parameters, and the environments."""
+    environment: tuple[str, ...] = ()
+    """How the replay's environment differs from the recorded one, one sentence each."""
+    runs: int = 1
+    """How many times the notebook was replayed (2: nondeterministic cells were looked for)."""
 
     @property
     def reproduced(self) -> bool:
@@ -154,6 +158,8 @@ class ReplayReport:
             "started": self.started,
             "duration": self.duration,
             "extra": dict(self.extra),
+            "environment_differences": list(self.environment),
+            "runs": self.runs,
             "cells": [c.to_dict() for c in self.cells],
         }
 
@@ -171,6 +177,7 @@ class ReplayReport:
         if self.until is not None:
             lines.append(f"- replayed the first {self.until} code cell(s) only")
         lines.append(f"- normalisation rules: {', '.join(self.rules) or 'none'}")
+        lines.extend(f"- environment: {line}" for line in self.environment)
         lines.extend(f"- warning: {w}" for w in self.warnings)
         lines += ["", "| cell | In (record → now) | status | first line |", "|---|---|---|---|"]
         for c in self.cells:
