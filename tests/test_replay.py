@@ -320,9 +320,10 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert run_cli(str(path), "--report", "r.txt") == 2
     assert run_cli(str(path), "--normalize", "(bad") == 2
     assert run_cli(str(path), "--image-tolerance", "3") == 2
+    assert run_cli(str(path), "--rtol", "-1") == 2
     assert run_cli() == 2
     err = capsys.readouterr().err
-    assert ".json or .md" in err
+    assert ".json, .md or .html" in err
     assert "invalid normalisation regex" in err
     assert "within 0..1" in err
     with pytest.raises(SystemExit):

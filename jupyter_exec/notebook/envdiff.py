@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -139,16 +140,35 @@ def differences(
     return out
 
 
+_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+!_-]{0,63}")
+_PYTHON_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
+_IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _refuse(what: str, value: Any) -> NotebookError:
+    return NotebookError(
+        f"the notebook's recorded environment has an invalid {what}: {str(value)[:100]!r}; "
+        "--in-recorded-env installs only plain name==version pins"
+    )
+
+
 def recorded_environment(record: Mapping[str, Any], cache_dir: str | None = None) -> Environment:
     """An environment made from the record: its Docker image by id, or a pinned venv.
 
-    Raises :class:`~jupyter_exec.ImageError` when the recorded image is not on this
-    machine, and :class:`~jupyter_exec.NotebookError` when the record says too little.
+    The record comes from the notebook, which anyone may have written: every name,
+    version and image id must have the plain shape of one (a name like
+    ``--index-url=...`` would be an option to pip) or :class:`~jupyter_exec.NotebookError`
+    says which is not, before anything is installed. Raises
+    :class:`~jupyter_exec.ImageError` when the recorded image is not on this machine.
     """
     image = record.get("docker_image") or {}
     if isinstance(image, Mapping) and image.get("id"):
-        _check_image(str(image["id"]))
-        return DockerEnv(image=str(image["id"]))
+        image_id = image["id"]
+        if not isinstance(image_id, str) or not _IMAGE_ID_RE.fullmatch(image_id):
+            raise _refuse("Docker image id", image_id)
+        _check_image(image_id)
+        return DockerEnv(image=image_id)
     interpreter = record.get("interpreter") or {}
     version = str(interpreter.get("version", "")) if isinstance(interpreter, Mapping) else ""
     if not version:
@@ -156,8 +176,20 @@ def recorded_environment(record: Mapping[str, Any], cache_dir: str | None = None
             "the notebook records no interpreter (metadata.jupyter_exec.environment): "
             "it was not recorded by jupyter-exec, so --in-recorded-env cannot rebuild it"
         )
-    pins = tuple(f"{name}=={v}" for name, v in sorted((record.get("packages") or {}).items()))
-    return PinnedVenv(python=".".join(version.split(".")[:2]), packages=pins, cache_dir=cache_dir)
+    python = ".".join(version.split(".")[:2])
+    if not _PYTHON_RE.fullmatch(python):
+        raise _refuse("Python version", version)
+    packages = record.get("packages") or {}
+    if not isinstance(packages, Mapping):
+        raise _refuse("package list", packages)
+    pins: list[str] = []
+    for name, pinned in sorted(packages.items()):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise _refuse("package name", name)
+        if not isinstance(pinned, str) or not _VERSION_RE.fullmatch(pinned):
+            raise _refuse(f"version of {name}", pinned)
+        pins.append(f"{name}=={pinned}")
+    return PinnedVenv(python=python, packages=tuple(pins), cache_dir=cache_dir)
 
 
 class PinnedVenv(VirtualEnv):
