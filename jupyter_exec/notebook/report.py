@@ -192,6 +192,8 @@ class ReplayReport:
             if c.error_now:
                 lines.append(f"- error now: `{c.error_now}`")
             lines.extend(f"- {note}" for note in c.notes)
+            if c.masks:
+                lines.append(f"- masks applied: {', '.join(c.masks)}")
             if c.diff:
                 lines += ["", "```diff", c.diff, "```"]
         return "\n".join(lines) + "\n"
@@ -229,6 +231,8 @@ class _Progress:
 
     def finish(self, result: CellResult) -> None:
         line = f"{self._head(result.number)} {_SHOWN[result.status]}"
+        if result.reasons:
+            line += f" ({'; '.join(result.reasons)})"
         if result.error_now:
             line += f" ({result.error_now.splitlines()[0][:100]})"
         self.stream.write(("\r" if self.live else "") + line + "\n")
