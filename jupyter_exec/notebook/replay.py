@@ -323,6 +323,10 @@ async def replay_async(
             found = envdiff.differences(record, now, session.work_dir)
             if progress is not None:
                 _show_environment(progress, found)
+        elif progress is not None:
+            progress.write(
+                "environment: not recorded (the notebook holds no jupyter_exec record)\n"
+            )
         results = await plan.run(session, bar, notify)
         extra = {**_facts(nb), "environment": {"recorded": record}}
         if record is not None:
