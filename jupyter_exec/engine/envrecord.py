@@ -36,6 +36,10 @@ log = logging.getLogger("jupyter_exec")
 EXPRESSION_KEY = "jupyter_exec_environment"
 _EXPRESSION = f"__import__('sys').modules[{inkernel_env.MODULE!r}].report()"
 _INSTALL_TIMEOUT = 30.0
+MAX_REPORT_CHARS = 1 << 20
+"""A kernel's report longer than this is ignored (the kernel said something else)."""
+MAX_ENTRIES = 1000
+"""At most this many packages, and files, are kept in the record."""
 
 
 def install_code() -> str:
@@ -80,7 +84,7 @@ def parse(user_expressions: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(found, Mapping) or found.get("status") != "ok":
         return None
     text = (found.get("data") or {}).get("text/plain")
-    if not isinstance(text, str):
+    if not isinstance(text, str) or len(text) > MAX_REPORT_CHARS:
         return None
     import json
 
@@ -92,15 +96,35 @@ def parse(user_expressions: Mapping[str, Any]) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
+def _strings(value: Any, limit: int) -> dict[str, str]:
+    """Up to ``limit`` entries of ``value`` that map a short string to a short string."""
+    if not isinstance(value, Mapping):
+        return {}
+    found = {
+        k: v
+        for k, v in value.items()
+        if isinstance(k, str) and isinstance(v, str) and len(k) <= 300 and len(v) <= 300
+    }
+    return dict(sorted(found.items())[:limit])
+
+
 def merge(current: Mapping[str, Any], reported: Mapping[str, Any]) -> dict[str, Any]:
-    """The notebook's environment with a kernel's report in it (packages and files add up)."""
+    """The notebook's environment with a kernel's report in it (packages and files add up).
+
+    The report is the kernel's word (a Docker kernel is untrusted): only short strings
+    are kept, at most :data:`MAX_ENTRIES` per table, so it cannot swell the notebook.
+    """
     out = dict(current)
     for key in ("interpreter", "platform"):
         if isinstance(reported.get(key), Mapping):
-            out[key] = dict(reported[key])
+            out[key] = _strings(reported[key], 10)
     for key in ("packages", "files"):
         if isinstance(reported.get(key), Mapping):
-            out[key] = dict(sorted({**(out.get(key) or {}), **reported[key]}.items()))
+            merged = _strings(out.get(key), MAX_ENTRIES)  # what is recorded stays
+            for name, value in _strings(reported[key], MAX_ENTRIES).items():
+                if name in merged or len(merged) < MAX_ENTRIES:
+                    merged[name] = value
+            out[key] = dict(sorted(merged.items()))
     return out
 
 

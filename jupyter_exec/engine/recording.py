@@ -156,7 +156,7 @@ class Recording:
 
         recorded_index: int | None = None
         if write and self.recorder is not None:
-            self._note_environment(run)
+            self._note_environment(run, cell.redactor)
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
@@ -208,12 +208,14 @@ class Recording:
         ours["environment"] = {**(ours.get("environment") or {}), "docker_image": image}
         self.recorder.set_metadata("jupyter_exec", ours)
 
-    def _note_environment(self, run: CellRun) -> None:
+    def _note_environment(self, run: CellRun, redactor: Redactor | None) -> None:
         """What the kernel's environment capture reported with this cell, into the metadata
         (saved with the cell; see :mod:`jupyter_exec.engine.envrecord`)."""
         reported = envrecord.parse(run.user_expressions)
         if reported is None or self.recorder is None:
             return
+        if redactor is not None:  # a policy's secrets stay out of the notebook, here too
+            reported = redactor.value(reported)
         ours = dict(self.recorder.metadata.get("jupyter_exec") or {})
         ours["environment"] = envrecord.merge(ours.get("environment") or {}, reported)
         self.recorder.set_metadata("jupyter_exec", ours)

@@ -65,3 +65,41 @@ def test_a_forged_record_cannot_put_options_on_pips_command_line(
     with pytest.raises(NotebookError, match=f"invalid {what}"):
         envdiff.recorded_environment(_record(**changes), cache_dir=str(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()  # refused before any venv was begun
+
+
+def test_a_kernel_cannot_swell_its_notebook_through_its_environment_report(
+    tmp_path: Path,
+) -> None:
+    """The kernel answers the per-cell environment question itself: it may lie, at length."""
+    from jupyter_exec import Session
+    from jupyter_exec.engine.envrecord import MAX_ENTRIES
+    from jupyter_exec.engine.inkernel_env import MODULE
+
+    forge = (
+        "import json, sys\n"
+        f"capture = sys.modules[{MODULE!r}]\n"
+        "capture.report = lambda: json.dumps({{\n"
+        "    'packages': {{f'p{{i}}': '1.0' for i in range({count})}},\n"
+        "    'files': {{'x' * 5000: 'y', 'ok.txt': 'z' * 5000, 'fine.txt': 'ab'}},\n"
+        "    'interpreter': {{'version': 'v' * {size}, 'extra': {{'nested': 1}}}},\n"
+        "}})\n"
+    )
+    with Session(work_dir=tmp_path, name="liar") as session:
+        session.execute("import six")  # an honest first report
+        session.execute(forge.format(count=5000, size=10))
+        capped = json_metadata(tmp_path / "liar.ipynb")
+        session.execute(forge.format(count=10, size=2_000_000))  # over the size limit: ignored
+        ignored = json_metadata(tmp_path / "liar.ipynb")
+    packages = capped["packages"]
+    assert len(packages) == MAX_ENTRIES
+    assert "six" in packages  # the honest part survives
+    assert capped["files"] == {"fine.txt": "ab"}  # overlong names and values are dropped
+    assert capped["interpreter"] == {"version": "v" * 10}
+    assert ignored == capped
+    assert (tmp_path / "liar.ipynb").stat().st_size < 200_000
+
+
+def json_metadata(path: Path) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads(path.read_text())["metadata"]["jupyter_exec"]["environment"])
