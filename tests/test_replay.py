@@ -34,10 +34,10 @@ from jupyter_exec.notebook.compare import (
     normalize,
     parse_rule,
 )
+from jupyter_exec.notebook.judge import _judge
 from jupyter_exec.notebook.replay import (
     CellResult,
     ReplayReport,
-    _judge,
     replay,
     replay_async,
 )

@@ -16,7 +16,7 @@ from jupyter_exec.models import Execution
 from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, compare_outputs
 from jupyter_exec.notebook.judge import _judge
 from jupyter_exec.notebook.meaning import canonical_html, canonical_xml, lines_close
-from jupyter_exec.notebook.replay import _Judging, _nondeterministic
+from jupyter_exec.notebook.passes import _Judging, _nondeterministic
 
 
 def rich(mime: str, value: Any) -> list[dict[str, Any]]:

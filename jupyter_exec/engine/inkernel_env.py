@@ -84,6 +84,8 @@ class Capture:
             return
         from importlib import metadata
 
+        if not hasattr(metadata, "packages_distributions"):  # Python < 3.10: not told
+            return
         distributions = self._distributions
         if distributions is None or fresh - set(distributions):
             distributions = self._distributions = metadata.packages_distributions()
