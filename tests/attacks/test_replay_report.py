@@ -102,3 +102,42 @@ def test_recorded_and_replayed_outputs_with_script_cannot_run_in_the_html_report
     assert "script-src" not in CSP
     assert "unsafe-inline" not in CSP
     assert json.dumps(page).count("<script") == 0
+
+
+def test_hostile_outputs_run_nothing_in_a_browser_and_the_csp_alone_would_stop_a_script(
+    tmp_path: Path,
+) -> None:
+    """The report in headless Chromium: no dialog, no title change, no script element. A
+    copy with a script planted after the policy proves the policy alone blocks one, and a
+    page without the policy proves the harness sees a script that runs (the test can fail)."""
+    from lab_helpers import chromium_page, require_browser
+
+    sync_api = require_browser("HTML report attack")
+    notebook = tmp_path / "hostile.ipynb"
+    _hostile_notebook(notebook)
+    report = tmp_path / "report.html"
+    assert main(["replay", str(notebook), "--report", str(report), "--quiet"]) == 1
+    page_text = report.read_text()
+    planted = tmp_path / "planted.html"
+    planted.write_text(
+        page_text.replace("<title>", "<script>document.title='pwned'</script><title>")
+    )
+    control = tmp_path / "control.html"
+    control.write_text("<title>x</title><script>document.title='pwned';alert(1)</script>")
+    dialogs: list[str] = []
+    with chromium_page(sync_api, "replay-report-attack.png") as page:
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(control.as_uri())
+        assert page.title() == "pwned"  # the harness sees a script that runs
+        assert dialogs == ["1"]
+        dialogs.clear()
+        page.goto(report.as_uri())
+        page.wait_for_load_state("load")
+        assert page.title() == "Replay of hostile.ipynb"
+        assert page.evaluate("document.scripts.length") == 0
+        assert page.evaluate("document.querySelectorAll('iframe, object, embed, svg').length") == 0
+        page.goto(planted.as_uri())
+        page.wait_for_load_state("load")
+        assert page.evaluate("document.scripts.length") == 1  # there, and blocked by the CSP
+        assert page.title() == "Replay of hostile.ipynb"
+    assert dialogs == []
