@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,16 @@ def test_a_version_the_index_lacks_is_named(old_six_notebook: Path, tmp_path: Pa
     forged.write_text(json.dumps(raw))
     with pytest.raises(KernelStartError, match=r"the package index has no six==0\.0\.404"):
         replay(forged, in_recorded_env=True)
+
+
+def test_in_recorded_env_refuses_another_environment_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(), path)
+    for flags in (["--python", sys.executable], ["--env", "venv"], ["--backend", "docker"]):
+        assert main(["replay", str(path), "--in-recorded-env", *flags]) == 2
+        assert "--in-recorded-env makes the environment from" in capsys.readouterr().err
 
 
 def test_in_recorded_env_needs_a_recorded_environment(tmp_path: Path) -> None:

@@ -187,6 +187,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidArgument(str(exc)) from None
     kwargs: dict[str, Any] = session_kwargs(args, SESSION_OPTIONS)
     with_environment(args, kwargs)
+    chosen = [k for k in ("environment", "python", "backend") if kwargs.get(k) is not None]
+    if args.in_recorded_env and chosen:
+        raise InvalidArgument(
+            "--in-recorded-env makes the environment from the notebook's record; "
+            "drop --env/--python/--backend (or --in-recorded-env)"
+        )
     report = replay(
         args.notebook,
         output=args.output,
