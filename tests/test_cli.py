@@ -209,11 +209,12 @@ def test_demo_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_replay_takes_the_environment_flags(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
+    nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)", execution_count=1)]
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="41\n")]
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     done = cli("replay", str(path), "--env", "local", "-q")
-    assert done.returncode == EXIT_FAILED  # the record has no output, the replay prints 42
+    assert done.returncode == EXIT_FAILED  # the record says 41, the replay prints 42
     nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
     nbformat.write(nb, path)
     done = cli("replay", str(path), "--python", sys.executable, "-q")

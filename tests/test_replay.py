@@ -34,10 +34,10 @@ from jupyter_exec.notebook.compare import (
     normalize,
     parse_rule,
 )
+from jupyter_exec.notebook.judge import _judge
 from jupyter_exec.notebook.replay import (
     CellResult,
     ReplayReport,
-    _judge,
     replay,
     replay_async,
 )
@@ -273,7 +273,8 @@ def test_papermill_and_unrun_cells_get_notes() -> None:
         "metadata": {"papermill": {"status": "pending"}, "tags": ["injected-parameters"]},
     }
     verdict = _judge(4, pending, _execution([stream("1\n")]), DEFAULT_RULES, ImageTolerance())
-    assert verdict.status == "different"
+    assert verdict.status == "not_run"  # no outputs in the record: nothing to compare with
+    assert verdict.ok
     assert verdict.number == 5
     assert any("not run in the record" in n for n in verdict.notes)
     assert any("injected parameters" in n for n in verdict.notes)
@@ -319,9 +320,10 @@ def test_cli_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert run_cli(str(path), "--report", "r.txt") == 2
     assert run_cli(str(path), "--normalize", "(bad") == 2
     assert run_cli(str(path), "--image-tolerance", "3") == 2
+    assert run_cli(str(path), "--rtol", "-1") == 2
     assert run_cli() == 2
     err = capsys.readouterr().err
-    assert ".json or .md" in err
+    assert ".json, .md or .html" in err
     assert "invalid normalisation regex" in err
     assert "within 0..1" in err
     with pytest.raises(SystemExit):
@@ -441,7 +443,10 @@ def test_replayed_notebook_is_new_and_the_original_untouched(
 
 
 def test_progress_line_per_cell(mixed: Replayed) -> None:
-    lines = mixed.progress.splitlines()
+    head, *lines = mixed.progress.splitlines()[1:]
+    # First what changed in the environment: the input file the record read is gone.
+    assert mixed.progress.splitlines()[0] == "environment: 1 difference(s) from the record"
+    assert head == "  input file input.txt: missing or unreadable here"
     assert len(lines) == len(MIXED_CELLS)
     assert lines[0] == "[ 1/11] cell 1 ... same"
     assert lines[2] == "[ 3/11] cell 3 ... DIFFERENT"
@@ -453,11 +458,15 @@ def test_report_as_json_and_markdown(mixed: Replayed) -> None:
     assert data["reproduced"] is False
     assert data["counts"] == {
         "same": 8,
+        "equivalent": 0,
         "different": 1,
+        "nondeterministic": 0,
         "error_now": 1,
         "error_before": 1,
+        "not_run": 0,
         "skipped": 0,
     }
+    assert data["environment_differences"] == ["input file input.txt: missing or unreadable here"]
     assert data["cells"][2]["status"] == "different"
     assert "address" in data["rules"]
     text = mixed.report.to_markdown()

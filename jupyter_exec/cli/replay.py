@@ -26,6 +26,7 @@ from jupyter_exec.cli.options import (
 )
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, parse_rule
+from jupyter_exec.notebook.htmlreport import render_html
 from jupyter_exec.notebook.replay import ReplayReport, replay
 
 __all__ = ["add_replay_parser"]
@@ -45,7 +46,11 @@ SESSION_OPTIONS = (
 EPILOG = f"""\
 examples:
   jupyter-exec replay analysis.ipynb                  re-run, report per cell, exit 0 if same
-  jupyter-exec replay analysis.ipynb --report r.md    also write a Markdown report (or .json)
+  jupyter-exec replay analysis.ipynb --report r.md    also write a Markdown report (.json, .html)
+  jupyter-exec replay analysis.ipynb --html           also write <stem>.replay.html beside it
+  jupyter-exec replay sim.ipynb --runs 2              replay twice: find nondeterministic cells
+  jupyter-exec replay fit.ipynb --rtol 1e-9           numbers in text equal within 1e-9 (relative)
+  jupyter-exec replay nb.ipynb --in-recorded-env      in a venv / image made from the record
   jupyter-exec replay run.ipynb --until 5             replay the first 5 code cells only
   jupyter-exec replay plots.ipynb --image-tolerance 0.01 --pixel-threshold 8
   jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
@@ -78,7 +83,27 @@ def add_replay_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--until", type=non_negative_int, metavar="N", help="replay the first N code cells only"
     )
-    parser.add_argument("--report", metavar="FILE", help="write the report to FILE (.json or .md)")
+    parser.add_argument(
+        "--report", metavar="FILE", help="write the report to FILE (.json, .md or .html)"
+    )
+    parser.add_argument(
+        "--html",
+        action="store_true",
+        help="also write the HTML report to <work dir>/<stem>.replay.html",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: replay twice and mark cells whose replays differ as nondeterministic",
+    )
+    parser.add_argument(
+        "--in-recorded-env",
+        action="store_true",
+        help="replay in an environment made from the record (its Docker image by id, or a "
+        "cached venv with the recorded Python and package versions from the index)",
+    )
     compare = parser.add_argument_group("comparison")
     compare.add_argument(
         "--image-tolerance",
@@ -93,6 +118,13 @@ def add_replay_parser(subparsers: Subparsers) -> None:
         default=0,
         metavar="N",
         help="a pixel differs only if a channel differs by more than N (0-255)",
+    )
+    compare.add_argument(
+        "--rtol",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="numbers in text outputs equal within this relative tolerance are equivalent",
     )
     compare.add_argument(
         "--normalize",
@@ -127,11 +159,12 @@ def _print_rules(out: TextIO) -> None:
 
 
 def _write_report(report: ReplayReport, path: Path) -> None:
-    text = (
-        json.dumps(report.to_dict(), indent=1) + "\n"
-        if path.suffix == ".json"
-        else report.to_markdown()
-    )
+    if path.suffix == ".json":
+        text = json.dumps(report.to_dict(), indent=1) + "\n"
+    elif path.suffix == ".html":
+        text = render_html(report)
+    else:
+        text = report.to_markdown()
     safefs.write_bytes(path.parent, path.name, text.encode("utf-8"))
 
 
@@ -143,8 +176,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not args.notebook:
         raise InvalidArgument("a notebook is required: jupyter-exec replay NOTEBOOK.ipynb")
     report_path = Path(args.report) if args.report else None
-    if report_path is not None and report_path.suffix not in (".json", ".md"):
-        raise InvalidArgument(f"--report must end in .json or .md, not {report_path.name!r}")
+    if report_path is not None and report_path.suffix not in (".json", ".md", ".html"):
+        raise InvalidArgument(f"--report must end in .json, .md or .html, not {report_path.name!r}")
+    if args.rtol < 0:
+        raise InvalidArgument(f"--rtol must be >= 0, not {args.rtol}")
     try:
         rules = [parse_rule(r) for r in args.normalize]
         tolerance = ImageTolerance(args.image_tolerance, args.pixel_threshold)
@@ -152,6 +187,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidArgument(str(exc)) from None
     kwargs: dict[str, Any] = session_kwargs(args, SESSION_OPTIONS)
     with_environment(args, kwargs)
+    chosen = [k for k in ("environment", "python", "backend") if kwargs.get(k) is not None]
+    if args.in_recorded_env and chosen:
+        raise InvalidArgument(
+            "--in-recorded-env makes the environment from the notebook's record; "
+            "drop --env/--python/--backend (or --in-recorded-env)"
+        )
     report = replay(
         args.notebook,
         output=args.output,
@@ -159,14 +200,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
         rules=rules,
         default_rules=not args.no_default_rules,
         image_tolerance=tolerance,
+        rtol=args.rtol,
+        runs=args.runs,
+        in_recorded_env=args.in_recorded_env,
         progress=None if args.quiet else sys.stderr,
         **kwargs,
     )
+    if args.quiet:  # otherwise shown first, before the cells ran
+        for difference in report.environment:
+            print(f"environment: {difference}", file=sys.stderr)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for cell in report.problems:
         print(f"\n--- cell {cell.number}: {cell.status.replace('_', ' ')} ---")
         for line in (
+            *(f"equivalent: {r}" for r in cell.reasons),
             cell.error_before and f"error in the record: {cell.error_before}",
             cell.error_now and f"error now: {cell.error_now}",
             *cell.notes,
@@ -177,5 +225,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(cell.diff)
     if report_path is not None:
         _write_report(report, report_path)
+    if args.html:
+        html_path = (report.work_dir or Path.cwd()) / f"{report.notebook.stem}.replay.html"
+        _write_report(report, html_path)
+        print(f"HTML report: {html_path}", file=sys.stderr)
     print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)
     return EXIT_OK if report.reproduced else EXIT_FAILED

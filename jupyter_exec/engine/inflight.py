@@ -19,7 +19,7 @@ as the per-cell data and pure steps those writes use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,8 @@ class Cell:
     """The proxy had stopped (requests failed closed) and was started again before this cell."""
     redactor: Redactor | None = None
     """What takes the network policy's secrets out of the cell's outputs (None: no policy)."""
+    expressions: dict[str, str] = field(default_factory=dict)
+    """``user_expressions`` the recording asks of the cell (the environment capture's)."""
 
     @property
     def metadata(self) -> dict[str, Any] | None:

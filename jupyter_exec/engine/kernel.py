@@ -105,6 +105,8 @@ class KernelHandle:
     shell: Receiver = field(init=False)
     stream_guard: bool | None = field(default=None, init=False)
     """Whether the in-kernel stream guard is active (None: not tried since the kernel started)."""
+    environment_capture: bool | None = field(default=None, init=False)
+    """Whether the in-kernel environment capture is active (None: not tried; see envrecord)."""
     network: Any = field(default=None, init=False)
     """The session's network proxy (a Docker kernel with a policy); closed with the kernel."""
 
@@ -165,6 +167,7 @@ class KernelHandle:
             if await self._iopub_saw(msg_id, min(deadline, time.monotonic() + 0.3)):
                 self.kernel_info = reply
                 self.stream_guard = None  # a new kernel process: the guard is to be installed
+                self.environment_capture = None  # and so is the environment capture
                 return reply
             if time.monotonic() >= deadline:
                 raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.engine import guard
+from jupyter_exec.engine import envrecord, guard
 from jupyter_exec.engine.inflight import (
     Cell,
     SafeSpill,
@@ -72,6 +72,7 @@ class Recording:
         self.cells_run = 0
         self.scripts_run = 0
         self.restart_note: str | None = None
+        self._image_noted = False  # a Docker kernel's image is asked of the engine once
         """Why the kernel was restarted; noted on the next recorded cell."""
         # display_id -> (cell index, output number in the cell, the output dict in the record)
         self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
@@ -96,6 +97,11 @@ class Recording:
             cell.guard = await guard.prepare(
                 kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
             )
+            if self.recorder is not None:
+                cell.expressions = await envrecord.expressions(kernel)
+                if not self._image_noted:
+                    self._image_noted = True
+                    self._note_image(await envrecord.docker_image(kernel))
         return cell
 
     def record(self, code: str, cell: Cell, run: CellRun, duration: float) -> Execution:
@@ -149,6 +155,8 @@ class Recording:
             )
 
         recorded_index: int | None = None
+        if write and self.recorder is not None:
+            self._note_environment(run, cell.redactor)
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
@@ -192,6 +200,25 @@ class Recording:
             failure._attach(execution)
             raise failure
         return execution
+
+    def _note_image(self, image: dict[str, str] | None) -> None:
+        if image is None or self.recorder is None:
+            return
+        ours = dict(self.recorder.metadata.get("jupyter_exec") or {})
+        ours["environment"] = {**(ours.get("environment") or {}), "docker_image": image}
+        self.recorder.set_metadata("jupyter_exec", ours)
+
+    def _note_environment(self, run: CellRun, redactor: Redactor | None) -> None:
+        """What the kernel's environment capture reported with this cell, into the metadata
+        (saved with the cell; see :mod:`jupyter_exec.engine.envrecord`)."""
+        reported = envrecord.parse(run.user_expressions)
+        if reported is None or self.recorder is None:
+            return
+        if redactor is not None:  # a policy's secrets stay out of the notebook, here too
+            reported = redactor.value(reported)
+        ours = dict(self.recorder.metadata.get("jupyter_exec") or {})
+        ours["environment"] = envrecord.merge(ours.get("environment") or {}, reported)
+        self.recorder.set_metadata("jupyter_exec", ours)
 
     def _cell(
         self,

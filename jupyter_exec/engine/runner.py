@@ -153,8 +153,16 @@ class CellRunner:
         self, code: str, metadata: dict[str, Any] | None, expressions: dict[str, str] | None
     ) -> str:
         kc = self.kernel.kc
-        if not metadata and not expressions:
-            return str(kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False))
+        if not metadata:  # (a remote kernel's client sends only what execute() takes)
+            return str(
+                kc.execute(
+                    code,
+                    store_history=True,
+                    user_expressions=dict(expressions or {}),
+                    allow_stdin=False,
+                    stop_on_error=False,
+                )
+            )
         content = {
             "code": code,
             "silent": False,

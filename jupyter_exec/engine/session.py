@@ -437,7 +437,7 @@ class AsyncSession(StateMethods):
             closing=lambda: self._closed,
         )
         started = time.monotonic()
-        expressions = self._state.cell_expressions(kernel)
+        expressions = {**self._state.cell_expressions(kernel), **cell.expressions}
         try:
             run = await runner.run(
                 code, cell.builder, timeout, on_output, cell.metadata, expressions

@@ -12,7 +12,15 @@ differences that survive it count::
                                        whitespace collapsed, JSON key-sorted),
                                        errors as "ename: evalue"
             ─► images, decoded        compared by pixels (Pillow) or bytes
+                                       (:mod:`jupyter_exec.notebook.images`)
+    text differs? ─► by meaning       SVG/XML/HTML parsed and canonicalised,
+                                       DataFrame tables by values, JSON numbers
+                                       by value, numbers in text within ``rtol``
+                                       (:mod:`jupyter_exec.notebook.meaning`):
+                                       the same meaning makes it *equivalent*,
+                                       with the rules that made it so as reasons
 
+The masks (normalisation rules) that changed either side are reported too.
 Tracebacks are not compared (they name cell numbers and file paths); the
 error's name and value are.
 """
@@ -23,18 +31,28 @@ import base64
 import binascii
 import contextlib
 import difflib
-import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_exec.engine.mime import IMAGES, is_json
 from jupyter_exec.engine.outputs import overwrite_line, strip_ansi
+from jupyter_exec.notebook.images import ImageTolerance, compare_images
+from jupyter_exec.notebook.meaning import (
+    HTML_RULE,
+    SVG_RULE,
+    TABLE_RULE,
+    XML_RULE,
+    canonical_html,
+    canonical_xml,
+    lines_close,
+)
 
 __all__ = [
     "DEFAULT_RULES",
+    "TABLE_RTOL",
     "Comparison",
     "ImageTolerance",
     "Rule",
@@ -158,32 +176,21 @@ def parse_rule(text: str, name: str | None = None) -> Rule:
     return Rule(name or f"user:{pattern}", compiled, replacement if sep else "<normalized>")
 
 
-def normalize(text: str, rules: Iterable[Rule]) -> str:
-    """``text`` with ANSI codes removed and every rule applied in order."""
+def normalize(text: str, rules: Iterable[Rule], used: set[str] | None = None) -> str:
+    """``text`` with ANSI codes removed and every rule applied in order.
+
+    ``used`` collects the names of the rules that changed something (the masks a
+    report lists per cell).
+    """
     text = strip_ansi(text)
     for rule in rules:
-        text = rule.apply(text)
+        if used is None:
+            text = rule.apply(text)
+            continue
+        text, count = rule.pattern.subn(rule.replacement, text)
+        if count:
+            used.add(rule.name)
     return text
-
-
-@dataclass(frozen=True)
-class ImageTolerance:
-    """How different two images may be and still count as the same.
-
-    A pixel differs when any channel (RGBA) differs by more than
-    ``pixel_threshold`` (0-255); the images are the same when at most
-    ``fraction`` (0-1) of the pixels differ. Images of different sizes always
-    differ. The default is exact pixel equality (PNG bytes may still differ).
-    """
-
-    fraction: float = 0.0
-    pixel_threshold: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"image tolerance must be within 0..1, not {self.fraction}")
-        if not 0 <= self.pixel_threshold <= 255:
-            raise ValueError(f"pixel threshold must be within 0..255, not {self.pixel_threshold}")
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,17 @@ class Comparison:
     """A unified diff of the canonical text (``---`` recorded, ``+++`` replayed), shortened."""
     notes: tuple[str, ...] = field(default=())
     """Differences a text diff cannot show, e.g. how much two images differ."""
+    reasons: tuple[str, ...] = field(default=())
+    """Why outputs that differ as text mean the same (set only then), e.g. SVG attribute order."""
+    masks: tuple[str, ...] = field(default=())
+    """The normalisation rules (masks) that changed the text of either side."""
+
+    @property
+    def verdict(self) -> Literal["same", "equivalent", "different"]:
+        """``same`` as text, ``equivalent`` by meaning (see :attr:`reasons`), else ``different``."""
+        if self.same:
+            return "same"
+        return "equivalent" if self.reasons else "different"
 
 
 # -- canonical form ------------------------------------------------------------------
@@ -217,32 +235,78 @@ def _terminal_text(text: str) -> str:
     return "\n".join(overwrite_line(line) for line in text.split("\n"))
 
 
-def _render_value(mime: str, value: Any, rules: Sequence[Rule]) -> list[str]:
+TEXT, TABLE, JSON = "text", "table", "json"
+"""How a block's numbers may differ by meaning: with --rtol / the table tolerance / not at all."""
+
+
+@dataclass
+class _Block:
+    head: str
+    lines: list[str]
+    kind: str = TEXT
+    rule: str | None = None
+    """The meaning rule that canonicalised it (meaning mode only)."""
+
+
+def _xml_mime(mime: str) -> bool:
+    return mime == "image/svg+xml" or mime.endswith(("/xml", "+xml"))
+
+
+def _render_value(
+    mime: str, value: Any, rules: Sequence[Rule], used: set[str] | None, meaning: bool
+) -> _Block:
+    kind, rule = TEXT, None
     if is_json(mime):
         if isinstance(value, str):
             with contextlib.suppress(ValueError):  # not JSON after all: compare the text
                 value = json.loads(value)
         text = json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False, default=str)
-    else:
-        text = _text(value)
-        if mime in ("text/html", "image/svg+xml"):
-            # Whitespace between tags is layout; one tag per line makes the diff readable.
-            text = _HTML_GAP_RE.sub(">\n<", _SPACE_RE.sub(" ", text.strip()))
-    return normalize(text, rules).splitlines()
+        kind, rule = JSON, "JSON by value"
+        return _Block("", normalize(text, rules, used).splitlines(), kind, rule)
+    text = _text(value)
+    if meaning and _xml_mime(mime) and (canon := canonical_xml(text)) is not None:
+        rule = SVG_RULE if mime == "image/svg+xml" else XML_RULE
+        return _Block("", [normalize(line, rules, used) for line in canon], kind, rule)
+    if meaning and mime == "text/html" and (tokens := canonical_html(text)) is not None:
+        lines, table = tokens
+        kind, rule = (TABLE, TABLE_RULE) if table else (TEXT, HTML_RULE)
+        return _Block("", [normalize(line, rules, used) for line in lines], kind, rule)
+    if mime in ("text/html", "image/svg+xml"):
+        # Whitespace between tags is layout; one tag per line makes the diff readable.
+        text = _HTML_GAP_RE.sub(">\n<", _SPACE_RE.sub(" ", text.strip()))
+    return _Block("", normalize(text, rules, used).splitlines(), kind, rule)
 
 
 @dataclass
 class _Canonical:
-    lines: list[str]
+    blocks: list[_Block]
     images: list[tuple[str, str, bytes]]  # (label, mime, payload)
 
+    @property
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for block in self.blocks:
+            out.append(block.head)
+            out.extend(block.lines)
+        return out
 
-def canonical(outputs: Iterable[Mapping[str, Any]], rules: Sequence[Rule]) -> _Canonical:
-    """The comparable form of a cell's outputs (see the module docstring)."""
+
+def canonical(
+    outputs: Iterable[Mapping[str, Any]],
+    rules: Sequence[Rule],
+    *,
+    used: set[str] | None = None,
+    meaning: bool = False,
+) -> _Canonical:
+    """The comparable form of a cell's outputs (see the module docstring).
+
+    ``meaning`` canonicalises SVG/XML/HTML by their parsed form
+    (:mod:`jupyter_exec.notebook.meaning`); ``used`` collects the masks applied.
+    """
     streams: dict[str, list[str]] = {}
-    rich: list[str] = []
+    rich: list[_Block] = []
     images: list[tuple[str, str, bytes]] = []
-    errors: list[str] = []
+    errors: list[_Block] = []
     number = 0
     for output in outputs:
         kind = output.get("output_type")
@@ -258,23 +322,24 @@ def canonical(outputs: Iterable[Mapping[str, Any]], rules: Sequence[Rule]) -> _C
                     continue
                 label = f"[output {number}: {mime}]"
                 if mime in IMAGES:
-                    rich.append(f"{label} <image>")
+                    rich.append(_Block(f"{label} <image>", []))
                     images.append((label, mime, _decode(data[mime])))
                 else:
-                    rich.append(label)
-                    rich.extend(_render_value(mime, data[mime], rules))
+                    block = _render_value(mime, data[mime], rules, used, meaning)
+                    block.head = label
+                    rich.append(block)
         elif kind == "error":
             ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
-            errors.append(normalize(f"{ename}: {evalue}", rules))
-    lines: list[str] = []
-    for name in sorted(streams):
-        lines.append(f"[{name}]")
-        lines.extend(normalize(_terminal_text("".join(streams[name])), rules).splitlines())
-    lines.extend(rich)
-    for error in errors:
-        lines.append("[error]")
-        lines.extend(error.splitlines())
-    return _Canonical(lines, images)
+            errors.append(
+                _Block("[error]", normalize(f"{ename}: {evalue}", rules, used).splitlines())
+            )
+    blocks = [
+        _Block(
+            f"[{name}]", normalize(_terminal_text("".join(streams[name])), rules, used).splitlines()
+        )
+        for name in sorted(streams)
+    ]
+    return _Canonical(blocks + rich + errors, images)
 
 
 def _decode(value: Any) -> bytes:
@@ -283,47 +348,6 @@ def _decode(value: Any) -> bytes:
         return base64.b64decode(text)
     except (binascii.Error, ValueError):
         return text.encode()
-
-
-# -- images --------------------------------------------------------------------------
-
-
-def compare_images(before: bytes, after: bytes, tolerance: ImageTolerance) -> str | None:
-    """``None`` if the images count as the same, else why not.
-
-    Uses Pillow when it is installed (decoded pixels: a re-encoded PNG is the
-    same image); without it, only identical bytes are the same.
-    """
-    if before == after:
-        return None
-    try:
-        from PIL import Image, ImageChops
-    except ImportError:
-        return "image bytes differ (install Pillow to compare pixels)"
-    try:
-        with Image.open(io.BytesIO(before)) as a_file, Image.open(io.BytesIO(after)) as b_file:
-            a = a_file.convert("RGBA")
-            b = b_file.convert("RGBA")
-    except Exception:  # Pillow raises assorted types for undecodable data
-        return "image bytes differ (not decodable as images)"
-    if a.size != b.size:
-        return f"image size {a.size[0]}x{a.size[1]} -> {b.size[0]}x{b.size[1]}"
-    bands = ImageChops.difference(a, b).split()
-    worst = bands[0]
-    for band in bands[1:]:
-        worst = ImageChops.lighter(worst, band)
-    histogram = worst.histogram()
-    changed = sum(histogram[tolerance.pixel_threshold + 1 :])
-    if not changed:
-        return None
-    share = changed / (a.size[0] * a.size[1])
-    if share <= tolerance.fraction:
-        return None
-    peak = max(i for i, n in enumerate(histogram) if n)
-    return (
-        f"{changed:,} of {a.size[0] * a.size[1]:,} pixels differ ({share:.2%}; "
-        f"largest channel difference {peak})"
-    )
 
 
 # -- comparing -----------------------------------------------------------------------
@@ -343,16 +367,63 @@ def _short_diff(before: list[str], after: list[str]) -> str:
     return "\n".join(shown)
 
 
+TABLE_RTOL = 1e-6
+"""Relative tolerance for the numbers of a DataFrame table (it shows about 6 digits anyway)."""
+
+
+def _equivalent(
+    old: _Canonical, new: _Canonical, meant: tuple[_Canonical, _Canonical], rtol: float
+) -> tuple[str, ...]:
+    """Why two canonical forms that differ as text mean the same; empty when they do not."""
+    before, after = meant
+    if [b.head for b in before.blocks] != [b.head for b in after.blocks] or len(
+        before.blocks
+    ) != len(old.blocks):
+        return ()
+    reasons: list[str] = []
+    for plain_a, plain_b, a, b in zip(
+        old.blocks, new.blocks, before.blocks, after.blocks, strict=True
+    ):
+        if plain_a.lines == plain_b.lines:
+            continue
+        rule = a.rule if a.rule == b.rule else None
+        if a.lines == b.lines and rule is not None:
+            reasons.append(rule)
+            continue
+        tolerance = {TABLE: max(rtol, TABLE_RTOL), JSON: 0.0}.get(a.kind, rtol)
+        if a.kind != b.kind or not lines_close(
+            a.lines, b.lines, tolerance, 1e-12 if tolerance else 0
+        ):
+            return ()
+        if a.kind == TABLE:
+            reasons.append(f"{TABLE_RULE} (within rtol={tolerance:g})")
+        elif a.kind == JSON:
+            reasons.append("JSON by value (number formatting)")
+        else:
+            reasons.append(f"numbers within rtol={tolerance:g}")
+    return tuple(dict.fromkeys(reasons)) or ("canonical form",)
+
+
 def compare_outputs(
     before: Iterable[Mapping[str, Any]],
     after: Iterable[Mapping[str, Any]],
     rules: Sequence[Rule] = DEFAULT_RULES,
     image_tolerance: ImageTolerance | None = None,
+    rtol: float = 0.0,
 ) -> Comparison:
-    """Compare a cell's recorded outputs with its replayed ones (nbformat output dicts)."""
+    """Compare a cell's recorded outputs with its replayed ones (nbformat output dicts).
+
+    Outputs that differ as text but mean the same (:mod:`jupyter_exec.notebook.meaning`;
+    numbers in text within ``rtol``) are not :attr:`Comparison.same` but carry the
+    :attr:`Comparison.reasons` that make them equivalent.
+    """
+    if rtol < 0:
+        raise ValueError(f"rtol must be >= 0, not {rtol}")
     tolerance = image_tolerance or ImageTolerance()
-    old = canonical(before, rules)
-    new = canonical(after, rules)
+    before, after = list(before), list(after)
+    used: set[str] = set()
+    old = canonical(before, rules, used=used)
+    new = canonical(after, rules, used=used)
     notes: list[str] = []
     old_images = {(label, mime): data for label, mime, data in old.images}
     for label, mime, data in new.images:
@@ -360,5 +431,19 @@ def compare_outputs(
             why = compare_images(old_images[(label, mime)], data, tolerance)
             if why is not None:
                 notes.append(f"{label} {why}")
-    diff = "" if old.lines == new.lines else _short_diff(old.lines, new.lines)
-    return Comparison(same=not diff and not notes, diff=diff, notes=tuple(notes))
+    masks = tuple(r.name for r in rules if r.name in used)
+    if old.lines == new.lines:
+        return Comparison(same=not notes, notes=tuple(notes), masks=masks)
+    meant = (
+        canonical(before, rules, used=used, meaning=True),
+        canonical(after, rules, meaning=True, used=used),
+    )
+    reasons = () if notes else _equivalent(old, new, meant, rtol)
+    masks = tuple(r.name for r in rules if r.name in used)
+    return Comparison(
+        same=False,
+        diff=_short_diff(old.lines, new.lines),
+        notes=tuple(notes),
+        reasons=reasons,
+        masks=masks,
+    )

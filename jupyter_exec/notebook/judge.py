@@ -1,7 +1,8 @@
 """Judging one replayed cell: its record and its new run in, its verdict out.
 
-The one place that decides a cell's status (``same`` / ``different`` / ``error_now`` /
-``error_before`` / ``skipped``) and the notes that explain it, apart from the driver
+The one place that decides a cell's status (``same`` / ``equivalent`` / ``different`` /
+``error_now`` / ``error_before`` / ``not_run`` / ``skipped``; ``nondeterministic`` is decided by
+the driver, which compares two replays) and the notes that explain it, apart from the driver
 (:mod:`jupyter_exec.notebook.replay`) that runs the cells: the rule is pure (no kernel), so it is
 read, and tested, on its own; the driver calls it once per cell and again on what a cell
 shows at the end.
@@ -31,25 +32,30 @@ def _judge(
     rules: Sequence[Rule],
     tolerance: ImageTolerance,
     shown: Sequence[Mapping[str, Any]] | None = None,
+    rtol: float = 0.0,
 ) -> CellResult:
     """The verdict on one replayed cell; ``shown`` is what it shows now if not its own outputs."""
     recorded = list(cell.get("outputs", ()))
     outputs = execution.outputs if shown is None else shown
-    comparison = compare_outputs(recorded, outputs, rules, tolerance)
+    comparison = compare_outputs(recorded, outputs, rules, tolerance, rtol)
     before = _recorded_error(recorded)
     now = None if execution.ok or execution.error is None else str(execution.error)
+    notes = list(comparison.notes)
+    papermill = (cell.get("metadata") or {}).get("papermill") or {}
     status: CellStatus
-    if now is not None and before is None:
+    if cell.get("execution_count") is None and not recorded:
+        status = "not_run"
+        notes.append("this cell was not run in the record (it has no outputs)")
+    elif papermill.get("status") == "pending" and not recorded:
+        status = "not_run"
+        notes.append("papermill did not run this cell in the record (status: pending)")
+    elif now is not None and before is None:
         status = "error_now"
     elif before is not None and now is None:
         status = "error_before"
     else:
-        status = "same" if comparison.same else "different"
-    notes = list(comparison.notes)
-    papermill = (cell.get("metadata") or {}).get("papermill") or {}
-    if cell.get("execution_count") is None and not recorded:
-        notes.append("this cell was not run in the record (it has no outputs)")
-    elif papermill.get("status") == "pending":
+        status = comparison.verdict
+    if papermill.get("status") == "pending" and recorded:
         notes.append("papermill did not run this cell in the record (status: pending)")
     if "injected-parameters" in (cell.get("metadata") or {}).get("tags", ()):
         notes.append("papermill's injected parameters")
@@ -63,8 +69,12 @@ def _judge(
         cell_id=cell.get("id"),
         execution_count_before=cell.get("execution_count"),
         execution_count_now=execution.execution_count,
-        diff=comparison.diff,
+        diff="" if status in ("same", "not_run") else comparison.diff,
         notes=tuple(notes),
+        reasons=comparison.reasons if status == "equivalent" else (),
+        masks=comparison.masks,
+        recorded=tuple(recorded),
+        replayed=tuple(outputs),
         error_before=before,
         error_now=now,
         duration=round(execution.duration, 6),

@@ -48,6 +48,12 @@ def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) 
             "session": name,
             "backend": options.backend,
             "created": datetime.now(timezone.utc).isoformat(),
+            "environment": {
+                "backend": options.backend,
+                "kernelspec": options.kernel_name if options.python is None else "python3",
+                "language": language_info.get("name", ""),
+                "language_version": language_info.get("version", ""),
+            },
         },
     }
 

@@ -32,28 +32,30 @@ judged is :mod:`jupyter_exec.notebook.judge`; this module is the driver that run
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 import itertools
 import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
-from jupyter_exec.engine.cancel import execute_to_the_end
 from jupyter_exec.engine.languages import kernel_for, language_of_kernel
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
-from jupyter_exec.models import Execution
-from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, Rule, parse_rule
-from jupyter_exec.notebook.judge import _judge, _skipped
+from jupyter_exec.notebook import envdiff
+from jupyter_exec.notebook.compare import (
+    DEFAULT_RULES,
+    ImageTolerance,
+    Rule,
+    parse_rule,
+)
 from jupyter_exec.notebook.meta import is_undone
-from jupyter_exec.notebook.recorder import new_cell_id, read_notebook
+from jupyter_exec.notebook.passes import _Judging, _nondeterministic, _Plan, _ReplaySession
+from jupyter_exec.notebook.recorder import read_notebook
 from jupyter_exec.notebook.report import CellResult, CellStatus, ReplayReport, _Progress
 from jupyter_exec.notebook.runorder import run_order, seq_of
 from jupyter_exec.options import DEFAULT_TIMEOUT
@@ -72,27 +74,13 @@ CellCallback = Callable[["CellResult"], Awaitable[None] | None]
 # -- the replay ------------------------------------------------------------------------
 
 
-class _ReplaySession(AsyncSession):
-    """The replay's session, which can also say what a recorded cell shows now."""
-
-    def shown_now(self, cell_index: int | None) -> list[dict[str, Any]] | None:
-        """A copy of cell ``cell_index``'s outputs in the notebook as it stands (None: none)."""
-        recorder = self._recorder
-        if recorder is None or cell_index is None or not 0 <= cell_index < len(recorder):
-            return None
-        return copy.deepcopy(list(recorder.cells[cell_index].get("outputs", ())))
-
-
-_REVISED = "judged on what it shows at the end: a later cell updated its display"
-
-
 def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]) -> str:
     """The notebook's own kernel if installed, else python3 for Python notebooks."""
     spec = nb.metadata.get("kernelspec") or {}
     wanted = spec.get("name")
     if session_kwargs.get("language"):
         return kernel_for(str(session_kwargs["language"]))
-    if not wanted or session_kwargs.get("python"):
+    if not wanted or session_kwargs.get("python") or session_kwargs.get("environment") is not None:
         return "python3"
     if session_kwargs.get("backend") == "docker":  # the image has python3, ir, bash and deno
         return str(wanted) if language_of_kernel(str(wanted)) else "python3"
@@ -139,21 +127,6 @@ def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | 
     return path
 
 
-def _record_plain_cell(session: AsyncSession, cell: Mapping[str, Any]) -> None:
-    """Copy a markdown/raw/empty cell into the replayed notebook, so it reads like the original."""
-    copied: dict[str, Any] = {
-        "cell_type": cell.get("cell_type", "markdown"),
-        "id": new_cell_id(),
-        "metadata": dict(cell.get("metadata") or {}),
-        "source": str(cell.get("source", "")),
-    }
-    if copied["cell_type"] == "code":
-        copied.update(execution_count=None, outputs=[])
-    elif cell.get("attachments"):
-        copied["attachments"] = dict(cell["attachments"])
-    session.record_cell(copied)
-
-
 def _note_in_notebook(session: AsyncSession, source: Path, report: ReplayReport) -> None:
     ours = dict(session.notebook_metadata.get("jupyter_exec") or {})
     ours["replay"] = {
@@ -183,6 +156,9 @@ async def replay_async(
     default_rules: bool = True,
     image_tolerance: float | ImageTolerance = 0.0,
     pixel_threshold: int = 0,
+    rtol: float = 0.0,
+    runs: int = 1,
+    in_recorded_env: bool = False,
     progress: TextIO | None = None,
     on_cell: CellCallback | None = None,
     **session_kwargs: Any,
@@ -207,8 +183,21 @@ async def replay_async(
         Images count as the same when at most this fraction of pixels differ by
         more than ``pixel_threshold`` in some channel (an :class:`ImageTolerance`
         may be given instead).
+    rtol:
+        Numbers in text outputs that agree within this relative tolerance make a
+        cell ``equivalent`` rather than ``different`` (DataFrame tables always
+        allow :data:`~jupyter_exec.notebook.compare.TABLE_RTOL`).
+    runs:
+        1, or 2 to replay twice: cells whose outputs differ between the two
+        replays are ``nondeterministic`` (not blamed on the record). The second
+        run is recorded beside the first (``<stem>.replayed-run2.ipynb``).
+    in_recorded_env:
+        Replay in an environment made from the record's
+        ``metadata.jupyter_exec.environment``: its Docker image by id, or a
+        cached venv with the recorded Python version and package versions.
     progress:
-        A stream for a one-line-per-cell progress display (e.g. ``sys.stderr``).
+        A stream for the environment differences (first) and a one-line-per-cell
+        progress display (e.g. ``sys.stderr``).
     on_cell:
         Called (or awaited) with each :class:`CellResult` as soon as it is known,
         and once more for a cell whose verdict a later cell's display update changed.
@@ -223,16 +212,32 @@ async def replay_async(
     clock = time.monotonic()
     if until is not None and until < 0:
         raise ValueError(f"until must be >= 0, not {until}")
+    if runs not in (1, 2):
+        raise ValueError(f"runs must be 1 or 2, not {runs}")
+    if rtol < 0:
+        raise ValueError(f"rtol must be >= 0, not {rtol}")
     tolerance = (
         image_tolerance
         if isinstance(image_tolerance, ImageTolerance)
         else ImageTolerance(image_tolerance, pixel_threshold)
     )
-    chosen_rules = _rules(default_rules, rules)
+    judging = _Judging(_rules(default_rules, rules), tolerance, rtol)
     source = Path(notebook).expanduser().absolute()
     nb = read_notebook(source)
     root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
     target = _output_path(source, root, output)
+    record = envdiff.recorded(nb.metadata)
+    if in_recorded_env:
+        if record is None:
+            raise NotebookError(
+                f"{source.name} records no environment (metadata.jupyter_exec.environment): "
+                "--in-recorded-env needs a notebook recorded by jupyter-exec"
+            )
+        made = envdiff.recorded_environment(record)
+        for key in ("python", "backend", "docker", "environment"):
+            session_kwargs.pop(key, None)
+        session_kwargs["environment"] = made
+        backend = "docker" if made.backend == "docker" else "local"
     warnings: list[str] = []
     order = run_order(nb.cells)  # placed order, unless the notebook says how its cells ran
     if order != sorted(order):
@@ -249,83 +254,76 @@ async def replay_async(
     ]
     to_run = {order[step] for step in (runnable if until is None else runnable[:until])}
     last_step = max((s for s in runnable if order[s] in to_run), default=-1)
-    bar = None if progress is None else _Progress(progress, len(to_run))
-    results: list[CellResult] = []
+    plan = _Plan(nb, order, to_run, last_step, until, judging)
 
-    async def emit(result: CellResult) -> None:
-        results.append(result)
-        await emit_again(result)
-
-    async def emit_again(result: CellResult) -> None:
+    async def notify(result: CellResult) -> None:
         if on_cell is not None:
             outcome = on_cell(result)
             if inspect.isawaitable(outcome):
                 await outcome
 
-    session = _ReplaySession(
-        root,
-        kernel_name,
-        notebook=target,
-        name=safe_name(target.stem),
-        timeout=timeout,
-        backend=backend,
-        overwrite=True,
-        **session_kwargs,
-    )
-    ran: list[tuple[int, Mapping[str, Any], Execution]] = []
+    def session_for(path: Path) -> _ReplaySession:
+        return _ReplaySession(
+            root,
+            kernel_name,
+            notebook=path,
+            name=safe_name(path.stem),
+            timeout=timeout,
+            backend=backend,
+            overwrite=True,
+            **session_kwargs,
+        )
+
+    bar = None if progress is None else _Progress(progress, len(to_run))
+    session = session_for(target)
     async with session:
-        for step, index in enumerate(order):
-            cell = nb.cells[index]
-            keep = until is None or step < last_step
-            if index in to_run:
-                if bar is not None:
-                    bar.start(index + 1)
-                execution = await execute_to_the_end(session, str(cell.source))
-                ran.append((index, cell, execution))
-                result = _judge(index, cell, execution, chosen_rules, tolerance)
-                if bar is not None:
-                    bar.finish(result)
-                await emit(result)
-                continue
-            if cell.cell_type != "code":
-                why = f"{cell.cell_type} cell"
-            elif not str(cell.source).strip():
-                why = "empty code cell"
-            elif is_undone(cell):
-                why = "undone cell (session.undo or restore)"
-            else:
-                why = f"after --until {until}"
-            tags = (cell.get("metadata") or {}).get("tags", ())
-            if keep and "papermill-error-cell-tag" not in tags:
-                _record_plain_cell(session, cell)
-            await emit(_skipped(index, cell, why))
-        for index, cell, execution in ran:  # what later cells changed: judged on the end state
-            shown = session.shown_now(execution.cell_index)
-            if shown is None or shown == list(execution.outputs):
-                continue
-            position = next(i for i, r in enumerate(results) if r.index == index)
-            final = _judge(index, cell, execution, chosen_rules, tolerance, shown)
-            if final.status == results[position].status and final.diff == results[position].diff:
-                continue
-            final = replace(final, notes=(*final.notes, _REVISED))
-            results[position] = final
-            if bar is not None:
-                bar.revise(final)
-            await emit_again(final)
+        found: list[str] = []
+        if record is not None:
+            now = await session.environment_here(record, backend, kernel_name)
+            found = envdiff.differences(record, now, session.work_dir)
+            if progress is not None:
+                _show_environment(progress, found)
+        elif progress is not None:
+            progress.write(
+                "environment: not recorded (the notebook holds no jupyter_exec record)\n"
+            )
+        results = await plan.run(session, bar, notify)
+        extra = {**_facts(nb), "environment": {"recorded": record}}
+        if record is not None:
+            extra["environment"]["here"] = now
+        if runs == 2:
+            second = session_for(target.with_name(f"{target.stem}-run2.ipynb"))
+            if progress is not None:
+                progress.write("replaying again to tell nondeterministic cells apart\n")
+            async with second:
+                again = await plan.run(second, None, None)
+            results = _nondeterministic(results, again, judging)
+            extra["second_run"] = str(second.notebook_path)
         report = ReplayReport(
             notebook=source,
             cells=tuple(results),
             output=target,
             work_dir=session.work_dir,
             until=until,
-            rules=tuple(r.name for r in chosen_rules),
+            rules=tuple(r.name for r in judging.rules),
             warnings=tuple(warnings),
             started=started_at,
             duration=round(time.monotonic() - clock, 3),
-            extra=_facts(nb),
+            extra=extra,
+            environment=tuple(found),
+            runs=runs,
         )
         _note_in_notebook(session, source, report)
     return report
+
+
+def _show_environment(stream: TextIO, found: Sequence[str]) -> None:
+    if not found:
+        stream.write("environment: as recorded\n")
+    else:
+        stream.write(f"environment: {len(found)} difference(s) from the record\n")
+        stream.writelines(f"  {line}\n" for line in found)
+    stream.flush()
 
 
 def _facts(nb: Any) -> dict[str, Any]:

@@ -16,16 +16,30 @@ from typing import Any, Literal, TextIO
 
 __all__ = ["CellResult", "CellStatus", "ReplayReport"]
 
-CellStatus = Literal["same", "different", "error_now", "error_before", "skipped"]
-"""A cell's verdict: outputs match / differ / fails only now / failed only in the record /
-not run (non-code, empty, or past ``until``)."""
+CellStatus = Literal[
+    "same",
+    "equivalent",
+    "different",
+    "nondeterministic",
+    "error_now",
+    "error_before",
+    "not_run",
+    "skipped",
+]
+"""A cell's verdict: outputs match / mean the same (``reasons`` say why) / differ / differ
+between two replays too (``--runs 2``: not blamed on the record) / fails only now / failed only
+in the record / had no outputs in the record (never run there) / not run (non-code, empty, or
+past ``until``)."""
 
 _BAD: frozenset[str] = frozenset({"different", "error_now", "error_before"})
 _SHOWN = {
     "same": "same",
+    "equivalent": "equivalent",
     "different": "DIFFERENT",
+    "nondeterministic": "nondeterministic",
     "error_now": "ERROR NOW",
     "error_before": "ERROR BEFORE",
+    "not_run": "not run in the record",
     "skipped": "skipped",
 }
 
@@ -49,6 +63,14 @@ class CellResult:
     error_before: str | None = None
     error_now: str | None = None
     duration: float | None = None
+    reasons: tuple[str, ...] = ()
+    """Why an ``equivalent`` cell counts as the same, e.g. SVG attribute order."""
+    masks: tuple[str, ...] = ()
+    """The normalisation rules (masks) that changed this cell's text before comparing."""
+    recorded: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    """The recorded outputs (for the HTML report; not in :meth:`to_dict`)."""
+    replayed: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
+    """The replayed outputs, as judged (for the HTML report and ``--runs``)."""
 
     @property
     def number(self) -> int:
@@ -73,6 +95,8 @@ class CellResult:
             "error_before": self.error_before,
             "error_now": self.error_now,
             "duration": self.duration,
+            "reasons": list(self.reasons),
+            "masks": list(self.masks),
         }
 
 
@@ -92,7 +116,11 @@ class ReplayReport:
     started: str = ""
     duration: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Facts about the source notebook, e.g. papermill's parameters."""
+    """Facts about the source notebook, e.g. papermill's parameters, and the environments."""
+    environment: tuple[str, ...] = ()
+    """How the replay's environment differs from the recorded one, one sentence each."""
+    runs: int = 1
+    """How many times the notebook was replayed (2: nondeterministic cells were looked for)."""
 
     @property
     def reproduced(self) -> bool:
@@ -130,6 +158,8 @@ class ReplayReport:
             "started": self.started,
             "duration": self.duration,
             "extra": dict(self.extra),
+            "environment_differences": list(self.environment),
+            "runs": self.runs,
             "cells": [c.to_dict() for c in self.cells],
         }
 
@@ -147,6 +177,7 @@ class ReplayReport:
         if self.until is not None:
             lines.append(f"- replayed the first {self.until} code cell(s) only")
         lines.append(f"- normalisation rules: {', '.join(self.rules) or 'none'}")
+        lines.extend(f"- environment: {line}" for line in self.environment)
         lines.extend(f"- warning: {w}" for w in self.warnings)
         lines += ["", "| cell | In (record → now) | status | first line |", "|---|---|---|---|"]
         for c in self.cells:
@@ -161,6 +192,8 @@ class ReplayReport:
             if c.error_now:
                 lines.append(f"- error now: `{c.error_now}`")
             lines.extend(f"- {note}" for note in c.notes)
+            if c.masks:
+                lines.append(f"- masks applied: {', '.join(c.masks)}")
             if c.diff:
                 lines += ["", "```diff", c.diff, "```"]
         return "\n".join(lines) + "\n"
@@ -198,6 +231,8 @@ class _Progress:
 
     def finish(self, result: CellResult) -> None:
         line = f"{self._head(result.number)} {_SHOWN[result.status]}"
+        if result.reasons:
+            line += f" ({'; '.join(result.reasons)})"
         if result.error_now:
             line += f" ({result.error_now.splitlines()[0][:100]})"
         self.stream.write(("\r" if self.live else "") + line + "\n")
