@@ -22,6 +22,7 @@ from jupyter_exec.state.session_state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.server.paths import ServerRoot
+    from jupyter_exec.server.saved import SavedSession
 
 __all__ = ["Views"]
 
@@ -57,6 +58,33 @@ class Views:
             "undo_steps": entry.session.options.undo_steps,
             "network": policy_model(entry.policy),
             **live_fields(entry, self.serverapp.kernel_manager),
+        }
+
+    def saved_model(self, saved: SavedSession) -> dict[str, Any]:
+        """A session from before the server restarted, not used since: ``status: dormant``.
+
+        It has no kernel yet (``kernel.id`` null); its first use brings it back. What it
+        recorded is in its notebook, so ``cells`` is not counted until then (null).
+        """
+        return {
+            "id": saved.id,
+            "name": saved.name,
+            "backend": saved.backend,
+            "kernel": {"id": None, "name": saved.kernel_name, "alive": False},
+            "owns_kernel": True,
+            "work_dir": saved.work_dir,
+            "notebook": {"path": saved.notebook, "url": self.root.url_of(saved.notebook)},
+            "jupyter_session_id": None,
+            "created": saved.created,
+            "cells": None,
+            "busy": False,
+            "parent": None,
+            "forks": [],
+            "undo_steps": saved.undo_steps,
+            "network": None,
+            "status": "dormant",
+            "last_activity": None,
+            "running": None,
         }
 
     def checkpoint_model(self, checkpoint: Checkpoint) -> dict[str, Any]:
