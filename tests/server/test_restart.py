@@ -7,53 +7,16 @@ Real ``jupyter server`` processes over loopback, stopped as a process manager st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
 from jupyter_exec.server.saved import FOLDER
-from tests.cli_helpers import stop_process
 from tests.conftest import read_valid_notebook
+from tests.server.restart_helpers import STOPS, call, new_session, run, stop
 from tests.server.server_helpers import JupyterProcess
 
 pytestmark = pytest.mark.timeout(300)
-
-STOPS = ["SIGTERM", "SIGKILL"]
-
-
-def call(server: JupyterProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    response = requests.request(
-        method,
-        f"{server.url}/api/exec/{path}",
-        headers=server.headers,
-        json=body,
-        timeout=120,
-    )
-    return response.status_code, (response.json() if response.content else None)
-
-
-def stop(server: JupyterProcess, how: str) -> None:
-    """Stop the server as a process manager does: politely, or not at all."""
-    if how == "SIGKILL":
-        server.proc.kill()
-        server.proc.wait(30)
-    else:
-        stop_process(server.proc)
-
-
-def new_session(server: JupyterProcess, **body: Any) -> dict[str, Any]:
-    status, model = call(server, "POST", "sessions", body)
-    assert status == 201, (model, server.tail())
-    assert isinstance(model, dict)
-    return model
-
-
-def run(server: JupyterProcess, session_id: str, code: str) -> dict[str, Any]:
-    status, out = call(server, "POST", f"sessions/{session_id}/execute", {"code": code})
-    assert status == 200, (out, server.tail())
-    assert isinstance(out, dict)
-    return out
 
 
 @pytest.mark.parametrize("how", STOPS)
@@ -98,9 +61,7 @@ def test_concurrent_first_uses_share_one_resume(tmp_path: Path) -> None:
 
     with JupyterProcess(tmp_path) as server:
         with ThreadPoolExecutor(2) as pool:
-            outs = list(
-                pool.map(lambda _: run(server, model["id"], "hits.append(1)"), range(2))
-            )
+            outs = list(pool.map(lambda _: run(server, model["id"], "hits.append(1)"), range(2)))
         assert [o["status"] for o in outs] == ["ok", "ok"]
         assert run(server, model["id"], "print(len(hits))")["stdout"] == "2\n"
         kernels = requests.get(f"{server.url}/api/kernels", headers=server.headers, timeout=10)
