@@ -20,12 +20,14 @@ import pytest
 import requests
 from nbformat.v4 import new_notebook
 from restart_helpers import call, kernels, new_session, run, stop
-from server_helpers import JupyterProcess
+from server_helpers import JupyterProcess, install_docker_kernelspec
 
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.saved import FOLDER, SavedSession, SessionRegistry
 
 pytestmark = pytest.mark.timeout(300)
+
+TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 
 FORGED_ID = "f" * 32
 
@@ -262,4 +264,54 @@ def test_old_token_after_a_restart_neither_reaches_nor_wakes_a_session(tmp_path:
         assert kernels(server) == []  # no kernel woke for the stranger
         (still,) = listed(server)
         assert still["status"] == "dormant"
+        stop(server, "SIGTERM")
+
+
+@pytest.mark.docker
+def test_docker_kernel_turning_its_session_local_in_the_registry_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A Docker kernel whose work dir is the server root tries to rewrite its own session's entry
+    so that, after the restart, it would come back as a local kernel (on the host), and to plant
+    a second entry of its own making. The registry folder is the server user's (0700), so the
+    container's writes are refused; any that got through would fail the signature on load. No
+    session comes back on the host, no kernel starts for the forged one."""
+    install_docker_kernelspec(tmp_path / "data", TEST_IMAGE)
+    with JupyterProcess(tmp_path) as server:
+        model = new_session(server, name="boxed", backend="docker", work_dir="")
+        assert entry_of(tmp_path, model["id"])["entry"]["backend"] == "docker"
+        code = (
+            "import json, os\n"
+            f"path = os.path.join({FOLDER!r}, {model['id'] + '.json'!r})\n"
+            "def attempt(what, act):\n"
+            "    try:\n"
+            "        act()\n"
+            "        print(what, 'written')\n"
+            "    except OSError as exc:\n"
+            "        print(what, 'refused', exc.errno)\n"
+            "def turn_local():\n"
+            "    data = json.load(open(path))\n"
+            "    data['entry'].update(backend='local', kernel_name='python3')\n"
+            "    open(path, 'w').write(json.dumps(data))\n"
+            "attempt('edit', turn_local)\n"
+            f"attempt('forge', lambda: open(os.path.join({FOLDER!r}, {FORGED_ID + '.json'!r}),\n"
+            f"    'w').write(json.dumps({forged('')!r})))\n"
+        )
+        out = run(server, model["id"], code)
+        assert out["status"] == "ok", out["error"]
+        attempts = out["stdout"]
+        stop(server, "SIGKILL")
+
+    with JupyterProcess(tmp_path) as server:
+        back = listed(server)  # the genuine entry, if the kernel could not touch it
+        assert [(s["id"], s["backend"]) for s in back] in ([], [(model["id"], "docker")])
+        status, body = call(server, "POST", f"sessions/{FORGED_ID}/execute", {"code": "1"})
+        assert status == 404, body
+        assert kernels(server) == []
+        lines = skipped_lines(server)
+        written = attempts.count("written")  # each write that got through is refused on load
+        assert len(lines) == written, (attempts, lines)
+        assert all("signature does not match" in line for line in lines)
+        if "edit written" not in attempts:  # the folder is the server's (0700): it comes back
+            assert [s["status"] for s in back] == ["dormant"]
         stop(server, "SIGTERM")
