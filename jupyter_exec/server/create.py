@@ -158,6 +158,7 @@ class Creation:
         if borrowed is None:
             await self._check_kernelspec(kernel_name)
         folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
+        self._refuse_registry(folder)
         self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
@@ -250,6 +251,16 @@ class Creation:
             f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
             "JupyterExecApp.max_sessions); delete a session first"
         )
+
+    def _refuse_registry(self, folder: Path) -> None:
+        """No kernel works in the registry of saved sessions (reachable when hidden folders
+        are allowed): its entries are the server's alone."""
+        registry = self.root.root / self.saved.store.folder.split("/")[0]
+        if folder == registry or registry in folder.parents:
+            raise InvalidRequest(
+                f"work_dir {self.root.api_path(folder)!r} is where the server keeps its "
+                "sessions across restarts; choose another folder"
+            )
 
     def _make_folder(self, folder: Path) -> None:
         """Create the work dir (an existing one is fine); a path that cannot be one is refused."""

@@ -315,3 +315,19 @@ def test_docker_kernel_turning_its_session_local_in_the_registry_is_refused(
         if "edit written" not in attempts:  # the folder is the server's (0700): it comes back
             assert [s["status"] for s in back] == ["dormant"]
         stop(server, "SIGTERM")
+
+
+def test_client_session_in_the_registry_folder_is_refused_even_with_hidden_files_allowed(
+    tmp_path: Path,
+) -> None:
+    """With hidden folders served, a client asks for a session whose kernel works in the
+    registry itself (it could then write entries): refused with 400, no kernel started."""
+    with JupyterProcess(tmp_path, "--ContentsManager.allow_hidden=True") as server:
+        new_session(server, name="first")  # the registry exists now
+        for work_dir in (".jupyter_exec", ".jupyter_exec/sessions", ".jupyter_exec/x/y"):
+            status, body = call(server, "POST", "sessions", {"name": "sneak", "work_dir": work_dir})
+            assert status == 400, body
+            assert "keeps its sessions across restarts" in body["message"]
+        assert len(kernels(server)) == 1
+        stop(server, "SIGTERM")
+    assert sorted(p.suffix for p in registry(tmp_path).iterdir()) == [".json"]
