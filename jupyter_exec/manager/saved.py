@@ -74,7 +74,7 @@ class SignedStore:
     """
 
     def __init__(self, root: Path, kind: str, valid_key: Callable[[str], bool]) -> None:
-        self.root = Path(os.path.realpath(root))
+        self.root = Path(os.path.abspath(root))  # as the server names it; never resolved
         self.kind = kind
         self.folder = registry_folder(kind)
         self.valid_key = valid_key

@@ -110,6 +110,7 @@ class ServerSessions(Creation, Views, Work, Branches):
         self._dormant: dict[str, SavedSession] = {s.id: s for s in self.saved.load()}
         """Sessions of the server before it restarted, not used since (see :meth:`wake`)."""
         self._waking: dict[str, asyncio.Task[ServerSession]] = {}
+        self._dormant_cells: dict[str, int] = {}  # counted once, for the listing
         if self._dormant:
             log.info("jupyter-exec: %d session(s) from before the restart", len(self._dormant))
 

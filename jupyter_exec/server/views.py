@@ -33,6 +33,7 @@ class Views:
     serverapp: Any
     root: ServerRoot
     _sessions: dict[str, ServerSession]
+    _dormant_cells: dict[str, int]
 
     def model(self, entry: ServerSession) -> dict[str, Any]:
         """The JSON model of a session (the ``Session`` schema of the OpenAPI spec)."""
@@ -63,9 +64,12 @@ class Views:
     def saved_model(self, saved: SavedSession) -> dict[str, Any]:
         """A session from before the server restarted, not used since: ``status: dormant``.
 
-        It has no kernel yet (``kernel.id`` null); its first use brings it back. What it
-        recorded is in its notebook, so ``cells`` is not counted until then (null).
+        It has no kernel yet (``kernel.id`` null); its first use brings it back. ``cells``
+        counts its notebook's cells, read once (the panel polls the listing).
         """
+        cells = self._dormant_cells.get(saved.id)
+        if cells is None:
+            cells = self._dormant_cells[saved.id] = _recorded_cells(self.root, saved.notebook)
         return {
             "id": saved.id,
             "name": saved.name,
@@ -76,7 +80,7 @@ class Views:
             "notebook": {"path": saved.notebook, "url": self.root.url_of(saved.notebook)},
             "jupyter_session_id": None,
             "created": saved.created,
-            "cells": None,
+            "cells": cells,
             "busy": False,
             "parent": None,
             "forks": [],
@@ -121,3 +125,13 @@ class Views:
     def _file(self, path: Path) -> dict[str, str]:
         api = self.root.api_path(path)
         return {"path": api, "url": self.root.url_of(api)}
+
+
+def _recorded_cells(root: ServerRoot, notebook: str) -> int:
+    """How many cells a dormant session's notebook holds (0 if it cannot be read now)."""
+    from jupyter_exec.notebook.recorder import read_notebook
+
+    try:
+        return len(read_notebook(root.resolve(notebook)).cells)
+    except (JupyterExecError, OSError, ValueError):
+        return 0

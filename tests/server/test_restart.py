@@ -36,6 +36,7 @@ def test_a_session_and_its_state_come_back_after_the_server_restarts(
         assert back["notebook"]["path"] == "work/job.ipynb"
         assert back["created"] == model["created"]
         assert back["kernel"]["id"] is None  # no kernel until its first use
+        assert back["cells"] == 1  # what its notebook recorded
 
         out = run(server, model["id"], "print(x + 1)")
 
