@@ -1,5 +1,6 @@
-"""Talking to a real ``jupyter server`` that is stopped and started again (test_restart and the
-registry attacks): REST calls, and a stop as a process manager does it (SIGTERM or SIGKILL)."""
+"""Talking to a real ``jupyter server`` that is stopped and started again (test_rest_restart
+and the registry attacks): REST calls, and a stop as a process manager does it (SIGTERM or
+SIGKILL)."""
 
 from __future__ import annotations
 
