@@ -9,64 +9,18 @@ given still opens it, while a wrong one does not. A killed sandbox stays gone.
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from e2b_code_interpreter import Sandbox
-from e2b_server_helpers import API_KEY
+from e2b_server_helpers import API_KEY, e2b_process
 
 from jupyter_exec.e2b.saved import KIND
 from jupyter_exec.manager.saved import registry_folder
-from tests.checkpoint_helpers import key_env
-from tests.cli_helpers import stop_process
 from tests.server.server_helpers import free_port
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@contextmanager
-def e2b_process(
-    root: Path, monkeypatch: pytest.MonkeyPatch, stop: str, port: int = 0
-) -> Iterator[str]:
-    """``jupyter-exec e2b`` in API mode on ``port`` (0: a free one); the SDK pointed at it."""
-    env = {**os.environ, **key_env(), "E2B_API_KEY": API_KEY}
-    env.pop("E2B_DEBUG", None)
-    command = [sys.executable, "-m", "jupyter_exec", "e2b", "--no-debug", "--port", str(port),
-               "--envd-port", "0", "--root-dir", str(root)]  # fmt: skip
-    log = root.parent / f"{root.name}-e2b.log"
-    with log.open("ab") as out:  # a file, not a pipe: a full pipe would stall the server
-        server = subprocess.Popen(command, env=env, stderr=out, stdout=subprocess.DEVNULL)
-    start = log.stat().st_size
-    try:
-        port = None
-        deadline = time.monotonic() + 60
-        while port is None and time.monotonic() < deadline:
-            assert server.poll() is None, log.read_text()
-            found = re.search(r"ports \[(\d+)", log.read_text()[start:])
-            port = int(found.group(1)) if found else None
-            time.sleep(0.1)
-        assert port is not None, log.read_text()
-        url = f"http://127.0.0.1:{port}"
-        monkeypatch.delenv("E2B_DEBUG", raising=False)
-        monkeypatch.setenv("E2B_API_URL", url)
-        monkeypatch.setenv("E2B_SANDBOX_URL", url)
-        monkeypatch.setenv("E2B_API_KEY", API_KEY)
-        yield url
-    finally:
-        if stop == "SIGKILL":
-            server.send_signal(signal.SIGKILL)
-            server.wait(30)
-        else:
-            stop_process(server)
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
