@@ -37,6 +37,7 @@ from jupyter_exec.cli.options import (
     with_environment,
 )
 from jupyter_exec.cli.restore import add_restore, find_checkpoint, restore_into
+from jupyter_exec.cli.resume import add_resume, check_resumable, resume_session, resumed_line
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.models import Execution
 from jupyter_exec.sync import Session, _LoopThread
@@ -60,6 +61,10 @@ examples:
                                             start from the checkpoint 'loaded' in out/
   jupyter-exec run next.py --restore copied/.job_checkpoints/loaded --force-restore
                                             a checkpoint folder from another environment
+  jupyter-exec run next.py --resume out/job.ipynb
+                                            carry on the session that recorded job.ipynb:
+                                            its state rebuilt, next.py's cells appended
+  jupyter-exec run --resume out/job.ipynb   only rebuild that state (does it still?)
 
 A .py file honours its coding declaration (PEP 263); other files are UTF-8.
 
@@ -135,9 +140,13 @@ INTERRUPT_WAIT = 15.0
 """Seconds a stopped command waits for the interrupted cell to end and be recorded."""
 
 
-def _started(kwargs: dict[str, Any]) -> Session:
-    """A started session; stopped while its kernel starts, the start is undone (no kernel left)."""
-    session = Session(**kwargs, start=False)
+def _started(kwargs: dict[str, Any], session: Session | None = None) -> Session:
+    """A started session; stopped while its kernel starts, the start is undone (no kernel left).
+
+    ``session``: an unstarted one to start (a resumed session), else one made from ``kwargs``.
+    """
+    if session is None:
+        session = Session(**kwargs, start=False)
     settled = threading.Event()
 
     async def start() -> None:
@@ -203,24 +212,34 @@ def _summary(session: Session, status: int, total: int) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    path = Path(args.file)
-    blocks = cells_from_file(path)  # our errors for a missing, mis-encoded or malformed file
-    if not blocks:
+    if args.file is None and args.resume is None:
+        raise InvalidArgument("give a FILE to run, or --resume NOTEBOOK (or both)")
+    resuming = None if args.resume is None else check_resumable(args.resume)  # before a kernel
+    path = Path(args.file) if args.file is not None else None
+    blocks = cells_from_file(path) if path is not None else []  # our errors for a bad file
+    if path is not None and not blocks:
         print(f"jupyter-exec: {path} holds no code to run", file=sys.stderr)
         return EXIT_USAGE
     kwargs = _session_kwargs(args)
-    if kwargs.get("name") is None:
+    if kwargs.get("name") is None and resuming is None and path is not None:
         kwargs["name"] = safe_name(path.stem)
     if args.force_restore and args.restore is None:
         raise InvalidArgument("--force-restore goes with --restore CHECKPOINT")
     if args.trust_checkpoint_origin and args.restore is None:
         raise InvalidArgument(f"{TRUST_CLI_FLAG} goes with --restore CHECKPOINT")
+    if resuming is not None and args.restore is not None:
+        raise InvalidArgument(
+            "--resume and --restore each say where the state comes from: give one of them"
+        )
     start_from = None
     if args.restore is not None:  # found before a kernel starts; checked whole after
         work_dir = Path(kwargs["work_dir"]).expanduser() if kwargs.get("work_dir") else None
         start_from = find_checkpoint(args.restore, work_dir, kwargs["name"])
     printer = _Printer(sys.stdout, sys.stderr, args.quiet)
-    with _started(kwargs) as session:
+    unstarted = None if resuming is None else resume_session(resuming, kwargs)
+    with _started(kwargs, unstarted) as session:
+        if resuming is not None:
+            resumed_line(session, args.quiet)
         if start_from is not None:  # a refused checkpoint ends the run before any cell
             restore_into(
                 session,
@@ -230,6 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 trust_origin=args.trust_checkpoint_origin,
             )
         status = _run_cells(blocks, session, printer, args.keep_going)
+        if not blocks and any(not e.ok for e in session.resumed):
+            status = EXIT_FAILED  # only resuming: the state did not all come back
         _summary(session, status, len(blocks))
     return status
 
@@ -289,16 +310,22 @@ def add_run_parser(subparsers: Subparsers) -> None:
         description="Run a file's code in one stateful session, printing outputs as they stream "
         "and the files each cell produced. A .py file is split into cells on '# %%' lines; "
         "a .md file runs its fenced code blocks in order (shell blocks as %%bash cells); "
-        "a .ipynb file runs its code cells. Everything is recorded in a notebook.",
+        "a .ipynb file runs its code cells. Everything is recorded in a notebook. With "
+        "--resume, a recorded session carries on: its state rebuilt, its notebook extended.",
         epilog=RUN_EPILOG,
         formatter_class=formatter,
     )
-    parser.add_argument("file", help="the .py, .md, .sh or .ipynb file to run")
+    parser.add_argument(
+        "file",
+        nargs="?",
+        help="the .py, .md, .sh or .ipynb file to run (optional with --resume)",
+    )
     parser.add_argument(
         "-k", "--keep-going", action="store_true", help="run the remaining cells after a failure"
     )
     _session_groups(parser, "kernel cwd and output folder (default: a new temporary dir)")
     add_restore(parser)
+    add_resume(parser)
     parser.set_defaults(func=cmd_run)
 
 

@@ -199,6 +199,7 @@ class E2BServer:
             for index, port in enumerate(self.config.ports):
                 bound.append(self._bind(index, port))
             await self.manager.start()
+            self.sandboxes.load()  # the sandboxes from before a restart (no kernel yet)
         except BaseException:
             for sock in (s for sockets in bound for s in sockets):
                 sock.close()

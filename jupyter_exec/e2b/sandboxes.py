@@ -12,6 +12,10 @@ that every request for it must carry; the ``debug_sandbox_id`` sandbox the
 SDK's debug mode talks to exists only when the server runs in debug mode, and
 is made on first use. A sandbox ends when killed or when its timeout passes
 (:meth:`Sandboxes.reap`); its kernels stop, its work dir and notebooks stay.
+
+A sandbox outlives the server (:mod:`jupyter_exec.e2b.saved`): started again on
+the same root, the server knows its sandboxes (their tokens derived again, never
+stored), and a sandbox's default context resumes its notebook on first use.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.e2b.lasting import Lasting
 from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
+from jupyter_exec.e2b.saved import SandboxRegistry
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
@@ -138,6 +144,10 @@ class Sandbox:
     contexts: dict[str, Context] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     processes: Processes = field(init=False)
+    salt: str | None = None
+    """What its token is derived from (:mod:`jupyter_exec.e2b.saved`); None: not kept."""
+    resume: Path | None = None
+    """From before a restart: the notebook its default context resumes on first use."""
 
     def allows(self, token: str | None) -> bool:
         """Whether ``token`` opens this sandbox (constant time; a token-less sandbox: any)."""
@@ -168,8 +178,11 @@ def _iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-class Sandboxes:
-    """Every sandbox of one server, over one :class:`AsyncSessionManager`."""
+class Sandboxes(Lasting):
+    """Every sandbox of one server, over one :class:`AsyncSessionManager`.
+
+    What makes them outlive the server is the :class:`~jupyter_exec.e2b.lasting.Lasting` mixin.
+    """
 
     def __init__(
         self,
@@ -187,6 +200,8 @@ class Sandboxes:
         self.max_timeout = max_timeout
         """The longest life a client may give a sandbox (the API refuses more)."""
         self._sandboxes: dict[str, Sandbox] = {}
+        self.saved: SandboxRegistry | None = None
+        self._stopping = False
 
     # -- sandboxes --------------------------------------------------------------------------
 
@@ -217,6 +232,7 @@ class Sandboxes:
         :attr:`max_timeout`); None takes the server's default, whose 0 means no end.
         """
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
+        token, salt = self._token(sandbox_id)
         if timeout is None:
             seconds = self.default_timeout
             end = time.time() + seconds if 0 < seconds < math.inf else None
@@ -224,17 +240,19 @@ class Sandboxes:
             end = time.time() + _client_seconds(timeout, self.max_timeout)
         sandbox = self._new(
             sandbox_id,
-            secrets.token_urlsafe(24),
+            token,
             template=template or "code-interpreter-v1",
             metadata={str(k): str(v) for k, v in (metadata or {}).items()},
             envs={str(k): str(v) for k, v in (envs or {}).items()},
             end=end,
+            salt=salt,
         )
         try:
             await self.context_session(sandbox, None)
         except BaseException:
             await self.kill(sandbox_id)
             raise
+        self._remember(sandbox)
         log.info("sandbox %s created in %s", sandbox_id, sandbox.paths.root)
         return sandbox
 
@@ -261,6 +279,7 @@ class Sandboxes:
     def set_timeout(self, sandbox: Sandbox, seconds: float) -> None:
         """A client's new timeout: the sandbox ends ``seconds`` from now (0: at the next reap)."""
         sandbox.end = time.time() + _client_seconds(seconds, self.max_timeout)
+        self._remember(sandbox)
 
     async def kill(self, sandbox_id: str) -> None:
         """Stop the sandbox's kernels; its files and notebooks stay in its work dir."""
@@ -269,6 +288,8 @@ class Sandboxes:
             raise SessionNotFound(f"sandbox {sandbox_id!r} was not found")
         names = [c.session_name for c in sandbox.contexts.values()]
         await asyncio.gather(sandbox.processes.kill_all(), *(self._close(n) for n in names))
+        if self.saved is not None and not self._stopping:  # the server stopping: it comes back
+            self.saved.remove(sandbox_id)
         log.info("sandbox %s killed", sandbox_id)
 
     async def _close(self, name: str) -> None:
@@ -285,6 +306,8 @@ class Sandboxes:
         return expired
 
     async def close_all(self) -> None:
+        """Stop every sandbox's kernels as the server stops (their entries stay)."""
+        self._stopping = True
         for sandbox_id in list(self._sandboxes):
             with contextlib.suppress(SessionNotFound):
                 await self.kill(sandbox_id)
@@ -312,6 +335,7 @@ class Sandboxes:
         if context_id is None or context_id == DEFAULT_CONTEXT:
             context = self.default_context(sandbox)
             async with sandbox.lock:
+                await self._resumed(sandbox, context)
                 return await self.manager.session(context.session_name, **self._options(sandbox))
         found = sandbox.contexts.get(context_id)
         if found is None:

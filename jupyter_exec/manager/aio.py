@@ -153,6 +153,10 @@ class AsyncSessionManager(LoggingConfigurable):
         self._culler: asyncio.Task[None] | None = None
         self._state = "new"  # new -> running -> closing -> closed
         self._sigterm = LoopSigterm(self.shutdown)
+        self.on_forget: Callable[[str], None] | None = None
+        """Called with a session's name when it is closed for good (:meth:`close_session`,
+        culled), not when the manager shuts down: a host that keeps sessions across its
+        restarts (:mod:`jupyter_exec.manager.saved`) forgets that one."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -351,6 +355,14 @@ class AsyncSessionManager(LoggingConfigurable):
         if self._registry.live_entry(name) is None:
             raise SessionNotFound(f"no open session named {name!r}")
         await self._registry.close_entry(name, "closed by request")
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        if self.on_forget is not None:
+            try:
+                self.on_forget(name)
+            except Exception:
+                log.exception("forgetting session %s failed", name)
 
     async def _create(self, name: str, opts: dict[str, Any], backend: str) -> Entry:
         return await create_entry(self.root, self._pools, name, opts, backend)
@@ -421,4 +433,6 @@ class AsyncSessionManager(LoggingConfigurable):
             return []
         idle = idle_names(self._registry, self.cull_idle_timeout)
         await asyncio.gather(*(self._registry.close_entry(n, "idle") for n in idle))
+        for name in idle:
+            self._forget(name)
         return idle

@@ -8,6 +8,16 @@ session; this module decides whether that means a new kernel, an open one or
 an error, and all of it is delegated to an
 :class:`~jupyter_exec.manager.AsyncSessionManager`, so limits, idle culling
 and shutdown behave as for every other front end.
+
+Sessions outlive the server: each open one has a signed entry under
+``<root>/.jupyter_exec/mcp-sessions/`` (:mod:`jupyter_exec.manager.saved`:
+its name, work dir, notebook, backend and created time; no option, token or
+policy), removed when it is closed or culled, kept when the server stops.
+A server started again on the same root answers for those names: the first
+tool call naming one brings it back (a new kernel of the server's
+environment, its state rebuilt from its notebook by
+:meth:`~jupyter_exec.AsyncSession.resume`), and ``list_sessions`` shows the
+others as ``dormant``.
 """
 
 from __future__ import annotations
@@ -16,6 +26,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +41,52 @@ from jupyter_exec.exceptions import (
     SessionNotFound,
 )
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
+from jupyter_exec.manager.saved import BadEntry, SignedStore, same_fields
 
 __all__ = ["SessionRegistry"]
 
 log = logging.getLogger("jupyter_exec.mcp")
+
+KIND = "mcp-sessions"
+"""The registry's folder under the root: ``.jupyter_exec/mcp-sessions``."""
+
+
+def _is_name(text: str) -> bool:
+    try:
+        validate_name(text)
+    except JupyterExecError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A session from before the server restarted: what brings it back on first use."""
+
+    name: str
+    work_dir: str
+    """Its folder under the root (one name: ``<root>/<work_dir>``)."""
+    notebook: str
+    """Its notebook's stem in the work dir (``<name>``, ``<name>-2``, a fork's name)."""
+    backend: str
+    created: str
+
+    @classmethod
+    def checked(cls, key: str, entry: dict[str, Any]) -> Saved:
+        """An entry as this server writes one, or :class:`BadEntry`."""
+        same_fields(entry, {"name", "work_dir", "notebook", "backend", "created"})
+        if entry["name"] != key:
+            raise BadEntry("its name is not its file's name")
+        for field in ("work_dir", "notebook"):  # plain names: never a path, never hidden
+            if not isinstance(entry[field], str) or not _is_name(entry[field]):
+                raise BadEntry(f"bad {field}")
+        if entry["backend"] not in ("local", "docker"):
+            raise BadEntry(f"unknown backend {entry['backend']!r}")
+        try:
+            datetime.fromisoformat(entry["created"])
+        except (TypeError, ValueError):
+            raise BadEntry("bad created time") from None
+        return cls(**entry)
 
 
 class SessionRegistry:
@@ -79,6 +133,10 @@ class SessionRegistry:
         )
         self._options: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._pool_task: asyncio.Task[None] | None = None
+        self.saved = SignedStore(self.root, KIND, _is_name)
+        self.manager.on_forget = self.saved.remove  # closed or culled: not back after a restart
+        self._dormant: dict[str, Saved] = {s.name: s for s in self.saved.load(Saved.checked)}
+        self._waking: dict[str, asyncio.Task[None]] = {}
 
     @property
     def max_sessions(self) -> int:
@@ -142,6 +200,7 @@ class SessionRegistry:
         kernel; an existing session of another language is refused."""
         validate_name(name)
         await self.start()
+        await self.wake(name)
         if name not in self.manager:
             environment = self._environment_for(backend)
             options = await self._options_for(environment)
@@ -149,14 +208,10 @@ class SessionRegistry:
                 options = {k: v for k, v in options.items() if k != "python"}
                 options["language"] = language
             try:
-                await self.manager.session(name, **options)
+                made = await self.manager.session(name, **options)
             except SessionLimitError as exc:
-                open_now = ", ".join(sorted(self._names())) or "none"
-                raise SessionLimitError(
-                    f"cannot start session {name!r}: this server allows {self.max_sessions} "
-                    f"open session(s) at once (--max-sessions) and that many are open "
-                    f"({open_now}); close one with close_session, or use an open one"
-                ) from exc
+                raise self._full(name, exc) from exc
+            self.remember(made, environment.backend)
         info = self._info(name) if backend not in (None, "", "default") else None
         if info is not None and backend != info.backend:
             raise JupyterExecError(
@@ -170,6 +225,83 @@ class SessionRegistry:
                 f"session {name!r} runs {runs}; use another session name for {language} code"
             )
         return live
+
+    def _full(self, name: str, exc: SessionLimitError) -> SessionLimitError:
+        open_now = ", ".join(sorted(self._names())) or "none"
+        return SessionLimitError(
+            f"cannot start session {name!r}: this server allows {self.max_sessions} "
+            f"open session(s) at once (--max-sessions) and that many are open "
+            f"({open_now}); close one with close_session, or use an open one"
+        )
+
+    # -- across restarts -------------------------------------------------------------------
+
+    def remember(self, session: AsyncSession, backend: str) -> None:
+        """Keep an open session's entry, so it comes back after a restart.
+
+        Only one whose work dir is a folder of the root (every session the server
+        makes, and their forks): anything else has no place to come back to.
+        """
+        work_dir, notebook = session.work_dir, session.notebook_path
+        name = next((i.name for i in self.manager.list() if self._is(i, session)), None)
+        if name is None or notebook is None or work_dir.parent != self.root:
+            return
+        if notebook.parent != work_dir or not (_is_name(work_dir.name) and _is_name(notebook.stem)):
+            return
+        entry = {
+            "name": name,
+            "work_dir": work_dir.name,
+            "notebook": notebook.stem,
+            "backend": backend,
+            "created": datetime.now(timezone.utc).isoformat(),
+        }
+        self.saved.save(name, entry)
+        self._dormant.pop(name, None)
+
+    def _is(self, info: SessionInfo, session: AsyncSession) -> bool:
+        return info.notebook_path == session.notebook_path and info.work_dir == session.work_dir
+
+    async def wake(self, name: str) -> None:
+        """Bring back session ``name`` from before the restart, if it is one; else nothing.
+
+        Concurrent first uses share one resume; a failed one leaves it dormant and
+        says why (its notebook gone, the server now Docker-only, the limit reached).
+        """
+        saved = self._dormant.get(name)
+        if saved is None or name in self.manager:
+            return
+        await self.start()
+        task = self._waking.get(name)
+        if task is None:
+            task = asyncio.ensure_future(self._resume(saved))
+            self._waking[name] = task
+            task.add_done_callback(lambda _: self._waking.pop(name, None))
+        await asyncio.shield(task)
+        self._dormant.pop(name, None)
+
+    async def _resume(self, saved: Saved) -> None:
+        environment = self._environment_for(saved.backend)  # what the server allows now
+        options = {**self.manager.session_defaults, **await self._options_for(environment)}
+        work_dir = self.root / saved.work_dir
+        notebook = work_dir / f"{saved.notebook}.ipynb"
+
+        async def start() -> AsyncSession:
+            session = AsyncSession.resume(
+                notebook, work_dir=work_dir, name=saved.notebook, **options
+            )
+            try:
+                await session.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await session.close()
+                raise
+            return session
+
+        try:
+            await self.manager.add(saved.name, start, backend=environment.backend)
+        except SessionLimitError as exc:
+            raise self._full(saved.name, exc) from exc
+        log.info("session %s: back after the restart (%s)", saved.name, notebook)
 
     def _info(self, name: str) -> SessionInfo | None:
         return next((i for i in self.manager.list() if i.name == name), None)
@@ -198,6 +330,20 @@ class SessionRegistry:
                 "network": self._network(info),
             }
             for info in sorted(self.manager.list(), key=lambda i: i.name)
+        ] + [
+            {
+                "name": saved.name,
+                "backend": saved.backend,
+                "alive": False,
+                "dormant": True,  # from before the server restarted: back on first use
+                "work_dir": str(self.root / saved.work_dir),
+                "notebook": str(self.root / saved.work_dir / f"{saved.notebook}.ipynb"),
+                "from_pool": False,
+                "idle_seconds": None,
+                "network": None,
+            }
+            for saved in sorted(self._dormant.values(), key=lambda s: s.name)
+            if saved.name not in self.manager
         ]
 
     def _network(self, info: SessionInfo) -> str | None:
@@ -214,8 +360,12 @@ class SessionRegistry:
         return [(p.key.label, p.ready, p.size) for p in self.manager.kernel_pools]
 
     async def close(self, name: str) -> None:
+        if name in self._dormant and name not in self.manager:  # closed before any use
+            del self._dormant[name]
+            self.saved.remove(name)
+            return
         self.existing(name)
-        await self.manager.close_session(name)
+        await self.manager.close_session(name)  # its entry goes too (manager.on_forget)
 
     async def close_all(self) -> None:
         """Close every session and stop the pool's kernels."""

@@ -66,6 +66,7 @@ async def fork_into(
         for child in children:
             await registry.manager.add(child.name, _made(child), backend=backend)
             registered.append(child.name)
+            registry.remember(child, backend)  # a fork comes back after a restart too
     except BaseException:
         for child in children:
             with contextlib.suppress(Exception):

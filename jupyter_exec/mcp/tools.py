@@ -16,6 +16,7 @@ import base64
 import contextlib
 import functools
 import importlib
+import inspect
 import os
 import stat
 from collections.abc import Awaitable, Callable
@@ -166,6 +167,12 @@ def _read_head(root: Path, relative: str) -> tuple[bytes, int]:
         os.close(fd)
 
 
+def _status(described: dict[str, Any]) -> str:
+    if described.get("dormant"):
+        return "dormant (from before the server restarted; back with its state on first use)"
+    return "alive" if described["alive"] else "dead"
+
+
 # -- the server -------------------------------------------------------------------------------
 
 
@@ -196,9 +203,16 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
         ``ToolError``s, which the SDK shows.
         """
 
+        signature = inspect.signature(fn)
+
         @functools.wraps(fn)
         async def run(*args: Any, **kwargs: Any) -> Any:
             try:
+                named = signature.bind_partial(*args, **kwargs)
+                named.apply_defaults()
+                session = named.arguments.get("session")
+                if isinstance(session, str):  # from before a restart: back on its first use
+                    await registry.wake(session)
                 return await fn(*args, **kwargs)
             except (JupyterExecError, ValueError) as exc:
                 raise sdk.tool_error(str(exc)) from exc
@@ -251,10 +265,11 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
     @tool
     async def list_sessions() -> str:
         """The open sessions (name, backend, whether the kernel is alive, work dir, notebook)
-        and the warm pools of ready kernels, if any."""
+        and the warm pools of ready kernels, if any. A session from before the server
+        restarted is "dormant": naming it in any tool brings it back, state included."""
         sessions, pools = registry.describe(), registry.pools()
         lines = [
-            f"{s['name']}: {s['backend']}, {'alive' if s['alive'] else 'dead'}, "
+            f"{s['name']}: {s['backend']}, {_status(s)}, "
             f"work dir {s['work_dir']}, notebook {s['notebook']}"
             + (", kernel from the warm pool" if s["from_pool"] else "")
             + (f", network policy ({s['network']})" if s["network"] else "")

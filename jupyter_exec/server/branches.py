@@ -66,6 +66,9 @@ class Branches:
     def _limit_reached(self, exc: SessionLimitError) -> SessionLimitError:
         raise NotImplementedError
 
+    def _remember(self, entry: ServerSession) -> None:
+        raise NotImplementedError
+
     # -- forks -------------------------------------------------------------------------
 
     async def fork(
@@ -132,6 +135,7 @@ class Branches:
             raise
         self._sessions[entry.id] = entry
         self.replay_origins.remember(entry)
+        self._remember(entry)
         parent.forks.append(entry.id)
         return entry
 

@@ -46,6 +46,7 @@ from jupyter_exec.exceptions import (
     WorkDirError,
 )
 from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.notebook.resume import for_notebook
 from jupyter_exec.options import MAX_UNDO_STEPS
 from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from jupyter_exec.server.approvals import Approvals
     from jupyter_exec.server.origins import ReplayOrigins
     from jupyter_exec.server.paths import ServerRoot
+    from jupyter_exec.server.saved import SavedSession, SessionRegistry
     from jupyter_exec.server.sessions import ServerSessions
 
 __all__ = ["Creation", "SessionLimitReached"]
@@ -93,6 +95,7 @@ class Creation:
     _reserved: set[Path]
     _borrowing: set[str]
     replay_origins: ReplayOrigins
+    saved: SessionRegistry
 
     # Provided by ServerSessions.
     async def start(self) -> None:
@@ -161,6 +164,7 @@ class Creation:
         if borrowed is None:
             await self._check_kernelspec(kernel_name)
         folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
+        self._refuse_registry(folder)
         self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
@@ -185,6 +189,67 @@ class Creation:
         entry = started[0]
         self._sessions[entry.id] = entry
         self.replay_origins.remember(entry)
+        self._remember(entry)
+        return entry
+
+    def _remember(self, entry: ServerSession) -> None:
+        """Keep ``entry`` in the registry, so it comes back after a restart.
+
+        Not a session on a person's kernel (that kernel ends with the server,
+        and with it what the person had): it is theirs to start again.
+        """
+        if entry.borrowed is not None:
+            return
+        from jupyter_exec.server.saved import SavedSession
+
+        self.saved.save(
+            SavedSession(
+                id=entry.id,
+                name=entry.name,
+                backend=entry.backend,
+                kernel_name=entry.kernel_name,
+                work_dir=self.root.api_path(entry.work_dir),
+                notebook=self.root.api_path(entry.notebook),
+                created=entry.created,
+                timeout=entry.session.timeout,
+                undo_steps=entry.session.options.undo_steps,
+            )
+        )
+
+    async def _resume_saved(self, saved: SavedSession) -> ServerSession:
+        """Bring back a session from before the restart under its id: a new server kernel,
+        the state rebuilt from its notebook (:meth:`AsyncSession.resume`), the notebook bound.
+
+        The work dir is resolved again now (a link planted since is refused), the
+        kernelspec must still exist, and the manager's limits apply as to a new session.
+        """
+        await self.start()
+        folder = self.saved.notebook_path(saved).parent
+        await self._check_kernelspec(saved.kernel_name)
+        backend = cast("Backend", saved.backend)
+        launch = _Launch(
+            backend,
+            saved.kernel_name,
+            saved.timeout,
+            saved.undo_steps,
+            None,  # a policy is never kept (its secrets): the session comes back without one
+            resumed_from=saved.created,
+        )
+        started: list[ServerSession] = []
+
+        async def start() -> AsyncSession:
+            entry = await self._start(saved.id, folder, saved.name, launch)
+            started.append(entry)
+            return entry.session
+
+        try:
+            await self.manager.add(saved.id, start, backend=backend)
+        except SessionLimitError as exc:
+            raise self._limit_reached(exc) from None
+        entry = started[0]
+        self._sessions[entry.id] = entry
+        self.replay_origins.remember(entry)
+        log.info("jupyter-exec session %s: back after the restart", entry.id)
         return entry
 
     def _limit_reached(self, exc: SessionLimitError) -> SessionLimitError:
@@ -192,6 +257,16 @@ class Creation:
             f"{exc} (c.AsyncSessionManager.max_sessions / max_sessions_per_backend, or "
             "JupyterExecApp.max_sessions); delete a session first"
         )
+
+    def _refuse_registry(self, folder: Path) -> None:
+        """No kernel works in the registry of saved sessions (reachable when hidden folders
+        are allowed): its entries are the server's alone."""
+        registry = self.root.root / self.saved.store.folder.split("/")[0]
+        if folder == registry or registry in folder.parents:
+            raise InvalidRequest(
+                f"work_dir {self.root.api_path(folder)!r} is where the server keeps its "
+                "sessions across restarts; choose another folder"
+            )
 
     def _make_folder(self, folder: Path) -> None:
         """Create the work dir (an existing one is fine); a path that cannot be one is refused."""
@@ -221,15 +296,18 @@ class Creation:
             kernel_id = launch.borrowed or await self._start_server_kernel(
                 launch.kernel_name, folder, env, network_proxy=proxy
             )
-            session = ServerAsyncSession(
-                work_dir=folder,
-                name=name,
-                kernel_name=launch.kernel_name,
-                backend=launch.backend,
-                timeout=self.timeout if launch.timeout is None else launch.timeout,
-                startup_timeout=self.startup_timeout,
-                undo_steps=launch.undo_steps,
-                kernel_manager=kernel_manager.get_kernel(kernel_id),
+            options: dict[str, Any] = {
+                "kernel_name": launch.kernel_name,
+                "backend": launch.backend,
+                "timeout": self.timeout if launch.timeout is None else launch.timeout,
+                "startup_timeout": self.startup_timeout,
+                "undo_steps": launch.undo_steps,
+                "kernel_manager": kernel_manager.get_kernel(kernel_id),
+            }
+            session = (
+                ServerAsyncSession(work_dir=folder, name=name, **options)
+                if launch.resumed_from is None  # a session from before a restart: resumed
+                else for_notebook(ServerAsyncSession, notebook, None, folder, name, options)
             )
             session.network_proxy = proxy
             await session.start()
@@ -252,7 +330,7 @@ class Creation:
             kernel_name=launch.kernel_name,
             kernel_id=kernel_id,
             work_dir=folder,
-            created=datetime.now(timezone.utc).isoformat(),
+            created=launch.resumed_from or datetime.now(timezone.utc).isoformat(),
             jupyter_session_id=model.get("id"),
             policy=launch.policy,
             proxy=proxy,
@@ -359,6 +437,8 @@ class _Launch:
     policy: NetworkPolicy | None
     borrowed: str | None = None
     """The id of a running server kernel to attach to instead of starting one."""
+    resumed_from: str | None = None
+    """A session from before a restart (its created time): its notebook is resumed."""
 
 
 async def _start_proxy(policy: NetworkPolicy | None, name: str) -> NetworkProxy | None:

@@ -77,6 +77,8 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
     """``{"GET": "read", "POST": "execute"}``: what the authorizer is asked, per method."""
     body_fields: ClassVar[bodies.Fields] = bodies.NO_FIELDS
     max_body: ClassVar[int] = SMALL_BODY
+    wakes: ClassVar[bool] = True
+    """A route on one session brings it back if it is from before a restart (first use)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -99,6 +101,9 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
         if action is not None:  # else tornado answers 405 (no such method here)
             await self.require(action, AUTH_RESOURCE)
         self._bound_body()
+        session_id = self.path_kwargs.get("session_id")
+        if action is not None and self.wakes and isinstance(session_id, str):
+            await self.sessions.wake(session_id)  # authorised first: no kernel for a stranger
         self._admitted = True
 
     async def require(self, action: str, resource: str) -> None:
@@ -187,7 +192,7 @@ class SessionsHandler(ExecAPIHandler):
     body_fields = bodies.CREATE
 
     async def get(self) -> None:
-        self.write_json([self.sessions.model(e) for e in self.sessions.list()])
+        self.write_json(self.sessions.models())
 
     async def post(self) -> None:
         body = self.body()
@@ -202,9 +207,10 @@ class SessionHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}``: look at one, or stop it (the notebook stays)."""
 
     actions = {"GET": "read", "DELETE": "write"}
+    wakes = False  # looking at or deleting one from before a restart needs no kernel
 
     async def get(self, session_id: str) -> None:
-        self.write_json(self.sessions.model(self.sessions.get(session_id)))
+        self.write_json(self.sessions.model_of(session_id))
 
     async def delete(self, session_id: str) -> None:
         await self.sessions.delete(session_id)

@@ -9,6 +9,9 @@ A session's life::
     create  ─► checked, its kernel started, notebook bound (server.create) ─► manager.add
     held    ─► keyed by id; execute, fork, undo... act on it through live()
     delete  ─► manager.close, or the culler ─► _release: unbind the notebook, stop the kernel
+    saved   ─► each session has an entry in the registry (server.saved) until it is closed;
+               after a restart it is listed as ``dormant`` and brought back on first use
+               (wake: a new kernel, its state rebuilt from its notebook by Session.resume)
 
 Every session is held by the extension's :class:`~jupyter_exec.manager.AsyncSessionManager`
 (``manager.add``), keyed by the session's id: its limits (``max_sessions``,
@@ -30,6 +33,7 @@ sessions and their lifecycle.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,7 @@ from jupyter_exec.server.create import Creation, SessionLimitReached
 from jupyter_exec.server.entry import ServerSession
 from jupyter_exec.server.origins import ReplayOrigins
 from jupyter_exec.server.paths import ServerRoot
+from jupyter_exec.server.saved import SavedSession, SessionRegistry
 from jupyter_exec.server.views import Views
 from jupyter_exec.server.work import Work
 
@@ -101,6 +106,13 @@ class ServerSessions(Creation, Views, Work, Branches):
         self._borrowing: set[str] = set()  # kernels being attached to, by sessions being created
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self.saved = SessionRegistry(self.root, self.kernel_names)
+        self._dormant: dict[str, SavedSession] = {s.id: s for s in self.saved.load()}
+        """Sessions of the server before it restarted, not used since (see :meth:`wake`)."""
+        self._waking: dict[str, asyncio.Task[ServerSession]] = {}
+        self._dormant_cells: dict[str, int] = {}  # counted once, for the listing
+        if self._dormant:
+            log.info("jupyter-exec: %d session(s) from before the restart", len(self._dormant))
 
     @property
     def max_sessions(self) -> int:
@@ -134,6 +146,35 @@ class ServerSessions(Creation, Views, Work, Branches):
     def list(self) -> list[ServerSession]:
         return list(self._current().values())
 
+    def models(self) -> builtins.list[dict[str, Any]]:
+        """The listing: every live session, then those from before a restart not used since."""
+        live = [self.model(e) for e in self.list()]
+        return live + [self.saved_model(s) for s in self._dormant.values()]
+
+    def model_of(self, session_id: str) -> dict[str, Any]:
+        """One session's model, live or dormant; :class:`SessionNotFound` if there is none."""
+        saved = self._dormant.get(session_id)
+        if saved is not None and session_id not in self._sessions:
+            return self.saved_model(saved)
+        return self.model(self.get(session_id))
+
+    async def wake(self, session_id: str) -> None:
+        """Bring back a session from before the restart, on its first use; else nothing.
+
+        Concurrent first uses share one resume. A failed one (its notebook gone,
+        the limit reached) leaves it dormant, the error said to the caller.
+        """
+        saved = self._dormant.get(session_id)
+        if saved is None or session_id in self._sessions:
+            return
+        task = self._waking.get(session_id)
+        if task is None:
+            task = asyncio.ensure_future(self._resume_saved(saved))
+            self._waking[session_id] = task
+            task.add_done_callback(lambda _: self._waking.pop(session_id, None))
+        await asyncio.shield(task)
+        self._dormant.pop(session_id, None)
+
     def get(self, session_id: str) -> ServerSession:
         """The session ``session_id``; raises :class:`SessionNotFound` if there is none.
 
@@ -160,6 +201,13 @@ class ServerSessions(Creation, Views, Work, Branches):
 
     async def delete(self, session_id: str) -> None:
         """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
+        if session_id in self._dormant and session_id not in self._sessions:
+            if session_id in self._waking:  # being brought back: delete what comes back
+                await self.wake(session_id)
+            else:
+                del self._dormant[session_id]
+                self.saved.remove(session_id)
+                return
         self.get(session_id)
         await self.manager.close_session(session_id)  # the session's on_close: _release
 
@@ -173,7 +221,8 @@ class ServerSessions(Creation, Views, Work, Branches):
         self.approvals.deny_all(entry.id)
         try:
             if self._stopping:
-                return
+                return  # the server stops: the session comes back when it starts again
+            self.saved.remove(entry.id)
             sessions = await self.serverapp.session_manager.list_sessions()
             bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
             for jupyter_session_id in bound:  # shuts the kernel down too, unless borrowed

@@ -22,6 +22,7 @@ from jupyter_exec.state.session_state import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.server.paths import ServerRoot
+    from jupyter_exec.server.saved import SavedSession
 
 __all__ = ["Views"]
 
@@ -32,6 +33,7 @@ class Views:
     serverapp: Any
     root: ServerRoot
     _sessions: dict[str, ServerSession]
+    _dormant_cells: dict[str, int]
 
     def model(self, entry: ServerSession) -> dict[str, Any]:
         """The JSON model of a session (the ``Session`` schema of the OpenAPI spec)."""
@@ -57,6 +59,36 @@ class Views:
             "undo_steps": entry.session.options.undo_steps,
             "network": policy_model(entry.policy),
             **live_fields(entry, self.serverapp.kernel_manager),
+        }
+
+    def saved_model(self, saved: SavedSession) -> dict[str, Any]:
+        """A session from before the server restarted, not used since: ``status: dormant``.
+
+        It has no kernel yet (``kernel.id`` null); its first use brings it back. ``cells``
+        counts its notebook's cells, read once (the panel polls the listing).
+        """
+        cells = self._dormant_cells.get(saved.id)
+        if cells is None:
+            cells = self._dormant_cells[saved.id] = _recorded_cells(self.root, saved.notebook)
+        return {
+            "id": saved.id,
+            "name": saved.name,
+            "backend": saved.backend,
+            "kernel": {"id": None, "name": saved.kernel_name, "alive": False},
+            "owns_kernel": True,
+            "work_dir": saved.work_dir,
+            "notebook": {"path": saved.notebook, "url": self.root.url_of(saved.notebook)},
+            "jupyter_session_id": None,
+            "created": saved.created,
+            "cells": cells,
+            "busy": False,
+            "parent": None,
+            "forks": [],
+            "undo_steps": saved.undo_steps,
+            "network": None,
+            "status": "dormant",
+            "last_activity": None,
+            "running": None,
         }
 
     def checkpoint_model(self, checkpoint: Checkpoint) -> dict[str, Any]:
@@ -93,3 +125,13 @@ class Views:
     def _file(self, path: Path) -> dict[str, str]:
         api = self.root.api_path(path)
         return {"path": api, "url": self.root.url_of(api)}
+
+
+def _recorded_cells(root: ServerRoot, notebook: str) -> int:
+    """How many cells a dormant session's notebook holds (0 if it cannot be read now)."""
+    from jupyter_exec.notebook.recorder import read_notebook
+
+    try:
+        return len(read_notebook(root.resolve(notebook)).cells)
+    except (JupyterExecError, OSError, ValueError):
+        return 0

@@ -1,0 +1,113 @@
+"""How the E2B server's sandboxes outlive it: a mixin of :class:`~.sandboxes.Sandboxes`.
+
+Loading the sandboxes of the root from before a restart (no kernel started),
+giving a new sandbox a token derived from the host key and a salt (so it opens
+the sandbox again after a restart; :mod:`jupyter_exec.e2b.saved`), keeping its
+entry up to date, and resuming its default context's notebook on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from jupyter_exec.e2b.saved import SandboxRegistry, SavedSandbox
+from jupyter_exec.engine.session import AsyncSession
+from jupyter_exec.exceptions import JupyterExecError
+from jupyter_exec.manager import AsyncSessionManager
+
+if TYPE_CHECKING:
+    from jupyter_exec.e2b.sandboxes import Context, Sandbox
+
+__all__ = ["Lasting"]
+
+log = logging.getLogger("jupyter_exec.e2b")
+
+
+class Lasting:
+    """Sandboxes across restarts; see the module docstring."""
+
+    manager: AsyncSessionManager
+    saved: SandboxRegistry | None
+
+    # Provided by Sandboxes.
+    def _new(self, sandbox_id: str, token: str | None, **fields: Any) -> Sandbox:
+        raise NotImplementedError
+
+    def _options(self, sandbox: Sandbox) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load(self) -> None:
+        """The sandboxes of this root from before a restart (once the manager has started).
+
+        No kernel starts here: a sandbox's default context resumes on first use.
+        One whose end has passed is forgotten instead.
+        """
+        self.saved = SandboxRegistry(self.manager.root)
+        now = time.time()
+        for saved in self.saved.load():
+            if saved.end is not None and saved.end <= now:
+                self.saved.remove(saved.id)
+                continue
+            try:
+                token = self.saved.token(saved.id, saved.salt)
+            except JupyterExecError as exc:
+                log.warning("sandbox %s cannot come back: %s", saved.id, exc)
+                continue
+            sandbox = self._new(
+                saved.id, token, template=saved.template, metadata=saved.metadata,
+                started=saved.started, end=saved.end, salt=saved.salt,
+            )  # fmt: skip
+            sandbox.resume = self.manager.root / saved.id / f"{saved.notebook}.ipynb"
+            log.info("sandbox %s: back from before the restart", saved.id)
+
+    def _token(self, sandbox_id: str) -> tuple[str, str | None]:
+        """A new sandbox's token and salt: derived, so it works after a restart too."""
+        if self.saved is not None:
+            salt = self.saved.new_salt()
+            try:
+                return self.saved.token(sandbox_id, salt), salt
+            except JupyterExecError as exc:
+                log.warning("sandbox %s will not outlive the server: %s", sandbox_id, exc)
+        return secrets.token_urlsafe(24), None
+
+    def _remember(self, sandbox: Sandbox) -> None:
+        """Keep (or update) the sandbox's entry; only one whose token is derived."""
+        if self.saved is None or sandbox.salt is None or sandbox.id not in self.manager:
+            return
+        notebook = self.manager.get(sandbox.id).notebook_path
+        if notebook is None:
+            return
+        self.saved.save(
+            SavedSandbox(
+                id=sandbox.id, template=sandbox.template, metadata=dict(sandbox.metadata),
+                started=sandbox.started, end=sandbox.end, notebook=notebook.stem,
+                salt=sandbox.salt,
+            )
+        )  # fmt: skip
+
+    async def _resumed(self, sandbox: Sandbox, context: Context) -> None:
+        """The default context of a sandbox from before the restart: its notebook resumed."""
+        notebook = sandbox.resume
+        if notebook is None or context.session_name in self.manager:
+            return
+        options = {**self.manager.session_defaults, **self._options(sandbox)}
+
+        async def start() -> AsyncSession:
+            session = AsyncSession.resume(
+                notebook, work_dir=notebook.parent, name=notebook.stem, **options
+            )
+            try:
+                return await session.start()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await session.close()
+                raise
+
+        await self.manager.add(
+            context.session_name, start, backend=str(options.get("backend") or "local")
+        )
+        sandbox.resume = None
