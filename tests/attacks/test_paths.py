@@ -44,12 +44,16 @@ TRUSTED_RESOLVES = {
     # The package's own kernelspec folder, next to this source.
     ("docker/resources.py", "kernels_dir"),
     # A Dockerfile the person names on the command line, to build an image from.
-    ("docker/image.py", "build_image"),
+    ("docker/image.py", "_build_python_image"),
     # Compared with a local kernel's /proc/<pid>/fd links (real paths); nothing is opened by it.
     ("state/branching.py", "writing_files"),
     # Is the host's checkpoint key inside a folder a kernel sees? A comparison of real paths,
     # so that a link cannot hide the key from it; nothing is opened through the result.
     ("boundary/trust.py", "check_outside"),
+    # Runs inside the kernel, which is the attacker's side of the boundary already: it only
+    # tells which opened files are under the work dir; the host hashes them again through
+    # boundary.paths (notebook/envdiff.py) and never trusts the kernel's paths.
+    ("engine/inkernel_env.py", "__init__"),
 }
 
 
