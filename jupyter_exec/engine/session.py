@@ -428,7 +428,7 @@ class AsyncSession(StateMethods):
             closing=lambda: self._closed,
         )
         started = time.monotonic()
-        expressions = self._state.cell_expressions(kernel)
+        expressions = self._state.cell_expressions(kernel, cell.index if record else None)
         try:
             run = await runner.run(
                 code, cell.builder, timeout, on_output, cell.metadata, expressions

@@ -48,6 +48,11 @@ def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) 
             "session": name,
             "backend": options.backend,
             "created": datetime.now(timezone.utc).isoformat(),
+            **(
+                {"state_session": name, "state_folder": f".{name}_state"}
+                if options.save_state and options.backend != "remote"
+                else {}
+            ),
         },
     }
 

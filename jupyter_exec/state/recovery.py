@@ -17,9 +17,7 @@ and so does the notebook (``jupyter_exec.recovered`` on the cell that died).
 
 from __future__ import annotations
 
-import ast
 import logging
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +26,8 @@ from jupyter_exec.exceptions import CheckpointError, ForkError, KernelNotAliveEr
 from jupyter_exec.models import CellError, Execution, StateRecovery
 from jupyter_exec.notebook.meta import is_undone, mark_recovered, note_state_change
 from jupyter_exec.state.forking import container_of
+from jupyter_exec.state.kernel_calls import user_names
+from jupyter_exec.state.reload import later_cells, recover_generation, rerun, rerun_words
 from jupyter_exec.state.snapshots import drop
 
 if TYPE_CHECKING:
@@ -56,6 +56,9 @@ class RecoveryMixin:
     async def _switch(self, session: StateHost, point: Any) -> None:
         raise NotImplementedError
 
+    async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool:
+        raise NotImplementedError
+
     async def recover(self, session: StateHost) -> bool:
         """In place of a restart when a cell's kernel died or would not stop: a kernel from
         the latest snapshot (an undo point's, or a checkpoint's), so the state from before that
@@ -77,6 +80,9 @@ class RecoveryMixin:
         latest = self.durable.latest()
         if latest is not None and latest.cell_index > point.cell_index:
             return False
+        newest = self.durable.generations.newest()
+        if newest is not None and newest.cells > point.cell_index:
+            return False  # the per-cell state on disk is newer
         if container_of(old) is old.km.provisioner and await old.is_alive():
             return False  # a container's first kernel, running away: only a restart stops it
         lost = self._changed_after(session, point.cell_index)
@@ -96,16 +102,35 @@ class RecoveryMixin:
             await drop(each.snapshot)
         self.durable.rewound(point.cell_index)
         assert session._kernel is not None
-        names = await user_names(session._kernel)
         source = "snapshot" if checkpoint is None else f"checkpoint {checkpoint!r}"
-        self._recovered(source, point.cell_index, names, lost, session)
+        back_to = point.cell_index
+        if self.durable.generations.enabled:  # the cells after it run again (save_state)
+            done, todo = later_cells(session, point.cell_index)
+            if todo:
+                failed = await rerun(session, session._kernel, todo)
+                source += rerun_words(todo, failed)
+                lost, back_to = {}, done
+        names = await user_names(session._kernel)
+        self._recovered(source, back_to, names, lost, session)
         return True
 
     async def recover_from_disk(self, session: StateHost) -> None:
-        """After a restart for a death: load the latest checkpoint this session wrote."""
+        """After a restart for a death: load the newest signed generation (and run the
+        recorded cells after it again), or the latest checkpoint this session wrote."""
         latest = self.durable.latest()
         kernel = session._kernel
-        if latest is None or kernel is None:
+        if kernel is None:
+            return
+        generations = self.durable.generations
+        newest = generations.newest()
+        newer = latest is None or (newest is not None and newest.cells >= latest.cell_index)
+        if (
+            generations.enabled
+            and newer
+            and await recover_generation(self, session, kernel, newest)
+        ):
+            return
+        if latest is None:
             return
         lost = self._changed_after(session, latest.cell_index)
         for name, reason in latest.skipped.items():
@@ -197,22 +222,3 @@ def _shown(names: tuple[str, ...]) -> str:
     if len(names) > MAX_NAMES_SHOWN:
         shown += f" and {len(names) - MAX_NAMES_SHOWN} more"
     return shown
-
-
-NAMES_EXPRESSION = "sorted(get_ipython().run_line_magic('who_ls', ''))"
-"""The user's names in a kernel's namespace (IPython's own hidden ones left out)."""
-
-
-async def user_names(kernel: KernelHandle, timeout: float = 10.0) -> tuple[str, ...]:
-    """The names in ``kernel``'s user namespace, asked silently (empty if it does not say)."""
-    content = await kernel.run_silent(
-        "", time.monotonic() + timeout, expressions={"names": NAMES_EXPRESSION}
-    )
-    if content is None:
-        return ()
-    found = (content.get("user_expressions") or {}).get("names") or {}
-    try:
-        names = ast.literal_eval((found.get("data") or {}).get("text/plain", "[]"))
-    except (ValueError, SyntaxError):
-        return ()
-    return tuple(str(n) for n in names) if isinstance(names, list) else ()

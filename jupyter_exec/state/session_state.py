@@ -101,6 +101,7 @@ class SessionState(RecoveryMixin):
     its container's life is that kernel's."""
     durable: DurableState = field(init=False)
     _serial: int = 0
+    _configured: bool = False
 
     def __post_init__(self) -> None:
         self.durable = DurableState(self.checkpoint_every)
@@ -110,7 +111,8 @@ class SessionState(RecoveryMixin):
     async def before_cell(self, session: StateHost, kernel: KernelHandle) -> None:
         """Take the undo snapshot for the cell about to run (when undo is on and possible),
         and have the kernel report the names the cell changes (when anything can restore)."""
-        if self.undo_steps > 0 or self.durable.every > 0 or self.checkpoints:
+        wanted = self.undo_steps > 0 or self.durable.every > 0 or self.checkpoints
+        if not await self.setup_generations(session, kernel) and wanted:
             await self.durable.ensure(session, kernel)
         if self.undo_steps <= 0 or self.unsupported is not None:
             return
@@ -129,18 +131,40 @@ class SessionState(RecoveryMixin):
         while len(self.points) > self.undo_steps:
             await drop(self.points.pop(0).snapshot)
 
-    def cell_expressions(self, kernel: KernelHandle) -> dict[str, str]:
-        """The ``user_expressions`` a cell's request carries (the names it changed)."""
-        return self.durable.expressions(kernel, bool(self.points or self.checkpoints))
+    async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """Install the per-cell state in ``kernel`` (``save_state``); whether it is there."""
+        generations = self.durable.generations
+        if not self._configured:
+            self._configured = True
+            options = session.options
+            generations.enabled = options.save_state and options.backend != "remote"
+            generations.budget = options.state_budget_mb << 20
+        if not generations.enabled or generations.refused is kernel:
+            return False
+        return await self.durable.ensure(session, kernel) and await generations.ensure(
+            session, kernel
+        )
+
+    def cell_expressions(
+        self, kernel: KernelHandle, cell_index: int | None = None
+    ) -> dict[str, str]:
+        """The ``user_expressions`` a cell's request carries: the names it changed, and for
+        a recorded cell (``cell_index``) the commit of the generation after it."""
+        found = self.durable.expressions(kernel, bool(self.points or self.checkpoints))
+        if cell_index is not None:
+            found.update(self.durable.generations.expressions(kernel, cell_index))
+        return found
 
     async def after_cell(
         self, session: StateHost, kernel: KernelHandle, run: CellRun, index: int | None
     ) -> None:
         """Note the names the cell changed; take an automatic checkpoint when one is due."""
         self.durable.after_cell(index, run.user_expressions)
+        self.durable.generations.after_cell(session, kernel, run.user_expressions)
         if run.status not in ("ok", "error") or session.closed or kernel is not session._kernel:
             return
-        if run.status == "error" and self.cell_expressions(kernel):  # its reply had none
+        needed = bool(self.points or self.checkpoints)
+        if run.status == "error" and self.durable.expressions(kernel, needed):  # reply had none
             await self.durable.changes_after_error(kernel, index)
         index_now, undone = self._where(session)
         await self.durable.auto(session, kernel, {"cell_index": index_now, "undone": undone})
@@ -402,6 +426,7 @@ class SessionState(RecoveryMixin):
         """The kernel a restart should restart: for a Docker session serving a fork, its first
         kernel (a fork in the container cannot restart; the container's kernel can)."""
         self.durable.installed = None  # the restarted process has none of it
+        self.durable.generations.installed = None
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
             return kernel
