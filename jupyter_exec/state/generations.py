@@ -114,6 +114,7 @@ class Generations:
         """The kernel the last commit ran in: a commit in another one stores every name."""
         self.failures: list[str] = []
         self.asked_full = False
+        self.work_dir: Path | None = None
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
@@ -136,7 +137,7 @@ class Generations:
             self.unavailable, self.refused = str(exc), kernel
             log.info("session %s: no per-cell state: %s", session.name, exc)
             return False
-        self.installed = kernel
+        self.installed, self.work_dir = kernel, session.work_dir
         recording = session._recording
         if recording is not None:  # the kernel's own files, not the cells' doing
             folder = session.work_dir / state_folder(session.name)
@@ -189,7 +190,8 @@ class Generations:
             except (StorageError, WorkDirError, CheckpointError) as exc:
                 log.warning("session %s: generation %d not signed: %s", session.name, number, exc)
                 continue
-            self.signed = [g for g in self.signed if g.number < number] + [made]
+            others = [g for g in self.signed if g.number != number]
+            self.signed = sorted([*others, made], key=lambda g: g.number)
 
     async def flush(self, session: StateHost, kernel: KernelHandle) -> None:
         """Wait for the kernel's writer and sign what it wrote (tests, benchmarks, close)."""
@@ -198,8 +200,14 @@ class Generations:
         self.take(session, kernel, await ask(kernel, "", _call("flush"), SAVE_TIMEOUT))
 
     def rewound(self, cells: int | None) -> None:
-        """The state went back to after ``cells`` recorded cells (None: another timeline)."""
-        self.signed = [g for g in self.signed if cells is not None and g.cells <= cells]
+        """The state went back to after ``cells`` recorded cells (None: another timeline):
+        the later generations are another timeline's, and their signatures go (a resume
+        must never load them)."""
+        kept = [g for g in self.signed if cells is not None and g.cells <= cells]
+        for made in self.signed:
+            if made not in kept and self.work_dir is not None:
+                drop_signature(self.work_dir, made)
+        self.signed = kept
 
     def newest(self) -> Generation | None:
         """The newest signed generation of this timeline."""
@@ -244,6 +252,16 @@ def write_signature(work_dir: Path, made: Generation) -> None:
     relative = f"{state_folder(made.session)}/{SIGNED}"
     with Folder.open(work_dir, relative, create=True) as signed:
         signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()])
+
+
+def drop_signature(work_dir: Path, made: Generation) -> None:
+    """Remove ``made``'s signature file (its generation left this session's timeline)."""
+    relative = f"{state_folder(made.session)}/{SIGNED}"
+    try:
+        with Folder.open(work_dir, relative) as signed:
+            signed.unlink(f"{made.number}.json")
+    except (StorageError, WorkDirError, OSError) as exc:
+        log.warning("generation %d: signature not removed: %s", made.number, exc)
 
 
 def numbers_on_disk(work_dir: Path, session: str) -> list[int]:

@@ -196,7 +196,7 @@ def _write_generation(
     os.makedirs(objects, 0o755, exist_ok=True)
     used_bytes = _stored_bytes(objects)
     modules: set[str] = set()
-    for name, entry, parts in pending:
+    for _name, entry, parts in pending:
         digest = hashlib.sha256()
         sizes = []
         for part in parts:
@@ -208,15 +208,17 @@ def _write_generation(
         path = os.path.join(objects, key)
         if not os.path.lexists(path):
             if budget and used_bytes + size > budget:
-                entries.pop(name, None)
-                lost[name] = f"over the session's state budget ({budget >> 20} MB)"
+                entry["skipped"] = f"over the session's state budget ({budget >> 20} MB)"
                 continue
             _write_file(path, parts)
             used_bytes += size
         entry.update(hash=key, size=size, parts=sizes)
         modules.update(entry.pop("modules", ()))
-    for entry in entries.values():
-        if entry.get("kind") == "module":
+    for name, entry in list(entries.items()):
+        if entry.get("kind") == "pickle" and "hash" not in entry:  # not stored: lost
+            del entries[name]
+            lost[name] = str(entry.get("skipped") or "not stored")
+        elif entry.get("kind") == "module":
             modules.add(str(entry["module"]).partition(".")[0])
     libraries = {m: state._version(m) for m in sorted(modules) if state._third_party(m)}
     manifest = {
