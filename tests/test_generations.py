@@ -268,3 +268,18 @@ async def test_resume_after_the_host_is_killed_runs_only_the_cells_after_the_sav
         nb = read_valid_notebook(work_dir / "host.ipynb")
         assert nb.metadata["jupyter_exec"]["resumed"][-1]["state_cells"] == 3
         assert kernel_pid(session) != orphan
+
+
+async def test_resume_after_a_clean_close_runs_no_cell_again(work_dir: Path) -> None:
+    async with AsyncSession(work_dir=work_dir, name="clean", timeout=DEADLINE) as session:
+        await session.execute("import pathlib\nruns = pathlib.Path('runs.txt')")
+        await session.execute("runs.open('a').write('1')\nfirst = 1")
+        await session.execute("import numpy as np\narr = np.arange(100_000)")
+    async with AsyncSession.resume(work_dir / "clean.ipynb", timeout=DEADLINE) as resumed:
+        assert resumed.resumed == []  # the state after the last cell was signed on close
+        assert await value(resumed, "(first, int(arr.sum()), runs.name)") == (
+            1,
+            4999950000,
+            "runs.txt",
+        )
+    assert (work_dir / "runs.txt").read_text() == "1"

@@ -82,9 +82,9 @@ def test_resume_until_rebuilds_a_prefix(notebook: Path) -> None:
 
 
 async def test_async_resume_twice_keeps_history_and_files(notebook: Path) -> None:
-    async with AsyncSession.resume(notebook, timeout=60) as session:
+    async with AsyncSession.resume(notebook, timeout=60, save_state=False) as session:
         await session.execute("z = x + 1")
-    async with AsyncSession.resume(notebook, timeout=60) as session:
+    async with AsyncSession.resume(notebook, timeout=60, save_state=False) as session:
         assert len(session.resumed) == 6
         execution = await session.execute("HTML(f'<i>{z}</i>')")
     assert execution.text == "<IPython.core.display.HTML object>"

@@ -301,6 +301,8 @@ class AsyncSession(StateMethods):
         if self._running is not None and self._running[1] is not asyncio.current_task():
             with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
                 await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
+        if self._kernel is not None and self._running is None:  # the last cell's state
+            await self._state.before_close(self, self._kernel)
         kernel, self._kernel = self._kernel, None
         if self._recording is not None:
             self._recording.close()

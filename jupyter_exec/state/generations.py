@@ -26,6 +26,7 @@ host; the kernel then checks every object's sha256 on the bytes it unpickles.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -54,6 +55,8 @@ log = logging.getLogger("jupyter_exec")
 COMMIT_KEY = "jupyter_exec_generation"
 SIGNED = "signed"
 MAX_MANIFEST = inkernel_generations.MAX_MANIFEST
+SIGN_EVERY = 0.1
+"""Seconds between two signature files a session writes (the newest one is what counts)."""
 _SIG_NAME = re.compile(r"^[0-9]{1,12}\.json$")
 
 
@@ -71,6 +74,13 @@ class Generation:
     sha256: str
     cells: int
     origin: Mapping[str, str]
+    manifest: int | None = None
+    """The number of the manifest file it is (``gen-<manifest>.json``): an earlier one when
+    the cell changed nothing; None: its own."""
+
+    @property
+    def file_number(self) -> int:
+        return self.number if self.manifest is None else self.manifest
 
     def canonical(self) -> bytes:
         """What the host's MAC covers."""
@@ -78,6 +88,7 @@ class Generation:
             "kind": "generation",
             "session": self.session,
             "generation": self.number,
+            "manifest": self.file_number,
             "sha256": self.sha256,
             "cells": self.cells,
             "origin": dict(self.origin),
@@ -115,6 +126,8 @@ class Generations:
         self.failures: list[str] = []
         self.asked_full = False
         self.work_dir: Path | None = None
+        self.to_sign: tuple[Path, Generation] | None = None
+        self.signer: asyncio.Future[None] | None = None
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
@@ -151,7 +164,7 @@ class Generations:
         full = self.committed_in is not kernel
         self.committed_in, self.asked_full = kernel, full
         number, self.next_number = self.next_number, self.next_number + 1
-        keep = self.signed[-1].number if self.signed else 0
+        keep = self.signed[-1].file_number if self.signed else 0
         return {COMMIT_KEY: _call("commit", number, cell_index + 1, full, keep)}
 
     def after_cell(self, session: StateHost, kernel: KernelHandle, found: Any) -> None:
@@ -180,30 +193,59 @@ class Generations:
         for item in answer.get("done") or ():
             try:
                 number, digest, cells = int(item[0]), str(item[1]), int(item[2])
+                manifest = int(item[3]) if len(item) > 3 else number
             except (TypeError, ValueError, IndexError):
                 continue
-            if not re.fullmatch(r"[0-9a-f]{64}", digest) or number >= self.next_number:
-                continue  # not one this host asked for
-            made = Generation(session.name, number, digest, cells, origin)
-            try:
-                write_signature(session.work_dir, made)
-            except (StorageError, WorkDirError, CheckpointError) as exc:
-                log.warning("session %s: generation %d not signed: %s", session.name, number, exc)
+            if not re.fullmatch(r"[0-9a-f]{64}", digest) or not 0 < manifest <= number:
                 continue
+            if number >= self.next_number:
+                continue  # not one this host asked for
+            made = Generation(session.name, number, digest, cells, origin, manifest)
+            self._sign_soon(session.work_dir, made)
             others = [g for g in self.signed if g.number != number]
             self.signed = sorted([*others, made], key=lambda g: g.number)
 
-    async def flush(self, session: StateHost, kernel: KernelHandle) -> None:
-        """Wait for the kernel's writer and sign what it wrote (tests, benchmarks, close)."""
-        if self.installed is not kernel:
-            return
-        self.take(session, kernel, await ask(kernel, "", _call("flush"), SAVE_TIMEOUT))
+    def _sign_soon(self, work_dir: Path, made: Generation) -> None:
+        """Have ``made``'s signature file written off the event loop, coalesced: the newest
+        one is on disk within :data:`SIGN_EVERY` seconds (what a resume after the host died
+        needs), and a burst of small cells costs one file, not one each."""
+        if self.to_sign is None or made.number > self.to_sign[1].number:
+            self.to_sign = (work_dir, made)
+        if self.signer is None or self.signer.done():
+            self.signer = asyncio.ensure_future(self._sign_loop())
+
+    async def _sign_loop(self) -> None:
+        while self.to_sign is not None:
+            work_dir, made = self.to_sign
+            self.to_sign = None
+            await asyncio.to_thread(_write_quietly, work_dir, made)
+            if self.to_sign is not None:
+                await asyncio.sleep(SIGN_EVERY)
+
+    async def settled(self) -> None:
+        """Wait until the newest signature handed off is written."""
+        while self.signer is not None and not self.signer.done():
+            await asyncio.shield(self.signer)
+
+    async def flush(
+        self, session: StateHost, kernel: KernelHandle, timeout: float = SAVE_TIMEOUT
+    ) -> None:
+        """Wait for the kernel's writer, sign what it wrote, and wait for the signature files
+        (on close, so a resume starts from the last cell; tests, benchmarks)."""
+        if self.installed is kernel:
+            answer = await ask(kernel, "", _call("flush", timeout), timeout + 5)
+            self.take(session, kernel, answer)
+        await self.settled()
 
     def rewound(self, cells: int | None) -> None:
         """The state went back to after ``cells`` recorded cells (None: another timeline):
         the later generations are another timeline's, and their signatures go (a resume
         must never load them)."""
         kept = [g for g in self.signed if cells is not None and g.cells <= cells]
+        if self.to_sign is not None and self.to_sign[1] not in kept:
+            self.to_sign = None
+            if kept and self.work_dir is not None:
+                self._sign_soon(self.work_dir, kept[-1])
         for made in self.signed:
             if made not in kept and self.work_dir is not None:
                 drop_signature(self.work_dir, made)
@@ -231,7 +273,9 @@ class Generations:
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot load {where}: {self.unavailable}")
         try:
-            result = await ask(kernel, "", _call("load", made.number, made.sha256), SAVE_TIMEOUT)
+            result = await ask(
+                kernel, "", _call("load", made.file_number, made.sha256), SAVE_TIMEOUT
+            )
         except CheckpointError as exc:
             raise CheckpointError(f"{where} was not loaded: {exc}") from None
         self.committed_in = None  # the next commit stores every name
@@ -252,6 +296,13 @@ def write_signature(work_dir: Path, made: Generation) -> None:
     relative = f"{state_folder(made.session)}/{SIGNED}"
     with Folder.open(work_dir, relative, create=True) as signed:
         signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()])
+
+
+def _write_quietly(work_dir: Path, made: Generation) -> None:
+    try:
+        write_signature(work_dir, made)
+    except (StorageError, WorkDirError, CheckpointError, OSError) as exc:
+        log.warning("generation %d of %s not signed: %s", made.number, made.session, exc)
 
 
 def drop_signature(work_dir: Path, made: Generation) -> None:
@@ -299,6 +350,7 @@ def signed_on_disk(work_dir: Path, session: str) -> list[Generation]:
                     str(record["sha256"]),
                     int(record["cells"]),
                     {str(k): str(v) for k, v in dict(record["origin"]).items()},
+                    int(record.get("manifest", record["generation"])),
                 )
                 checkpoint_trust.verify(made.canonical(), record.get("mac"), path)
             except (StorageError, CheckpointError, ValueError, KeyError, TypeError) as exc:
@@ -312,7 +364,7 @@ def signed_on_disk(work_dir: Path, session: str) -> list[Generation]:
 def read_manifest(work_dir: Path, made: Generation, budget: int) -> dict[str, Any]:
     """Generation ``made``'s manifest, refused unless its bytes are the ones signed and it
     fits the budget; read without following a link or opening a FIFO."""
-    where = work_dir / state_folder(made.session) / f"gen-{made.number}.json"
+    where = work_dir / state_folder(made.session) / f"gen-{made.file_number}.json"
     try:
         with Folder.open(work_dir, state_folder(made.session)) as folder:
             data = folder.read_bytes(where.name, limit=MAX_MANIFEST)

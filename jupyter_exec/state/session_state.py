@@ -70,6 +70,9 @@ __all__ = ["Checkpoint", "SessionState", "StateMethods"]
 
 log = logging.getLogger("jupyter_exec")
 
+CLOSE_FLUSH = 30.0
+"""Seconds a closing session waits for its kernel to finish writing the last generation."""
+
 
 @dataclass
 class _Point:
@@ -436,8 +439,18 @@ class SessionState(RecoveryMixin):
             await kernel.shutdown(now=True)
         return root
 
+    async def before_close(self, session: StateHost, kernel: KernelHandle) -> None:
+        """Sign the generation of the last cell before the kernel stops (a resume then starts
+        from it); a kernel that does not answer in :data:`CLOSE_FLUSH` seconds is left."""
+        generations = self.durable.generations
+        if generations.installed is not kernel:
+            return
+        with contextlib.suppress(CheckpointError, KernelNotAliveError, OSError):
+            await generations.flush(session, kernel, CLOSE_FLUSH)
+
     async def close(self, shuts_down_kernel: bool) -> None:
         """End every snapshot; then the kept first kernel (after the session's own kernel)."""
+        await self.durable.generations.settled()  # the newest signature is on disk
         snapshots = [p.snapshot for p in self.points]
         snapshots += [point.snapshot for _, point in self.checkpoints.values() if point]
         self.points = []
