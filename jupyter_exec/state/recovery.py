@@ -49,6 +49,8 @@ class RecoveryMixin:
     checkpoints: dict[str, tuple[Any, Any]]
     undo_steps: int
     durable: DurableState
+    remote_kernel: bool = False
+    """The session's kernel is remote: nothing of its state is saved (save_state)."""
     recovered: StateRecovery | None = None
     """Set by a recovery during a cell; reported with that cell and the next, then cleared."""
     _recovered_next: StateRecovery | None = None
@@ -176,6 +178,11 @@ class RecoveryMixin:
     def explain_recovery(self, error: CellError | None) -> CellError | None:
         """The run's error, saying what came back instead of "state is lost"."""
         recovery = self.recovered
+        lost = error is not None and "its state is lost" in error.evalue
+        if recovery is None and error is not None and lost and self.remote_kernel:
+            note = "its state is lost (save_state has no effect on a remote kernel)"
+            text = error.evalue.replace("its state is lost", note)
+            return CellError(error.ename, text, error.traceback)
         if recovery is None or error is None:
             return error
         where = "its snapshot" if recovery.source == "snapshot" else recovery.source

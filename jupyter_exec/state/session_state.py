@@ -140,7 +140,8 @@ class SessionState(RecoveryMixin):
         if not self._configured:
             self._configured = True
             options = session.options
-            generations.enabled = options.save_state and options.backend != "remote"
+            self.remote_kernel = options.backend == "remote"
+            generations.enabled = options.save_state and not self.remote_kernel
             generations.budget = options.state_budget_mb << 20
         if not generations.enabled or generations.refused is kernel:
             return False
