@@ -5,6 +5,7 @@ cell's names, and no generation on disk is ever half written."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -283,3 +284,18 @@ async def test_resume_after_a_clean_close_runs_no_cell_again(work_dir: Path) -> 
             "runs.txt",
         )
     assert (work_dir / "runs.txt").read_text() == "1"
+
+
+async def test_a_cell_that_changes_an_array_right_away_never_changes_the_saved_one(
+    sessions: Any,
+) -> None:
+    session = await sessions(name="inplace")
+    await session.execute("import numpy as np\nbig = np.zeros(4_000_000)")  # 32 MB
+    await session.execute("big[:] = 1")  # at once: the writer may still be reading it
+    first, *_ = [g for g in await flush(session) if g.cells == 1]
+    entry = read_manifest(session.work_dir, first, 0)["names"]["big"]
+    data = (state_dir(session) / "objects" / entry["hash"]).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == entry["hash"]
+    buffer = data[entry["parts"][0] :]
+    assert len(buffer) == 32_000_000
+    assert buffer.count(0) == len(buffer)  # zeros, as the first cell left them

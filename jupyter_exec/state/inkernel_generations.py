@@ -8,9 +8,10 @@ to the work dir (the kernel's working directory, proven by the state module's pr
   the host's own, trigger no hook).
 * With each recorded cell's reply the host evaluates :func:`commit` (a
   ``user_expressions`` entry, so no extra round trip): the dirty names are pickled there
-  (protocol 5; array and DataFrame buffers out of band, copied when writable so the next
-  cell cannot change them under the writer) and handed to a writer thread; a cell that
-  changed nothing costs a dict copy. The thread hashes every object (sha256), writes
+  (protocol 5; array and DataFrame buffers out of band, read in place: never copied on
+  the cell's path) and handed to a writer thread; a cell that changed nothing costs a dict
+  copy. The next cell's ``pre_run_cell`` waits until the writer is done with buffers that
+  cell could change, so what is hashed and written is what the cell left. The thread hashes every object (sha256), writes
   ``objects/<hash>`` only when no such file exists (an unchanged object is never rewritten),
   then the generation's manifest ``gen-<n>.json`` (tmp, fsync, rename: a kill mid-write leaves
   the previous generation whole), prunes what the host no longer needs and notes
@@ -66,6 +67,9 @@ _last: list[Any] = []
 """``[manifest number, sha256]`` of the last manifest written (what an unchanged cell reuses)."""
 _inflight = 0
 """Generations handed to the writer and not yet written."""
+_live = 0
+"""Of those, the ones that read buffers a cell could change."""
+_idle = threading.Condition()
 WRITER_DELAY = 0.003
 """Seconds the writer waits before each generation: the cell's reply leaves first (the
 writer's Python holds the GIL between its system calls)."""
@@ -78,14 +82,15 @@ def install(relative: str, budget_bytes: int) -> None:
     shell = sys.modules["IPython"].get_ipython()
     if not getattr(shell, "_jupyter_exec_generation_hooks", False):
         shell.events.register("post_run_cell", _post_run_cell)
+        shell.events.register("pre_run_cell", _pre_run_cell)
         shell._jupyter_exec_generation_hooks = True
         os.register_at_fork(after_in_child=_forked)
 
 
 def _forked() -> None:
     """A fork has no writer thread: a new one starts on its first commit."""
-    global _queue, _lock, _inflight
-    _queue, _lock, _inflight = None, threading.Lock(), 0
+    global _queue, _lock, _inflight, _live, _idle
+    _queue, _lock, _inflight, _live, _idle = None, threading.Lock(), 0, 0, threading.Condition()
     _last[:] = []
 
 
@@ -113,6 +118,7 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
     entries = {} if full else {n: e for n, e in mapping.items() if n in names}
     lost = {n: r for n, r in skipped.items() if n in names and n not in todo}
     pending: list[tuple[str, dict[str, Any], list[Any]]] = []
+    live = False  # buffers a later cell could change: that cell waits for the writer
     if todo:
         ns = state._shell().user_ns
         dumps, _about = state._serialiser()
@@ -132,7 +138,8 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
             except Exception as exc:  # whatever the object's own reducer raises
                 lost[name] = f"{type(exc).__name__}: {exc}".strip()[:300]
                 continue
-            kept = [_frozen(p) for p in parts]
+            kept = [memoryview(p) for p in parts]
+            live = live or any(not v.readonly for v in kept[1:])
             entry = {"kind": "pickle", "type": state._type_name(value), "modules": sorted(used)}
             entries[name] = entry
             pending.append((name, entry, kept))
@@ -147,8 +154,12 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
             # Nothing changed: this generation is the last manifest, for one more cell.
             done.append([generation, _last[1], cells, _last[0]])
         else:
+            global _live
             _inflight += 1
-            body = {"generation": generation, "cells": cells, "keep_from": keep_from}
+            if live:
+                with _idle:
+                    _live += 1
+            body = {"generation": generation, "cells": cells, "keep_from": keep_from, "live": live}
             _writer().put((body, dict(entries), pending, dict(lost)))
     with _lock:
         reported, done[:] = list(done), []
@@ -156,12 +167,12 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
     return {"done": reported, "failed": broken}
 
 
-def _frozen(part: Any) -> Any:
-    """``part`` as the writer may hold it: bytes a later cell could change are copied."""
-    view = memoryview(part)
-    if view.readonly:
-        return view
-    return view.cast("B").tobytes() if view.contiguous else bytes(view)
+def _pre_run_cell(info: Any = None) -> None:
+    """A cell waits until the writer is done with buffers it could change (an array the
+    last cell made): the writer reads them in place, never copied on the cell's path."""
+    with _idle:
+        while _live:
+            _idle.wait()
 
 
 def _writer() -> queue.SimpleQueue[Any]:
@@ -187,12 +198,24 @@ def _write_loop(jobs: queue.SimpleQueue[Any]) -> None:
             with _lock:
                 _inflight -= 1
                 _last[:] = []
+            _released(body)
+            with _lock:
                 failed.append([number, f"{type(exc).__name__}: {exc}"[:300]])
             continue
         with _lock:
             _inflight -= 1
             _last[:] = [number, digest]
             done.append([number, digest, body["cells"], number])
+        _released(body)
+
+
+def _released(body: dict[str, Any]) -> None:
+    """The writer is done with a generation's buffers: a waiting cell may run."""
+    global _live
+    if body.get("live"):
+        with _idle:
+            _live -= 1
+            _idle.notify_all()
 
 
 def flush(timeout: float = 60.0) -> dict[str, Any]:
