@@ -79,17 +79,22 @@ def state_cell_case(cfg: Config) -> list[Row]:
     """What saving the state after every cell adds to a cell, and the writer's rate."""
     cells = 20 if cfg.quick else 60
     with scratch_dir("state-cell") as root:
-        progress("state-cell: save_state=False, then save_state=True")
-        floor = asyncio.run(_cell_times(root / "off", cells, False))
-        ours = asyncio.run(_cell_times(root / "on", cells, True))
-    notes = f"n={cells}; floor: the same cell with save_state=False"
+        runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+        for k in range(2):  # alternated, the lower median kept: load on the machine hits both
+            for save in (False, True):
+                progress(f"state-cell: save_state={save} ({k + 1}/2)")
+                runs[save].append(asyncio.run(_cell_times(root / f"{save}{k}", cells, save)))
+        floor = {key: min(r[key] for r in runs[False]) for key in runs[False][0]}
+        ours = {key: min(r[key] for r in runs[True]) for key in ("nothing", "1MB", "100MB")}
+        ours["rate-100MB"] = max(r["rate-100MB"] for r in runs[True])
+    notes = f"n={cells}, 2 runs alternated; floor: the same cell with save_state=False"
     return [
         Row("cell that changes nothing (median)", ours["nothing"] * 1000,
             floor["nothing"] * 1000, "ms", notes),
         Row("cell that changes 1 MB (median)", ours["1MB"] * 1000, floor["1MB"] * 1000,
             "ms", notes),
         Row("cell that changes 100 MB (median)", ours["100MB"] * 1000,
-            floor["100MB"] * 1000, "ms", f"{notes}; the copy is pickled and copied in the cell"),
+            floor["100MB"] * 1000, "ms", f"{notes}; the writer reads its buffers after the reply"),
         Row("background write of a 100 MB change (median)", ours["rate-100MB"], None,
             "MB/s", "hash + write + fsync in the kernel's thread, then signed by the host"),
     ]  # fmt: skip
