@@ -11,7 +11,8 @@ to the work dir (the kernel's working directory, proven by the state module's pr
   (protocol 5; array and DataFrame buffers out of band, read in place: never copied on
   the cell's path) and handed to a writer thread; a cell that changed nothing costs a dict
   copy. The next cell's ``pre_run_cell`` waits until the writer is done with buffers that
-  cell could change, so what is hashed and written is what the cell left. The thread hashes every object (sha256), writes
+  cell could change, so what is hashed and written is what the cell left. The thread
+  hashes every object (sha256), writes
   ``objects/<hash>`` only when no such file exists (an unchanged object is never rewritten),
   then the generation's manifest ``gen-<n>.json`` (tmp, fsync, rename: a kill mid-write leaves
   the previous generation whole), prunes what the host no longer needs and notes
