@@ -388,15 +388,27 @@ def load(generation: int, expected: str) -> dict[str, Any]:
     if hashlib.sha256(data).hexdigest() != expected:
         raise ValueError("jupyter-exec: the generation's manifest changed since it was checked")
     manifest = json.loads(data)
+    stored = {n: e for n, e in manifest["names"].items() if e["kind"] != "module"}
+
+    def checked(name: str) -> bytearray:
+        entry = stored[name]
+        raw = _read(os.path.join(root, OBJECTS, entry["hash"]), max(entry["size"], 0))
+        if len(raw) != entry["size"] or hashlib.sha256(raw).hexdigest() != entry["hash"]:
+            raise ValueError(f"jupyter-exec: the object of {name!r} does not match its hash")
+        return raw
+
+    # Every object read and checked first (in threads: hashing releases the GIL), and only
+    # then any of them unpickled: a swapped file never reaches pickle.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        raws = dict(zip(stored, pool.map(checked, stored)))  # noqa: B905 (any kernel Python)
     values: dict[str, Any] = {}
     for name, entry in manifest["names"].items():
         if entry["kind"] == "module":
             values[name] = __import__("importlib").import_module(entry["module"])
             continue
-        raw = _read(os.path.join(root, OBJECTS, entry["hash"]), max(entry["size"], 0))
-        if len(raw) != entry["size"] or hashlib.sha256(raw).hexdigest() != entry["hash"]:
-            raise ValueError(f"jupyter-exec: the object of {name!r} does not match its hash")
-        view = memoryview(raw)
+        view = memoryview(raws.pop(name))
         parts, at = [], 0
         for size in entry["parts"]:
             parts.append(view[at : at + size])
