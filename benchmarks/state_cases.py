@@ -165,8 +165,9 @@ def state_back_case(cfg: Config) -> list[Row]:
             "floor: a new session running the cells again"),
         Row(f"resume after the host died, {megabytes} MB", found["resume"],
             found["resume-floor"], "s",
-            f"{notes}; ours: Session.resume (generation + cells after it); "
-            "floor: save_state=False (every cell again)"),
+            f"{notes}; ours: Session.resume of the notebook and state folder (the newest "
+            "signed generation + the cells after it); floor: save_state=False (every cell "
+            "again)"),
         Row(f"state on disk, {megabytes} MB session", found["disk"], float(megabytes), "MB",
             "floor: the namespace's nominal size"),
     ]  # fmt: skip
