@@ -53,16 +53,21 @@ from jupyter_exec.state.checkpoints import (
     read_checkpoint,
     sign_checkpoint,
 )
-from jupyter_exec.state.forking import container_of
 from jupyter_exec.state.generations import Generations
 from jupyter_exec.state.inkernel_fork import module_call_code
 from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION, MODULE
-from jupyter_exec.state.kernel_calls import INSTALL_TIMEOUT, SAVE_TIMEOUT, ask, kernel_origin
+from jupyter_exec.state.kernel_calls import (
+    INSTALL_TIMEOUT,
+    SAVE_TIMEOUT,
+    ask,
+    kernel_folders,
+    kernel_origin,
+)
 
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["AUTO_MAX_BYTES", "DurableState", "ask", "kernel_origin"]
+__all__ = ["AUTO_MAX_BYTES", "DurableState", "ask", "kernel_folders", "kernel_origin"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -339,22 +344,6 @@ class DurableState:
         if trust_origin and checked.origin.get("backend") != "local" and checked.path:
             self.trusted.add(checked.path)
         return Loaded(checked, tuple(str(n) for n in result.get("names", [])))
-
-
-def kernel_folders(session: StateHost, kernel: KernelHandle) -> list[Path]:
-    """The host folders ``kernel`` can read: its work dir, and a Docker kernel's mounts."""
-    folders = [session.work_dir]
-    docker = container_of(kernel)
-    if docker is not None:
-        from jupyter_exec.docker.options import parse_volume
-
-        for text in getattr(docker, "volumes", None) or ():
-            with contextlib.suppress(ValueError):
-                folders.append(Path(parse_volume(str(text)).source))
-        proxy = getattr(docker, "network_proxy", "")
-        if proxy:
-            folders.append(Path(proxy))
-    return folders
 
 
 def _inside(work_dir: Path, path: Path) -> str | None:

@@ -43,7 +43,13 @@ from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
 from jupyter_exec.state import inkernel_generations
 from jupyter_exec.state.inkernel_fork import module_call_code
 from jupyter_exec.state.inkernel_generations import MODULE
-from jupyter_exec.state.kernel_calls import INSTALL_TIMEOUT, SAVE_TIMEOUT, ask, kernel_origin
+from jupyter_exec.state.kernel_calls import (
+    INSTALL_TIMEOUT,
+    SAVE_TIMEOUT,
+    ask,
+    kernel_folders,
+    kernel_origin,
+)
 
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
@@ -134,6 +140,12 @@ class Generations:
         if self.installed is kernel:
             return True
         if not self.enabled or self.refused is kernel or session.options.backend == "remote":
+            return False
+        try:  # a key the kernel can read would sign anything: then nothing is saved
+            checkpoint_trust.check_outside(kernel_folders(session, kernel))
+        except CheckpointError as exc:
+            self.unavailable, self.refused = str(exc), kernel
+            log.warning("session %s: no per-cell state: %s", session.name, exc)
             return False
         if self.next_number == 1:
             self.next_number = 1 + max(numbers_on_disk(session.work_dir, session.name), default=0)

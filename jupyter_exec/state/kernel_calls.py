@@ -4,15 +4,27 @@ shared by the checkpoints (``durable.py``) and the per-cell generations (``gener
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import CheckpointError
 from jupyter_exec.state.forking import container_of
 
-__all__ = ["INSTALL_TIMEOUT", "SAVE_TIMEOUT", "ask", "kernel_origin", "user_names"]
+if TYPE_CHECKING:
+    from jupyter_exec.state.host import StateHost
+
+__all__ = [
+    "INSTALL_TIMEOUT",
+    "SAVE_TIMEOUT",
+    "ask",
+    "kernel_folders",
+    "kernel_origin",
+    "user_names",
+]
 
 INSTALL_TIMEOUT = 30.0
 SAVE_TIMEOUT = 3600.0
@@ -29,6 +41,22 @@ def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
     if manager.__module__.startswith(("jupyter_exec.remote", "jupyter_server.gateway")):
         return {"backend": "remote"}
     return {"backend": "local"}
+
+
+def kernel_folders(session: StateHost, kernel: KernelHandle) -> list[Path]:
+    """The host folders ``kernel`` can read: its work dir, and a Docker kernel's mounts."""
+    folders = [session.work_dir]
+    docker = container_of(kernel)
+    if docker is not None:
+        from jupyter_exec.docker.options import parse_volume
+
+        for text in getattr(docker, "volumes", None) or ():
+            with contextlib.suppress(ValueError):
+                folders.append(Path(parse_volume(str(text)).source))
+        proxy = getattr(docker, "network_proxy", "")
+        if proxy:
+            folders.append(Path(proxy))
+    return folders
 
 
 async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) -> Any:

@@ -5,6 +5,10 @@ session restarts it; with something to come back from, not empty:
 
 * the latest **undo snapshot** (in memory, ``undo_steps`` > 0): a kernel started
   from it is swapped in, with every object as it was, unpicklable ones too;
+* else, with ``save_state`` (the default), the newest **signed generation** of
+  the state saved after every cell (:mod:`jupyter_exec.state.generations`), then the
+  recorded cells after it run again (:mod:`jupyter_exec.state.reload`): the next cell
+  sees the state of the last completed one;
 * else, or when it is newer, the latest **checkpoint on disk** this session
   took (explicit or automatic, ``checkpoint_every``): the restarted kernel loads it.
 
@@ -27,7 +31,7 @@ from jupyter_exec.models import CellError, Execution, StateRecovery
 from jupyter_exec.notebook.meta import is_undone, mark_recovered, note_state_change
 from jupyter_exec.state.forking import container_of
 from jupyter_exec.state.kernel_calls import user_names
-from jupyter_exec.state.reload import later_cells, recover_generation, rerun, rerun_words
+from jupyter_exec.state.reload import recover_generation
 from jupyter_exec.state.snapshots import drop
 
 if TYPE_CHECKING:
@@ -105,15 +109,8 @@ class RecoveryMixin:
         self.durable.rewound(point.cell_index)
         assert session._kernel is not None
         source = "snapshot" if checkpoint is None else f"checkpoint {checkpoint!r}"
-        back_to = point.cell_index
-        if self.durable.generations.enabled:  # the cells after it run again (save_state)
-            done, todo = later_cells(session, point.cell_index)
-            if todo:
-                failed = await rerun(session, session._kernel, todo)
-                source += rerun_words(todo, failed)
-                lost, back_to = {}, done
         names = await user_names(session._kernel)
-        self._recovered(source, back_to, names, lost, session)
+        self._recovered(source, point.cell_index, names, lost, session)
         return True
 
     async def recover_from_disk(self, session: StateHost) -> None:

@@ -281,3 +281,24 @@ def test_a_generation_signed_for_another_session_or_number_is_refused(tmp_path: 
     other.mkdir(parents=True)
     (other / "3.json").write_bytes((signed / "7.json").read_bytes())
     assert signed_on_disk(tmp_path, "two") == []
+
+
+async def test_a_key_the_kernel_could_read_signs_no_state_and_is_never_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's key set to a path inside the work dir (the kernel reads it there): no
+    generation is signed, none is loaded, and no key is made where the kernel could read it."""
+    from jupyter_exec.boundary import trust as checkpoint_trust
+
+    work_dir = tmp_path / "work"
+    inside = work_dir / ".key"
+    monkeypatch.setenv(checkpoint_trust.KEY_ENV, str(inside))
+    async with AsyncSession(work_dir=work_dir, name="keyed", timeout=DEADLINE) as session:
+        await session.execute("a = 1")
+        await session.execute("b = 2")
+        generations = session._state.durable.generations
+        assert generations.signed == []
+        assert generations.unavailable is not None
+        assert "lies inside" in generations.unavailable
+    assert not inside.exists()
+    assert signed_on_disk(work_dir, "keyed") == []
