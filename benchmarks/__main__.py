@@ -21,6 +21,7 @@ import benchmarks.nbclient_cases
 import benchmarks.network_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
+import benchmarks.state_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
 from benchmarks.scale_cases import SCALE_CASES
 
@@ -39,6 +40,7 @@ _ = (
     benchmarks.network_cases,
     benchmarks.checkpoint_cases,
     benchmarks.language_cases,
+    benchmarks.state_cases,
 )
 
 

@@ -66,6 +66,10 @@ what a kernel death loses (the last minute's work); taken after a cell that chan
 only while the namespace is under 64 MB (at most about half a second to write, once a
 minute), so on by default."""
 
+DEFAULT_STATE_BUDGET_MB = 2048
+"""Megabytes of stored objects a session's per-cell state may take on disk (``save_state``):
+an object past it is not stored (named, with the reason) and old generations are pruned."""
+
 MAX_UNDO_STEPS = 100
 """The most snapshots a session may keep for undo (each is a process)."""
 
@@ -178,6 +182,23 @@ class SessionOptions:
             "undo_steps are kept. 0 (default): undo is off. Local and Docker IPython kernels."
         ),
     )
+    save_state: bool = field(
+        default=True,
+        metadata=_help(
+            "Save the namespace after every cell, incrementally (only the names the cell "
+            "changed, written by a thread in the kernel off the cell's path) to "
+            ".<name>_state/ in the work dir, so a kernel death or a host crash comes back "
+            "to the last completed cell. Local and Docker IPython kernels; no effect on "
+            "remote kernels."
+        ),
+    )
+    state_budget_mb: int = field(
+        default=DEFAULT_STATE_BUDGET_MB,
+        metadata=_help(
+            "Megabytes the per-cell state (save_state) may take on disk; an object past it "
+            "is not saved and is named as lost, with the reason."
+        ),
+    )
     checkpoint_every: float | None = field(
         default=DEFAULT_CHECKPOINT_EVERY,
         metadata=_help(
@@ -261,6 +282,12 @@ class SessionOptions:
             raise InvalidArgument("undo_steps must be a whole number of cells")
         if not 0 <= self.undo_steps <= MAX_UNDO_STEPS:
             raise InvalidArgument(f"undo_steps must be from 0 to {MAX_UNDO_STEPS}")
+        if not isinstance(self.save_state, bool):
+            raise InvalidArgument("save_state must be True or False")
+        if isinstance(self.state_budget_mb, bool) or not isinstance(self.state_budget_mb, int):
+            raise InvalidArgument("state_budget_mb must be a whole number of megabytes")
+        if self.state_budget_mb < 1:
+            raise InvalidArgument("state_budget_mb must be at least 1")
         if self.checkpoint_every is not None:
             put(
                 self,

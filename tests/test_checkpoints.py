@@ -229,7 +229,8 @@ async def test_a_checkpoint_from_another_environment_is_refused_naming_the_misma
 async def test_kill_9_brings_back_the_latest_checkpoint_and_names_what_was_lost(
     sessions: Any,
 ) -> None:
-    session = await sessions("k", checkpoint_every=0.001)  # an automatic one after each cell
+    # save_state=False: this holds the recovery from an automatic checkpoint alone.
+    session = await sessions("k", checkpoint_every=0.001, save_state=False)
     await session.execute("import threading\nrows = [1, 2]\nlock = threading.Lock()")
     await session.execute("total = sum(rows)")
     [auto] = [c for c in session.checkpoints() if c.automatic]

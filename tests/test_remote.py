@@ -111,6 +111,8 @@ async def test_a_dead_remote_kernel_is_reported_and_replaced(remote: AsyncSessio
     died = await remote.execute("import os; os._exit(1)")
     assert died.status == "died"
     assert died.state_lost
+    assert died.error is not None
+    assert "save_state has no effect on a remote kernel" in died.error.evalue
     assert (await remote.execute("2 + 2")).text == "4"
 
 

@@ -35,7 +35,9 @@ CELLS = [
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("recording")
-    with Session(work_dir=root, name="analysis", timeout=60) as session:
+    # save_state=False: these tests hold the resume that runs every recorded cell again
+    # (tests/test_generations.py holds the one that starts from the saved state).
+    with Session(work_dir=root, name="analysis", timeout=60, save_state=False) as session:
         for code in CELLS:
             session.execute(code)
     return root / "analysis.ipynb"
@@ -80,9 +82,9 @@ def test_resume_until_rebuilds_a_prefix(notebook: Path) -> None:
 
 
 async def test_async_resume_twice_keeps_history_and_files(notebook: Path) -> None:
-    async with AsyncSession.resume(notebook, timeout=60) as session:
+    async with AsyncSession.resume(notebook, timeout=60, save_state=False) as session:
         await session.execute("z = x + 1")
-    async with AsyncSession.resume(notebook, timeout=60) as session:
+    async with AsyncSession.resume(notebook, timeout=60, save_state=False) as session:
         assert len(session.resumed) == 6
         execution = await session.execute("HTML(f'<i>{z}</i>')")
     assert execution.text == "<IPython.core.display.HTML object>"

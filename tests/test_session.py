@@ -571,7 +571,9 @@ def test_timeout_interrupts_and_keeps_state(
 def test_timeout_of_a_cell_that_ignores_sigint_restarts_the_kernel(
     fresh_session: MakeSession, read_notebook: ReadNotebook
 ) -> None:
-    s = fresh_session(interrupt_grace=1.0)
+    # save_state=False: this holds the restart of a kernel with nothing to come back from
+    # (tests/test_generations.py holds the state coming back).
+    s = fresh_session(interrupt_grace=1.0, save_state=False)
     s.execute("lost = 1")
     started = time.monotonic()
     r = s.execute(
@@ -612,7 +614,7 @@ def test_timeout_of_a_cell_that_ignores_sigint_restarts_the_kernel(
 def test_dying_kernel_is_detected_quickly_and_restarted(
     fresh_session: MakeSession, read_notebook: ReadNotebook, code: str, how: str
 ) -> None:
-    s = fresh_session()
+    s = fresh_session(save_state=False)  # nothing to come back from: the state is lost
     s.execute("lost = 1")
     started = time.monotonic()
     r = s.execute(f"print('going', flush=True)\nimport time; time.sleep(0.2)\n{code}", timeout=60)

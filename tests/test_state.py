@@ -357,7 +357,8 @@ async def test_checkpoint_restore_round_trip(sessions: Any) -> None:
 
 
 async def test_replay_and_resume_skip_undone_cells(sessions: Any, work_dir: Path) -> None:
-    session = await sessions(name="r", undo_steps=2)
+    # No saved state (save_state=False): the resume runs every cell that was not undone.
+    session = await sessions(name="r", undo_steps=2, save_state=False)
     await session.execute("v = 'kept'")
     await session.execute("v = 'undone'")
     await session.undo()
@@ -448,7 +449,7 @@ async def test_kill_9_between_cells_brings_back_the_state_before_the_last_cell(
 
 
 async def test_without_snapshots_a_dead_kernel_restarts_empty(sessions: Any) -> None:
-    session = await sessions(name="empty")
+    session = await sessions(name="empty", save_state=False)  # nothing saved to disk either
     await session.execute("x = 1")
     died = await session.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
     assert died.status == "died"

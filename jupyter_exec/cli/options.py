@@ -134,6 +134,10 @@ def add_session_options(
             group.add_argument(
                 "--no-notebook", action="store_true", help="record no notebook (notebook=False)"
             )
+        elif spec.type == "bool" and spec.default is True:  # --x / --no-x; unsaid: the default
+            group.add_argument(
+                *flags, action=argparse.BooleanOptionalAction, default=None, help=text
+            )
         elif spec.type == "bool":
             group.add_argument(*flags, action="store_true", help=text)
         elif name == "backend":

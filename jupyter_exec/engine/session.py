@@ -45,6 +45,7 @@ from jupyter_exec.options import (
     DEFAULT_INTERRUPT_GRACE,
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_STARTUP_TIMEOUT,
+    DEFAULT_STATE_BUDGET_MB,
     DEFAULT_TIMEOUT,
     DEFAULT_UNDO_STEPS,
     Backend,
@@ -95,6 +96,8 @@ class AsyncSession(StateMethods):
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         undo_steps: int = DEFAULT_UNDO_STEPS,
         checkpoint_every: float | None = DEFAULT_CHECKPOINT_EVERY,
+        save_state: bool = True,
+        state_budget_mb: int = DEFAULT_STATE_BUDGET_MB,
         overwrite: bool = False,
         environment: Any = None,
         url: str | None = None,
@@ -307,6 +310,8 @@ class AsyncSession(StateMethods):
         if self._running is not None and self._running[1] is not asyncio.current_task():
             with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
                 await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
+        if self._kernel is not None and self._running is None:  # the last cell's state
+            await self._state.before_close(self, self._kernel)
         kernel, self._kernel = self._kernel, None
         if self._recording is not None:
             self._recording.close()
@@ -437,7 +442,10 @@ class AsyncSession(StateMethods):
             closing=lambda: self._closed,
         )
         started = time.monotonic()
-        expressions = {**self._state.cell_expressions(kernel), **cell.expressions}
+        expressions = {
+            **self._state.cell_expressions(kernel, cell.index if record else None),
+            **cell.expressions,
+        }
         try:
             run = await runner.run(
                 code, cell.builder, timeout, on_output, cell.metadata, expressions

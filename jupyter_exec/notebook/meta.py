@@ -54,6 +54,11 @@ def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) 
                 "language": language_info.get("name", ""),
                 "language_version": language_info.get("version", ""),
             },
+            **(
+                {"state_session": name, "state_folder": f".{name}_state"}
+                if options.save_state and options.backend != "remote"
+                else {}
+            ),
         },
     }
 

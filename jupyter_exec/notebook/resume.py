@@ -22,6 +22,7 @@ from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.notebook.meta import is_undone, notebook_metadata
 from jupyter_exec.notebook.recorder import new_cell_id
 from jupyter_exec.notebook.runorder import run_order
+from jupyter_exec.state.generations import state_folder
 
 if TYPE_CHECKING:
     from jupyter_exec.engine.session import AsyncSession
@@ -104,6 +105,13 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
             entry.update(dropped_cells=len(cells) - len(kept), backup=backup.name)
             cells = [cells[i] for i in kept]
         positions = positions[:until]
+    if until is None and session.options.save_state:  # the saved state, then the cells after it
+        from jupyter_exec.state.reload import load_for_resume
+
+        made = await load_for_resume(session._state, session, kernel, dict(nb.metadata), len(cells))
+        if made is not None:
+            positions = [i for i in positions if i >= made.cells]
+            entry.update(state_generation=made.number, state_cells=made.cells)
     code_cells = [nb.cells[i] for i in positions]
     for cell in code_cells:
         session.resumed.append(
@@ -115,6 +123,8 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     metadata.update({k: v for k, v in ours.items() if k != "jupyter_exec"})
     history = dict(metadata.get("jupyter_exec", {}))
     history.setdefault("session", session.name)
+    if session.options.save_state:
+        history.update(state_session=session.name, state_folder=state_folder(session.name))
     entry.update(cells_rerun=len(code_cells), failed=failed)
     history["resumed"] = [*history.get("resumed", []), entry]
     metadata["jupyter_exec"] = history

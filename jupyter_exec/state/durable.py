@@ -53,14 +53,21 @@ from jupyter_exec.state.checkpoints import (
     read_checkpoint,
     sign_checkpoint,
 )
-from jupyter_exec.state.forking import container_of
+from jupyter_exec.state.generations import Generations
 from jupyter_exec.state.inkernel_fork import module_call_code
 from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION, MODULE
+from jupyter_exec.state.kernel_calls import (
+    INSTALL_TIMEOUT,
+    SAVE_TIMEOUT,
+    ask,
+    kernel_folders,
+    kernel_origin,
+)
 
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["AUTO_MAX_BYTES", "DurableState"]
+__all__ = ["AUTO_MAX_BYTES", "DurableState", "ask", "kernel_folders", "kernel_origin"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -70,9 +77,6 @@ AUTO_MAX_BYTES = 64 << 20
 ``checkpoint_every``: under 1 % of a minute."""
 AUTO_PREFIX = "auto-"
 CHANGES_KEY = "jupyter_exec_changed"
-INSTALL_TIMEOUT = 30.0
-SAVE_TIMEOUT = 3600.0
-"""Seconds a checkpoint may take to write or load (500 MB takes a few seconds)."""
 
 
 class TooLarge(Exception):
@@ -103,6 +107,8 @@ class DurableState:
         """Durable checkpoints this session took, oldest first (what a restart gets back)."""
         self.last_auto = time.monotonic()
         self.auto_paused_until = 0.0
+        self.generations = Generations(False, 0)
+        """The per-cell generations (``save_state``), set up with the session's options."""
         self.trusted: set[Path] = set()
         """Checkpoints of another origin the person trusted (``trust_origin=True``) for this
         session: a recovery after a kernel death may load them again."""
@@ -268,6 +274,7 @@ class DurableState:
     def rewound(self, cell_index: int | None, to: Checkpoint | None = None) -> None:
         """The state went back to before cell ``cell_index`` (None: another session's state,
         ``to``: the checkpoint it came from): later checkpoints are another timeline's."""
+        self.generations.rewound(cell_index)
         kept = [c for c in self.taken if cell_index is not None and c.cell_index <= cell_index]
         if to is not None and to.path not in {c.path for c in kept}:
             kept.append(to)
@@ -343,34 +350,6 @@ class DurableState:
         return Loaded(checked, tuple(str(n) for n in result.get("names", [])))
 
 
-def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
-    """The backend that runs ``kernel``, as the host knows it (never as the kernel says)."""
-    docker = container_of(kernel)
-    if docker is not None:
-        image = getattr(docker, "_image_tag", "") or getattr(docker, "image", "")
-        return {"backend": "docker", "image": str(image or "")}
-    manager = type(kernel.km)
-    if manager.__module__.startswith(("jupyter_exec.remote", "jupyter_server.gateway")):
-        return {"backend": "remote"}
-    return {"backend": "local"}
-
-
-def kernel_folders(session: StateHost, kernel: KernelHandle) -> list[Path]:
-    """The host folders ``kernel`` can read: its work dir, and a Docker kernel's mounts."""
-    folders = [session.work_dir]
-    docker = container_of(kernel)
-    if docker is not None:
-        from jupyter_exec.docker.options import parse_volume
-
-        for text in getattr(docker, "volumes", None) or ():
-            with contextlib.suppress(ValueError):
-                folders.append(Path(parse_volume(str(text)).source))
-        proxy = getattr(docker, "network_proxy", "")
-        if proxy:
-            folders.append(Path(proxy))
-    return folders
-
-
 def _inside(work_dir: Path, path: Path) -> str | None:
     """``path`` relative to ``work_dir`` when it is inside it (lexically), else None."""
     try:
@@ -378,34 +357,6 @@ def _inside(work_dir: Path, path: Path) -> str | None:
     except ValueError:
         return None
     return relative.as_posix() if relative.parts else None
-
-
-async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) -> Any:
-    """Run ``code`` silently and evaluate ``expression`` (JSON text) after it; its value.
-
-    The kernel's error, if any, becomes :class:`CheckpointError`.
-    """
-    content = await kernel.run_silent(
-        code,
-        time.monotonic() + timeout,
-        expressions={"r": expression},
-        died="the kernel died while handling a checkpoint",
-    )
-    if content is None:
-        raise CheckpointError(f"the kernel did not answer within {timeout:.0f} s")
-    found = (content.get("user_expressions") or {}).get("r") or {}
-    if content.get("status") != "ok":
-        found = content
-    if found.get("status") != "ok":
-        raise CheckpointError(
-            f"the kernel could not do it: {found.get('ename', 'error')}: "
-            f"{found.get('evalue', 'no answer')}"
-        )
-    try:
-        value = ast.literal_eval(found["data"]["text/plain"])
-        return json.loads(value) if isinstance(value, str) else value
-    except (KeyError, ValueError, SyntaxError, TypeError):
-        raise CheckpointError("the kernel's answer could not be read") from None
 
 
 def install_code(probe: str) -> str:

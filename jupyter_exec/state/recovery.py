@@ -5,6 +5,10 @@ session restarts it; with something to come back from, not empty:
 
 * the latest **undo snapshot** (in memory, ``undo_steps`` > 0): a kernel started
   from it is swapped in, with every object as it was, unpicklable ones too;
+* else, with ``save_state`` (the default), the newest **signed generation** of
+  the state saved after every cell (:mod:`jupyter_exec.state.generations`), then the
+  recorded cells after it run again (:mod:`jupyter_exec.state.reload`): the next cell
+  sees the state of the last completed one;
 * else, or when it is newer, the latest **checkpoint on disk** this session
   took (explicit or automatic, ``checkpoint_every``): the restarted kernel loads it.
 
@@ -17,9 +21,7 @@ and so does the notebook (``jupyter_exec.recovered`` on the cell that died).
 
 from __future__ import annotations
 
-import ast
 import logging
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,8 @@ from jupyter_exec.exceptions import CheckpointError, ForkError, KernelNotAliveEr
 from jupyter_exec.models import CellError, Execution, StateRecovery
 from jupyter_exec.notebook.meta import is_undone, mark_recovered, note_state_change
 from jupyter_exec.state.forking import container_of
+from jupyter_exec.state.kernel_calls import user_names
+from jupyter_exec.state.reload import recover_generation
 from jupyter_exec.state.snapshots import drop
 
 if TYPE_CHECKING:
@@ -49,11 +53,16 @@ class RecoveryMixin:
     checkpoints: dict[str, tuple[Any, Any]]
     undo_steps: int
     durable: DurableState
+    remote_kernel: bool = False
+    """The session's kernel is remote: nothing of its state is saved (save_state)."""
     recovered: StateRecovery | None = None
     """Set by a recovery during a cell; reported with that cell and the next, then cleared."""
     _recovered_next: StateRecovery | None = None
 
     async def _switch(self, session: StateHost, point: Any) -> None:
+        raise NotImplementedError
+
+    async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool:
         raise NotImplementedError
 
     async def recover(self, session: StateHost) -> bool:
@@ -77,6 +86,9 @@ class RecoveryMixin:
         latest = self.durable.latest()
         if latest is not None and latest.cell_index > point.cell_index:
             return False
+        newest = self.durable.generations.newest()
+        if newest is not None and newest.cells > point.cell_index:
+            return False  # the per-cell state on disk is newer
         if container_of(old) is old.km.provisioner and await old.is_alive():
             return False  # a container's first kernel, running away: only a restart stops it
         lost = self._changed_after(session, point.cell_index)
@@ -96,16 +108,28 @@ class RecoveryMixin:
             await drop(each.snapshot)
         self.durable.rewound(point.cell_index)
         assert session._kernel is not None
-        names = await user_names(session._kernel)
         source = "snapshot" if checkpoint is None else f"checkpoint {checkpoint!r}"
+        names = await user_names(session._kernel)
         self._recovered(source, point.cell_index, names, lost, session)
         return True
 
     async def recover_from_disk(self, session: StateHost) -> None:
-        """After a restart for a death: load the latest checkpoint this session wrote."""
+        """After a restart for a death: load the newest signed generation (and run the
+        recorded cells after it again), or the latest checkpoint this session wrote."""
         latest = self.durable.latest()
         kernel = session._kernel
-        if latest is None or kernel is None:
+        if kernel is None:
+            return
+        generations = self.durable.generations
+        newest = generations.newest()
+        newer = latest is None or (newest is not None and newest.cells >= latest.cell_index)
+        if (
+            generations.enabled
+            and newer
+            and await recover_generation(self, session, kernel, newest)
+        ):
+            return
+        if latest is None:
             return
         lost = self._changed_after(session, latest.cell_index)
         for name, reason in latest.skipped.items():
@@ -151,6 +175,11 @@ class RecoveryMixin:
     def explain_recovery(self, error: CellError | None) -> CellError | None:
         """The run's error, saying what came back instead of "state is lost"."""
         recovery = self.recovered
+        lost = error is not None and "its state is lost" in error.evalue
+        if recovery is None and error is not None and lost and self.remote_kernel:
+            note = "its state is lost (save_state has no effect on a remote kernel)"
+            text = error.evalue.replace("its state is lost", note)
+            return CellError(error.ename, text, error.traceback)
         if recovery is None or error is None:
             return error
         where = "its snapshot" if recovery.source == "snapshot" else recovery.source
@@ -197,22 +226,3 @@ def _shown(names: tuple[str, ...]) -> str:
     if len(names) > MAX_NAMES_SHOWN:
         shown += f" and {len(names) - MAX_NAMES_SHOWN} more"
     return shown
-
-
-NAMES_EXPRESSION = "sorted(get_ipython().run_line_magic('who_ls', ''))"
-"""The user's names in a kernel's namespace (IPython's own hidden ones left out)."""
-
-
-async def user_names(kernel: KernelHandle, timeout: float = 10.0) -> tuple[str, ...]:
-    """The names in ``kernel``'s user namespace, asked silently (empty if it does not say)."""
-    content = await kernel.run_silent(
-        "", time.monotonic() + timeout, expressions={"names": NAMES_EXPRESSION}
-    )
-    if content is None:
-        return ()
-    found = (content.get("user_expressions") or {}).get("names") or {}
-    try:
-        names = ast.literal_eval((found.get("data") or {}).get("text/plain", "[]"))
-    except (ValueError, SyntaxError):
-        return ()
-    return tuple(str(n) for n in names) if isinstance(names, list) else ()

@@ -70,6 +70,9 @@ __all__ = ["Checkpoint", "SessionState", "StateMethods"]
 
 log = logging.getLogger("jupyter_exec")
 
+CLOSE_FLUSH = 30.0
+"""Seconds a closing session waits for its kernel to finish writing the last generation."""
+
 
 @dataclass
 class _Point:
@@ -101,6 +104,7 @@ class SessionState(RecoveryMixin):
     its container's life is that kernel's."""
     durable: DurableState = field(init=False)
     _serial: int = 0
+    _configured: bool = False
 
     def __post_init__(self) -> None:
         self.durable = DurableState(self.checkpoint_every)
@@ -110,7 +114,8 @@ class SessionState(RecoveryMixin):
     async def before_cell(self, session: StateHost, kernel: KernelHandle) -> None:
         """Take the undo snapshot for the cell about to run (when undo is on and possible),
         and have the kernel report the names the cell changes (when anything can restore)."""
-        if self.undo_steps > 0 or self.durable.every > 0 or self.checkpoints:
+        wanted = self.undo_steps > 0 or self.durable.every > 0 or self.checkpoints
+        if not await self.setup_generations(session, kernel) and wanted:
             await self.durable.ensure(session, kernel)
         if self.undo_steps <= 0 or self.unsupported is not None:
             return
@@ -129,18 +134,41 @@ class SessionState(RecoveryMixin):
         while len(self.points) > self.undo_steps:
             await drop(self.points.pop(0).snapshot)
 
-    def cell_expressions(self, kernel: KernelHandle) -> dict[str, str]:
-        """The ``user_expressions`` a cell's request carries (the names it changed)."""
-        return self.durable.expressions(kernel, bool(self.points or self.checkpoints))
+    async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """Install the per-cell state in ``kernel`` (``save_state``); whether it is there."""
+        generations = self.durable.generations
+        if not self._configured:
+            self._configured = True
+            options = session.options
+            self.remote_kernel = options.backend == "remote"
+            generations.enabled = options.save_state and not self.remote_kernel
+            generations.budget = options.state_budget_mb << 20
+        if not generations.enabled or generations.refused is kernel:
+            return False
+        return await self.durable.ensure(session, kernel) and await generations.ensure(
+            session, kernel
+        )
+
+    def cell_expressions(
+        self, kernel: KernelHandle, cell_index: int | None = None
+    ) -> dict[str, str]:
+        """The ``user_expressions`` a cell's request carries: the names it changed, and for
+        a recorded cell (``cell_index``) the commit of the generation after it."""
+        found = self.durable.expressions(kernel, bool(self.points or self.checkpoints))
+        if cell_index is not None:
+            found.update(self.durable.generations.expressions(kernel, cell_index))
+        return found
 
     async def after_cell(
         self, session: StateHost, kernel: KernelHandle, run: CellRun, index: int | None
     ) -> None:
         """Note the names the cell changed; take an automatic checkpoint when one is due."""
         self.durable.after_cell(index, run.user_expressions)
+        self.durable.generations.after_cell(session, kernel, run.user_expressions)
         if run.status not in ("ok", "error") or session.closed or kernel is not session._kernel:
             return
-        if run.status == "error" and self.cell_expressions(kernel):  # its reply had none
+        needed = bool(self.points or self.checkpoints)
+        if run.status == "error" and self.durable.expressions(kernel, needed):  # reply had none
             await self.durable.changes_after_error(kernel, index)
         index_now, undone = self._where(session)
         await self.durable.auto(session, kernel, {"cell_index": index_now, "undone": undone})
@@ -402,6 +430,7 @@ class SessionState(RecoveryMixin):
         """The kernel a restart should restart: for a Docker session serving a fork, its first
         kernel (a fork in the container cannot restart; the container's kernel can)."""
         self.durable.installed = None  # the restarted process has none of it
+        self.durable.generations.installed = None
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
             return kernel
@@ -411,8 +440,18 @@ class SessionState(RecoveryMixin):
             await kernel.shutdown(now=True)
         return root
 
+    async def before_close(self, session: StateHost, kernel: KernelHandle) -> None:
+        """Sign the generation of the last cell before the kernel stops (a resume then starts
+        from it); a kernel that does not answer in :data:`CLOSE_FLUSH` seconds is left."""
+        generations = self.durable.generations
+        if generations.installed is not kernel:
+            return
+        with contextlib.suppress(CheckpointError, KernelNotAliveError, OSError):
+            await generations.flush(session, kernel, CLOSE_FLUSH)
+
     async def close(self, shuts_down_kernel: bool) -> None:
         """End every snapshot; then the kept first kernel (after the session's own kernel)."""
+        await self.durable.generations.settled()  # the newest signature is on disk
         snapshots = [p.snapshot for p in self.points]
         snapshots += [point.snapshot for _, point in self.checkpoints.values() if point]
         self.points = []

@@ -68,7 +68,8 @@ def test_docker_checkpoint_on_disk_restores_after_a_restart_and_into_a_new_sessi
 def test_docker_kernel_killed_comes_back_from_its_automatic_checkpoint(
     kernel_image: str, docker_client: docker.DockerClient, work: Path
 ) -> None:
-    with docker_session(work, "k", kernel_image, checkpoint_every=0.001) as s:
+    # save_state=False: this holds the recovery from an automatic checkpoint alone.
+    with docker_session(work, "k", kernel_image, checkpoint_every=0.001, save_state=False) as s:
         s.execute("import threading\nrows = [1, 2]\nlock = threading.Lock()").raise_for_error()
         s.execute("total = sum(rows)").raise_for_error()
         s.async_session._state.durable.every = 0  # the cells below come after the checkpoint

@@ -1,0 +1,173 @@
+"""The namespace saved after every cell (``save_state``): what it adds to a cell, how fast the
+kernel's writer stores, and how fast the state comes back, each against its floor.
+
+* **state-cell**: a cell's time (median) that changes nothing, changes 1 MB and changes
+  100 MB, with ``save_state`` against the same cells with ``save_state=False``; and the
+  writer's rate (MB/s: the bytes of a 100 MB change over the time from the cell's end
+  until its generation is written and signed, ``flush``).
+* **state-back**: after ``kill -9`` of a session holding N MB (60 % array, 30 % DataFrame,
+  10 % small dicts, as ``checkpoint``): the next cell's time, restart and generation loaded
+  included, against a new session running the same cells again; and ``Session.resume`` of
+  the notebook (the host gone: its notebook and state folder are all there is) against
+  the resume that runs every cell again (``save_state=False``); and the state folder's size
+  against the namespace's.
+
+``python -m benchmarks --only state-cell,state-back``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+from benchmarks.checkpoint_cases import _cells
+from benchmarks.core import Config, Row, case, median, progress, scratch_dir
+from jupyter_exec import AsyncSession
+
+__all__ = ["state_back_case", "state_cell_case"]
+
+MB = 1_000_000
+
+
+async def _session(work: Path, name: str, **options: object) -> AsyncSession:
+    options.setdefault("checkpoint_every", 0)
+    session = AsyncSession(work_dir=work, name=name, timeout=1800, overwrite=True, **options)  # type: ignore[arg-type]
+    return await session.start()
+
+
+async def _flush(session: AsyncSession) -> None:
+    kernel = session._kernel
+    assert kernel is not None
+    await session._state.durable.generations.flush(session, kernel)
+
+
+async def _cell_times(work: Path, cells: int, save: bool) -> dict[str, float]:
+    session = await _session(work, "cells", save_state=save)
+    found: dict[str, float] = {}
+    try:
+        setup = "import numpy as np\nsrc1 = np.ones(125_000)\nsrc100 = np.ones(12_500_000)"
+        (await session.execute(setup)).raise_for_error()
+        if save:
+            await _flush(session)
+        for label, code in (
+            ("nothing", "1"),
+            ("1MB", "one = src1.copy()"),
+            ("100MB", "big = src100.copy()"),
+        ):
+            times, rates = [], []
+            for _ in range(cells if label != "100MB" else max(3, cells // 10)):
+                start = time.perf_counter()
+                (await session.execute(code)).raise_for_error()
+                end = time.perf_counter()
+                times.append(end - start)
+                if save and label != "nothing":
+                    await _flush(session)
+                    rates.append((100 if label == "100MB" else 1) / (time.perf_counter() - end))
+            found[label] = median(times[1:])
+            if rates:
+                found[f"rate-{label}"] = median(rates)
+    finally:
+        await session.close()
+    return found
+
+
+@case("state-cell")
+def state_cell_case(cfg: Config) -> list[Row]:
+    """What saving the state after every cell adds to a cell, and the writer's rate."""
+    cells = 20 if cfg.quick else 60
+    with scratch_dir("state-cell") as root:
+        runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+        for k in range(2):  # alternated, the lower median kept: load on the machine hits both
+            for save in (False, True):
+                progress(f"state-cell: save_state={save} ({k + 1}/2)")
+                runs[save].append(asyncio.run(_cell_times(root / f"{save}{k}", cells, save)))
+        floor = {key: min(r[key] for r in runs[False]) for key in runs[False][0]}
+        ours = {key: min(r[key] for r in runs[True]) for key in ("nothing", "1MB", "100MB")}
+        ours["rate-100MB"] = max(r["rate-100MB"] for r in runs[True])
+    notes = f"n={cells}, 2 runs alternated; floor: the same cell with save_state=False"
+    return [
+        Row("cell that changes nothing (median)", ours["nothing"] * 1000,
+            floor["nothing"] * 1000, "ms", notes),
+        Row("cell that changes 1 MB (median)", ours["1MB"] * 1000, floor["1MB"] * 1000,
+            "ms", notes),
+        Row("cell that changes 100 MB (median)", ours["100MB"] * 1000,
+            floor["100MB"] * 1000, "ms", f"{notes}; the writer reads its buffers after the reply"),
+        Row("background write of a 100 MB change (median)", ours["rate-100MB"], None,
+            "MB/s", "hash + write + fsync in the kernel's thread, then signed by the host"),
+    ]  # fmt: skip
+
+
+async def _back(megabytes: int, work: Path) -> dict[str, float]:
+    found: dict[str, float] = {}
+    cells = _cells(megabytes)
+    source = await _session(work, "src")
+    try:
+        for code in cells:
+            (await source.execute(code)).raise_for_error()
+        expected = (await source.execute("check")).text
+        await _flush(source)
+        pid = source._kernel.km.provisioner.process.pid  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        while os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid):
+            await asyncio.sleep(0.01)
+        start = time.perf_counter()
+        died = await source.execute("check")
+        assert died.status == "died", died
+        found["back"] = time.perf_counter() - start
+        assert (await source.execute("check")).text == expected
+        folder = work / ".src_state"
+        found["disk"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / MB
+        notebook = source.notebook_path
+    finally:
+        await source.close()
+    assert notebook is not None
+
+    start = time.perf_counter()
+    again = await _session(work, "again")
+    try:
+        for code in cells:
+            (await again.execute(code)).raise_for_error()
+        found["rerun"] = time.perf_counter() - start
+    finally:
+        await again.close()
+
+    start = time.perf_counter()
+    async with AsyncSession.resume(notebook, timeout=1800) as resumed:
+        found["resume"] = time.perf_counter() - start
+        assert (await resumed.execute("check")).text == expected
+    start = time.perf_counter()
+    async with AsyncSession.resume(notebook, timeout=1800, save_state=False) as resumed:
+        found["resume-floor"] = time.perf_counter() - start
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return "X"
+
+
+@case("state-back")
+def state_back_case(cfg: Config) -> list[Row]:
+    """The state back after kill -9 and after the host died, against running the cells again."""
+    megabytes = 100 if cfg.quick else int(os.environ.get("JX_BENCH_STATE_MB", "1000"))
+    with scratch_dir("state-back") as root:
+        progress(f"state-back: {megabytes} MB")
+        found = asyncio.run(_back(megabytes, root))
+    notes = f"{megabytes} MB: 60% array, 30% DataFrame, 10% small dicts"
+    return [
+        Row(f"state back after kill -9, {megabytes} MB", found["back"], found["rerun"], "s",
+            f"{notes}; ours: the next cell (restart + signed generation loaded); "
+            "floor: a new session running the cells again"),
+        Row(f"resume after the host died, {megabytes} MB", found["resume"],
+            found["resume-floor"], "s",
+            f"{notes}; ours: Session.resume of the notebook and state folder (the newest "
+            "signed generation + the cells after it); floor: save_state=False (every cell "
+            "again)"),
+        Row(f"state on disk, {megabytes} MB session", found["disk"], float(megabytes), "MB",
+            "floor: the namespace's nominal size"),
+    ]  # fmt: skip

@@ -1,0 +1,403 @@
+"""The namespace saved after every cell: generations the kernel writes, the host signs.
+
+The in-kernel half is :mod:`jupyter_exec.state.inkernel_generations`. Per session, in
+the work dir (a Docker kernel sees it too)::
+
+    .<session>_state/objects/<sha256>   one pickled object (protocol 5, buffers out of band)
+    .<session>_state/gen-<n>.json       generation n: name -> object hash, names not saved
+                                        and why, the environment, how many cells it holds
+    .<session>_state/signed/<n>.json    the host's MAC of {session, n, manifest sha256,
+                                        cells, origin}: only a signed generation is loaded
+
+Each recorded cell's request carries :func:`commit_expression`: the kernel pickles the
+names the cell changed there and a writer thread in the kernel stores them; the same
+answer lists the generations written since, ``(n, sha256)``, and the host signs those
+with its key (:mod:`jupyter_exec.boundary.trust`, the kernel never sees it), stamped with
+the kernel's origin as the host knows it. The digest comes only from the kernel's own
+channel, never from a file in the folder; so the newest generation is signed with the
+next cell's reply, and a kernel killed before that comes back from the one before, with
+the recorded cells after it run again (:meth:`Generations.newest`, ``recovery.py``).
+
+Loading (:meth:`Generations.load`): the MAC, the session, the manifest's sha256 (read
+here, never through a link), the origin rule (a Docker kernel's state is never loaded
+by a kernel on the host without ``trust_origin``) and the budget are checked on the
+host; the kernel then checks every object's sha256 on the bytes it unpickles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_exec.boundary import trust as checkpoint_trust
+from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
+from jupyter_exec.state import inkernel_generations
+from jupyter_exec.state.inkernel_fork import module_call_code
+from jupyter_exec.state.inkernel_generations import MODULE
+from jupyter_exec.state.kernel_calls import (
+    INSTALL_TIMEOUT,
+    SAVE_TIMEOUT,
+    ask,
+    kernel_folders,
+    kernel_origin,
+)
+
+if TYPE_CHECKING:
+    from jupyter_exec.state.host import StateHost
+
+__all__ = ["COMMIT_KEY", "Generation", "Generations", "state_folder"]
+
+log = logging.getLogger("jupyter_exec")
+
+COMMIT_KEY = "jupyter_exec_generation"
+SIGNED = "signed"
+MAX_MANIFEST = inkernel_generations.MAX_MANIFEST
+SIGN_EVERY = 0.1
+"""Seconds between two signature files a session writes (the newest one is what counts)."""
+_SIG_NAME = re.compile(r"^[0-9]{1,12}\.json$")
+
+
+def state_folder(session: str) -> str:
+    """The folder, in the work dir, where session ``session`` keeps its generations."""
+    return f".{session}_state"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One signed generation: the state after the first ``cells`` recorded cells."""
+
+    session: str
+    number: int
+    sha256: str
+    cells: int
+    origin: Mapping[str, str]
+    manifest: int | None = None
+    """The number of the manifest file it is (``gen-<manifest>.json``): an earlier one when
+    the cell changed nothing; None: its own."""
+
+    @property
+    def file_number(self) -> int:
+        return self.number if self.manifest is None else self.manifest
+
+    def canonical(self) -> bytes:
+        """What the host's MAC covers."""
+        body = {
+            "kind": "generation",
+            "session": self.session,
+            "generation": self.number,
+            "manifest": self.file_number,
+            "sha256": self.sha256,
+            "cells": self.cells,
+            "origin": dict(self.origin),
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    def record(self) -> dict[str, Any]:
+        """The signature file's content."""
+        return {**json.loads(self.canonical()), "mac": checkpoint_trust.mac(self.canonical())}
+
+
+@dataclass(frozen=True)
+class LoadedGeneration:
+    """What a generation brought back into a kernel."""
+
+    generation: Generation
+    names: tuple[str, ...]
+    skipped: dict[str, str]
+
+
+class Generations:
+    """What one session keeps of its per-cell generations; owned by its ``SessionState``."""
+
+    def __init__(self, enabled: bool, budget_bytes: int) -> None:
+        self.enabled = enabled
+        self.budget = budget_bytes
+        self.installed: KernelHandle | None = None
+        self.refused: KernelHandle | None = None
+        self.unavailable: str | None = None
+        self.signed: list[Generation] = []
+        """Generations signed in this session's timeline, oldest first."""
+        self.next_number = 1
+        self.committed_in: KernelHandle | None = None
+        """The kernel the last commit ran in: a commit in another one stores every name."""
+        self.failures: list[str] = []
+        self.asked_full = False
+        self.work_dir: Path | None = None
+        self.to_sign: tuple[Path, Generation] | None = None
+        self.signer: asyncio.Future[None] | None = None
+
+    async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
+        if self.installed is kernel:
+            return True
+        if not self.enabled or self.refused is kernel or session.options.backend == "remote":
+            return False
+        try:  # a key the kernel can read would sign anything: then nothing is saved
+            checkpoint_trust.check_outside(kernel_folders(session, kernel))
+        except CheckpointError as exc:
+            self.unavailable, self.refused = str(exc), kernel
+            log.warning("session %s: no per-cell state: %s", session.name, exc)
+            return False
+        if self.next_number == 1:
+            self.next_number = 1 + max(numbers_on_disk(session.work_dir, session.name), default=0)
+        code = module_call_code(
+            inkernel_generations.__file__,
+            MODULE,
+            f"install({state_folder(session.name)!r}, {self.budget})",
+            "generations",
+            "install",
+        )
+        try:
+            await ask(kernel, code, "1", INSTALL_TIMEOUT)
+        except CheckpointError as exc:
+            self.unavailable, self.refused = str(exc), kernel
+            log.info("session %s: no per-cell state: %s", session.name, exc)
+            return False
+        self.installed, self.work_dir = kernel, session.work_dir
+        recording = session._recording
+        if recording is not None:  # the kernel's own files, not the cells' doing
+            folder = session.work_dir / state_folder(session.name)
+            recording.tracker.skip_dirs.add(str(folder.absolute()))
+        return True
+
+    def expressions(self, kernel: KernelHandle, cell_index: int | None) -> dict[str, str]:
+        """The commit a recorded cell's request carries (evaluated after the cell ran)."""
+        if self.installed is not kernel or cell_index is None:
+            return {}
+        full = self.committed_in is not kernel
+        self.committed_in, self.asked_full = kernel, full
+        number, self.next_number = self.next_number, self.next_number + 1
+        keep = self.signed[-1].file_number if self.signed else 0
+        return {COMMIT_KEY: _call("commit", number, cell_index + 1, full, keep)}
+
+    def after_cell(self, session: StateHost, kernel: KernelHandle, found: Any) -> None:
+        """Sign the generations the kernel says it wrote (from its own reply)."""
+        reply = (found or {}).get(COMMIT_KEY)
+        if not isinstance(reply, Mapping) or reply.get("status") != "ok":
+            if self.asked_full:  # it never ran (the cell raised): the next one stores all
+                self.committed_in = None
+            return
+        try:
+            import ast
+
+            answer = json.loads(ast.literal_eval(reply["data"]["text/plain"]))
+        except (KeyError, ValueError, SyntaxError, TypeError):
+            return
+        self.take(session, kernel, answer)
+
+    def take(self, session: StateHost, kernel: KernelHandle, answer: Any) -> None:
+        """Sign what ``answer`` (the kernel's ``commit`` or ``flush``) lists as written."""
+        if not isinstance(answer, Mapping):
+            return
+        for item in answer.get("failed") or ():
+            self.failures.append(str(item)[:300])
+            log.warning("session %s: a generation was not written: %s", session.name, item)
+        origin = kernel_origin(kernel)
+        for item in answer.get("done") or ():
+            try:
+                number, digest, cells = int(item[0]), str(item[1]), int(item[2])
+                manifest = int(item[3]) if len(item) > 3 else number
+            except (TypeError, ValueError, IndexError):
+                continue
+            if not re.fullmatch(r"[0-9a-f]{64}", digest) or not 0 < manifest <= number:
+                continue
+            if number >= self.next_number:
+                continue  # not one this host asked for
+            made = Generation(session.name, number, digest, cells, origin, manifest)
+            self._sign_soon(session.work_dir, made)
+            others = [g for g in self.signed if g.number != number]
+            self.signed = sorted([*others, made], key=lambda g: g.number)
+
+    def _sign_soon(self, work_dir: Path, made: Generation) -> None:
+        """Have ``made``'s signature file written off the event loop, coalesced: the newest
+        one is on disk within :data:`SIGN_EVERY` seconds (what a resume after the host died
+        needs), and a burst of small cells costs one file, not one each."""
+        if self.to_sign is None or made.number > self.to_sign[1].number:
+            self.to_sign = (work_dir, made)
+        if self.signer is None or self.signer.done():
+            self.signer = asyncio.ensure_future(self._sign_loop())
+
+    async def _sign_loop(self) -> None:
+        while self.to_sign is not None:
+            work_dir, made = self.to_sign
+            self.to_sign = None
+            await asyncio.to_thread(_write_quietly, work_dir, made)
+            if self.to_sign is not None:
+                await asyncio.sleep(SIGN_EVERY)
+
+    async def settled(self) -> None:
+        """Wait until the newest signature handed off is written."""
+        while self.signer is not None and not self.signer.done():
+            await asyncio.shield(self.signer)
+
+    async def flush(
+        self, session: StateHost, kernel: KernelHandle, timeout: float = SAVE_TIMEOUT
+    ) -> None:
+        """Wait for the kernel's writer, sign what it wrote, and wait for the signature files
+        (on close, so a resume starts from the last cell; tests, benchmarks)."""
+        if self.installed is kernel:
+            answer = await ask(kernel, "", _call("flush", timeout), timeout + 5)
+            self.take(session, kernel, answer)
+        await self.settled()
+
+    def rewound(self, cells: int | None) -> None:
+        """The state went back to after ``cells`` recorded cells (None: another timeline):
+        the later generations are another timeline's, and their signatures go (a resume
+        must never load them)."""
+        kept = [g for g in self.signed if cells is not None and g.cells <= cells]
+        if self.to_sign is not None and self.to_sign[1] not in kept:
+            self.to_sign = None
+            if kept and self.work_dir is not None:
+                self._sign_soon(self.work_dir, kept[-1])
+        for made in self.signed:
+            if made not in kept and self.work_dir is not None:
+                drop_signature(self.work_dir, made)
+        self.signed = kept
+
+    def newest(self) -> Generation | None:
+        """The newest signed generation of this timeline."""
+        return self.signed[-1] if self.signed else None
+
+    async def load(
+        self,
+        session: StateHost,
+        kernel: KernelHandle,
+        made: Generation,
+        *,
+        trust_origin: bool = False,
+    ) -> LoadedGeneration:
+        """Replace ``kernel``'s namespace with generation ``made``, checked first here."""
+        checkpoint_trust.check_outside([session.work_dir])
+        manifest = read_manifest(session.work_dir, made, self.budget)
+        where = f"generation {made.number} of session {made.session!r}"
+        checkpoint_trust.check_origin(
+            where, made.origin, kernel_origin(kernel), trusted=trust_origin
+        )
+        if not await self.ensure(session, kernel):
+            raise CheckpointError(f"cannot load {where}: {self.unavailable}")
+        try:
+            result = await ask(
+                kernel, "", _call("load", made.file_number, made.sha256), SAVE_TIMEOUT
+            )
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where} was not loaded: {exc}") from None
+        self.committed_in = None  # the next commit stores every name
+        skipped = {str(k): str(v) for k, v in (manifest.get("skipped") or {}).items()}
+        return LoadedGeneration(made, tuple(str(n) for n in result.get("names", [])), skipped)
+
+
+def _call(function: str, *args: Any) -> str:
+    arguments = json.dumps(list(args))
+    return (
+        f"__import__('json').dumps(__import__('sys').modules[{MODULE!r}].{function}"
+        f"(*__import__('json').loads({arguments!r})))"
+    )
+
+
+def write_signature(work_dir: Path, made: Generation) -> None:
+    """Write ``made``'s signature file (never through a link the kernel planted)."""
+    relative = f"{state_folder(made.session)}/{SIGNED}"
+    with Folder.open(work_dir, relative, create=True) as signed:
+        signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()])
+
+
+def _write_quietly(work_dir: Path, made: Generation) -> None:
+    try:
+        write_signature(work_dir, made)
+    except (StorageError, WorkDirError, CheckpointError, OSError) as exc:
+        log.warning("generation %d of %s not signed: %s", made.number, made.session, exc)
+
+
+def drop_signature(work_dir: Path, made: Generation) -> None:
+    """Remove ``made``'s signature file (its generation left this session's timeline)."""
+    relative = f"{state_folder(made.session)}/{SIGNED}"
+    try:
+        with Folder.open(work_dir, relative) as signed:
+            signed.unlink(f"{made.number}.json")
+    except (StorageError, WorkDirError, OSError) as exc:
+        log.warning("generation %d: signature not removed: %s", made.number, exc)
+
+
+def numbers_on_disk(work_dir: Path, session: str) -> list[int]:
+    """Generation numbers named in the session's folder (any, signed or not)."""
+    found: list[int] = []
+    for folder in (work_dir / state_folder(session), work_dir / state_folder(session) / SIGNED):
+        try:
+            names = [p.name for p in folder.iterdir()]
+        except OSError:
+            continue
+        for name in names:
+            digits = name.removeprefix("gen-").removesuffix(".json")
+            if digits.isdigit() and len(digits) <= 12:
+                found.append(int(digits))
+    return found
+
+
+def signed_on_disk(work_dir: Path, session: str) -> list[Generation]:
+    """The session's generations whose signature files carry this host's MAC, oldest first
+    (a forged or altered one is left out and logged)."""
+    found: list[Generation] = []
+    try:
+        folder = Folder.open(work_dir, f"{state_folder(session)}/{SIGNED}")
+    except (StorageError, WorkDirError, OSError):
+        return []
+    with folder:
+        for path in sorted((work_dir / state_folder(session) / SIGNED).iterdir()):
+            if not _SIG_NAME.match(path.name):
+                continue
+            try:
+                record = json.loads(folder.read_bytes(path.name, limit=1 << 16))
+                made = Generation(
+                    str(record["session"]),
+                    int(record["generation"]),
+                    str(record["sha256"]),
+                    int(record["cells"]),
+                    {str(k): str(v) for k, v in dict(record["origin"]).items()},
+                    int(record.get("manifest", record["generation"])),
+                )
+                checkpoint_trust.verify(made.canonical(), record.get("mac"), path)
+            except (StorageError, CheckpointError, ValueError, KeyError, TypeError) as exc:
+                log.warning("generation signature %s refused: %s", path, exc)
+                continue
+            if made.session == session and f"{made.number}.json" == path.name:
+                found.append(made)
+    return sorted(found, key=lambda g: g.number)
+
+
+def read_manifest(work_dir: Path, made: Generation, budget: int) -> dict[str, Any]:
+    """Generation ``made``'s manifest, refused unless its bytes are the ones signed and it
+    fits the budget; read without following a link or opening a FIFO."""
+    where = work_dir / state_folder(made.session) / f"gen-{made.file_number}.json"
+    try:
+        with Folder.open(work_dir, state_folder(made.session)) as folder:
+            data = folder.read_bytes(where.name, limit=MAX_MANIFEST)
+    except (StorageError, WorkDirError, OSError) as exc:
+        raise CheckpointError(f"{where} cannot be read: {exc}") from None
+    if hashlib.sha256(data).hexdigest() != made.sha256:
+        raise CheckpointError(
+            f"{where} is not the manifest the host signed (its sha256 differs): altered or "
+            "replaced since its kernel wrote it; it was not loaded"
+        )
+    try:
+        manifest = json.loads(data)
+        names = manifest["names"]
+        size = sum(int(e.get("size", 0)) for e in names.values())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CheckpointError(f"{where} is not a valid generation manifest") from None
+    if manifest.get("format") != inkernel_generations.FORMAT:
+        raise CheckpointError(f"{where} is not a valid generation manifest: wrong format")
+    if budget and size > budget:
+        raise CheckpointError(
+            f"{where} names {size >> 20} MB of objects, past the session's state budget "
+            f"({budget >> 20} MB); it was not loaded"
+        )
+    return dict(manifest)

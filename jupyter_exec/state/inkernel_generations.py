@@ -1,0 +1,427 @@
+"""Code that runs inside an IPython kernel: the namespace saved after every cell, incrementally.
+
+Installed after :mod:`jupyter_exec.state.inkernel_state` (whose hooks say which names each
+cell changed) by :func:`jupyter_exec.state.generations.install_code`. Every path is relative
+to the work dir (the kernel's working directory, proven by the state module's probe).
+
+* A ``post_run_cell`` hook adds the names the cell changed to ``dirty`` (silent runs,
+  the host's own, trigger no hook).
+* With each recorded cell's reply the host evaluates :func:`commit` (a
+  ``user_expressions`` entry, so no extra round trip): the dirty names are pickled there
+  (protocol 5; array and DataFrame buffers out of band, read in place: never copied on
+  the cell's path) and handed to a writer thread; a cell that changed nothing costs a dict
+  copy. The next cell's ``pre_run_cell`` waits until the writer is done with buffers that
+  cell could change, so what is hashed and written is what the cell left. The thread
+  hashes every object (sha256), writes
+  ``objects/<hash>`` only when no such file exists (an unchanged object is never rewritten),
+  then the generation's manifest ``gen-<n>.json`` (tmp, fsync, rename: a kill mid-write leaves
+  the previous generation whole), prunes what the host no longer needs and notes
+  ``(n, sha256 of the manifest)``, which the next :func:`commit` returns to the host to sign.
+* :func:`load` reads a manifest the host checked (its sha256), every object it names (no
+  link, no FIFO: ``O_NOFOLLOW`` and a regular file, hash checked on the bytes unpickled),
+  unpickles them all, and only then replaces the namespace: all or nothing.
+
+It needs only the standard library and IPython.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import platform
+import queue
+import stat
+import sys
+import threading
+import time
+import types
+from typing import Any
+
+MODULE = "_jupyter_exec_generations"
+STATE_MODULE = "_jupyter_exec_state"
+FORMAT = "jupyter-exec-generation"
+VERSION = 1
+OBJECTS = "objects"
+TMP = ".tmp-"
+MAX_MANIFEST = 64 << 20
+
+folder = ""
+"""The state folder, relative to the work dir."""
+budget = 0
+"""Bytes the objects of this session may take on disk (0: no limit)."""
+dirty: set[str] = set()
+"""Names changed since the last commit."""
+mapping: dict[str, dict[str, Any]] = {}
+"""Name -> its stored entry, as of the last commit (what the next generation starts from)."""
+skipped: dict[str, str] = {}
+"""Names the last commit could not store, and why."""
+done: list[list[Any]] = []
+"""``[generation, manifest sha256, cells]`` written since the host last asked."""
+failed: list[list[Any]] = []
+"""``[generation, reason]`` the writer could not write."""
+_queue: queue.SimpleQueue[Any] | None = None
+_lock = threading.Lock()
+_last: list[Any] = []
+"""``[manifest number, sha256]`` of the last manifest written (what an unchanged cell reuses)."""
+_inflight = 0
+"""Generations handed to the writer and not yet written."""
+_live = 0
+"""Of those, the ones that read buffers a cell could change."""
+_idle = threading.Condition()
+WRITER_DELAY = 0.003
+"""Seconds the writer waits before each generation: the cell's reply leaves first (the
+writer's Python holds the GIL between its system calls)."""
+
+
+def install(relative: str, budget_bytes: int) -> None:
+    """Hook the cells (once per process) and remember the folder and the budget."""
+    global folder, budget
+    folder, budget = relative, int(budget_bytes)
+    shell = sys.modules["IPython"].get_ipython()
+    if not getattr(shell, "_jupyter_exec_generation_hooks", False):
+        shell.events.register("post_run_cell", _post_run_cell)
+        shell.events.register("pre_run_cell", _pre_run_cell)
+        shell._jupyter_exec_generation_hooks = True
+        os.register_at_fork(after_in_child=_forked)
+
+
+def _forked() -> None:
+    """A fork has no writer thread: a new one starts on its first commit."""
+    global _queue, _lock, _inflight, _live, _idle
+    _queue, _lock, _inflight, _live, _idle = None, threading.Lock(), 0, 0, threading.Condition()
+    _last[:] = []
+
+
+def _post_run_cell(result: Any = None) -> None:
+    state = sys.modules.get(STATE_MODULE)
+    if state is not None:
+        dirty.update(state.changed)
+
+
+def _root() -> str:
+    return os.path.join(sys.modules[STATE_MODULE].root, folder)
+
+
+# -- saving -------------------------------------------------------------------------------
+
+
+def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str, Any]:
+    """Hand generation ``generation`` (the state after ``cells`` recorded cells) to the
+    writer; what was written since the last call. ``full``: store every name (a kernel new
+    to this folder). ``keep_from``: the oldest generation the host still needs."""
+    global dirty, mapping
+    state = sys.modules[STATE_MODULE]
+    names = set(state.user_names())
+    todo = names if full else (dirty & names)
+    entries = {} if full else {n: e for n, e in mapping.items() if n in names}
+    lost = {n: r for n, r in skipped.items() if n in names and n not in todo}
+    pending: list[tuple[str, dict[str, Any], list[Any]]] = []
+    live = False  # buffers a later cell could change: that cell waits for the writer
+    if todo:
+        ns = state._shell().user_ns
+        dumps, _about = state._serialiser()
+        for name in sorted(todo):
+            entries.pop(name, None)
+            lost.pop(name, None)
+            value = ns[name]
+            if isinstance(value, types.ModuleType):
+                if getattr(value, "__spec__", None) is None:
+                    lost[name] = "a module made at run time cannot be imported again"
+                else:
+                    entries[name] = {"kind": "module", "module": value.__name__}
+                continue
+            used: set[str] = set()
+            try:
+                parts = dumps(value, used)
+            except Exception as exc:  # whatever the object's own reducer raises
+                lost[name] = f"{type(exc).__name__}: {exc}".strip()[:300]
+                continue
+            kept = [memoryview(p) for p in parts]
+            live = live or any(not v.readonly for v in kept[1:])
+            entry = {"kind": "pickle", "type": state._type_name(value), "modules": sorted(used)}
+            entries[name] = entry
+            pending.append((name, entry, kept))
+    dirty = set()
+    mapping = entries
+    same = not pending and lost == skipped and not full
+    skipped.clear()
+    skipped.update(lost)
+    global _inflight
+    with _lock:
+        if same and _inflight == 0 and _last and not todo:
+            # Nothing changed: this generation is the last manifest, for one more cell.
+            done.append([generation, _last[1], cells, _last[0]])
+        else:
+            global _live
+            _inflight += 1
+            if live:
+                with _idle:
+                    _live += 1
+            body = {"generation": generation, "cells": cells, "keep_from": keep_from, "live": live}
+            _writer().put((body, dict(entries), pending, dict(lost)))
+    with _lock:
+        reported, done[:] = list(done), []
+        broken, failed[:] = list(failed), []
+    return {"done": reported, "failed": broken}
+
+
+def _pre_run_cell(info: Any = None) -> None:
+    """A cell waits until the writer is done with buffers it could change (an array the
+    last cell made): the writer reads them in place, never copied on the cell's path."""
+    with _idle:
+        while _live:
+            _idle.wait()
+
+
+def _writer() -> queue.SimpleQueue[Any]:
+    global _queue
+    if _queue is None:
+        _queue = queue.SimpleQueue()
+        threading.Thread(target=_write_loop, args=(_queue,), daemon=True).start()
+    return _queue
+
+
+def _write_loop(jobs: queue.SimpleQueue[Any]) -> None:
+    while True:
+        body, entries, pending, lost = jobs.get()
+        if body == "flush":
+            entries.set()
+            continue
+        global _inflight
+        time.sleep(WRITER_DELAY)
+        number = body["generation"]
+        try:
+            digest = _write_generation(body, entries, pending, lost)
+        except Exception as exc:  # the disk is full, the folder was removed: told, not fatal
+            with _lock:
+                _inflight -= 1
+                _last[:] = []
+            _released(body)
+            with _lock:
+                failed.append([number, f"{type(exc).__name__}: {exc}"[:300]])
+            continue
+        with _lock:
+            _inflight -= 1
+            _last[:] = [number, digest]
+            done.append([number, digest, body["cells"], number])
+        _released(body)
+
+
+def _released(body: dict[str, Any]) -> None:
+    """The writer is done with a generation's buffers: a waiting cell may run."""
+    global _live
+    if body.get("live"):
+        with _idle:
+            _live -= 1
+            _idle.notify_all()
+
+
+def flush(timeout: float = 60.0) -> dict[str, Any]:
+    """Wait until the writer wrote everything handed to it; what it wrote (for tests and
+    for a host that must sign before it stops)."""
+    marker = threading.Event()
+    if _queue is not None:
+        _queue.put(("flush", marker, None, None))
+    deadline = time.monotonic() + timeout
+    while _queue is not None and not marker.is_set() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    with _lock:
+        reported, done[:] = list(done), []
+        broken, failed[:] = list(failed), []
+    return {"done": reported, "failed": broken}
+
+
+def _write_generation(
+    body: Any, entries: dict[str, dict[str, Any]], pending: Any, lost: dict[str, str]
+) -> str:
+    state = sys.modules[STATE_MODULE]
+    root = _root()
+    objects = os.path.join(root, OBJECTS)
+    os.makedirs(objects, 0o755, exist_ok=True)
+    used_bytes = _stored_bytes(objects)
+    modules: set[str] = set()
+    for _name, entry, parts in pending:
+        digest = hashlib.sha256()
+        sizes = []
+        for part in parts:
+            view = memoryview(part).cast("B")
+            digest.update(view)
+            sizes.append(len(view))
+        key = digest.hexdigest()
+        size = sum(sizes)
+        path = os.path.join(objects, key)
+        if not os.path.lexists(path):
+            if budget and used_bytes + size > budget:
+                entry["skipped"] = f"over the session's state budget ({budget >> 20} MB)"
+                continue
+            _write_file(path, parts)
+            used_bytes += size
+        entry.update(hash=key, size=size, parts=sizes)
+        modules.update(entry.pop("modules", ()))
+    for name, entry in list(entries.items()):
+        if entry.get("kind") == "pickle" and "hash" not in entry:  # not stored: lost
+            del entries[name]
+            lost[name] = str(entry.get("skipped") or "not stored")
+        elif entry.get("kind") == "module":
+            modules.add(str(entry["module"]).partition(".")[0])
+    libraries = {m: state._version(m) for m in sorted(modules) if state._third_party(m)}
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "generation": body["generation"],
+        "cells": body["cells"],
+        "created": time.time(),
+        "names": entries,
+        "skipped": lost,
+        "environment": {
+            "python": platform.python_version(),
+            "implementation": sys.implementation.name,
+            "serialiser": state._serialiser()[1],
+            "libraries": {k: v for k, v in libraries.items() if v is not None},
+        },
+    }
+    data = json.dumps(manifest, sort_keys=True).encode()
+    name = f"gen-{body['generation']}.json"
+    _write_file(os.path.join(root, name), [data], atomic=True)
+    _prune(root, int(body["keep_from"]))
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_file(path: str, parts: list[Any], atomic: bool = False) -> None:
+    """Write ``parts`` to ``path`` through a temporary file, fsynced, then renamed."""
+    head, tail = os.path.split(path)
+    temp = os.path.join(head, f"{TMP}{tail}.{os.getpid()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temp, path)
+    if atomic:
+        dir_fd = os.open(head, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _stored_bytes(objects: str) -> int:
+    total = 0
+    with os.scandir(objects) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _prune(root: str, keep_from: int) -> None:
+    """Remove generations older than ``keep_from`` and objects no kept generation names."""
+    referenced: set[str] = set()
+    with os.scandir(root) as entries:
+        listing = [e.name for e in entries]
+    for name in listing:
+        number = _number(name)
+        if number is None:
+            if name.startswith(TMP):  # a write a killed kernel left: never read
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(root, name))
+            continue
+        if number < keep_from:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(root, name))
+            continue
+        with contextlib.suppress(Exception):
+            manifest = json.loads(_read(os.path.join(root, name), MAX_MANIFEST))
+            for entry in manifest["names"].values():
+                if entry.get("hash"):
+                    referenced.add(entry["hash"])
+    objects = os.path.join(root, OBJECTS)
+    with os.scandir(objects) as entries:
+        for entry in entries:
+            if entry.name not in referenced:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _number(name: str) -> int | None:
+    if name.startswith("gen-") and name.endswith(".json") and name[4:-5].isdigit():
+        return int(name[4:-5])
+    return None
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def _read(path: str, limit: int) -> bytearray:
+    """A regular file's bytes, never through a link, never from a FIFO or device."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{os.path.basename(path)} is not a regular file")
+        if info.st_size > limit:
+            raise OSError(f"{os.path.basename(path)} is larger than {limit} bytes")
+        data = bytearray(info.st_size)  # writable: arrays unpickled from it stay writable
+        view, at = memoryview(data), 0
+        while at < len(data) and (got := os.readv(fd, [view[at:]])):
+            at += got
+        if at != len(data) or os.read(fd, 1):
+            raise OSError(f"{os.path.basename(path)} changed size while it was read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def load(generation: int, expected: str) -> dict[str, Any]:
+    """Replace the namespace with generation ``generation``, whose manifest's sha256 the
+    host checked is ``expected``; the names it brought back and those it could not."""
+    global dirty, mapping
+    root = _root()
+    data = _read(os.path.join(root, f"gen-{generation}.json"), MAX_MANIFEST)
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise ValueError("jupyter-exec: the generation's manifest changed since it was checked")
+    manifest = json.loads(data)
+    stored = {n: e for n, e in manifest["names"].items() if e["kind"] != "module"}
+
+    def checked(name: str) -> bytearray:
+        entry = stored[name]
+        raw = _read(os.path.join(root, OBJECTS, entry["hash"]), max(entry["size"], 0))
+        if len(raw) != entry["size"] or hashlib.sha256(raw).hexdigest() != entry["hash"]:
+            raise ValueError(f"jupyter-exec: the object of {name!r} does not match its hash")
+        return raw
+
+    # Every object read and checked first (in threads: hashing releases the GIL), and only
+    # then any of them unpickled: a swapped file never reaches pickle.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        raws = dict(zip(stored, pool.map(checked, stored)))  # noqa: B905 (any kernel Python)
+    values: dict[str, Any] = {}
+    for name, entry in manifest["names"].items():
+        if entry["kind"] == "module":
+            values[name] = __import__("importlib").import_module(entry["module"])
+            continue
+        view = memoryview(raws.pop(name))
+        parts, at = [], 0
+        for size in entry["parts"]:
+            parts.append(view[at : at + size])
+            at += size
+        values[name] = pickle.loads(parts[0], buffers=[pickle.PickleBuffer(p) for p in parts[1:]])
+    state = sys.modules[STATE_MODULE]
+    ns = state._shell().user_ns
+    for name in state.user_names():
+        ns.pop(name, None)
+    ns.update(values)
+    mapping = {n: dict(e) for n, e in manifest["names"].items()}
+    _last[:] = []  # the next commit writes a manifest of its own
+    dirty = set()
+    skipped.clear()
+    skipped.update(manifest.get("skipped") or {})
+    return {"names": sorted(values), "skipped": dict(skipped)}

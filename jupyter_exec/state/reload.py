@@ -1,0 +1,135 @@
+"""Coming back from the per-cell state: the newest signed generation, then the recorded
+cells after it run again, silently (after a kernel death, and on ``Session.resume``).
+
+Only generations this host signed are loaded (:mod:`jupyter_exec.state.generations`); the
+newest one, written by the kernel after the last cell, is signed with the next cell's
+reply, so the cells between it and the death are run again instead: the next cell sees
+the state of the last completed one. Names the generation could not store (open files,
+sockets, threads, unpicklable objects) and that no re-run cell made again are reported
+as lost, by name, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.exceptions import CheckpointError, KernelNotAliveError
+from jupyter_exec.notebook.meta import is_undone
+from jupyter_exec.state.generations import Generation, signed_on_disk, state_folder
+from jupyter_exec.state.kernel_calls import user_names
+
+if TYPE_CHECKING:
+    from jupyter_exec.state.host import StateHost
+    from jupyter_exec.state.recovery import RecoveryMixin
+
+__all__ = ["load_for_resume", "recover_generation", "rerun"]
+
+log = logging.getLogger("jupyter_exec")
+
+RERUN_TIMEOUT = 3600.0
+"""Seconds one re-run cell may take when the session has no cell timeout."""
+
+
+async def rerun(
+    session: StateHost, kernel: KernelHandle, sources: Sequence[tuple[int, str]]
+) -> list[str]:
+    """Run ``(cell index, code)`` silently in order (nothing recorded, no output); what
+    failed, as ``cell N: error``."""
+    failed: list[str] = []
+    for index, code in sources:
+        deadline = time.monotonic() + (session.timeout or RERUN_TIMEOUT)
+        content = await kernel.run_silent(
+            code, deadline, died="the kernel died while cells were run again"
+        )
+        status = (content or {}).get("status")
+        if status != "ok":
+            what = (content or {}).get("ename") or "no answer in time"
+            failed.append(f"cell {index + 1}: {what}")
+    return failed
+
+
+def later_cells(session: StateHost, cells: int) -> tuple[int, list[tuple[int, str]]]:
+    """How many cells the record holds, and the code of those from the ``cells``-th on
+    that count (not undone): what runs again on top of a state after ``cells`` cells."""
+    recording = session._recording
+    recorder = recording.recorder if recording is not None else None
+    if recorder is None:
+        return cells, []
+    found = list(recorder.cells)
+    todo = [
+        (i, "".join(c.get("source", "")))
+        for i, c in enumerate(found)
+        if i >= cells and c.get("cell_type") == "code" and not is_undone(c)
+    ]
+    return len(found), todo
+
+
+def rerun_words(todo: Sequence[Any], failed: Sequence[str]) -> str:
+    """How a recovery's source names the cells it ran again."""
+    words = f", then {len(todo)} recorded cell(s) run again" if todo else ""
+    return words + (f" ({'; '.join(failed)})" if failed else "")
+
+
+async def recover_generation(
+    state: RecoveryMixin, session: StateHost, kernel: KernelHandle, made: Generation | None
+) -> bool:
+    """Load ``made`` into the restarted ``kernel`` (None: none is signed yet, start empty)
+    and run the recorded cells after it; whether the state came back (False: the caller
+    falls back to a checkpoint)."""
+    done, todo = later_cells(session, made.cells if made is not None else 0)
+    if made is None and not todo:
+        return False
+    generations = state.durable.generations
+    skipped: dict[str, str] = {}
+    try:
+        if not await state.setup_generations(session, kernel):
+            return False
+        if made is not None:
+            skipped = (await generations.load(session, kernel, made)).skipped
+        failed = await rerun(session, kernel, todo)
+        names = await user_names(kernel)
+    except (CheckpointError, KernelNotAliveError) as exc:
+        log.warning("session %s: the per-cell state not loaded: %s", session.name, exc)
+        return False
+    generations.committed_in = None  # the next commit stores every name
+    lost = {n: f"not saved: {why}" for n, why in skipped.items() if n not in names}
+    if made is None:
+        source = "the recorded cells run again (no saved state was signed yet)"
+    else:
+        source = f"generation {made.number} of {state_folder(session.name)}"
+        source += rerun_words(todo, failed)
+    state.durable.rewound(done)
+    state._recovered(source, done, names, lost, session)
+    return True
+
+
+async def load_for_resume(
+    state: RecoveryMixin,
+    session: StateHost,
+    kernel: KernelHandle,
+    metadata: dict[str, Any],
+    cells: int,
+) -> Generation | None:
+    """On resume: the newest signed generation of the notebook's session, loaded into
+    ``kernel`` (None: there is none, or it cannot be loaded; the cells are all re-run)."""
+    ours = metadata.get("jupyter_exec") or {}
+    recorded = ours.get("state_session") or ours.get("session")
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    if not await state.setup_generations(session, kernel):
+        return None
+    generations = state.durable.generations
+    for made in reversed(signed_on_disk(session.work_dir, recorded)):
+        if made.cells > cells:
+            continue  # a state past what the notebook holds: another timeline
+        try:
+            await generations.load(session, kernel, made)
+        except (CheckpointError, KernelNotAliveError) as exc:
+            log.warning("resume: generation %d not loaded: %s", made.number, exc)
+            continue
+        return made
+    return None

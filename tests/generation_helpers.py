@@ -1,0 +1,76 @@
+"""Helpers for the per-cell state tests (``save_state``): real local kernels, killed for real."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_exec import AsyncSession
+from jupyter_exec.state.generations import Generation, state_folder
+
+DEADLINE = 60.0
+
+
+def kernel_pid(session: AsyncSession) -> int:
+    kernel = session._kernel
+    assert kernel is not None
+    return int(kernel.km.provisioner.process.pid)  # type: ignore[union-attr]
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+async def kill_kernel(session: AsyncSession) -> None:
+    """SIGKILL the session's kernel and wait until it is gone."""
+    pid = kernel_pid(session)
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + DEADLINE
+    while not process_gone(pid):
+        assert time.monotonic() < end, "the killed kernel is still there"
+        await asyncio.sleep(0.02)
+
+
+async def flush(session: AsyncSession) -> list[Generation]:
+    """Wait for the kernel's writer, have the host sign what it wrote; the signed ones."""
+    kernel = session._kernel
+    assert kernel is not None
+    generations = session._state.durable.generations
+    await generations.flush(session, kernel)
+    return list(generations.signed)
+
+
+async def value(session: AsyncSession, expression: str) -> Any:
+    """``expression``'s value in the session's kernel (its repr, evaluated here)."""
+    import ast
+
+    kernel = session._kernel
+    assert kernel is not None
+    content = await kernel.run_silent(
+        "", time.monotonic() + DEADLINE, expressions={"v": f"repr({expression})"}
+    )
+    assert content is not None
+    found = content["user_expressions"]["v"]
+    assert found["status"] == "ok", found
+    return ast.literal_eval(ast.literal_eval(found["data"]["text/plain"]))
+
+
+def state_dir(session: AsyncSession) -> Path:
+    return session.work_dir / state_folder(session.name)
+
+
+async def in_kernel(session: AsyncSession, code: str) -> None:
+    """Run ``code`` silently in the kernel, as the kernel itself (nothing recorded)."""
+    kernel = session._kernel
+    assert kernel is not None
+    content = await kernel.run_silent(code, time.monotonic() + DEADLINE)
+    assert content is not None
+    assert content.get("status") == "ok", content
