@@ -250,6 +250,11 @@ class Session(contextlib.AbstractContextManager["Session"]):
         return self._async.resumed
 
     @property
+    def resumed_cells(self) -> list[int]:
+        """When resumed: the notebook's code-cell number of each of :attr:`resumed`."""
+        return self._async.resumed_cells
+
+    @property
     def async_session(self) -> AsyncSession:
         """The underlying :class:`AsyncSession` (its methods run on the session's loop)."""
         return self._async

@@ -30,10 +30,17 @@ def sources(notebook: Path) -> list[str]:
     return [c.source for c in read_valid_notebook(notebook).cells if c.cell_type == "code"]
 
 
-def test_a_run_resumes_the_state_an_earlier_run_recorded(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("saving", "rerun"),
+    [([], "0 recorded cell(s) re-run"), (["--no-save-state"], "1 recorded cell(s) re-run")],
+    ids=["from-the-saved-state", "by-re-running"],
+)
+def test_a_run_resumes_the_state_an_earlier_run_recorded(
+    tmp_path: Path, saving: list[str], rerun: str
+) -> None:
     (tmp_path / "first.py").write_text("x = 41\n")
     (tmp_path / "next.py").write_text("print('answer', x + 1)\n")
-    first = cli("run", "first.py", "--work-dir", "out", "--name", "job", cwd=tmp_path)
+    first = cli("run", "first.py", *saving, "--work-dir", "out", "--name", "job", cwd=tmp_path)
     assert first.returncode == EXIT_OK, first.stderr
     notebook = tmp_path / "out" / "job.ipynb"
 
@@ -41,7 +48,7 @@ def test_a_run_resumes_the_state_an_earlier_run_recorded(tmp_path: Path) -> None
 
     assert second.returncode == EXIT_OK, second.stderr
     assert "answer 42" in second.stdout
-    assert "1 recorded cell(s) re-run" in second.stderr
+    assert rerun in second.stderr
     assert sources(notebook) == ["x = 41\n", "print('answer', x + 1)\n"]  # one record, extended
     counts = [c.execution_count for c in read_valid_notebook(notebook).cells]
     assert counts == [1, 2]  # numbering goes on

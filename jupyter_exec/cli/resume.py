@@ -72,7 +72,7 @@ def resumed_line(session: Session, quiet: bool) -> None:
     if quiet:
         return
     rerun = session.resumed
-    failed = [str(i) for i, e in enumerate(rerun, start=1) if not e.ok]
+    failed = [str(n) for n, e in zip(session.resumed_cells, rerun, strict=True) if not e.ok]
     line = f"resumed {session.notebook_path}: {len(rerun)} recorded cell(s) re-run"
     if failed:
         line += f"; failed again: cell(s) {', '.join(failed)} (their state may be missing)"

@@ -61,6 +61,9 @@ async def install(kernel: KernelHandle) -> bool:
     """
     if kernel.environment_capture is not None:
         return kernel.environment_capture
+    if not kernel.runs_ipython:  # the capture is Python source: never sent to another kernel
+        kernel.environment_capture = False
+        return False
     ok = False
     with contextlib.suppress(KernelNotAliveError):
         reply = await kernel.run_silent(

@@ -124,6 +124,9 @@ class AsyncSession(StateMethods):
         self._state = SessionState(self._options.undo_steps, self._options.checkpoint_every)
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
+        self.resumed_cells: list[int] = []
+        """When resumed: the notebook's code-cell number (from 1) of each of ``resumed``; the
+        cells before the first were brought back from the saved state, not re-run."""
 
     @property
     def options(self) -> SessionOptions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +26,7 @@ from jupyter_exec.notebook.runorder import run_order
 from jupyter_exec.state.generations import state_folder
 
 if TYPE_CHECKING:
+    from jupyter_exec.engine.kernel import KernelHandle
     from jupyter_exec.engine.session import AsyncSession
 
 __all__ = ["for_notebook", "rebuild"]
@@ -110,14 +112,18 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
 
         made = await load_for_resume(session._state, session, kernel, dict(nb.metadata), len(cells))
         if made is not None:
+            restored = sum(1 for i in positions if i < made.cells)
             positions = [i for i in positions if i >= made.cells]
             entry.update(state_generation=made.number, state_cells=made.cells)
+            await _count_on(kernel, restored)
     code_cells = [nb.cells[i] for i in positions]
-    for cell in code_cells:
+    number = {p: n for n, p in enumerate(_code_positions(nb.cells), start=1)}
+    for position, cell in zip(positions, code_cells, strict=True):
         session.resumed.append(
             await session._execute(kernel, cell.source, session.timeout, None, record=False)
         )
-    failed = [i for i, e in enumerate(session.resumed, start=1) if not e.ok]
+        session.resumed_cells.append(number.get(position, 0))
+    failed = [n for n, e in zip(session.resumed_cells, session.resumed, strict=True) if not e.ok]
     metadata = dict(nb.metadata)
     ours = notebook_metadata(kernel, session.options, session.name)
     metadata.update({k: v for k, v in ours.items() if k != "jupyter_exec"})
@@ -129,7 +135,12 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     history["resumed"] = [*history.get("resumed", []), entry]
     metadata["jupyter_exec"] = history
     recording.adopt(session.recorder_class(path, metadata, cells))
-    recording.restart_note = f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
+    recording.restart_note = (
+        f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
+        if "state_generation" not in entry
+        else f"resumed: saved state of {entry['state_cells']} cell(s), "
+        f"then {len(code_cells)} cell(s) re-run"
+    )
     if failed:
         log.warning("resume of %s: re-run cells %s failed", path, failed)
 
@@ -141,3 +152,16 @@ def _kept(cells: list[dict[str, Any]], positions: list[int], until: int) -> list
     last = max(rerun, default=-1)
     runnable = set(positions)
     return [i for i in range(len(cells)) if i in rerun or (i not in runnable and i <= last)]
+
+
+def _code_positions(cells: list[Any]) -> list[int]:
+    """The positions of the code cells, in notebook order (how a person numbers them)."""
+    return [i for i, c in enumerate(cells) if c["cell_type"] == "code"]
+
+
+async def _count_on(kernel: KernelHandle, cells: int) -> None:
+    """Number the next cell as if the ``cells`` brought back from the saved state had run
+    again (as a re-run would), so the record's execution counts keep going up."""
+    if cells:
+        code = f"get_ipython().execution_count += {int(cells)}"
+        await kernel.run_silent(code, time.monotonic() + 30.0, died="")

@@ -109,6 +109,10 @@ def install(probe: str) -> None:
     if not os.path.isfile(probe):
         raise RuntimeError("jupyter-exec: the kernel does not share the session's work dir")
     root = os.getcwd()
+    # The serialiser's own import, made now: the environment capture counts the modules a
+    # cell imports, and the pickler jupyter-exec brings is not one of them.
+    with contextlib.suppress(ImportError):
+        import cloudpickle  # type: ignore[import-untyped, unused-ignore]  # noqa: F401
     shell = _shell()
     if not getattr(shell, "_jupyter_exec_state_hooks", False):
         shell.events.register("pre_run_cell", _pre_run_cell)
