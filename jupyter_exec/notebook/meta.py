@@ -56,7 +56,9 @@ def notebook_metadata(kernel: KernelHandle, options: SessionOptions, name: str) 
             },
             **(
                 {"state_session": name, "state_folder": f".{name}_state"}
-                if options.save_state and options.backend != "remote"
+                if options.save_state
+                and options.backend != "remote"
+                and kernel.runs_ipython  # the per-cell state is Python's
                 else {}
             ),
         },

@@ -107,7 +107,9 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
             entry.update(dropped_cells=len(cells) - len(kept), backup=backup.name)
             cells = [cells[i] for i in kept]
         positions = positions[:until]
-    if until is None and session.options.save_state:  # the saved state, then the cells after it
+    if (
+        until is None and session.options.save_state and kernel.runs_ipython
+    ):  # saved state, then the cells after it
         from jupyter_exec.state.reload import load_for_resume
 
         made = await load_for_resume(session._state, session, kernel, dict(nb.metadata), len(cells))
@@ -129,7 +131,7 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     metadata.update({k: v for k, v in ours.items() if k != "jupyter_exec"})
     history = dict(metadata.get("jupyter_exec", {}))
     history.setdefault("session", session.name)
-    if session.options.save_state:
+    if session.options.save_state and kernel.runs_ipython:
         history.update(state_session=session.name, state_folder=state_folder(session.name))
     entry.update(cells_rerun=len(code_cells), failed=failed)
     history["resumed"] = [*history.get("resumed", []), entry]
