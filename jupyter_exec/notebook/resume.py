@@ -107,9 +107,8 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
             entry.update(dropped_cells=len(cells) - len(kept), backup=backup.name)
             cells = [cells[i] for i in kept]
         positions = positions[:until]
-    if (
-        until is None and session.options.save_state and kernel.runs_ipython
-    ):  # saved state, then the cells after it
+    # The saved state first, then only the cells after it.
+    if until is None and session.options.save_state and kernel.runs_ipython:
         from jupyter_exec.state.reload import load_for_resume
 
         made = await load_for_resume(session._state, session, kernel, dict(nb.metadata), len(cells))
