@@ -274,6 +274,19 @@ def _ipc_base() -> str | None:
     return base if len(base) + 3 <= 107 else None
 
 
+TCP_ONLY_KERNELS = frozenset({"deno"})
+"""Kernel programs whose ZeroMQ (not libzmq) has no ``ipc`` transport: they get loopback TCP."""
+
+
+def _speaks_ipc(km: AsyncKernelManager) -> bool:
+    """Whether ``km``'s kernel can listen on Unix sockets (libzmq kernels can; Deno's cannot)."""
+    try:
+        argv = list(km.kernel_spec.argv) if km.kernel_spec is not None else []
+    except NoSuchKernel:
+        return True  # the launch says so, with the installed names
+    return not argv or Path(str(argv[0])).name not in TCP_ONLY_KERNELS
+
+
 async def _launch_or_undo(km: AsyncKernelManager, **kwargs: Any) -> None:
     """``km.start_kernel(**kwargs)``; cancelled half way, the process it launched is stopped.
 
@@ -306,7 +319,7 @@ async def start_kernel(
     if spec is not None:
         kwargs["kernel_spec_manager"] = _OneSpec(spec)
     km = AsyncKernelManager(**kwargs)
-    if _local(spec):
+    if _local(spec) and _speaks_ipc(km):
         ipc_base = _ipc_base()
         if ipc_base is not None:
             # Unix sockets in the user's runtime dir: no TCP port other local users

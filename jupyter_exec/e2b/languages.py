@@ -1,0 +1,174 @@
+"""The languages a sandbox runs: E2B's names for them, their kernels, and ``envs=`` in each.
+
+E2B's ``run_code(language=...)`` and ``create_code_context(language=...)``
+take a language name (``"r"``, ``"js"``, ``"ts"``, ``"bash"``...). A client
+names a *language*, never a kernelspec: the name goes through
+:data:`LANGUAGES`, a fixed table, so nothing a client sends can pick another
+kernel (or a path). Each language has a default context, a stateful kernel
+started on its first use, as E2B's sandboxes have.
+
+``run_code(envs=...)`` sets variables for one execution only; each kernel
+speaks its own language, so each gets its own two cells around the code: one
+that saves the old values and sets the new, one that puts the old back. The
+values are written as string literals of that language (JSON's literals are
+R's and JavaScript's; bash gets ``shlex`` quoting), never spliced in raw.
+
+Python, R, JavaScript/TypeScript (Deno) and bash are served. Java is refused
+with the reason: no Java kernel is installable from the package registries
+this project uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from jupyter_exec.exceptions import InvalidArgument
+
+__all__ = ["LANGUAGES", "Language", "language_named"]
+
+_BASH_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language a sandbox runs: its E2B name, its kernelspec, its label for people."""
+
+    name: str
+    kernel_name: str
+    label: str
+    kernel_env: dict[str, str] = field(default_factory=dict)
+    """Set in its kernels' environment (Deno: no colour codes in the results' text)."""
+
+    def set_env_code(self, env_vars: dict[str, str]) -> str:
+        """The cell that keeps the old values of ``env_vars`` and sets the new ones."""
+        if self.name == "python":
+            names = json.dumps(env_vars)
+            return (
+                "# jupyter-exec e2b: environment for the next cell (run_code(envs=...))\n"
+                f"import os as _e2b_os, json as _e2b_json\n_e2b_new = _e2b_json.loads({names!r})\n"
+                "_e2b_saved_env = {k: _e2b_os.environ.get(k) for k in _e2b_new}\n"
+                "_e2b_os.environ.update(_e2b_new)\ndel _e2b_os, _e2b_json, _e2b_new"
+            )
+        if self.name == "r":
+            pairs = ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in env_vars.items())
+            return (
+                f".e2b_new <- c({pairs})\n"
+                ".e2b_saved_env <- Sys.getenv(names(.e2b_new), unset = NA, names = TRUE)\n"
+                "invisible(do.call(Sys.setenv, as.list(.e2b_new)))\nrm(.e2b_new)"
+            )
+        if self.name in ("javascript", "typescript"):
+            return (
+                f"{{ const _e2bNew = {_literal(json.dumps(env_vars))};\n"
+                "  const _e2bVars = JSON.parse(_e2bNew);\n"
+                "  (globalThis as any).__e2bSavedEnv = Object.fromEntries(\n"
+                "    Object.keys(_e2bVars).map((k) => [k, Deno.env.get(k)]));\n"
+                "  for (const [k, v] of Object.entries(_e2bVars)) Deno.env.set(k, v as string); }\n"
+                "void 0;"
+            )
+        lines = []
+        for i, (key, value) in enumerate(env_vars.items()):
+            _bash_name(key)
+            lines.append(
+                f'if [ -n "${{{key}+x}}" ]; then _e2b_had_{i}=1; _e2b_old_{i}="${key}"; '
+                f"else _e2b_had_{i}=0; fi; export {key}={shlex.quote(value)}"
+            )
+        return "\n".join(lines)
+
+    def restore_env_code(self, env_vars: dict[str, str]) -> str:
+        """The cell that puts back what :meth:`set_env_code` kept."""
+        if self.name == "python":
+            return (
+                "# jupyter-exec e2b: restore the environment after run_code(envs=...)\n"
+                "import os as _e2b_os\n"
+                "for _e2b_k, _e2b_v in _e2b_saved_env.items():\n"
+                "    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else "
+                "_e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n"
+                "del _e2b_os, _e2b_saved_env"
+            )
+        if self.name == "r":
+            return (
+                "for (.e2b_k in names(.e2b_saved_env)) {\n"
+                "  if (is.na(.e2b_saved_env[[.e2b_k]])) Sys.unsetenv(.e2b_k) else\n"
+                "    do.call(Sys.setenv, setNames(list(.e2b_saved_env[[.e2b_k]]), .e2b_k))\n"
+                "}\nrm(.e2b_saved_env, .e2b_k)"
+            )
+        if self.name in ("javascript", "typescript"):
+            return (
+                "{ const _e2bSaved = (globalThis as any).__e2bSavedEnv ?? {};\n"
+                "  for (const [k, v] of Object.entries(_e2bSaved)) {\n"
+                "    if (v === undefined) Deno.env.delete(k); else Deno.env.set(k, v as string);\n"
+                "  }\n  delete (globalThis as any).__e2bSavedEnv; }\nvoid 0;"
+            )
+        lines = []
+        for i, key in enumerate(env_vars):
+            lines.append(
+                f'if [ "$_e2b_had_{i}" = 1 ]; then export {key}="$_e2b_old_{i}"; '
+                f"else unset {key}; fi; unset _e2b_had_{i} _e2b_old_{i}"
+            )
+        return "\n".join(lines)
+
+    def check_env(self, env_vars: dict[str, str]) -> None:
+        """Refuse names this language cannot set safely (bash: identifiers only)."""
+        if self.name == "bash":
+            for key in env_vars:
+                _bash_name(key)
+
+
+def _literal(value: str) -> str:
+    """``value`` as a string literal of R and JavaScript (JSON's escapes are theirs)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _bash_name(key: str) -> None:
+    if not _BASH_NAME_RE.match(key):
+        raise InvalidArgument(
+            f"{key!r} cannot be an environment variable of a bash context: names are "
+            "letters, digits and '_', not starting with a digit"
+        )
+
+
+PYTHON = Language("python", "python3", "Python")
+_JS = Language("javascript", "deno", "JavaScript (Deno)", {"NO_COLOR": "1"})
+_TS = Language("typescript", "deno", "TypeScript (Deno)", {"NO_COLOR": "1"})
+_R = Language("r", "ir", "R (IRkernel)")
+_BASH = Language("bash", "bash", "bash (bash_kernel)")
+
+LANGUAGES: dict[str, Language] = {
+    "python": PYTHON,
+    "python3": PYTHON,
+    "r": _R,
+    "js": _JS,
+    "javascript": _JS,
+    "ts": _TS,
+    "typescript": _TS,
+    "bash": _BASH,
+}
+"""E2B's language names -> the language. The one place a client's word picks a kernel."""
+
+DEFAULT_LISTED = ("python", "javascript")
+"""The default contexts E2B lists in every sandbox, started or not."""
+
+_REFUSED = {
+    "java": "no Java kernel is installable from PyPI, Debian or npm for this server",
+}
+
+
+def language_named(name: object) -> Language:
+    """The language a client means by ``name`` (None: Python); anything else is refused."""
+    if name is None:
+        return PYTHON
+    if not isinstance(name, str):
+        raise InvalidArgument("'language' must be a string, such as 'python' or 'r'")
+    found = LANGUAGES.get(name.strip().lower())
+    if found is not None:
+        return found
+    served = ", ".join(sorted(LANGUAGES))
+    why = _REFUSED.get(name.strip().lower())
+    reason = f": {why}" if why else ""
+    raise InvalidArgument(
+        f"this sandbox does not run {name[:40]!r}{reason}; it runs {served}. For shell "
+        "commands there is also sandbox.commands.run(...)"
+    )
