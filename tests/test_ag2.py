@@ -89,7 +89,7 @@ def test_result_fields(executor: SessionCodeExecutor) -> None:
     result = executor.execute_code_blocks(blocks)
     assert isinstance(result, coding.IPythonCodeResult)
     assert result.exit_code == 0
-    assert "[image/png saved to agent_files/cell-001-1.png]" in result.output
+    assert f"Image data saved to {result.output_files[0]}" in result.output  # AG2's wording
     assert "shell here" in result.output
     assert [Path(p).name for p in result.output_files] == ["cell-001-1.png"]
     assert all(Path(p).is_absolute() and Path(p).is_file() for p in result.output_files)

@@ -42,6 +42,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, save_block
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, denied_connections, exit_code, render
@@ -206,8 +207,11 @@ async def run_block(
     *,
     timeout: float | None = None,
     max_output_chars: int = DEFAULT_LLM_CHARS,
+    style: Literal["model", "ag2"] = "model",
 ) -> BlockResult:
-    """Run (or only save) one block in ``session``; never raises for the block's own faults."""
+    """Run (or only save) one block in ``session``; never raises for the block's own faults.
+
+    ``style``: how the outputs are worded (:func:`~jupyter_exec.agents.llm.render`)."""
     work_dir = session.work_dir
     refused = _refused(block)
     if refused is not None:
@@ -225,6 +229,7 @@ async def run_block(
         max_chars=max_output_chars,
         save_dir=session.files_dir,
         network=session.options.network,
+        style=style,
     )
     return BlockResult(
         text.text,
@@ -241,12 +246,15 @@ async def run_blocks(
     *,
     timeout: float | None = None,
     max_output_chars: int = DEFAULT_LLM_CHARS,
+    style: Literal["model", "ag2"] = "model",
 ) -> AgentResult:
     """Run ``blocks`` in order in ``session``, stopping at the first that fails."""
     todo: Sequence[CodeBlock] = list(blocks)
     done: list[BlockResult] = []
     for block in todo:
-        result = await run_block(session, block, timeout=timeout, max_output_chars=max_output_chars)
+        result = await run_block(
+            session, block, timeout=timeout, max_output_chars=max_output_chars, style=style
+        )
         done.append(result)
         if result.exit_code != 0:
             break
@@ -356,12 +364,13 @@ async def run_script_block(
             text = f"{saved.text} (not run: {block.language} is not allowed to run here)"
             return dataclasses.replace(saved, text=text)
         return saved
+    code = block.code
+    if block.language == "sh":  # quiet installs, as AG2's command-line executors make them
+        code = "\n".join(_quiet_pip_shell(line) for line in code.split("\n"))
     try:
-        result = await session.run_script(
-            block.code, block.language, named.filename, timeout=timeout
-        )
-    except WorkDirError as exc:
-        return BlockResult(f"[not run: {exc}]", 1)
+        result = await session.run_script(code, block.language, named.filename, timeout=timeout)
+    except WorkDirError as exc:  # AG2's words first: agents are prompted with them
+        return BlockResult(f"[not run: Filename is not in the workspace: {exc}]", 1)
     _record_script(session, block, result)
     limit = timeout if timeout is not None else session.timeout
     return BlockResult(
