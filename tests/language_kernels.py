@@ -19,9 +19,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["KERNELS", "install_language_kernels"]
+import pytest
+
+__all__ = ["KERNELS", "install_language_kernels", "language_kernels"]
 
 KERNELS = ("ir", "deno", "bash")
 
@@ -55,3 +58,13 @@ def install_language_kernels(scratch: Path) -> Path:
     if missing:
         raise RuntimeError(f"kernelspecs not installed: {missing}")
     return data
+
+
+@pytest.fixture(scope="module")
+def language_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The R, Deno and bash kernelspecs on ``JUPYTER_PATH`` for one test module."""
+    data = install_language_kernels(tmp_path_factory.mktemp("language-kernels"))
+    with pytest.MonkeyPatch.context() as patch:
+        old = os.environ.get("JUPYTER_PATH")
+        patch.setenv("JUPYTER_PATH", os.pathsep.join([str(data), *filter(None, [old])]))
+        yield data

@@ -115,15 +115,13 @@ def check_installed(found: Language) -> None:
     """Refuse a language whose kernelspec this server does not have, naming what to install."""
     if found is PYTHON:
         return
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    from jupyter_client.kernelspec import KernelSpecManager
 
-    try:
-        KernelSpecManager().get_kernel_spec(found.kernel_name)
-    except NoSuchKernel:
+    if found.kernel_name not in KernelSpecManager().find_kernel_specs():  # names; nothing parsed
         raise InvalidArgument(
             f"{found.label} is not installed on this server (no kernelspec "
             f"{found.kernel_name!r}); install its kernel to use language={found.name!r}"
-        ) from None
+        )
 
 
 @dataclass
