@@ -84,6 +84,9 @@ class LanguageKernels:
                 env=dict(self.session.options.env) if self.session.options.env else None,
             )
             await made.start()
+            for kernel in (self.session, *self._kernels.values()):
+                kernel.share_work_dir(made)
+                made.share_work_dir(kernel)
             self._kernels[key] = made
             return made
 
