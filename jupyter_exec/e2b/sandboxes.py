@@ -111,13 +111,16 @@ def refuse_language(language: object, backend: str = "local") -> Language:
     return found
 
 
-def check_installed(found: Language) -> None:
-    """Refuse a language whose kernelspec this server does not have, naming what to install."""
-    if found is PYTHON:
-        return
+def installed(found: Language) -> bool:
+    """Whether this server has ``found``'s kernelspec (its name is looked up; nothing parsed)."""
     from jupyter_client.kernelspec import KernelSpecManager
 
-    if found.kernel_name not in KernelSpecManager().find_kernel_specs():  # names; nothing parsed
+    return found is PYTHON or found.kernel_name in KernelSpecManager().find_kernel_specs()
+
+
+def check_installed(found: Language) -> None:
+    """Refuse a language whose kernelspec this server does not have, naming what to install."""
+    if not installed(found):
         raise InvalidArgument(
             f"{found.label} is not installed on this server (no kernelspec "
             f"{found.kernel_name!r}); install its kernel to use language={found.name!r}"
@@ -383,12 +386,16 @@ class Sandboxes:
         return context
 
     def list_contexts(self, sandbox: Sandbox) -> list[Context]:
-        """The default contexts first (Python's and JavaScript's always, as E2B lists them),
-        then the ones the client made, oldest first."""
-        listed = self._backend() == "local"
-        for name in DEFAULT_LISTED if listed else ("python",):
-            self.default_context(sandbox, language_named(name))
-        defaults = [c for c in sandbox.contexts.values() if c.id.startswith(DEFAULT_CONTEXT)]
+        """The default contexts first (Python's, and JavaScript's where its kernel is installed,
+        as E2B lists them), then the ones the client made, oldest first."""
+        for name in DEFAULT_LISTED:
+            language = language_named(name)
+            if language is PYTHON or (self._backend() == "local" and installed(language)):
+                self.default_context(sandbox, language)
+        defaults = sorted(
+            (c for c in sandbox.contexts.values() if c.id.startswith(DEFAULT_CONTEXT)),
+            key=lambda c: c.id != DEFAULT_CONTEXT,  # Python's first
+        )
         made = [c for c in sandbox.contexts.values() if not c.id.startswith(DEFAULT_CONTEXT)]
         return [*defaults, *made]
 

@@ -18,6 +18,9 @@ from e2b.exceptions import SandboxException
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import Running
 
+from jupyter_exec.e2b.languages import Language
+from jupyter_exec.e2b.sandboxes import check_installed
+from jupyter_exec.exceptions import InvalidArgument
 from tests.language_kernels import language_kernels  # noqa: F401
 
 pytestmark = [
@@ -98,3 +101,9 @@ def test_java_is_refused_with_the_reason(debug_env: Running) -> None:
         sandbox.run_code('System.out.println("hi")', language="java")
     with pytest.raises(SandboxException, match=r"400.*does not run .cobol."):
         sandbox.create_code_context(language="cobol")
+
+
+def test_a_language_whose_kernel_is_not_installed_is_refused_naming_it() -> None:
+    missing = Language("r", "no-such-kernelspec-here", "R (IRkernel)")
+    with pytest.raises(InvalidArgument, match="no kernelspec 'no-such-kernelspec-here'"):
+        check_installed(missing)
