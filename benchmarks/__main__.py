@@ -16,6 +16,7 @@ import benchmarks.checkpoint_cases
 import benchmarks.docker_cases
 import benchmarks.e2b_cases
 import benchmarks.fork_cases
+import benchmarks.language_cases
 import benchmarks.nbclient_cases
 import benchmarks.network_cases
 import benchmarks.replay_cases
@@ -37,6 +38,7 @@ _ = (
     benchmarks.e2b_cases,
     benchmarks.network_cases,
     benchmarks.checkpoint_cases,
+    benchmarks.language_cases,
 )
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from jupyter_exec.boundary.naming import check_text, validate_name
+from jupyter_exec.engine.languages import canonical_language, kernel_for
 from jupyter_exec.engine.outputs import DEFAULT_MAX_STREAM_CHARS
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.network.policy import NetworkPolicy
@@ -89,6 +90,15 @@ class SessionOptions:
     kernel_name: str = field(
         default="python3",
         metadata=_help("An installed kernelspec to run (unless python or backend say otherwise)."),
+    )
+    language: str | None = field(
+        default=None,
+        metadata=_help(
+            "The language to run: python, r, bash, javascript, typescript or java (aliases "
+            "such as R, sh, js, ts, py too); it picks the kernel (python3, ir, bash, deno, "
+            "java). "
+            "None: kernel_name decides."
+        ),
     )
     python: str | None = field(
         default=None,
@@ -231,6 +241,8 @@ class SessionOptions:
             put(self, "notebook", _path(self.notebook, "notebook"))
         if self.name is not None:
             validate_name(self.name)
+        if self.language is not None:
+            _language(self)
         if self.backend not in get_args(Backend):
             raise InvalidArgument(
                 f"unknown backend {self.backend!r}: use 'local', 'docker' or 'remote'"
@@ -352,6 +364,35 @@ def _path(value: Any, what: str) -> Path:
         raise InvalidArgument(f"{what} is empty; give a path")
     check_text(text, f"{what} {text!r}")
     return Path(text)
+
+
+def _language(options: SessionOptions) -> None:
+    """Settle ``language`` to its canonical name and ``kernel_name`` to its kernel; refuse a
+    ``kernel_name`` or ``python`` that says otherwise."""
+    language = canonical_language(options.language)
+    kernel = kernel_for(language)
+    if options.kernel_name not in (kernel, "python3"):
+        raise InvalidArgument(
+            f"language={options.language!r} runs the kernel {kernel!r}, but kernel_name="
+            f"{options.kernel_name!r} was given too: give one of them"
+        )
+    if options.python is not None and language != "python":
+        raise InvalidArgument(
+            f"python= names a Python interpreter; language={options.language!r} runs "
+            f"the {kernel!r} kernel: drop one of them"
+        )
+    if language == "java" and options.backend == "docker":
+        raise InvalidArgument(
+            "language='java' runs on this machine's kernel only for now (JJava speaks TCP, "
+            "which a network-less container does not have): use backend='local'"
+        )
+    if options.undo_steps and language != "python":
+        raise InvalidArgument(
+            f"undo_steps needs a Python kernel (undo is Python run inside the kernel); "
+            f"language={options.language!r} has no undo: drop undo_steps"
+        )
+    object.__setattr__(options, "language", language)
+    object.__setattr__(options, "kernel_name", kernel)
 
 
 def _seconds(value: Any, what: str, *, zero: bool) -> float:

@@ -163,6 +163,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
         name: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         *,
+        language: str | None = None,
         backend: Backend = "local",
         docker: dict[str, Any] | None = None,
         network: Any = None,
@@ -188,6 +189,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
             notebook,
             name,
             timeout,
+            language=language,
             backend=backend,
             docker=docker,
             network=network,
@@ -342,6 +344,11 @@ class Session(contextlib.AbstractContextManager["Session"]):
     @property
     def language_info(self) -> dict[str, Any]:
         return self._async.language_info
+
+    @property
+    def language(self) -> str:
+        """What the session runs (``python``, ``r``, ``bash``, ``javascript``, ``typescript``)."""
+        return self._async.language
 
     @property
     def is_alive(self) -> bool:

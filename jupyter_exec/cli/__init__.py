@@ -11,8 +11,8 @@ types to exit statuses), and SIGTERM and SIGHUP stop a command as Ctrl-C does
     replay           cli/replay.py    re-run a notebook, report what differs
     mcp              cli/mcp.py       the MCP server (stdio or HTTP)
     e2b              cli/e2b.py       the E2B-compatible sandbox server
-    image, kernels,  cli/docker.py    the Docker kernel image, kernelspecs, orphans
-    reap
+    image, reap      cli/docker.py    the Docker kernel image, orphaned containers
+    kernels          cli/kernels.py   each language's kernel; the Docker kernelspec
 """
 
 from __future__ import annotations
@@ -25,14 +25,10 @@ from collections.abc import Sequence
 
 from jupyter_exec._version import __version__
 from jupyter_exec.cli.checkpoints import add_checkpoints_parser
-from jupyter_exec.cli.docker import (
-    DOCKER_COMMANDS,
-    add_image_parser,
-    add_kernels_parser,
-    add_reap_parser,
-)
+from jupyter_exec.cli.docker import DOCKER_COMMANDS, add_image_parser, add_reap_parser
 from jupyter_exec.cli.e2b import add_e2b_parser
 from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
+from jupyter_exec.cli.kernels import add_kernels_parser
 from jupyter_exec.cli.mcp import add_mcp_parser
 from jupyter_exec.cli.options import formatter
 from jupyter_exec.cli.replay import add_replay_parser

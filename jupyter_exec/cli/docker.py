@@ -1,4 +1,4 @@
-"""The Docker subcommands of ``jupyter-exec``: ``image build``, ``kernels install``, ``reap``.
+"""The Docker subcommands of ``jupyter-exec``: ``image build`` and ``reap``.
 
 Each ``add_*_parser(subparsers)`` registers one subcommand whose ``func`` takes the parsed
 arguments and returns an exit status; our errors (Docker not running, a failed build) reach
@@ -9,13 +9,11 @@ limited to these three.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from jupyter_exec.cli.options import Subparsers as _Subparsers
 from jupyter_exec.cli.options import formatter as _formatter
-from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["DOCKER_COMMANDS", "add_image_parser", "add_kernels_parser", "add_reap_parser"]
+__all__ = ["DOCKER_COMMANDS", "add_image_parser", "add_reap_parser"]
 
 DOCKER_COMMANDS = ("image", "kernels", "reap")
 
@@ -31,14 +29,9 @@ examples:
       a requirements file; without --tag the image gets a tag derived from its content
   jupyter-exec image build --dockerfile ./Dockerfile --tag my/kernel:custom
       your Dockerfile is built first and the kernel layer (ipykernel in /opt/kernel) goes on top
-"""
-
-KERNELS_EPILOG = """\
-examples:
-  jupyter-exec kernels install --user        for you only (~/.local/share/jupyter/kernels)
-  jupyter-exec kernels install --sys-prefix  into this Python environment
-Then choose "Python 3 (Docker)" in JupyterLab. Tune it in jupyter_server_config.py, e.g.
-  c.DockerProvisioner.memory = "4g"; c.DockerProvisioner.network = True
+  jupyter-exec image build --languages r,bash,javascript,typescript
+      the kernel image with R, Bash and Deno (JavaScript, TypeScript) kernels added, tagged
+      jupyter-exec/kernel:languages: what Session(language="r", backend="docker") runs
 """
 
 REAP_EPILOG = """\
@@ -93,37 +86,15 @@ def add_image_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
         help="image tag (default: jupyter-exec/kernel:latest, or a content-hashed tag when "
         "--pip/--requirements/--dockerfile are given)",
     )
+    build.add_argument(
+        "--languages",
+        default="",
+        metavar="LIST",
+        help="comma-separated kernels to add: r, bash, javascript, typescript (default tag "
+        "then: jupyter-exec/kernel:languages for all four)",
+    )
     build.set_defaults(func=_image_build)
     return image
-
-
-def add_kernels_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
-    """Register ``kernels install`` and ``kernels list``."""
-    kernels: argparse.ArgumentParser = subparsers.add_parser(
-        "kernels",
-        help="install jupyter-exec's kernelspecs (e.g. Python 3 (Docker))",
-        description="Manage jupyter-exec's kernelspecs.",
-        epilog=KERNELS_EPILOG,
-        formatter_class=_formatter,
-    )
-    actions = kernels.add_subparsers(dest="kernels_command", metavar="COMMAND")
-    actions.required = True
-    install = actions.add_parser(
-        "install",
-        help="install the kernelspecs so JupyterLab offers them",
-        epilog=KERNELS_EPILOG,
-        formatter_class=_formatter,
-    )
-    where = install.add_mutually_exclusive_group()
-    where.add_argument("--user", action="store_true", help="install for the current user")
-    where.add_argument(
-        "--sys-prefix", action="store_true", help=f"install into {sys.prefix} (this environment)"
-    )
-    where.add_argument("--prefix", metavar="PREFIX", help="install into PREFIX/share/jupyter")
-    install.set_defaults(func=_kernels_install)
-    listing = actions.add_parser("list", help="list the kernelspecs jupyter-exec ships")
-    listing.set_defaults(func=_kernels_list)
-    return kernels
 
 
 def add_reap_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
@@ -151,7 +122,7 @@ def add_reap_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
 
 def _image_build(args: argparse.Namespace) -> int:
     from jupyter_exec.docker.engine import connect
-    from jupyter_exec.docker.image import BuildOptions, build_image
+    from jupyter_exec.docker.image import BuildOptions, build_image, image_languages
 
     options = BuildOptions(
         tag=args.tag,
@@ -160,6 +131,7 @@ def _image_build(args: argparse.Namespace) -> int:
         requirements_file=args.requirements or "",
         dockerfile=args.dockerfile or "",
         data_stack=not args.no_data_stack,
+        languages=image_languages(args.languages),
     )
     client = connect()
     try:
@@ -167,37 +139,6 @@ def _image_build(args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(tag)
-    return 0
-
-
-def _kernels_install(args: argparse.Namespace) -> int:
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    from jupyter_exec.docker.resources import kernelspec_dirs
-
-    prefix = args.prefix or (sys.prefix if args.sys_prefix else None)
-    manager = KernelSpecManager()
-    try:
-        for source in kernelspec_dirs():
-            dest = manager.install_kernel_spec(
-                str(source), kernel_name=source.name, user=args.user, prefix=prefix
-            )
-            print(f"installed kernelspec {source.name} in {dest}")
-    except OSError as exc:
-        raise InvalidArgument(
-            f"cannot install the kernelspecs there: {exc.strerror or exc} (try --user)"
-        ) from None
-    return 0
-
-
-def _kernels_list(args: argparse.Namespace) -> int:
-    import json
-
-    from jupyter_exec.docker.resources import kernelspec_dirs
-
-    for source in kernelspec_dirs():
-        spec = json.loads((source / "kernel.json").read_text())
-        print(f"{source.name}\t{spec.get('display_name', '')}\t{source}")
     return 0
 
 

@@ -25,19 +25,25 @@ import docker.errors
 
 from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.docker.resources import dockerfile_dir
-from jupyter_exec.exceptions import ImageError
+from jupyter_exec.exceptions import ImageError, InvalidArgument
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
     "DEFAULT_IMAGE",
+    "LANGUAGES_IMAGE",
     "BuildOptions",
     "build_image",
     "ensure_image",
     "image_exists",
+    "image_languages",
 ]
 
 DEFAULT_IMAGE = "jupyter-exec/kernel:latest"
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
+LANGUAGES_IMAGE = "jupyter-exec/kernel:languages"
+"""The kernel image with every other language's kernel (R, Bash, Deno) added."""
+IMAGE_LANGUAGES = ("r", "bash", "javascript", "typescript")
+"""The languages whose kernels ``kernels/languages/Dockerfile`` can add."""
 
 LineSink = Callable[[str], None]
 
@@ -52,6 +58,8 @@ class BuildOptions:
     requirements_file: str = ""
     dockerfile: str = ""
     data_stack: bool = True
+    languages: tuple[str, ...] = ()
+    """Kernels added on top (``kernels/languages/Dockerfile``): any of :data:`IMAGE_LANGUAGES`."""
 
     @property
     def customised(self) -> bool:
@@ -68,9 +76,23 @@ class BuildOptions:
         """
         if self.tag:
             return self.tag
-        if not self.customised:
+        if self.languages and not self.customised:
+            if set(self.languages) == set(IMAGE_LANGUAGES):
+                return LANGUAGES_IMAGE
+            return f"jupyter-exec/kernel:languages-{'-'.join(self.languages)}"
+        if not self.customised and not self.languages:
             return DEFAULT_IMAGE
         return f"jupyter-exec/kernel:custom-{self.content_hash()}"
+
+    def python_layer(self) -> BuildOptions:
+        """These options without the languages: the image the languages are added to."""
+        return BuildOptions(
+            base_image=self.base_image,
+            pip_packages=self.pip_packages,
+            requirements_file=self.requirements_file,
+            dockerfile=self.dockerfile,
+            data_stack=self.data_stack,
+        )
 
     def content_hash(self) -> str:
         digest = hashlib.sha256()
@@ -82,8 +104,32 @@ class BuildOptions:
             "requirements": _read(self.requirements_file),
             "dockerfile": _read(self.dockerfile),
         }
+        if self.languages:  # (absent otherwise: the tags of images without them stay)
+            parts["languages"] = list(self.languages)
+            parts["languages_files"] = [
+                (_languages_dir() / name).read_text() for name in ("Dockerfile", "deno_kernel.py")
+            ]
         digest.update(json.dumps(parts, sort_keys=True).encode())
         return digest.hexdigest()[:12]
+
+
+def image_languages(text: str) -> tuple[str, ...]:
+    """``"r,bash,js"`` as the languages of :data:`IMAGE_LANGUAGES`, in their order; a name
+    that is not one of them (python is always there) raises :class:`InvalidArgument`."""
+    from jupyter_exec.engine.languages import canonical_language
+
+    asked = {canonical_language(word) for word in text.replace(" ", ",").split(",") if word}
+    asked.discard("python")
+    if not asked <= set(IMAGE_LANGUAGES):
+        raise InvalidArgument(
+            f"no Docker kernel for {', '.join(sorted(asked - set(IMAGE_LANGUAGES)))} yet: "
+            f"the image can add {', '.join(IMAGE_LANGUAGES)}"
+        )
+    return tuple(language for language in IMAGE_LANGUAGES if language in asked)
+
+
+def _languages_dir() -> Path:
+    return dockerfile_dir().parent / "languages"
 
 
 def _read(path: str) -> str:
@@ -134,7 +180,39 @@ def _stream_build(client: docker.DockerClient, on_line: LineSink, what: str, **k
 def build_image(
     client: docker.DockerClient, options: BuildOptions, on_line: LineSink = print
 ) -> str:
-    """Build the kernel image described by ``options``; return its tag."""
+    """Build the kernel image described by ``options``; return its tag.
+
+    With languages, the Python kernel image is built (or reused, when it exists) first
+    and the languages' kernels go on top of it, so the two share its layers."""
+    if not options.languages:
+        return _build_python_image(client, options, on_line)
+    unknown = set(options.languages) - set(IMAGE_LANGUAGES)
+    if unknown:
+        raise InvalidArgument(
+            f"no kernel image for {', '.join(sorted(unknown))}: use {', '.join(IMAGE_LANGUAGES)}"
+        )
+    tag = options.resolved_tag()
+    started = time.monotonic()
+    base_options = options.python_layer()
+    base = base_options.resolved_tag()
+    if not image_exists(client, base):
+        _build_python_image(client, base_options, on_line)
+    on_line(f"adding the {', '.join(options.languages)} kernels to {base} as {tag}")
+    _stream_build(
+        client,
+        on_line,
+        f"kernel image {tag}",
+        path=str(_languages_dir()),
+        tag=tag,
+        buildargs={"BASE_IMAGE": base, "LANGUAGES": " ".join(options.languages)},
+    )
+    on_line(f"built {tag} in {time.monotonic() - started:.0f} s")
+    return tag
+
+
+def _build_python_image(
+    client: docker.DockerClient, options: BuildOptions, on_line: LineSink
+) -> str:
     tag = options.resolved_tag()
     started = time.monotonic()
     base = options.base_image
@@ -183,6 +261,12 @@ def ensure_image(
     tag = options.resolved_tag()
     if image_exists(client, tag):
         return tag
+    if tag == LANGUAGES_IMAGE and not options.languages:
+        raise ImageError(
+            f"Docker image {tag} (the kernels of R, Bash, JavaScript and TypeScript) does not "
+            "exist. Build it with `jupyter-exec image build --languages "
+            f"{','.join(IMAGE_LANGUAGES)}`."
+        )
     if not build_if_missing:
         raise ImageError(
             f"Docker image {tag} does not exist. Build it with `jupyter-exec image build"

@@ -60,6 +60,9 @@ async def install(kernel: KernelHandle, work_dir: Path) -> bool:
     """
     if kernel.stream_guard is not None:
         return kernel.stream_guard
+    if not kernel.runs_ipython:  # the guard is Python source: never sent to another kernel
+        kernel.stream_guard = False
+        return False
     probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
     try:
         with Folder.open(work_dir) as folder:

@@ -35,6 +35,7 @@ from jupyter_exec.engine.interpreters import (
     kernel_spec_for_python,
     resolve_python,
 )
+from jupyter_exec.engine.languages import install_hint, language_of_kernel
 from jupyter_exec.engine.receiver import Receiver
 from jupyter_exec.exceptions import (
     BackendError,
@@ -114,6 +115,28 @@ class KernelHandle:
     @property
     def kernel_id(self) -> str:
         return str(self.km.kernel_id)
+
+    @property
+    def language(self) -> str:
+        """The language the kernel said it runs (``language_info.name``, lowercased)."""
+        return str(self.kernel_info.get("language_info", {}).get("name") or "").lower()
+
+    @property
+    def late_outputs(self) -> bool:
+        """Whether the kernel may publish a cell's outputs after its idle status (Deno's
+        does, now and then, for the ``execute_result``): a cell then waits for a fence."""
+        implementation = str(self.kernel_info.get("implementation") or "").lower()
+        return "deno" in implementation or self.language in ("typescript", "javascript")
+
+    @property
+    def runs_ipython(self) -> bool:
+        """Whether the in-kernel Python helpers may be sent to this kernel: the stream guard,
+        durable state, forks and snapshots are Python source run in the kernel, meaningless
+        (or worse: run as shell commands) in an R, Bash or Deno kernel.
+
+        The one place that decides it, from what the kernel says about itself."""
+        implementation = self.kernel_info.get("implementation")
+        return self.language == "python" and implementation in ("ipython", None)
 
     def process_alive(self) -> bool:
         """Whether the kernel process runs: a cheap local check (no round trip) where possible."""
@@ -255,6 +278,20 @@ def _ipython_args(km: AsyncKernelManager) -> list[str]:
     return [IN_MEMORY_HISTORY] if any("ipykernel" in str(a) for a in argv) else []
 
 
+TCP_ONLY_KERNELS = frozenset({"deno", "java"})
+"""Kernel programs (``argv[0]``) that cannot bind ZMQ's ipc transport: Deno reads the
+connection file's ``ip`` as a host name; a JVM kernel's JeroMQ has no Unix sockets."""
+
+
+def _speaks_ipc(km: AsyncKernelManager) -> bool:
+    """Whether the kernel can bind ZMQ's ipc transport (else it gets loopback TCP)."""
+    try:
+        argv = km.kernel_spec.argv if km.kernel_spec is not None else []
+    except NoSuchKernel:
+        return True  # start_kernel reports it
+    return not argv or Path(str(argv[0])).name not in TCP_ONLY_KERNELS
+
+
 def _local(spec: KernelSpec | None) -> bool:
     return spec is None or "kernel_provisioner" not in (spec.metadata or {})
 
@@ -330,16 +367,15 @@ async def start_kernel(
     km.shutdown_wait_time = 3.0
     kernel_env = dict(os.environ if env is None else env)
     kernel_env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    if not _speaks_ipc(km):  # Deno: plain values (no ANSI colours in text/plain), no nagging
+        kernel_env.setdefault("NO_COLOR", "1")
+        kernel_env.setdefault("DENO_NO_UPDATE_CHECK", "1")
     if spec is None:
         _activate(kernel_env, km)
     try:
         await _launch_or_undo(km, cwd=str(cwd), env=kernel_env, extra_arguments=_ipython_args(km))
     except NoSuchKernel:
-        raise KernelStartError(
-            f"no kernelspec named {kernel_name!r}; installed: "
-            f"{', '.join(sorted(KernelSpecManager().find_kernel_specs())) or 'none'} "
-            f"(install ipykernel's with: {sys.executable} -m ipykernel install --user)"
-        ) from None
+        raise KernelStartError(_no_such_kernel(kernel_name)) from None
     except JupyterExecError:
         raise
     except (OSError, RuntimeError, ValueError) as exc:
@@ -353,6 +389,17 @@ async def start_kernel(
         await handle.shutdown(now=True)
         raise
     return handle
+
+
+def _no_such_kernel(kernel_name: str) -> str:
+    """What to say when ``kernel_name`` is not installed: what is, and how to install it."""
+    installed = ", ".join(sorted(KernelSpecManager().find_kernel_specs())) or "none"
+    language = language_of_kernel(kernel_name)
+    if language is None or language == "python":
+        how = f"{sys.executable} -m ipykernel install --user"
+    else:
+        how = install_hint(language)
+    return f"no kernelspec named {kernel_name!r}; installed: {installed} (install it with: {how})"
 
 
 async def attach_kernel(km: AsyncKernelManager, startup_timeout: float = 60.0) -> KernelHandle:

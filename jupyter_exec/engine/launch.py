@@ -89,7 +89,7 @@ async def kernel_spec(options: SessionOptions) -> KernelSpec | None:
     if options.backend == "docker":
         from jupyter_exec.engine.backends import docker_kernel_spec
 
-        return docker_kernel_spec(dict(options.docker))
+        return docker_kernel_spec(dict(options.docker), options.kernel_name)
     if options.python is not None:
         # Probes the interpreter (a subprocess): not on the event loop.
         return await asyncio.to_thread(kernel_spec_for_python, options.python)

@@ -130,6 +130,8 @@ class CellRunner:
                 return run
         if outcome == "idle":
             reply = await self._shell_reply(msg_id, run.timing)
+            if self.kernel.late_outputs:
+                await self._fence(msg_id, builder, on_output)
             if builder.execution_count is None:
                 builder.execution_count = reply.get("execution_count")
             run.user_expressions = dict(reply.get("user_expressions") or {})
@@ -213,6 +215,37 @@ class CellRunner:
             if on_output is not None:
                 for event in events:
                     await _call(on_output, event)
+
+    async def _fence(
+        self, msg_id: str, builder: CellOutputs, on_output: OutputCallback | None
+    ) -> None:
+        """Collect what a kernel published for ``msg_id`` after its idle status.
+
+        A kernel handles one request at a time and IOPub keeps its order, so
+        everything the cell still had to publish comes before the busy status of
+        a ``kernel_info_request`` sent now: outputs of ``msg_id`` are taken until
+        that request's idle status. No waiting on the clock.
+        """
+        fence = self.kernel.kc.kernel_info()
+        deadline = time.monotonic() + 10.0
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self.kernel.iopub.get(min(QUIET_POLL, remaining))
+            except queue.Empty:
+                if self._closing() or not await self.kernel.is_alive():
+                    return
+                continue
+            parent = msg["parent_header"].get("msg_id")
+            if parent == fence:
+                if msg["header"]["msg_type"] == "status" and (
+                    msg["content"].get("execution_state") == "idle"
+                ):
+                    return
+            elif parent == msg_id and msg["header"]["msg_type"] != "status":
+                events = builder.feed(msg)
+                if on_output is not None:
+                    for event in events:
+                        await _call(on_output, event)
 
     async def _shell_reply(self, msg_id: str, timing: dict[str, str]) -> dict[str, Any]:
         """The execute_reply (normally already queued when IOPub goes idle)."""

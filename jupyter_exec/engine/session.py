@@ -85,6 +85,7 @@ class AsyncSession(StateMethods):
         name: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         *,
+        language: str | None = None,
         backend: Backend = "local",
         docker: dict[str, Any] | None = None,
         network: Any = None,
@@ -179,6 +180,14 @@ class AsyncSession(StateMethods):
     @property
     def language_info(self) -> dict[str, Any]:
         return dict(self._kernel.kernel_info.get("language_info", {})) if self._kernel else {}
+
+    @property
+    def language(self) -> str:
+        """What the session runs: ``python``, ``r``, ``bash``, ``javascript`` or ``typescript``
+        as asked (``language=``), else the kernel's own ``language_info.name`` once started."""
+        if self._options.language is not None:
+            return self._options.language
+        return self._kernel.language if self._kernel is not None else ""
 
     @property
     def is_alive(self) -> bool:

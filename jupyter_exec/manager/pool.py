@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.engine.languages import kernel_for
 from jupyter_exec.engine.launch import network_of
 from jupyter_exec.network.policy import NetworkPolicy
 
@@ -81,7 +82,11 @@ class PoolKey:
         policy = options.get("network")
         return cls(
             backend=backend,
-            kernel_name=str(options.get("kernel_name") or "python3"),
+            kernel_name=(  # a language picks its kernel (python3 is only the default)
+                kernel_for(str(options["language"]))
+                if options.get("language")
+                else str(options.get("kernel_name") or "python3")
+            ),
             python=str(options.get("python") or ""),
             docker=_canonical(options.get("docker")) if backend == "docker" else "",
             env=_canonical(options.get("env")),

@@ -133,13 +133,21 @@ class SessionRegistry:
             )
         raise ValueError(f"unknown backend {backend!r}: use 'local' or 'docker'")
 
-    async def get(self, name: str, *, backend: str | None = None) -> AsyncSession:
-        """The session called ``name``, started now if it does not exist yet."""
+    async def get(
+        self, name: str, *, backend: str | None = None, language: str | None = None
+    ) -> AsyncSession:
+        """The session called ``name``, started now if it does not exist yet.
+
+        ``language`` (``r``, ``javascript``...) makes a new session run that language's
+        kernel; an existing session of another language is refused."""
         validate_name(name)
         await self.start()
         if name not in self.manager:
             environment = self._environment_for(backend)
             options = await self._options_for(environment)
+            if language not in (None, "python"):  # its own kernel, not the environment's Python
+                options = {k: v for k, v in options.items() if k != "python"}
+                options["language"] = language
             try:
                 await self.manager.session(name, **options)
             except SessionLimitError as exc:
@@ -155,7 +163,13 @@ class SessionRegistry:
                 f"session {name!r} already runs on {info.backend}; close it first "
                 f"or use another name for a {backend} session"
             )
-        return self.manager.get(name)
+        live = self.manager.get(name)
+        runs = live.language or "python"
+        if language is not None and runs != language:
+            raise JupyterExecError(
+                f"session {name!r} runs {runs}; use another session name for {language} code"
+            )
+        return live
 
     def _info(self, name: str) -> SessionInfo | None:
         return next((i for i in self.manager.list() if i.name == name), None)

@@ -27,6 +27,7 @@ from jupyter_exec.agents.agent import MAX_IMAGE_BYTES, run_block
 from jupyter_exec.agents.codeblocks import CodeBlock, normalise_language
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.languages import canonical_language
 from jupyter_exec.engine.outputs import strip_ansi
 from jupyter_exec.engine.store import confined_path
 from jupyter_exec.exceptions import JupyterExecError, StorageError, WorkDirError
@@ -214,16 +215,21 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
     ) -> Any:
         """Run code in a named, stateful session (created on first use) and return its output.
 
-        language: "python" (default) or "bash" (runs in the session's own environment).
+        language: "python" (default), "bash" (shell commands in a Python session's own
+        environment), or "r", "javascript", "typescript": a session of that language's kernel
+        (a session keeps the language it was made with; name another session for another).
         timeout: seconds before the code is interrupted (default: the server's).
         backend: "local" or "docker", for a new session (default: the server's).
         Variables persist between calls to the same session. Images are returned as images;
         files written are listed relative to the session's work dir.
         """
-        if language.lower() not in _LANGUAGES:
-            raise ValueError(f"unsupported language {language!r}: use python or bash")
-        live = await registry.get(session, backend=backend)
-        block = CodeBlock.from_code(code, normalise_language(language))
+        if language.lower() in _LANGUAGES:
+            live = await registry.get(session, backend=backend, language="python")
+            block = CodeBlock.from_code(code, normalise_language(language))
+        else:  # a kernel of its own: the code is its cell as given
+            kernel_language = canonical_language(language)
+            live = await registry.get(session, backend=backend, language=kernel_language)
+            block = CodeBlock(code=code, language="python")
         with asker.running(session, ctx) if asker is not None else contextlib.nullcontext():
             result = await run_block(
                 live, block, timeout=timeout, max_output_chars=max_output_chars

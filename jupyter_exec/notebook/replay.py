@@ -46,6 +46,7 @@ from typing import Any, TextIO
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
 from jupyter_exec.engine.cancel import execute_to_the_end
+from jupyter_exec.engine.languages import kernel_for, language_of_kernel
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.models import Execution
@@ -89,8 +90,12 @@ def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]
     """The notebook's own kernel if installed, else python3 for Python notebooks."""
     spec = nb.metadata.get("kernelspec") or {}
     wanted = spec.get("name")
-    if not wanted or session_kwargs.get("python") or session_kwargs.get("backend") == "docker":
+    if session_kwargs.get("language"):
+        return kernel_for(str(session_kwargs["language"]))
+    if not wanted or session_kwargs.get("python"):
         return "python3"
+    if session_kwargs.get("backend") == "docker":  # the image has python3, ir, bash and deno
+        return str(wanted) if language_of_kernel(str(wanted)) else "python3"
     from jupyter_client.kernelspec import KernelSpecManager
 
     if wanted in KernelSpecManager().find_kernel_specs():

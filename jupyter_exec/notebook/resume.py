@@ -8,6 +8,7 @@ the session's live record, so new cells are appended to it, numbering on.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyter_exec.boundary.naming import backup_notebook_name, safe_name
 from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.languages import language_of_kernel
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.notebook.meta import is_undone, notebook_metadata
 from jupyter_exec.notebook.recorder import new_cell_id
@@ -44,6 +46,8 @@ def for_notebook(
     if until is not None and until < 0:
         raise InvalidArgument(f"until must be >= 0, not {until}")
     path = Path(notebook).expanduser().absolute()
+    if not {"language", "kernel_name", "python", "kernel_manager"} & set(options):
+        options = {**options, **_language_of(path)}
     session = cls(
         path.parent if work_dir is None else work_dir,
         notebook=path,
@@ -53,6 +57,19 @@ def for_notebook(
     )
     session._resume = (until,)
     return session
+
+
+def _language_of(path: Path) -> dict[str, str]:
+    """``{"language": ...}`` for a notebook recorded by a kernel of another language than
+    Python (R, Bash, Deno), so it resumes on that kernel; ``{}`` otherwise (a notebook
+    that cannot be read is reported when the session starts)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            spec = json.load(f).get("metadata", {}).get("kernelspec", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    language = language_of_kernel(str(spec.get("name") or "")) if isinstance(spec, dict) else None
+    return {"language": language} if language not in (None, "python") else {}
 
 
 async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:

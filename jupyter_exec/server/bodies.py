@@ -86,6 +86,7 @@ CREATE: Fields = {
     "undo_steps": Field("integer"),
     "network": Field("object"),
     "kernel_id": Field("string"),
+    "language": Field("string"),
 }
 EXECUTE: Fields = {"code": Field("string", required=True), "timeout": Field("number")}
 REPLAY: Fields = {

@@ -33,8 +33,11 @@ from tornado.web import HTTPError
 
 from jupyter_exec.boundary.naming import default_session_name, validate_name
 from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.backends import language_kernelspec
+from jupyter_exec.engine.languages import canonical_language, install_hint, language_of_kernel
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import (
+    InvalidArgument,
     JupyterExecError,
     KernelStartError,
     SessionConflict,
@@ -115,6 +118,7 @@ class Creation:
         undo_steps: int = 0,
         network: Any = None,
         kernel_id: str | None = None,
+        language: str | None = None,
     ) -> ServerSession:
         """Start a kernel on the server, attach a recording session, bind its notebook.
 
@@ -124,6 +128,8 @@ class Creation:
         :mod:`~jupyter_exec.server.borrow`); the kernel decides the backend and kernelspec.
         """
         await self.start()
+        if language is not None:
+            kernel_name = self._language_kernel(language, backend, kernel_name, undo_steps)
         borrowed = None
         if kernel_id is not None:  # no await from this check to the kernel's reservation below
             borrowed = borrow.check(
@@ -284,14 +290,39 @@ class Creation:
         except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
             raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
 
+    def _language_kernel(
+        self, language: str, backend: Backend | None, kernel_name: str | None, undo_steps: int
+    ) -> str:
+        """The kernelspec of ``language`` on ``backend`` (``ir``, ``bash-docker``...); a
+        ``kernel_name`` that says otherwise, or undo for a language without it, is a 400."""
+        try:
+            canonical = canonical_language(language)
+        except InvalidArgument as exc:
+            raise InvalidRequest(str(exc)) from None
+        where = backend or "local"
+        wanted = language_kernelspec(canonical, where)
+        if canonical == "python":  # the server's own choice of Python kernelspec
+            wanted = self.kernel_names.get(where, wanted)
+        if kernel_name is not None and kernel_name != wanted:
+            raise InvalidRequest(
+                f"'language' {language!r} runs the kernelspec {wanted!r}, but 'kernel_name' "
+                f"{kernel_name!r} was given too: give one of them"
+            )
+        if undo_steps and canonical != "python":
+            raise InvalidRequest(
+                f"'undo_steps' needs a Python kernel; {language!r} has no undo: drop it"
+            )
+        return wanted
+
     async def _check_kernelspec(self, kernel_name: str) -> None:
         specs = await ensure_async(self.serverapp.kernel_spec_manager.get_all_specs())
         if kernel_name not in specs:
-            hint = (
-                "; install jupyter-exec's kernelspecs with `jupyter-exec kernels install`"
-                if kernel_name == self.kernel_names.get("docker")
-                else ""
-            )
+            language = language_of_kernel(kernel_name.removesuffix("-docker"))
+            hint = ""
+            if kernel_name == self.kernel_names.get("docker") or kernel_name.endswith("-docker"):
+                hint = "; install jupyter-exec's kernelspecs with `jupyter-exec kernels install`"
+            elif language not in (None, "python"):
+                hint = f"; install it with `{install_hint(language)}`"
             raise InvalidRequest(
                 f"no kernelspec named {kernel_name!r} on this server "
                 f"(available: {', '.join(sorted(specs)) or 'none'}){hint}"

@@ -10,17 +10,39 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, TypeVar
 
+from jupyter_exec.exceptions import CheckpointError, ForkError, JupyterExecError
 from jupyter_exec.state.branching import fork_session
 from jupyter_exec.state.checkpoints import Checkpoint
 
 if TYPE_CHECKING:
-    from jupyter_exec.state.host import ForkHost
+    from jupyter_exec.state.host import ForkHost, StateHost
     from jupyter_exec.state.session_state import SessionState
 
-__all__ = ["StateMethods"]
+__all__ = ["PYTHON_ONLY", "StateMethods", "refuse_other_languages"]
+
+PYTHON_ONLY = ("fork", "undo", "checkpoint", "restore")
+"""What only an IPython kernel can do: each is Python run inside the kernel."""
 
 H = TypeVar("H", bound="ForkHost")
 """The session this API is mixed into: whatever class it is, it has the shape of a ForkHost."""
+
+
+def refuse_other_languages(
+    session: StateHost, what: str, error: type[JupyterExecError] = ForkError
+) -> None:
+    """Raise ``error`` saying so when ``session``'s kernel is not IPython (R, Bash, Deno...).
+
+    The kernel's own ``runs_ipython`` decides, as it does for the stream guard
+    and durable state; a session not started yet is left to the call itself.
+    """
+    kernel = session._kernel
+    if kernel is None or not kernel.kernel_info or kernel.runs_ipython:
+        return
+    raise error(
+        f"{what} needs an IPython kernel; this session's kernel runs "
+        f"{kernel.language or 'another language'!r}. Only Python sessions have "
+        f"{', '.join(PYTHON_ONLY)}: each is Python run inside the kernel"
+    )
 
 
 class StateMethods:
@@ -41,6 +63,7 @@ class StateMethods:
         :class:`~jupyter_exec.KernelNotAliveError` for a dead one. Close the
         forks yourself; a Docker session's forks share its container and end with it.
         """
+        refuse_other_languages(self, "fork()")
         return await fork_session(self, n, name)
 
     async def undo(self: H, n: int = 1) -> None:
@@ -52,6 +75,7 @@ class StateMethods:
         the kernel died, too. Asking for more steps than are kept raises
         :class:`~jupyter_exec.InvalidArgument` saying how many are available.
         """
+        refuse_other_languages(self, "undo()")
         await self._state.undo(self, n)
 
     async def checkpoint(self: H, name: str | None = None) -> Checkpoint:
@@ -63,6 +87,7 @@ class StateMethods:
         manifest with checksums). What cannot be pickled is skipped and named in
         ``Checkpoint.skipped``. :meth:`restore` goes back to it any number of times.
         """
+        refuse_other_languages(self, "checkpoint()", CheckpointError)
         return await self._state.checkpoint(self, name)
 
     async def restore(
@@ -87,6 +112,7 @@ class StateMethods:
         Cells recorded after it are marked undone in the notebook; the restore is
         noted in the notebook's metadata and on the next cell.
         """
+        refuse_other_languages(self, "restore()", CheckpointError)
         await self._state.restore(self, checkpoint, force, trust_origin)
 
     def checkpoints(self: H) -> list[Checkpoint]:

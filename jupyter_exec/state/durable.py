@@ -115,6 +115,10 @@ class DurableState:
             return True
         if self.refused is kernel:
             return False
+        if not kernel.runs_ipython:  # the in-kernel half is Python source
+            self.unavailable = f"durable state needs an IPython kernel, not {kernel.language!r}"
+            self.refused = kernel
+            return False
         probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
         work_dir = session.work_dir
         try:
