@@ -1,7 +1,7 @@
 """The other languages' kernels of an agent's session: one per language, started on first use.
 
-A model fences code as ``r``, ``js`` or ``ts`` as readily as ``python``. Such a
-block runs in a stateful kernel of its language (IRkernel, Deno) that sits
+A model fences code as ``r``, ``js``, ``ts`` or ``java`` as readily as ``python``. Such a
+block runs in a stateful kernel of its language (IRkernel, Deno, JJava) that sits
 beside the session's Python kernel: the same work dir (so files pass between
 languages), its own notebook (``<session>-<language>.ipynb``), started the
 first time a block of that language comes and stopped with the session.
@@ -20,17 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from jupyter_exec.engine.languages import kernel_for
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
 
 __all__ = ["KERNEL_LANGUAGES", "LanguageKernels"]
 
 KERNEL_LANGUAGES: dict[str, str] = {
-    "r": "ir",
-    "javascript": "deno",
-    "js": "deno",
-    "typescript": "deno",
-    "ts": "deno",
+    **{name: kernel_for(name) for name in ("r", "javascript", "typescript", "java")},
+    "js": kernel_for("javascript"),
+    "ts": kernel_for("typescript"),
 }
 """A block's language (as :func:`~jupyter_exec.agents.codeblocks.normalise_language`
 gives it) -> the kernelspec that runs it. The one place a fence picks a kernel."""
@@ -39,7 +38,7 @@ gives it) -> the kernelspec that runs it. The one place a fence picks a kernel."
 def _key(language: str) -> str:
     """One kernel per kernelspec: ``js``, ``javascript``, ``ts`` and ``typescript`` blocks share
     one Deno kernel (Deno runs both; a value defined in one is there for the next)."""
-    return "r" if language == "r" else "javascript"
+    return language if language in ("r", "java") else "javascript"
 
 
 class LanguageKernels:

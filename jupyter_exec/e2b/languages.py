@@ -13,9 +13,10 @@ that saves the old values and sets the new, one that puts the old back. The
 values are written as string literals of that language (JSON's literals are
 R's and JavaScript's; bash gets ``shlex`` quoting), never spliced in raw.
 
-Python, R, JavaScript/TypeScript (Deno) and bash are served. Java is refused
-with the reason: no Java kernel is installable from the package registries
-this project uses.
+Python, R, JavaScript/TypeScript (Deno), bash and Java (JJava) are served; the
+kernelspec of each is :func:`jupyter_exec.engine.languages.kernel_for`'s. A JVM
+cannot change its own environment, so ``envs=`` is refused for Java with that
+reason (the sandbox's ``envs`` at create time do reach it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from jupyter_exec.engine.languages import kernel_for
 from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["LANGUAGES", "Language", "language_named"]
@@ -111,7 +113,13 @@ class Language:
         return "\n".join(lines)
 
     def check_env(self, env_vars: dict[str, str]) -> None:
-        """Refuse names this language cannot set safely (bash: identifiers only)."""
+        """Refuse names this language cannot set safely (bash: identifiers only), and any
+        ``envs=`` for Java, whose JVM cannot change its own environment."""
+        if env_vars and self.name == "java":
+            raise InvalidArgument(
+                "run_code(envs=...) is not served for Java: a JVM cannot change its own "
+                "environment; give them when the sandbox is created (Sandbox.create(envs=...))"
+            )
         if self.name == "bash":
             for key in env_vars:
                 _bash_name(key)
@@ -130,11 +138,12 @@ def _bash_name(key: str) -> None:
         )
 
 
-PYTHON = Language("python", "python3", "Python")
-_JS = Language("javascript", "deno", "JavaScript (Deno)", {"NO_COLOR": "1"})
-_TS = Language("typescript", "deno", "TypeScript (Deno)", {"NO_COLOR": "1"})
-_R = Language("r", "ir", "R (IRkernel)")
-_BASH = Language("bash", "bash", "bash (bash_kernel)")
+PYTHON = Language("python", kernel_for("python"), "Python")
+_JS = Language("javascript", kernel_for("javascript"), "JavaScript (Deno)", {"NO_COLOR": "1"})
+_TS = Language("typescript", kernel_for("typescript"), "TypeScript (Deno)", {"NO_COLOR": "1"})
+_R = Language("r", kernel_for("r"), "R (IRkernel)")
+_BASH = Language("bash", kernel_for("bash"), "bash (bash_kernel)")
+JAVA = Language("java", kernel_for("java"), "Java (JJava)")
 
 LANGUAGES: dict[str, Language] = {
     "python": PYTHON,
@@ -145,15 +154,14 @@ LANGUAGES: dict[str, Language] = {
     "ts": _TS,
     "typescript": _TS,
     "bash": _BASH,
+    "java": JAVA,
 }
 """E2B's language names -> the language. The one place a client's word picks a kernel."""
 
 DEFAULT_LISTED = ("python", "javascript")
 """The default contexts E2B lists in every sandbox, started or not."""
 
-_REFUSED = {
-    "java": "no Java kernel is installable from PyPI, Debian or npm for this server",
-}
+_REFUSED: dict[str, str] = {}
 
 
 def language_named(name: object) -> Language:

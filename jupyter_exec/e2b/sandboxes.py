@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.e2b.languages import DEFAULT_LISTED, PYTHON, Language, language_named
+from jupyter_exec.docker.image import LANGUAGES_IMAGE
+from jupyter_exec.e2b.languages import DEFAULT_LISTED, JAVA, PYTHON, Language, language_named
 from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
 from jupyter_exec.engine.session import AsyncSession
@@ -100,30 +101,46 @@ def _client_seconds(seconds: float, most: float) -> float:
     return float(seconds)
 
 
-def refuse_language(language: object, backend: str = "local") -> Language:
-    """The language a client asks for, if this sandbox's backend can run it; else refused."""
+def refuse_language(language: object, backend: str = "local", image: str | None = None) -> Language:
+    """The language a client asks for, if this sandbox's backend can run it; else refused.
+
+    A Docker sandbox runs another language's kernel in the languages image
+    (:data:`~jupyter_exec.docker.image.LANGUAGES_IMAGE`) unless the server names an image
+    of its own, which has Python only as far as we know; Java has no Docker kernel."""
     found = language_named(language)
-    if found is not PYTHON and backend != "local":
+    if found is PYTHON or backend == "local":
+        return found
+    if backend == "docker" and found is JAVA:
         raise InvalidArgument(
-            f"this sandbox's kernels run on the {backend!r} backend, whose image has Python "
-            f"only: {found.label} runs in a local sandbox (jupyter-exec e2b without --docker)"
+            "Java has no Docker kernel (JJava speaks TCP, which a sandbox's network-less "
+            "container does not have): use a local sandbox for language='java'"
+        )
+    if backend != "docker" or image not in (None, LANGUAGES_IMAGE):
+        where = f"image {image!r}" if image else f"{backend!r} backend"
+        raise InvalidArgument(
+            f"this sandbox's kernels run on the {where}, which has Python only for "
+            f"{found.label}: it runs in a local sandbox, or a Docker one on the languages image"
         )
     return found
 
 
-def installed(found: Language) -> bool:
-    """Whether this server has ``found``'s kernelspec (its name is looked up; nothing parsed)."""
+def installed(found: Language, backend: str = "local") -> bool:
+    """Whether ``found``'s kernel is here: its kernelspec on this machine (its name looked up,
+    nothing parsed), or, for a Docker sandbox, in the languages image (checked at start)."""
     from jupyter_client.kernelspec import KernelSpecManager
 
-    return found is PYTHON or found.kernel_name in KernelSpecManager().find_kernel_specs()
+    if found is PYTHON or backend == "docker":
+        return True
+    return found.kernel_name in KernelSpecManager().find_kernel_specs()
 
 
-def check_installed(found: Language) -> None:
+def check_installed(found: Language, backend: str = "local") -> None:
     """Refuse a language whose kernelspec this server does not have, naming what to install."""
-    if not installed(found):
+    if not installed(found, backend):
         raise InvalidArgument(
             f"{found.label} is not installed on this server (no kernelspec "
-            f"{found.kernel_name!r}); install its kernel to use language={found.name!r}"
+            f"{found.kernel_name!r}); install its kernel (jupyter-exec kernels install "
+            f"{found.name}) to use language={found.name!r}"
         )
 
 
@@ -328,6 +345,19 @@ class Sandboxes:
     def _backend(self) -> str:
         return str(self.session_options.get("backend") or "local")
 
+    def _serves(self, language: Language) -> bool:
+        """Whether this server's sandboxes run ``language`` (its kernel is installed, or in
+        the Docker image the sandboxes use)."""
+        try:
+            self._refuse(language.name)
+        except InvalidArgument:
+            return False
+        return installed(language, self._backend())
+
+    def _refuse(self, language: object) -> Language:
+        image = (self.session_options.get("docker") or {}).get("image")
+        return refuse_language(language, self._backend(), str(image) if image else None)
+
     async def context_session(
         self, sandbox: Sandbox, context_id: object, language: object = None
     ) -> tuple[Context, AsyncSession]:
@@ -335,7 +365,7 @@ class Sandboxes:
         if context_id is not None and not isinstance(context_id, str):
             raise InvalidArgument("'context_id' must be a string: the id create_code_context gave")
         if context_id is None or context_id == DEFAULT_CONTEXT:
-            found = refuse_language(language if context_id is None else None, self._backend())
+            found = self._refuse(language if context_id is None else None)
             context = self.default_context(sandbox, found)
             async with sandbox.lock:
                 if found is PYTHON:
@@ -343,7 +373,7 @@ class Sandboxes:
                     return context, await self.manager.session(context.session_name, **options)
                 if context.session_name in self.manager:
                     return context, self.manager.get(context.session_name)
-                check_installed(found)
+                check_installed(found, self._backend())
                 return context, await self._start(sandbox, context, found, None)
         made = sandbox.contexts.get(context_id)
         if made is None:
@@ -360,8 +390,8 @@ class Sandboxes:
         options = self._options(sandbox)
         if language is not PYTHON:
             options["kernel_name"] = language.kernel_name
-            env = dict(options.get("env") or host_env())
-            options["env"] = {**env, **language.kernel_env}
+            base = host_env() if self._backend() == "local" else {}  # never the host's to Docker
+            options["env"] = {**dict(options.get("env") or base), **language.kernel_env}
 
         async def start() -> AsyncSession:
             sandbox.paths.folder(cwd)  # again, just before: the kernel pins it once more
@@ -374,10 +404,10 @@ class Sandboxes:
         self, sandbox: Sandbox, *, language: object = None, cwd: object = None
     ) -> Context:
         """A new context: its own kernel of ``language``, in the work dir (or ``cwd`` in it)."""
-        found = refuse_language(language, self._backend())
+        found = self._refuse(language)
         if cwd is not None and not isinstance(cwd, str):
             raise InvalidArgument("'cwd' must be a string: a folder of the sandbox")
-        check_installed(found)
+        check_installed(found, self._backend())
         _, shown = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
         context_id = f"c-{secrets.token_hex(6)}"
         context = Context(context_id, f"{sandbox.id}.{context_id}", shown, found.name)
@@ -390,7 +420,7 @@ class Sandboxes:
         as E2B lists them), then the ones the client made, oldest first."""
         for name in DEFAULT_LISTED:
             language = language_named(name)
-            if language is PYTHON or (self._backend() == "local" and installed(language)):
+            if language is PYTHON or self._serves(language):
                 self.default_context(sandbox, language)
         defaults = sorted(
             (c for c in sandbox.contexts.values() if c.id.startswith(DEFAULT_CONTEXT)),

@@ -311,19 +311,6 @@ def _ipc_base() -> str | None:
     return base if len(base) + 3 <= 107 else None
 
 
-TCP_ONLY_KERNELS = frozenset({"deno"})
-"""Kernel programs whose ZeroMQ (not libzmq) has no ``ipc`` transport: they get loopback TCP."""
-
-
-def _speaks_ipc(km: AsyncKernelManager) -> bool:
-    """Whether ``km``'s kernel can listen on Unix sockets (libzmq kernels can; Deno's cannot)."""
-    try:
-        argv = list(km.kernel_spec.argv) if km.kernel_spec is not None else []
-    except NoSuchKernel:
-        return True  # the launch says so, with the installed names
-    return not argv or Path(str(argv[0])).name not in TCP_ONLY_KERNELS
-
-
 async def _launch_or_undo(km: AsyncKernelManager, **kwargs: Any) -> None:
     """``km.start_kernel(**kwargs)``; cancelled half way, the process it launched is stopped.
 

@@ -97,14 +97,16 @@ def test_env_values_that_are_code_stay_data_in_every_language(
 
 @pytest.fixture(scope="module")
 def docker_debug_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    """A debug-mode server whose sandboxes' kernels run in Docker (none is started here)."""
+    """A debug-mode server whose sandboxes' kernels run in Docker on the Python-only kernel
+    image (none is started here)."""
     root = tmp_path_factory.mktemp("e2b-docker-languages")
+    docker = {"image": "jupyter-exec/kernel:latest"}
     config = E2BConfig(root_dir=root, ports=(0,), debug=True, api_key=API_KEY,
-                       session_options={"backend": "docker"})  # fmt: skip
+                       session_options={"backend": "docker", "docker": docker})  # fmt: skip
     yield from run_server(config)
 
 
-@pytest.mark.parametrize("language", ["r", "js", "ts", "bash"])
+@pytest.mark.parametrize("language", ["r", "js", "ts", "bash", "java"])
 def test_a_docker_sandbox_asked_for_a_language_its_image_lacks_is_refused(
     docker_debug_server: Running, monkeypatch: pytest.MonkeyPatch, language: str
 ) -> None:
@@ -112,8 +114,9 @@ def test_a_docker_sandbox_asked_for_a_language_its_image_lacks_is_refused(
     monkeypatch.setenv("E2B_SANDBOX_URL", docker_debug_server.url)
     monkeypatch.setenv("E2B_API_KEY", API_KEY)
     sandbox = Sandbox.create()
-    with pytest.raises(SandboxException, match=r"400.*Python only"):
+    why = r"400.*(has Python only|Java has no Docker kernel)"
+    with pytest.raises(SandboxException, match=why):
         sandbox.run_code("1", language=language)
-    with pytest.raises(SandboxException, match=r"400.*Python only"):
+    with pytest.raises(SandboxException, match=why):
         sandbox.create_code_context(language=language)
     assert {c.language for c in sandbox.list_code_contexts()} == {"python"}

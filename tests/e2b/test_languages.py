@@ -2,7 +2,8 @@
 
 R (IRkernel), JavaScript and TypeScript (Deno) and bash (bash_kernel) run in
 real kernels whose kernelspecs the module installs into a temporary
-``JUPYTER_PATH`` (:mod:`tests.language_kernels`). Each language's default
+``JUPYTER_PATH`` (:mod:`tests.language_kernels`); Java (JJava) in the one
+``jupyter-exec kernels install java`` installed. Each language's default
 context is a kernel of its own that keeps its state; ``envs=`` holds for one
 execution in each language. JavaScript's values are read back from a file its
 cell writes, never from the cell's outputs: Deno may send a cell's stdout and
@@ -24,6 +25,7 @@ from jupyter_exec.exceptions import InvalidArgument
 from tests.language_kernels import language_kernels  # noqa: F401
 
 pytestmark = [
+    pytest.mark.languages,
     pytest.mark.timeout(300),
     pytest.mark.usefixtures("language_kernels"),
     # bash_kernel's installer writes a "codemirror_mode" key that jupyter_client's KernelSpec
@@ -95,10 +97,13 @@ def test_an_r_error_is_the_executions_error(debug_env: Running) -> None:
     assert "boom" in execution.error.value
 
 
-def test_java_is_refused_with_the_reason(debug_env: Running) -> None:
+def test_java_keeps_its_state_and_refuses_per_run_envs(debug_env: Running) -> None:
     sandbox = Sandbox.create()
-    with pytest.raises(SandboxException, match=r"400.*no Java kernel is installable"):
-        sandbox.run_code('System.out.println("hi")', language="java")
+    assert sandbox.run_code("int k = 6;", language="java").error is None
+    said = sandbox.run_code('System.out.println("k=" + (k * 7))', language="java")
+    assert "".join(said.logs.stdout) == "k=42\n"
+    with pytest.raises(SandboxException, match=r"400.*a JVM cannot change its own environment"):
+        sandbox.run_code("1", language="java", envs={"A": "b"})
     with pytest.raises(SandboxException, match=r"400.*does not run .cobol."):
         sandbox.create_code_context(language="cobol")
 
