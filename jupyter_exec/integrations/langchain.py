@@ -150,7 +150,7 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
         """Run ``code`` in the thread's session, blocking; what the model is shown.
 
         ``language``: ``python`` (the default), ``bash``/``sh`` (a ``%%bash`` cell of
-        the Python kernel), or ``r``/``js``/``ts``, run in the thread's stateful kernel
+        the Python kernel), or ``r``/``js``/``ts``/``java``, run in the thread's stateful kernel
         of that language, started on first use."""
         return _LoopThread.run(self._run(code, thread_id, language))
 
@@ -265,7 +265,7 @@ def python_tool(
         }
         function.__doc__ = (
             "Run code.\n\nArgs:\n    code: the code to run\n    language: python (default), "
-            "bash, r, js or ts; each language keeps its own state"
+            "bash, r, js, ts or java; each language keeps its own state"
         )
     tool = tools.StructuredTool.from_function(
         func=run_code,
