@@ -26,10 +26,18 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from jupyter_exec.docker.image import LANGUAGES_IMAGE
 from jupyter_exec.engine.languages import kernel_for
 from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["LANGUAGES", "Language", "language_named"]
+__all__ = [
+    "LANGUAGES",
+    "Language",
+    "check_installed",
+    "installed",
+    "language_named",
+    "refuse_language",
+]
 
 _BASH_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -180,3 +188,46 @@ def language_named(name: object) -> Language:
         f"this sandbox does not run {name[:40]!r}{reason}; it runs {served}. For shell "
         "commands there is also sandbox.commands.run(...)"
     )
+
+
+def refuse_language(language: object, backend: str = "local", image: str | None = None) -> Language:
+    """The language a client asks for, if this sandbox's backend can run it; else refused.
+
+    A Docker sandbox runs another language's kernel in the languages image
+    (:data:`~jupyter_exec.docker.image.LANGUAGES_IMAGE`) unless the server names an image
+    of its own, which has Python only as far as we know; Java has no Docker kernel."""
+    found = language_named(language)
+    if found is PYTHON or backend == "local":
+        return found
+    if backend == "docker" and found is JAVA:
+        raise InvalidArgument(
+            "Java has no Docker kernel (JJava speaks TCP, which a sandbox's network-less "
+            "container does not have): use a local sandbox for language='java'"
+        )
+    if backend != "docker" or image not in (None, LANGUAGES_IMAGE):
+        where = f"image {image!r}" if image else f"{backend!r} backend"
+        raise InvalidArgument(
+            f"this sandbox's kernels run on the {where}, which has Python only for "
+            f"{found.label}: it runs in a local sandbox, or a Docker one on the languages image"
+        )
+    return found
+
+
+def installed(found: Language, backend: str = "local") -> bool:
+    """Whether ``found``'s kernel is here: its kernelspec on this machine (its name looked up,
+    nothing parsed), or, for a Docker sandbox, in the languages image (checked at start)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if found is PYTHON or backend == "docker":
+        return True
+    return found.kernel_name in KernelSpecManager().find_kernel_specs()
+
+
+def check_installed(found: Language, backend: str = "local") -> None:
+    """Refuse a language whose kernelspec this server does not have, naming what to install."""
+    if not installed(found, backend):
+        raise InvalidArgument(
+            f"{found.label} is not installed on this server (no kernelspec "
+            f"{found.kernel_name!r}); install its kernel (jupyter-exec kernels install "
+            f"{found.name}) to use language={found.name!r}"
+        )

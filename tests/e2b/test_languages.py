@@ -19,8 +19,7 @@ from e2b.exceptions import SandboxException
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import Running
 
-from jupyter_exec.e2b.languages import Language
-from jupyter_exec.e2b.sandboxes import check_installed
+from jupyter_exec.e2b.languages import Language, check_installed
 from jupyter_exec.exceptions import InvalidArgument
 from tests.language_kernels import language_kernels  # noqa: F401
 
