@@ -15,8 +15,9 @@ R's and JavaScript's; bash gets ``shlex`` quoting), never spliced in raw.
 
 Python, R, JavaScript/TypeScript (Deno), bash and Java (JJava) are served; the
 kernelspec of each is :func:`jupyter_exec.engine.languages.kernel_for`'s. A JVM
-cannot change its own environment, so ``envs=`` is refused for Java with that
-reason (the sandbox's ``envs`` at create time do reach it).
+cannot change its own environment, so for Java, as in E2B's Java kernel, both the
+sandbox's ``envs`` and ``run_code(envs=...)`` are system properties
+(``System.getProperty``); JSON's string literals are Java's too.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ class Language:
 
     def set_env_code(self, env_vars: dict[str, str]) -> str:
         """The cell that keeps the old values of ``env_vars`` and sets the new ones."""
+        if self.name == "java":  # as E2B's Java kernel: system properties (System.getProperty)
+            puts = "".join(
+                f"_e2bSaved.put({json.dumps(k)}, System.getProperty({json.dumps(k)})); "
+                f"System.setProperty({json.dumps(k)}, {json.dumps(v)}); "
+                for k, v in env_vars.items()
+            )
+            return f"var _e2bSaved = new java.util.HashMap<String, String>();\n{{ {puts}}}"
         if self.name == "python":
             names = json.dumps(env_vars)
             return (
@@ -89,6 +97,12 @@ class Language:
 
     def restore_env_code(self, env_vars: dict[str, str]) -> str:
         """The cell that puts back what :meth:`set_env_code` kept."""
+        if self.name == "java":
+            return (
+                "{ for (var _e2bE : _e2bSaved.entrySet()) { if (_e2bE.getValue() == null) "
+                "System.clearProperty(_e2bE.getKey()); else "
+                "System.setProperty(_e2bE.getKey(), _e2bE.getValue()); } }"
+            )
         if self.name == "python":
             return (
                 "# jupyter-exec e2b: restore the environment after run_code(envs=...)\n"
@@ -120,14 +134,18 @@ class Language:
             )
         return "\n".join(lines)
 
+    def startup_code(self, envs: dict[str, str]) -> str | None:
+        """A first cell for a new kernel given the sandbox's ``envs``: Java reads them as
+        system properties, as in E2B's Java kernel (the others read its environment)."""
+        if self.name != "java" or not envs:
+            return None
+        sets = "".join(
+            f"System.setProperty({json.dumps(k)}, {json.dumps(v)}); " for k, v in envs.items()
+        )
+        return f"{{ {sets}}}"
+
     def check_env(self, env_vars: dict[str, str]) -> None:
-        """Refuse names this language cannot set safely (bash: identifiers only), and any
-        ``envs=`` for Java, whose JVM cannot change its own environment."""
-        if env_vars and self.name == "java":
-            raise InvalidArgument(
-                "run_code(envs=...) is not served for Java: a JVM cannot change its own "
-                "environment; give them when the sandbox is created (Sandbox.create(envs=...))"
-            )
+        """Refuse names this language cannot set safely (bash: identifiers only)."""
         if self.name == "bash":
             for key in env_vars:
                 _bash_name(key)

@@ -360,7 +360,11 @@ class Sandboxes:
         async def start() -> AsyncSession:
             sandbox.paths.folder(cwd)  # again, just before: the kernel pins it once more
             session = AsyncSession(work_dir=folder, name=context.session_name, **options)
-            return await session.start()
+            await session.start()
+            setup = language.startup_code(sandbox.envs)
+            if setup is not None:
+                await session.execute(setup, timeout=60)
+            return session
 
         return await self.manager.add(context.session_name, start, backend=self._backend())
 

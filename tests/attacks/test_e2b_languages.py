@@ -76,7 +76,7 @@ def test_a_bash_env_name_that_is_shell_code_is_refused(
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("language", ["bash", "r", "js", "python"])
+@pytest.mark.parametrize("language", ["bash", "r", "js", "python", "java"])
 def test_env_values_that_are_code_stay_data_in_every_language(
     debug_env: Running,  # noqa: F811
     language_kernels: Path,  # noqa: F811
@@ -89,6 +89,7 @@ def test_env_values_that_are_code_stay_data_in_every_language(
         "r": f'"); file.create("{marker}"); ("',
         "js": f"`); Deno.writeTextFileSync('{marker}', 'x'); (`",
         "python": f"'); open({str(marker)!r}, 'w'); ('",
+        "java": f'\\u0022); new java.io.File("{marker}").createNewFile(); ("',
     }[language]
     sandbox = Sandbox.create()
     sandbox.run_code("1", language=language, envs={"E2B_ATTACK": touch + '\\"\n'})

@@ -96,13 +96,18 @@ def test_an_r_error_is_the_executions_error(debug_env: Running) -> None:
     assert "boom" in execution.error.value
 
 
-def test_java_keeps_its_state_and_refuses_per_run_envs(debug_env: Running) -> None:
+def test_java_keeps_its_state_and_takes_envs_as_system_properties(debug_env: Running) -> None:
     sandbox = Sandbox.create()
     assert sandbox.run_code("int k = 6;", language="java").error is None
     said = sandbox.run_code('System.out.println("k=" + (k * 7))', language="java")
     assert "".join(said.logs.stdout) == "k=42\n"
-    with pytest.raises(SandboxException, match=r"400.*a JVM cannot change its own environment"):
-        sandbox.run_code("1", language="java", envs={"A": "b"})
+    value = 'it\'s "$(quoted)" \\u0022 `x`'
+    during = sandbox.run_code(
+        'System.getProperty("E2B_LANG")', language="java", envs={"E2B_LANG": value}
+    )
+    assert during.text == value
+    after = sandbox.run_code('System.getProperty("E2B_LANG", "gone")', language="java")
+    assert after.text == "gone"
     with pytest.raises(SandboxException, match=r"400.*does not run .cobol."):
         sandbox.create_code_context(language="cobol")
 
