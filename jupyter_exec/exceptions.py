@@ -23,7 +23,8 @@ opt-in ``Execution.raise_for_error()``::
     ├── StorageError                  (also an OSError) a file in the work dir could not be written
     │                                 (disk full, ...); carries the Execution; the session goes on
     ├── WorkDirError                  a path would escape the work dir (a link, '..'), or the
-    │                                 work dir is unusable
+    │   │                             work dir is unusable
+    │   └── WorkDirNotFound           (also a FileNotFoundError) a work dir to make has no parent
     ├── CheckpointError               a checkpoint on disk is corrupt, partial, or from another
     │                                 environment (``mismatches`` names what differs)
     └── BackendError                  a kernel backend failed outside the kernel itself
@@ -70,6 +71,7 @@ __all__ = [
     "SessionNotFound",
     "StorageError",
     "WorkDirError",
+    "WorkDirNotFound",
 ]
 
 
@@ -195,6 +197,11 @@ class StorageError(JupyterExecError, OSError, _CarriesExecution):
 
 class WorkDirError(JupyterExecError):
     """A path would escape the work dir, or the work dir cannot be used."""
+
+
+class WorkDirNotFound(WorkDirError, FileNotFoundError):
+    """A work dir to be made has no parent folder (a ``FileNotFoundError``, as AG2's
+    command-line executors raise)."""
 
 
 class BackendError(JupyterExecError):

@@ -13,6 +13,7 @@ coding = pytest.importorskip("autogen.coding.base")
 from autogen import ConversableAgent  # noqa: E402
 
 from jupyter_exec.integrations.ag2 import SessionCodeExecutor  # noqa: E402
+from tests.language_kernels import language_kernels  # noqa: E402, F401
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -89,7 +90,7 @@ def test_result_fields(executor: SessionCodeExecutor) -> None:
     result = executor.execute_code_blocks(blocks)
     assert isinstance(result, coding.IPythonCodeResult)
     assert result.exit_code == 0
-    assert "[image/png saved to agent_files/cell-001-1.png]" in result.output
+    assert f"Image data saved to {result.output_files[0]}" in result.output  # AG2's wording
     assert "shell here" in result.output
     assert [Path(p).name for p in result.output_files] == ["cell-001-1.png"]
     assert all(Path(p).is_absolute() and Path(p).is_file() for p in result.output_files)
@@ -185,3 +186,38 @@ def test_a_network_policy_is_given_with_the_environment(tmp_path: Path) -> None:
             make()
     with pytest.raises(InvalidArgument, match="not both"):
         SessionCodeExecutor(tmp_path, kernel_name="python3", network=policy)
+
+
+# -- blocks fenced in other languages ----------------------------------------------------------
+
+
+@pytest.mark.usefixtures("language_kernels")
+@pytest.mark.filterwarnings("ignore:Passing unrecognized arguments:DeprecationWarning")
+def test_r_and_js_blocks_run_in_stateful_kernels_of_their_language(tmp_path: Path) -> None:
+    with SessionCodeExecutor(tmp_path, timeout=120, name="poly") as executor:
+        message = (
+            "```r\nx <- 21\n```\n```python\nx = 'python'\n```\n"
+            "```r\ncat(x * 2)\n```\n"
+            "```js\nlet n = 4\n```\n"
+            "```ts\nDeno.writeTextFileSync('n.txt', String(n * 10))\n```\n"
+            "```bash\necho shell\n```\n"
+        )
+        blocks = executor.code_extractor.extract_code_blocks(message)
+        result = executor.execute_code_blocks(blocks)
+        assert result.exit_code == 0, result.output
+        assert "42" in result.output  # R kept x; Python's x is its own
+        assert "shell" in result.output  # shell blocks stay %%bash cells of the Python kernel
+        # js and ts share one Deno kernel (read from the file: Deno may send outputs late)
+        assert (tmp_path / "n.txt").read_text() == "40"
+        check = executor.execute_code_blocks([coding.CodeBlock(code="print(x)", language="python")])
+        assert "python" in check.output
+        assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == [
+            "poly-javascript.ipynb",
+            "poly-r.ipynb",
+            "poly.ipynb",
+        ]
+        executor.restart()
+        gone = executor.execute_code_blocks(
+            [coding.CodeBlock(code="cat(exists('x'))", language="r")]
+        )
+        assert "FALSE" in gone.output

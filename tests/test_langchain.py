@@ -20,6 +20,7 @@ from langchain_core.outputs import ChatResult  # noqa: E402
 from langchain_core.tools import BaseTool  # noqa: E402
 
 from jupyter_exec.integrations.langchain import JupyterSessions, python_tool  # noqa: E402
+from tests.language_kernels import language_kernels  # noqa: E402, F401
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -192,3 +193,50 @@ def test_the_tool_works_from_an_asyncio_agent(sessions: JupyterSessions) -> None
     state = asyncio.run(main())
     assert _text(_tool_messages(state)[1]).strip() == "1024"
     assert sessions.thread_ids == []
+
+
+@pytest.mark.usefixtures("language_kernels")
+@pytest.mark.filterwarnings("ignore:Passing unrecognized arguments:DeprecationWarning")
+def test_a_call_in_r_runs_in_the_threads_own_r_kernel(tmp_path: Path) -> None:
+    with JupyterSessions(tmp_path, timeout=120, name="agent") as sessions:
+        tool = python_tool(sessions)
+        steps: list[BaseMessage] = [
+            AIMessage(
+                content="",
+                tool_calls=[{"name": "python", "args": args, "id": f"c{i}"}],
+            )
+            for i, args in enumerate(
+                [
+                    {"code": "v <- c(1, 2, 3)", "language": "r"},
+                    {"code": "v = 'python'"},
+                    {"code": "cat(sum(v) * 7)", "language": "r"},
+                    {"code": "print(v)"},
+                ]
+            )
+        ]
+        model = ScriptedChatModel(responses=[*steps, AIMessage(content="done")], seen=[])
+        replies = _tool_messages(_run(model, tool))
+        assert [m.status for m in replies] == ["success"] * 4
+        assert _text(replies[2]).strip() == "42"  # R kept v; Python's v is its own
+        assert _text(replies[3]).strip() == "python"
+        other = _run(
+            ScriptedChatModel(
+                responses=[
+                    AIMessage(
+                        content="",
+                        tool_calls=[
+                            {
+                                "name": "python",
+                                "args": {"code": "cat(exists('v'))", "language": "r"},
+                                "id": "o",
+                            }
+                        ],
+                    ),
+                    AIMessage(content="done"),
+                ],
+                seen=[],
+            ),
+            tool,
+            thread="t2",
+        )
+        assert _text(_tool_messages(other)[0]).strip() == "FALSE"  # each thread its own R kernel

@@ -6,7 +6,9 @@ its blocks to :func:`run_blocks` and turns the :class:`AgentResult` into its
 framework's type. The rules therefore hold the same everywhere:
 
 * **What runs.** Python and shell blocks run in the kernel (shell as
-  ``%%bash``, so it shares the kernel's environment); IPython ``!cmd`` lines
+  ``%%bash``, so it shares the kernel's environment); given the session's
+  :class:`~jupyter_exec.agents.kernels.LanguageKernels`, ``r``, ``js`` and
+  ``ts`` blocks run in a stateful kernel of their language beside it; IPython ``!cmd`` lines
   in a shell block run as the commands they name; ``!pip install`` /
   ``%pip install`` lines are made quiet (errors still show), as AG2's
   executors do, so an install does not flood the model's context. A block
@@ -42,13 +44,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, save_block
+from jupyter_exec.agents.kernels import LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, denied_connections, exit_code, render
 from jupyter_exec.engine.cancel import execute_to_the_end
 from jupyter_exec.engine.outputs import strip_ansi
 from jupyter_exec.engine.session import AsyncSession
-from jupyter_exec.exceptions import InvalidArgument, WorkDirError
+from jupyter_exec.exceptions import InvalidArgument, KernelStartError, WorkDirError
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.network import Connection
 from jupyter_exec.notebook.sources import check_text
@@ -206,25 +210,42 @@ async def run_block(
     *,
     timeout: float | None = None,
     max_output_chars: int = DEFAULT_LLM_CHARS,
+    style: Literal["model", "ag2"] = "model",
+    kernels: LanguageKernels | None = None,
 ) -> BlockResult:
-    """Run (or only save) one block in ``session``; never raises for the block's own faults."""
+    """Run (or only save) one block in ``session``; never raises for the block's own faults.
+
+    ``style``: how the outputs are worded (:func:`~jupyter_exec.agents.llm.render`).
+    ``kernels``: the session's kernels of other languages; with them an ``r``,
+    ``js`` or ``ts`` block runs in its language's kernel, without them it is saved only."""
     work_dir = session.work_dir
     refused = _refused(block)
     if refused is not None:
         return refused
-    if not block.runnable:
+    runner = session
+    if kernels is not None and kernels.runs(block.language):
+        try:
+            runner = await kernels.kernel(block.language)
+        except (InvalidArgument, KernelStartError) as exc:  # no such kernel here: saved only
+            saved = _save_only(block, work_dir)
+            if saved.exit_code != 0:
+                return BlockResult(f"[a {block.language} block cannot run here: {exc}]", 1)
+            return dataclasses.replace(saved, text=f"{saved.text} (not run: {exc})")
+    elif not block.runnable:
         return _save_only(block, work_dir)
     try:
         save_block(block, work_dir)
     except WorkDirError as exc:
         return BlockResult(f"[not run: {exc}]", 1)
-    execution = await execute_to_the_end(session, kernel_source(block), timeout)
+    source = kernel_source(block) if runner is session else block.code
+    execution = await execute_to_the_end(runner, source, timeout)
     text = render(
         execution,
         work_dir=work_dir,
         max_chars=max_output_chars,
         save_dir=session.files_dir,
         network=session.options.network,
+        style=style,
     )
     return BlockResult(
         text.text,
@@ -241,12 +262,21 @@ async def run_blocks(
     *,
     timeout: float | None = None,
     max_output_chars: int = DEFAULT_LLM_CHARS,
+    style: Literal["model", "ag2"] = "model",
+    kernels: LanguageKernels | None = None,
 ) -> AgentResult:
     """Run ``blocks`` in order in ``session``, stopping at the first that fails."""
     todo: Sequence[CodeBlock] = list(blocks)
     done: list[BlockResult] = []
     for block in todo:
-        result = await run_block(session, block, timeout=timeout, max_output_chars=max_output_chars)
+        result = await run_block(
+            session,
+            block,
+            timeout=timeout,
+            max_output_chars=max_output_chars,
+            style=style,
+            kernels=kernels,
+        )
         done.append(result)
         if result.exit_code != 0:
             break
@@ -356,12 +386,13 @@ async def run_script_block(
             text = f"{saved.text} (not run: {block.language} is not allowed to run here)"
             return dataclasses.replace(saved, text=text)
         return saved
+    code = block.code
+    if block.language == "sh":  # quiet installs, as AG2's command-line executors make them
+        code = "\n".join(_quiet_pip_shell(line) for line in code.split("\n"))
     try:
-        result = await session.run_script(
-            block.code, block.language, named.filename, timeout=timeout
-        )
-    except WorkDirError as exc:
-        return BlockResult(f"[not run: {exc}]", 1)
+        result = await session.run_script(code, block.language, named.filename, timeout=timeout)
+    except WorkDirError as exc:  # AG2's words first: agents are prompted with them
+        return BlockResult(f"[not run: Filename is not in the workspace: {exc}]", 1)
     _record_script(session, block, result)
     limit = timeout if timeout is not None else session.timeout
     return BlockResult(

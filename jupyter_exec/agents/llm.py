@@ -27,12 +27,13 @@ server), so they all show a model the same thing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_exec.boundary.naming import output_file_name
 from jupyter_exec.boundary.paths import write_bytes
@@ -280,6 +281,33 @@ def _body_parts(execution: Execution, work_dir: Path | None) -> list[str]:
     return parts
 
 
+def _ag2_parts(execution: Execution) -> list[str]:
+    """Outputs as AG2's IPython executor words them: text as is, each image and HTML output
+    as ``Image data saved to <path>`` / ``HTML data saved to <path>``, other data as JSON."""
+    parts: list[str] = []
+    rich = iter(execution.results)
+    for output in execution.outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            parts.append(strip_ansi(_data_text(output.get("text", ""))))
+            continue
+        if kind not in ("execute_result", "display_data"):
+            continue
+        result = next(rich, None)
+        files = result.files if result is not None else {}
+        for mime, value in dict(output.get("data", {})).items():
+            saved = files.get(mime)
+            if mime == "text/plain":
+                parts.append(strip_ansi(_data_text(value)))
+            elif saved is not None and mime.startswith("image/"):
+                parts.append(f"Image data saved to {Path(saved).absolute()}")
+            elif saved is not None and mime == "text/html":
+                parts.append(f"HTML data saved to {Path(saved).absolute()}")
+            else:
+                parts.append(json.dumps(value))
+    return [part if part.endswith("\n") else part + "\n" for part in parts]
+
+
 def _written_files(execution: Execution) -> list[Path]:
     """Files the code itself wrote (not the session's copies of rich outputs)."""
     saved = {p for r in execution.results for p in r.files.values()}
@@ -305,8 +333,14 @@ def render(
     max_chars: int = DEFAULT_LLM_CHARS,
     save_dir: str | os.PathLike[str] | None = None,
     network: NetworkPolicy | None = None,
+    style: Literal["model", "ag2"] = "model",
 ) -> LLMText:
     """The text a model should see for ``execution``.
+
+    ``style="ag2"`` words the outputs as AG2's own IPython executor does
+    (``Image data saved to <absolute path>``, an empty string when there is
+    no output), for the AG2 executors' drop-in default; errors, refusals and
+    the budget are the same in both styles.
 
     ``work_dir`` makes file paths relative to it. Output beyond ``max_chars``
     is cut in the middle; the text then names the file holding all of it:
@@ -318,7 +352,7 @@ def render(
     if max_chars < 200:
         raise ValueError(f"max_chars must be at least 200, not {max_chars}")
     root = Path(work_dir).absolute() if work_dir is not None else None
-    body = "".join(_body_parts(execution, root))
+    body = "".join(_ag2_parts(execution) if style == "ag2" else _body_parts(execution, root))
     error = _error_text(execution)
     notes = [f"[{line}]" for line in denied_connections(execution.connections, network)]
     if execution.state_lost:
@@ -350,6 +384,6 @@ def render(
         notes.append(f"[output was truncated; all of it is in {_relative(full, root)}]")
 
     sections = [s.rstrip("\n") for s in (body, error, *notes) if s.strip()]
-    if not sections:
+    if not sections and not (style == "ag2" and execution.ok):
         sections = ["(no output)" if execution.ok else f"({execution.status}, no output)"]
     return LLMText("\n".join(sections), truncated=truncated, full_output=full)

@@ -13,39 +13,18 @@ finding the sandbox gone, reports that it was killed.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from tornado.iostream import StreamClosedError
 
+from jupyter_exec.e2b.languages import Language, language_named
 from jupyter_exec.e2b.protocol import count_line, encode, error_line, event_lines
-from jupyter_exec.e2b.sandboxes import refuse_language
 from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, SessionClosedError
 from jupyter_exec.models import Execution
 
 __all__ = ["ContextHandler", "ContextRestartHandler", "ContextsHandler", "ExecuteHandler"]
-
-RESTORE_ENV_CODE = (
-    "# jupyter-exec e2b: restore the environment after run_code(envs=...)\n"
-    "import os as _e2b_os\n"
-    "for _e2b_k, _e2b_v in _e2b_saved_env.items():\n"
-    "    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else "
-    "_e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n"
-    "del _e2b_os, _e2b_saved_env"
-)
-
-
-def set_env_code(env_vars: dict[str, str]) -> str:
-    """The cell that sets ``env_vars`` for one run_code and keeps the old values."""
-    names = json.dumps(env_vars)
-    return (
-        "# jupyter-exec e2b: environment for the next cell (run_code(envs=...))\n"
-        f"import os as _e2b_os, json as _e2b_json\n_e2b_new = _e2b_json.loads({names!r})\n"
-        "_e2b_saved_env = {k: _e2b_os.environ.get(k) for k in _e2b_new}\n"
-        "_e2b_os.environ.update(_e2b_new)\ndel _e2b_os, _e2b_json, _e2b_new"
-    )
 
 
 class ExecuteHandler(E2BHandler):
@@ -59,7 +38,9 @@ class ExecuteHandler(E2BHandler):
         if not isinstance(code, str):
             raise InvalidArgument("'code' must be a string")
         context_id = body.get("context_id")
-        refuse_language(body.get("language"))
+        language = body.get("language")
+        if context_id is None:
+            language_named(language)  # a language no sandbox runs: refused before anything
         env_vars = body.get("env_vars") or {}
         if not isinstance(env_vars, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()
@@ -67,11 +48,13 @@ class ExecuteHandler(E2BHandler):
             raise InvalidArgument("'env_vars' must map names to strings")
         sandboxes = self.server.sandboxes
         sandbox = self.sandbox()
-        session = await sandboxes.context_session(sandbox, context_id)
+        context, session = await sandboxes.context_session(sandbox, context_id, language)
+        kind = language_named(context.language)
+        kind.check_env(env_vars)
         self.set_header("Content-Type", "application/x-ndjson")
         self.set_header("Cache-Control", "no-store")
         await self.flush()  # the SDK waits for the status line before reading lines
-        self._task = asyncio.ensure_future(self._run(session, code, env_vars))
+        self._task = asyncio.ensure_future(self._run(session, kind, code, env_vars))
         try:
             execution = await self._task
         except asyncio.CancelledError:
@@ -89,16 +72,20 @@ class ExecuteHandler(E2BHandler):
             self.write(encode(count))
         self.finish()
 
-    async def _run(self, session: AsyncSession, code: str, env_vars: dict[str, str]) -> Execution:
-        """Run ``code``; ``env_vars`` are set for this run only (two recorded cells around it)."""
+    async def _run(
+        self, session: AsyncSession, language: Language, code: str, env_vars: dict[str, str]
+    ) -> Execution:
+        """Run ``code``; ``env_vars`` are set for this run only (two recorded cells around it,
+        in the context's language)."""
         timeout = self.server.execution_timeout
         if not env_vars:
             return await session.execute(code, timeout=timeout, on_output=self._send)
-        await session.execute(set_env_code(env_vars), timeout=timeout)
+        await session.execute(language.set_env_code(env_vars), timeout=timeout)
         try:
             return await session.execute(code, timeout=timeout, on_output=self._send)
         finally:
-            await asyncio.shield(session.execute(RESTORE_ENV_CODE, timeout=timeout))
+            restore = language.restore_env_code(env_vars)
+            await asyncio.shield(session.execute(restore, timeout=timeout))
 
     def _abort(self) -> None:
         """End the response without its last chunk, as a sandbox that vanished would."""

@@ -51,8 +51,9 @@ MIME_FIELDS = {
 
 
 def _unquoted(text: str) -> str:
-    """A string result's text without its quotes, as E2B's server sends it (``'a'`` -> ``a``)."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+    """A string result's text without its quotes, as E2B's server sends it (``'a'`` -> ``a``;
+    Deno quotes a string holding both quote marks with backticks)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"`":
         return text[1:-1]
     return text
 

@@ -33,6 +33,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.e2b.languages import (
+    DEFAULT_LISTED,
+    PYTHON,
+    Language,
+    check_installed,
+    installed,
+    language_named,
+    refuse_language,
+)
 from jupyter_exec.e2b.lasting import Lasting
 from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
@@ -49,7 +58,7 @@ DEBUG_SANDBOX_ID = "debug_sandbox_id"
 """The id the SDK's debug mode uses for every sandbox (no API call, no token)."""
 
 DEFAULT_CONTEXT = "default"
-LANGUAGES = ("python", "python3")
+"""The default Python context's id; another language's default context is ``default-<name>``."""
 ENVD_VERSION = "0.6.4"
 """The envd version we answer as: the features we serve (metadata-free uploads, stdin...)."""
 
@@ -103,17 +112,6 @@ def _client_seconds(seconds: float, most: float) -> float:
     if not (math.isfinite(seconds) and 0 <= seconds <= most):
         raise InvalidArgument(f"a sandbox's timeout is 0 to {most:g} seconds, not {seconds!r}")
     return float(seconds)
-
-
-def refuse_language(language: object) -> None:
-    """Refuse any language but Python, saying what this server runs."""
-    if language is not None and not isinstance(language, str):
-        raise InvalidArgument("'language' must be a string, such as 'python'")
-    if language is not None and language.lower() not in LANGUAGES:
-        raise InvalidArgument(
-            f"this sandbox runs Python only, not {language!r}: use language='python' (or "
-            "omit it); for shell commands use sandbox.commands.run(...)"
-        )
 
 
 @dataclass
@@ -258,7 +256,7 @@ class Sandboxes(Lasting):
 
     async def _container(self, sandbox: Sandbox) -> Container:
         """A Docker sandbox's container: its default context's kernel's (started if need be)."""
-        session = await self.context_session(sandbox, None)
+        _, session = await self.context_session(sandbox, None)
         return await asyncio.to_thread(kernel_container, session)
 
     def get(self, sandbox_id: str) -> Sandbox:
@@ -321,56 +319,110 @@ class Sandboxes(Lasting):
             options["env"] = {**base, **dict(options.get("env") or {}), **sandbox.envs}
         return options
 
-    def default_context(self, sandbox: Sandbox) -> Context:
-        context = sandbox.contexts.get(DEFAULT_CONTEXT)
+    def default_context(self, sandbox: Sandbox, language: Language = PYTHON) -> Context:
+        """``language``'s default context (listed from the start; its kernel starts on use)."""
+        context_id = DEFAULT_CONTEXT if language is PYTHON else f"{DEFAULT_CONTEXT}-{language.name}"
+        context = sandbox.contexts.get(context_id)
         if context is None:
-            context = Context(DEFAULT_CONTEXT, sandbox.id, sandbox.paths.home)
-            sandbox.contexts[DEFAULT_CONTEXT] = context
+            name = sandbox.id if language is PYTHON else f"{sandbox.id}.{context_id}"
+            context = Context(context_id, name, sandbox.paths.home, language.name)
+            sandbox.contexts[context_id] = context
         return context
 
-    async def context_session(self, sandbox: Sandbox, context_id: object) -> AsyncSession:
-        """The kernel of ``context_id`` (None: the default context, started if need be)."""
+    def _backend(self) -> str:
+        return str(self.session_options.get("backend") or "local")
+
+    def _serves(self, language: Language) -> bool:
+        """Whether this server's sandboxes run ``language`` (its kernel is installed, or in
+        the Docker image the sandboxes use)."""
+        try:
+            self._refuse(language.name)
+        except InvalidArgument:
+            return False
+        return installed(language, self._backend())
+
+    def _refuse(self, language: object) -> Language:
+        image = (self.session_options.get("docker") or {}).get("image")
+        return refuse_language(language, self._backend(), str(image) if image else None)
+
+    async def context_session(
+        self, sandbox: Sandbox, context_id: object, language: object = None
+    ) -> tuple[Context, AsyncSession]:
+        """A context and its kernel: ``context_id``'s, else ``language``'s default (started)."""
         if context_id is not None and not isinstance(context_id, str):
             raise InvalidArgument("'context_id' must be a string: the id create_code_context gave")
         if context_id is None or context_id == DEFAULT_CONTEXT:
-            context = self.default_context(sandbox)
+            found = self._refuse(language if context_id is None else None)
+            context = self.default_context(sandbox, found)
             async with sandbox.lock:
-                await self._resumed(sandbox, context)
-                return await self.manager.session(context.session_name, **self._options(sandbox))
-        found = sandbox.contexts.get(context_id)
-        if found is None:
+                if found is PYTHON:
+                    await self._resumed(sandbox, context)
+                    options = self._options(sandbox)
+                    return context, await self.manager.session(context.session_name, **options)
+                if context.session_name in self.manager:
+                    return context, self.manager.get(context.session_name)
+                check_installed(found, self._backend())
+                return context, await self._start(sandbox, context, found, None)
+        made = sandbox.contexts.get(context_id)
+        if made is None:
             raise SessionNotFound(f"context {context_id!r} was not found in this sandbox")
-        return self.manager.get(found.session_name)
+        if made.id.startswith(f"{DEFAULT_CONTEXT}-") and made.session_name not in self.manager:
+            return await self.context_session(sandbox, None, made.language)  # listed, not started
+        return made, self.manager.get(made.session_name)
 
-    async def create_context(
-        self, sandbox: Sandbox, *, language: object = None, cwd: object = None
-    ) -> Context:
-        """A new context: its own kernel, in the sandbox's work dir (or ``cwd`` inside it)."""
-        refuse_language(language)
-        if cwd is not None and not isinstance(cwd, str):
-            raise InvalidArgument("'cwd' must be a string: a folder of the sandbox")
-        folder, shown = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
-        context_id = f"c-{secrets.token_hex(6)}"
-        context = Context(context_id, f"{sandbox.id}.{context_id}", shown)
+    async def _start(
+        self, sandbox: Sandbox, context: Context, language: Language, cwd: str | None
+    ) -> AsyncSession:
+        """Start ``context``'s kernel of ``language`` in the work dir (or its folder ``cwd``)."""
+        folder, _ = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
         options = self._options(sandbox)
+        if language is not PYTHON:
+            options["kernel_name"] = language.kernel_name
+            base = host_env() if self._backend() == "local" else {}  # never the host's to Docker
+            options["env"] = {**dict(options.get("env") or base), **language.kernel_env}
 
         async def start() -> AsyncSession:
             sandbox.paths.folder(cwd)  # again, just before: the kernel pins it once more
             session = AsyncSession(work_dir=folder, name=context.session_name, **options)
-            return await session.start()
+            await session.start()
+            setup = language.startup_code(sandbox.envs)
+            if setup is not None:
+                await session.execute(setup, timeout=60)
+            return session
 
-        await self.manager.add(
-            context.session_name, start, backend=str(options.get("backend") or "local")
-        )
+        return await self.manager.add(context.session_name, start, backend=self._backend())
+
+    async def create_context(
+        self, sandbox: Sandbox, *, language: object = None, cwd: object = None
+    ) -> Context:
+        """A new context: its own kernel of ``language``, in the work dir (or ``cwd`` in it)."""
+        found = self._refuse(language)
+        if cwd is not None and not isinstance(cwd, str):
+            raise InvalidArgument("'cwd' must be a string: a folder of the sandbox")
+        check_installed(found, self._backend())
+        _, shown = sandbox.paths.folder(cwd, create=True)  # a planted link: refused here
+        context_id = f"c-{secrets.token_hex(6)}"
+        context = Context(context_id, f"{sandbox.id}.{context_id}", shown, found.name)
+        await self._start(sandbox, context, found, cwd)
         sandbox.contexts[context_id] = context
         return context
 
     def list_contexts(self, sandbox: Sandbox) -> list[Context]:
-        self.default_context(sandbox)
-        return list(sandbox.contexts.values())
+        """The default contexts first (Python's, and JavaScript's where its kernel is installed,
+        as E2B lists them), then the ones the client made, oldest first."""
+        for name in DEFAULT_LISTED:
+            language = language_named(name)
+            if language is PYTHON or self._serves(language):
+                self.default_context(sandbox, language)
+        defaults = sorted(
+            (c for c in sandbox.contexts.values() if c.id.startswith(DEFAULT_CONTEXT)),
+            key=lambda c: c.id != DEFAULT_CONTEXT,  # Python's first
+        )
+        made = [c for c in sandbox.contexts.values() if not c.id.startswith(DEFAULT_CONTEXT)]
+        return [*defaults, *made]
 
     async def restart_context(self, sandbox: Sandbox, context_id: str) -> None:
-        session = await self.context_session(sandbox, context_id)
+        _, session = await self.context_session(sandbox, context_id)
         await session.restart()
 
     async def remove_context(self, sandbox: Sandbox, context_id: str) -> None:

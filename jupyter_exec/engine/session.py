@@ -159,6 +159,17 @@ class AsyncSession(StateMethods):
         """``<work_dir>/<name>_files``: where rich outputs and overflowing streams are saved."""
         return self.work_dir / files_folder(self.name)
 
+    def share_work_dir(self, other: AsyncSession) -> None:
+        """Leave ``other``'s notebook and saved outputs out of the files this session's cells
+        are said to have written: the two sessions share the work dir (an agent's kernels of
+        other languages beside its Python one)."""
+        recording = self._recording
+        if recording is None:
+            return
+        if other.notebook_path is not None:
+            recording.tracker.ignore.add(other.notebook_path.absolute())
+        recording.tracker.skip_dirs.add(str(other.files_dir.absolute()))
+
     @property
     def notebook_path(self) -> Path | None:
         """The recorded notebook, or ``None`` when recording is off."""

@@ -31,13 +31,14 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_exec.agents.agent import SCRIPT_POLICY, run_blocks, run_script_blocks
 from jupyter_exec.agents.codeblocks import CodeBlock, extract_code_blocks, normalise_language
+from jupyter_exec.agents.kernels import LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.engine.environments import Environment, parse_environment
-from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.exceptions import InvalidArgument, WorkDirNotFound
 from jupyter_exec.integrations import require
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.sync import Session, _LoopThread
@@ -68,6 +69,16 @@ def check_kernel_name(kernel_name: str) -> None:
             f"Kernel {kernel_name!r} is not installed (installed: "
             f"{', '.join(sorted(installed)) or 'none'}); see jupyter kernelspec list"
         )
+
+
+def make_work_dir(path: Path) -> None:
+    """Make ``path`` (not its parents), as AG2's command-line executors do."""
+    try:
+        path.mkdir()
+    except FileNotFoundError:
+        raise WorkDirNotFound(
+            f"cannot make the work dir {path}: its parent {path.parent} does not exist"
+        ) from None
 
 
 def check_work_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
@@ -124,9 +135,22 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         ``{"allow": ["pypi.org"]}``) for a Docker ``environment``: the
         hosts the kernel may reach. Refused at once for any other environment.
         A refused connection is named in ``CodeResult.output``.
+    rich_output:
+        Word ``CodeResult.output`` for a model, as every other jupyter-exec
+        front end does (``[image/png saved to plot.png]`` relative to the
+        work dir, ``(no output)``, a DataFrame's text beside its saved
+        table). The default, ``False``, words it as AG2's own executor does
+        (``Image data saved to <absolute path>``, ``HTML data saved to
+        <absolute path>``, an empty string when there is no output), so
+        code that reads AG2's wording keeps working.
     session_options:
         Anything else :class:`~jupyter_exec.Session` takes (``name``,
         ``notebook``, ``env``, ...).
+
+    As AG2's executor does, it keeps ``timeout``, ``kernel_name`` and
+    ``output_dir`` as given (also as ``_timeout``, ``_kernel_name`` and
+    ``_output_dir``, the names AG2's tests read); ``work_dir`` is the folder
+    as given too, or the temporary one made on first use.
 
     The session starts on first use and lives until :meth:`close` (or the end
     of a ``with`` block, or interpreter exit). ``restart()`` (called by AG2 when
@@ -143,6 +167,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         max_output_chars: int = DEFAULT_LLM_CHARS,
         output_dir: str | os.PathLike[str] | None = None,
         network: NetworkPolicy | Mapping[str, Any] | None = None,
+        rich_output: bool = False,
         **session_options: Any,
     ) -> None:
         coding = _coding()  # fail now, with the install hint, rather than mid-conversation
@@ -154,10 +179,17 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
                 "give environment (and network) or kernel_name, not both: a kernelspec says "
                 "where it runs"
             )
-        self._work_dir = check_work_dir(work_dir if work_dir is not None else output_dir)
+        given = work_dir if work_dir is not None else output_dir
+        self._work_dir = self._check_dir(given)
+        self._given_dir = Path(given) if given is not None else None
         if kernel_name is not None:
             check_kernel_name(kernel_name)
         self.kernel_name = kernel_name
+        self.rich_output = rich_output
+        self.output_dir = given
+        self._output_dir = self._given_dir
+        self._timeout = timeout
+        self._kernel_name = kernel_name if kernel_name is not None else "python3"
         self.environment = (
             None if kernel_name is not None else parse_environment(environment, network=network)
         )
@@ -165,6 +197,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         self.max_output_chars = max_output_chars
         self._session_options = session_options
         self._session: Session | None = None
+        self._kernels: LanguageKernels | None = None
         self._extractor = MarkdownBlockExtractor()
 
     # -- the CodeExecutor protocol ----------------------------------------------------------
@@ -184,9 +217,19 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         saved (plots, HTML, ...) and files written.
         """
         live = self.session.async_session
+        if self._kernels is None or self._kernels.session is not live:
+            self._kernels = LanguageKernels(live)
         blocks = [to_code_block(b) for b in code_blocks]
+        style: Literal["model", "ag2"] = "model" if self.rich_output else "ag2"
         result = _LoopThread.run(
-            run_blocks(live, blocks, timeout=self.timeout, max_output_chars=self.max_output_chars),
+            run_blocks(
+                live,
+                blocks,
+                timeout=self.timeout,
+                max_output_chars=self.max_output_chars,
+                style=style,
+                kernels=self._kernels,
+            ),
             on_interrupt=live.interrupt(),
         )
         return self._result_class(
@@ -196,9 +239,11 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         )
 
     def restart(self) -> None:
-        """Restart the kernel: variables and imports are gone, files stay."""
+        """Restart the kernels (Python's, and R's or Deno's if started): state goes, files stay."""
         if self._session is not None:
             self._session.restart()
+        if self._kernels is not None:
+            _LoopThread.run(self._kernels.restart())
 
     # -- the session ------------------------------------------------------------------------
 
@@ -218,10 +263,18 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
 
     @property
     def work_dir(self) -> Path:
-        return self.session.work_dir
+        """The work dir as given (AG2 keeps it so), else the temporary one the session made."""
+        return self._given_dir if self._given_dir is not None else self.session.work_dir
+
+    @staticmethod
+    def _check_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
+        return check_work_dir(work_dir)
 
     def close(self) -> None:
-        """Stop the kernel (the work dir and notebook stay). Idempotent."""
+        """Stop the kernels (the work dir and notebooks stay). Idempotent."""
+        kernels, self._kernels = self._kernels, None
+        if kernels is not None:
+            _LoopThread.run(kernels.close())
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -277,6 +330,13 @@ class SessionCommandLineExecutor(SessionCodeExecutor):
             output=result.text,
             code_file=str(result.code_file) if result.code_file is not None else None,
         )
+
+    @staticmethod
+    def _check_dir(work_dir: str | os.PathLike[str] | None) -> Path | None:
+        """As AG2's command-line executor: a missing folder is made (its parent must exist)."""
+        if work_dir is not None and not Path(work_dir).expanduser().exists():
+            make_work_dir(Path(work_dir).expanduser())
+        return check_work_dir(work_dir)
 
     def restart(self) -> None:
         """Nothing to restart: every block already runs in a new process (warns, as AG2 does)."""

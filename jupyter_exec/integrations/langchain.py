@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jupyter_exec.agents.agent import BlockResult, run_block
-from jupyter_exec.agents.codeblocks import CodeBlock
+from jupyter_exec.agents.codeblocks import CodeBlock, normalise_language
+from jupyter_exec.agents.kernels import LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.boundary.naming import safe_name
 from jupyter_exec.engine.environments import Environment, parse_environment
@@ -105,6 +106,7 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
         self._work_dir = Path(work_dir) if work_dir is not None else None
         self._session_options = session_options
         self._sessions: dict[str | None, AsyncSession] = {}
+        self._kernels: dict[str | None, LanguageKernels] = {}
         self._starting: asyncio.Lock | None = None
 
     def _key(self, thread_id: str | None) -> str | None:
@@ -130,22 +132,33 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
                 self._sessions[key] = session
         return session
 
-    async def _run(self, code: str, thread_id: str | None) -> BlockResult:
-        session = await self._session(self._key(thread_id))
+    async def _run(self, code: str, thread_id: str | None, language: str) -> BlockResult:
+        key = self._key(thread_id)
+        session = await self._session(key)
+        kernels = self._kernels.get(key)
+        if kernels is None or kernels.session is not session:
+            kernels = self._kernels[key] = LanguageKernels(session)
         return await run_block(
             session,
-            CodeBlock.from_code(code, "python"),
+            CodeBlock.from_code(code, normalise_language(language or "python", code)),
             timeout=self.timeout,
             max_output_chars=self.max_output_chars,
+            kernels=kernels,
         )
 
-    def run(self, code: str, thread_id: str | None = None) -> BlockResult:
-        """Run ``code`` in the thread's session, blocking; what the model is shown."""
-        return _LoopThread.run(self._run(code, thread_id))
+    def run(self, code: str, thread_id: str | None = None, language: str = "python") -> BlockResult:
+        """Run ``code`` in the thread's session, blocking; what the model is shown.
 
-    async def arun(self, code: str, thread_id: str | None = None) -> BlockResult:
+        ``language``: ``python`` (the default), ``bash``/``sh`` (a ``%%bash`` cell of
+        the Python kernel), or ``r``/``js``/``ts``/``java``, run in the thread's stateful kernel
+        of that language, started on first use."""
+        return _LoopThread.run(self._run(code, thread_id, language))
+
+    async def arun(
+        self, code: str, thread_id: str | None = None, language: str = "python"
+    ) -> BlockResult:
         """:meth:`run` from any event loop (the session runs on jupyter-exec's loop)."""
-        return await _on_session_loop(self._run(code, thread_id))
+        return await _on_session_loop(self._run(code, thread_id, language))
 
     def session(self, thread_id: str | None = None) -> AsyncSession:
         """The (started) session of ``thread_id``: its ``work_dir``, ``notebook_path``, ..."""
@@ -166,6 +179,9 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
 
     async def aclose_here(self) -> None:
         """Stop every kernel (to be awaited on jupyter-exec's loop)."""
+        kernels, self._kernels = list(self._kernels.values()), {}
+        for languages in kernels:
+            await languages.close()
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
@@ -233,16 +249,24 @@ def python_tool(
             raise tools.ToolException(result.text)
         return _content(result) if images else result.text
 
-    def run_code(code: str, config: Any) -> Any:
-        return answer(owner.run(code, _thread_id(config)))
+    def run_code(code: str, config: Any, language: str = "python") -> Any:
+        return answer(owner.run(code, _thread_id(config), language))
 
-    async def arun_code(code: str, config: Any) -> Any:
-        return answer(await owner.arun(code, _thread_id(config)))
+    async def arun_code(code: str, config: Any, language: str = "python") -> Any:
+        return answer(await owner.arun(code, _thread_id(config), language))
 
     for function in (run_code, arun_code):
         # LangChain reads the signature: ``config`` typed RunnableConfig is injected, not asked.
-        function.__annotations__ = {"code": str, "config": runnables.RunnableConfig, "return": Any}
-        function.__doc__ = "Run Python code.\n\nArgs:\n    code: the code to run"
+        function.__annotations__ = {
+            "code": str,
+            "config": runnables.RunnableConfig,
+            "language": str,
+            "return": Any,
+        }
+        function.__doc__ = (
+            "Run code.\n\nArgs:\n    code: the code to run\n    language: python (default), "
+            "bash, r, js, ts or java; each language keeps its own state"
+        )
     tool = tools.StructuredTool.from_function(
         func=run_code,
         coroutine=arun_code,

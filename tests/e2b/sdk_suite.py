@@ -11,7 +11,9 @@ skips the tests marked ``skip_debug``); with ``--api`` it runs in API mode, a
 sandbox per test created through ``E2B_API_URL`` with its own token, and the
 ``skip_debug`` tests run too. Either way ``E2B_SANDBOX_URL`` points at a
 server started here on a free loopback port. pytest's summary line gives the
-pass count.
+pass count. The R, Deno and bash kernelspecs are installed into the scratch
+folder first (:mod:`language_kernels`), so the SDK's language tests run on real
+kernels of those languages.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from e2b_server_helpers import API_KEY, run_server
+from language_kernels import install_language_kernels
 
 from jupyter_exec.e2b import E2BConfig
 
@@ -80,6 +84,10 @@ def main(argv: list[str]) -> int:
     repo, extra = Path(argv[0]), argv[1:]
     with tempfile.TemporaryDirectory(prefix="e2b-sdk-suite-") as scratch:
         suite = export_tests(repo, Path(scratch) / "src")
+        kernels = install_language_kernels(Path(scratch) / "kernels")
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(
+            [str(kernels), *filter(None, [os.environ.get("JUPYTER_PATH")])]
+        )
         junit = Path(scratch) / "junit.xml"
         options = {"backend": "docker"} if docker else {}
         config = E2BConfig(root_dir=Path(scratch) / "sandboxes", ports=(0,), debug=not api,

@@ -148,3 +148,17 @@ def test_command_timeout_kills_it_in_the_container(sandbox: Sandbox) -> None:
     while "sleep 30" in commands.run(look).stdout and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "sleep 30" not in commands.run(look).stdout  # both, children too, are gone
+
+
+@pytest.mark.languages
+def test_r_bash_and_deno_run_in_containers_sharing_the_sandboxs_home(sandbox: Sandbox) -> None:
+    # The languages image (jupyter-exec/kernel:languages): one container per kernel, one /home/user.
+    sandbox.run_code("x <- 21", language="r")
+    said = sandbox.run_code("cat(x * 2, getwd()); writeLines('from R', 'r.txt')", language="r")
+    assert "".join(said.logs.stdout) == "42 /home/user"
+    shell = sandbox.run_code("cat r.txt; pwd", language="bash", envs={"WHO": "me"})
+    assert "".join(shell.logs.stdout) == "from R\n/home/user\n"
+    sandbox.run_code("Deno.writeTextFileSync('js.txt', Deno.cwd())", language="js")
+    assert sandbox.files.read("js.txt") == "/home/user"
+    languages = {c.language for c in sandbox.list_code_contexts()}
+    assert {"python", "r", "bash", "javascript"} <= languages
