@@ -1,4 +1,4 @@
-"""How the E2B server's sandboxes outlive it: a mixin of :class:`~.sandboxes.Sandboxes`.
+"""How the E2B server's sandboxes outlive it: a mixin of ``Sandboxes`` (e2b/sandboxes.py).
 
 Loading the sandboxes of the root from before a restart (no kernel started),
 giving a new sandbox a token derived from the host key and a salt (so it opens
