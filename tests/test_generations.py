@@ -227,16 +227,20 @@ async def test_the_budget_keeps_objects_past_it_out_and_prunes_old_generations(
 
 HOST = """
 import asyncio, sys
+from pathlib import Path
 from jupyter_exec import AsyncSession
-from tests.generation_helpers import flush, kernel_pid
+from jupyter_exec.state.generations import signed_on_disk
+from tests.generation_helpers import kernel_pid
 
 async def main():
     session = await AsyncSession(sys.argv[1], name="host", timeout=60).start()
     await session.execute("import pathlib\\nruns = pathlib.Path('runs.txt')")
     await session.execute("runs.open('a').write('1')\\nfirst = 1")
     await session.execute("runs.open('a').write('2')\\nsecond = 2")
-    await flush(session)
     await session.execute("runs.open('a').write('3')\\nthird = 3")
+    # Idle now: the session signs the last cell's state without a next cell or a close.
+    while max((g.cells for g in signed_on_disk(Path(sys.argv[1]), "host")), default=0) < 4:
+        await asyncio.sleep(0.02)
     print(kernel_pid(session), flush=True)
     await asyncio.sleep(3600)
 
@@ -244,7 +248,7 @@ asyncio.run(main())
 """
 
 
-async def test_resume_after_the_host_is_killed_runs_only_the_cells_after_the_saved_state(
+async def test_an_idle_session_killed_with_its_host_resumes_without_running_a_cell_again(
     work_dir: Path,
 ) -> None:
     work_dir.mkdir()
@@ -264,10 +268,10 @@ async def test_resume_after_the_host_is_killed_runs_only_the_cells_after_the_sav
     assert (work_dir / "runs.txt").read_text() == "123"
     async with AsyncSession.resume(work_dir / "host.ipynb") as session:
         assert await value(session, "(first, second, third)") == (1, 2, 3)
-        # the state after cell 3 was signed: only the cell after it ran again
-        assert (work_dir / "runs.txt").read_text() == "1233"
+        assert session.resumed == []  # the last cell's state was signed while idle
+        assert (work_dir / "runs.txt").read_text() == "123"
         nb = read_valid_notebook(work_dir / "host.ipynb")
-        assert nb.metadata["jupyter_exec"]["resumed"][-1]["state_cells"] == 3
+        assert nb.metadata["jupyter_exec"]["resumed"][-1]["state_cells"] == 4
         assert kernel_pid(session) != orphan
 
 
@@ -299,3 +303,21 @@ async def test_a_cell_that_changes_an_array_right_away_never_changes_the_saved_o
     buffer = data[entry["parts"][0] :]
     assert len(buffer) == 32_000_000
     assert buffer.count(0) == len(buffer)  # zeros, as the first cell left them
+
+
+async def test_an_idle_session_signs_its_last_cell_so_a_kill_9_runs_nothing_again(
+    sessions: Any,
+) -> None:
+    session = await sessions(name="idle")
+    await session.execute("import pathlib\nruns = pathlib.Path('runs.txt')")
+    await session.execute("runs.open('a').write('1')\nmark = 1")
+    # No next cell and no close: the idle session asks for the state its writer finished.
+    while max((g.cells for g in signed_on_disk(session.work_dir, "idle")), default=0) < 2:
+        await asyncio.sleep(0.02)
+    await kill_kernel(session)
+    died = await session.execute("mark")
+    assert died.status == "died"
+    assert died.recovered is not None
+    assert "mark" in died.recovered.names
+    assert await value(session, "mark") == 1
+    assert (session.work_dir / "runs.txt").read_text() == "1"  # the last cell did not run again

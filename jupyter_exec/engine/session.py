@@ -60,6 +60,11 @@ log = logging.getLogger("jupyter_exec")
 
 CLOSE_WAIT = 10.0
 """Seconds ``close()`` waits for a running cell to record itself before stopping the kernel."""
+IDLE_SIGN_FIRST = 0.05
+IDLE_SIGN_MOST = 1.0
+IDLE_SIGN_FOR = 600.0
+"""An idle session asks for its last cell's state after 50 ms, then at doubling intervals up
+to a second, for at most ten minutes (a write of many GB); each ask is one silent request."""
 
 
 class AsyncSession(StateMethods):
@@ -115,6 +120,7 @@ class AsyncSession(StateMethods):
         self._kernel: KernelHandle | None = None
         self._recording: Recording | None = None
         self._lock = asyncio.Lock()
+        self._signer: asyncio.Future[None] | None = None
         self._last_activity = time.monotonic()
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
@@ -324,6 +330,12 @@ class AsyncSession(StateMethods):
         if self._running is not None and self._running[1] is not asyncio.current_task():
             with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
                 await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
+        signer = self._signer
+        if signer is not None and not signer.done():  # an idle ask in flight ends first
+            if self._lock.locked() and self._running is None:
+                with contextlib.suppress(Exception, asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(signer), CLOSE_WAIT)
+            signer.cancel()
         if self._kernel is not None and self._running is None:  # the last cell's state
             await self._state.before_close(self, self._kernel)
         kernel, self._kernel = self._kernel, None
@@ -425,6 +437,7 @@ class AsyncSession(StateMethods):
                 self._running[0].set_result(None)
                 self._running = None
                 self._last_activity = time.monotonic()
+        self._sign_when_idle(kernel)
         if execution.status == "cancelled":
             if self._recording is not None:  # closed from within the cell (on_output): tidy up
                 self._recording.close()
@@ -434,6 +447,26 @@ class AsyncSession(StateMethods):
                 execution,
             )
         return execution
+
+    def _sign_when_idle(self, kernel: KernelHandle) -> None:
+        """While no cell runs, ask the kernel now and then for the state its writer finished,
+        so the last cell's state is signed (and so survives a kill) without a next cell."""
+        if self._signer is not None and not self._signer.done():
+            return
+        if self._state.unsigned_generation(kernel):
+            self._signer = asyncio.ensure_future(self._poll_writer(kernel))
+
+    async def _poll_writer(self, kernel: KernelHandle) -> None:
+        delay, waited = IDLE_SIGN_FIRST, 0.0
+        while waited < IDLE_SIGN_FOR and self._state.unsigned_generation(kernel):
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, IDLE_SIGN_MOST)
+            if self._closed or self._lock.locked() or self._kernel is not kernel:
+                return  # a cell runs (its reply signs), or the kernel is another
+            async with self._lock:
+                if self._kernel is kernel and not self._closed:
+                    await self._state.sign_written(self, kernel)
 
     async def _execute(
         self,

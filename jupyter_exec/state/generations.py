@@ -134,6 +134,8 @@ class Generations:
         self.work_dir: Path | None = None
         self.to_sign: tuple[Path, Generation] | None = None
         self.signer: asyncio.Future[None] | None = None
+        self.handed = 0
+        """The newest generation the kernel took (its commit answered): signed once written."""
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
@@ -192,7 +194,15 @@ class Generations:
             answer = json.loads(ast.literal_eval(reply["data"]["text/plain"]))
         except (KeyError, ValueError, SyntaxError, TypeError):
             return
+        self.handed = self.next_number - 1
         self.take(session, kernel, answer)
+
+    def unsigned(self, kernel: KernelHandle) -> bool:
+        """Whether ``kernel`` holds a generation it took that is not signed yet (its writer
+        may still be at it): the session asks for it while idle, so that a death or a
+        host kill after the last cell finds that cell's state signed."""
+        newest = self.signed[-1].number if self.signed else 0
+        return self.installed is kernel and self.handed > newest
 
     def take(self, session: StateHost, kernel: KernelHandle, answer: Any) -> None:
         """Sign what ``answer`` (the kernel's ``commit`` or ``flush``) lists as written."""

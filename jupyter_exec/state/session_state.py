@@ -440,6 +440,16 @@ class SessionState(RecoveryMixin):
             await kernel.shutdown(now=True)
         return root
 
+    def unsigned_generation(self, kernel: KernelHandle) -> bool:
+        """Whether the last cell's state is handed to the kernel's writer but not signed."""
+        return self.durable.generations.unsigned(kernel)
+
+    async def sign_written(self, session: StateHost, kernel: KernelHandle) -> None:
+        """Sign what the kernel's writer finished since the last cell, without waiting for
+        the rest (an idle session's poll; a kernel that cannot answer is left alone)."""
+        with contextlib.suppress(CheckpointError, KernelNotAliveError, OSError):
+            await self.durable.generations.flush(session, kernel, 0.0)
+
     async def before_close(self, session: StateHost, kernel: KernelHandle) -> None:
         """Sign the generation of the last cell before the kernel stops (a resume then starts
         from it); a kernel that does not answer in :data:`CLOSE_FLUSH` seconds is left."""
