@@ -8,9 +8,9 @@ kernel's writer stores, and how fast the state comes back, each against its floo
 * **state-back**: after ``kill -9`` of a session holding N MB (60 % array, 30 % DataFrame,
   10 % small dicts, as ``checkpoint``): the next cell's time, restart and generation loaded
   included, against a new session running the same cells again; and ``Session.resume`` of
-  the notebook (the host gone: its notebook and state folder are all there is) against
-  the resume that runs every cell again (``save_state=False``); and the state folder's size
-  against the namespace's.
+  the notebook of a host process SIGKILLed once idle (its notebook and state folder are all
+  there is) against the resume that runs every cell again (``save_state=False``); and the
+  state folder's size against the namespace's.
 
 ``python -m benchmarks --only state-cell,state-back``
 """
@@ -18,8 +18,11 @@ kernel's writer stores, and how fast the state comes back, each against its floo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,10 +123,8 @@ async def _back(megabytes: int, work: Path) -> dict[str, float]:
         assert (await source.execute("check")).text == expected
         folder = work / ".src_state"
         found["disk"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / MB
-        notebook = source.notebook_path
     finally:
         await source.close()
-    assert notebook is not None
 
     start = time.perf_counter()
     again = await _session(work, "again")
@@ -134,14 +135,55 @@ async def _back(megabytes: int, work: Path) -> dict[str, float]:
     finally:
         await again.close()
 
+    notebook = await _host_killed(cells, work)
     start = time.perf_counter()
     async with AsyncSession.resume(notebook, timeout=1800) as resumed:
         found["resume"] = time.perf_counter() - start
+        assert resumed.resumed == [], "the idle host had signed its last cell's state"
         assert (await resumed.execute("check")).text == expected
     start = time.perf_counter()
     async with AsyncSession.resume(notebook, timeout=1800, save_state=False) as resumed:
         found["resume-floor"] = time.perf_counter() - start
     return found
+
+
+HOST = """
+import asyncio, json, sys
+from pathlib import Path
+from jupyter_exec import AsyncSession
+from jupyter_exec.state.generations import signed_on_disk
+
+async def main():
+    work, cells = Path(sys.argv[1]), json.loads(sys.argv[2])
+    session = await AsyncSession(work, name="host", timeout=1800, checkpoint_every=0).start()
+    for code in cells:
+        (await session.execute(code)).raise_for_error()
+    while max((g.cells for g in signed_on_disk(work, "host")), default=0) < len(cells):
+        await asyncio.sleep(0.01)  # idle: the session signs its last cell's state itself
+    print(session._kernel.km.provisioner.process.pid, flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def _host_killed(cells: list[str], work: Path) -> Path:
+    """Run ``cells`` in a host process, wait until it is idle with its state signed, then
+    SIGKILL it (and its orphaned kernel): what a resume after a host death starts from."""
+    folder = work / "host"
+    folder.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-c", HOST, str(folder), json.dumps(cells)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True) as host:
+        try:
+            assert host.stdout is not None
+            kernel = int(await asyncio.to_thread(host.stdout.readline))
+        finally:
+            host.kill()
+    os.kill(kernel, signal.SIGKILL)
+    while os.path.exists(f"/proc/{kernel}") and "Z" not in _state(kernel):
+        await asyncio.sleep(0.01)
+    return folder / "host.ipynb"
 
 
 def _state(pid: int) -> str:
@@ -165,9 +207,9 @@ def state_back_case(cfg: Config) -> list[Row]:
             "floor: a new session running the cells again"),
         Row(f"resume after the host died, {megabytes} MB", found["resume"],
             found["resume-floor"], "s",
-            f"{notes}; ours: Session.resume of the notebook and state folder (the newest "
-            "signed generation + the cells after it); floor: save_state=False (every cell "
-            "again)"),
+            f"{notes}; the host SIGKILLed once idle; ours: Session.resume of its notebook "
+            "and state folder (the newest signed generation + the cells after it); floor: "
+            "save_state=False (every cell again)"),
         Row(f"state on disk, {megabytes} MB session", found["disk"], float(megabytes), "MB",
             "floor: the namespace's nominal size"),
     ]  # fmt: skip
