@@ -130,16 +130,7 @@ class Capture:
         self.dirty = False
         return json.dumps(
             {
-                "interpreter": {
-                    "implementation": platform.python_implementation(),
-                    "version": platform.python_version(),
-                    "executable": sys.executable,
-                },
-                "platform": {
-                    "system": platform.system(),
-                    "machine": platform.machine(),
-                    "release": platform.release(),
-                },
+                **_here(),
                 "packages": dict(sorted(self.packages.items())),
                 "files": dict(sorted(self.hashes.items())),
             },
@@ -173,18 +164,20 @@ def versions(names: list[str]) -> str:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = None
-    return json.dumps(
-        {
-            "interpreter": {
-                "implementation": platform.python_implementation(),
-                "version": platform.python_version(),
-                "executable": sys.executable,
-            },
-            "platform": {
-                "system": platform.system(),
-                "machine": platform.machine(),
-                "release": platform.release(),
-            },
-            "packages": found,
-        }
-    )
+    return json.dumps({**_here(), "packages": found})
+
+
+def _here() -> dict[str, dict[str, str]]:
+    """The interpreter and platform this kernel runs on (what a record and a replay compare)."""
+    return {
+        "interpreter": {
+            "implementation": platform.python_implementation(),
+            "version": platform.python_version(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "machine": platform.machine(),
+            "release": platform.release(),
+        },
+    }
