@@ -165,7 +165,7 @@ def test_context_cwd_is_inside_the_work_dir(debug_env: Running) -> None:
 
 @pytest.mark.parametrize("language", ["cobol", "kotlin", "sh", "ir"])
 def test_languages_no_sandbox_runs_are_refused_clearly(debug_env: Running, language: str) -> None:
-    # R, JavaScript, TypeScript, bash and Java are served: tests/e2b/test_languages.py.
+    # R, JavaScript, TypeScript, bash and Java are served: tests/e2b/test_e2b_code_languages.py.
     sandbox = Sandbox.create()
     with pytest.raises(SandboxException, match=f"does not run '{language}'"):
         sandbox.run_code("1", language=language)
