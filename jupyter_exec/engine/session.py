@@ -121,6 +121,7 @@ class AsyncSession(StateMethods):
         self._recording: Recording | None = None
         self._lock = asyncio.Lock()
         self._signer: asyncio.Future[None] | None = None
+        self._signing = False
         self._last_activity = time.monotonic()
         self._closed = False
         self._generation = 0  # bumped by every restart, so a waiting execute notices
@@ -213,8 +214,9 @@ class AsyncSession(StateMethods):
 
     @property
     def busy(self) -> bool:
-        """Whether an execution is running or queued on this session."""
-        return self._lock.locked()
+        """Whether an execution is running or queued on this session (the idle session's
+        short ask for its saved state does not count)."""
+        return self._running is not None or (self._lock.locked() and not self._signing)
 
     @property
     def last_activity(self) -> float:
@@ -466,7 +468,11 @@ class AsyncSession(StateMethods):
                 return  # a cell runs (its reply signs), or the kernel is another
             async with self._lock:
                 if self._kernel is kernel and not self._closed:
-                    await self._state.sign_written(self, kernel)
+                    self._signing = True
+                    try:
+                        await self._state.sign_written(self, kernel)
+                    finally:
+                        self._signing = False
 
     async def _execute(
         self,
