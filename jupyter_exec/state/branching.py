@@ -25,6 +25,7 @@ from jupyter_exec.network.shared import shared
 from jupyter_exec.notebook.meta import fork_metadata, note_state_change
 from jupyter_exec.state.checkpoints import checkpoints_folder
 from jupyter_exec.state.forking import fork_kernel, in_docker
+from jupyter_exec.state.generations import state_folder
 
 if TYPE_CHECKING:
     from jupyter_exec.state.host import ForkHost, StateHost
@@ -62,7 +63,7 @@ async def fork_session(session: S, n: int, name: str | None) -> list[S]:
         kernel = await running_kernel(session, "fork")
         work_dir = session.work_dir
         names = _fork_names(session, n, name)
-        writing = writing_files(kernel, work_dir)
+        writing = writing_files(kernel, work_dir, skip=(state_folder(session.name),))
         if writing:
             log.warning(
                 "session %s forks while its kernel has files of the work dir open for "
@@ -163,11 +164,13 @@ def _adopt_fork(parent: S, handle: KernelHandle, name: str, writing: list[str]) 
     return child
 
 
-def writing_files(kernel: KernelHandle, work_dir: Path) -> list[str]:
+def writing_files(kernel: KernelHandle, work_dir: Path, skip: tuple[str, ...] = ()) -> list[str]:
     """Files under ``work_dir`` a local kernel process holds open for writing (relative paths).
 
     A fork shares them with one file offset. Read from ``/proc``; empty where
     that cannot be read (not Linux, a Docker kernel's own view of its files).
+    Files in the folders ``skip`` names are jupyter-exec's own (the per-cell state's
+    writer, whose files a fork never writes: its child starts a writer of its own).
     """
     process = getattr(kernel.km.provisioner, "process", None)
     pid = getattr(process, "pid", None)
@@ -190,7 +193,9 @@ def writing_files(kernel: KernelHandle, work_dir: Path) -> list[str]:
         except (OSError, StopIteration, ValueError):
             continue
         if flags & (os.O_WRONLY | os.O_RDWR) and target.is_relative_to(root):
-            found.add(str(target.relative_to(root)))
+            relative = target.relative_to(root)
+            if relative.parts[0] not in skip:
+                found.add(str(relative))
     return sorted(found)
 
 

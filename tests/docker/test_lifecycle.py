@@ -157,6 +157,10 @@ async def test_reap_removes_orphans_of_a_dead_process(
         import asyncio, os, sys
         from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
         from jupyter_client.manager import AsyncKernelManager
+        import jupyter_exec.docker.launch
+        # Its watchdog dies with it (as a SIGKILL of its process group would do): the orphan
+        # is reap's alone, not a race between the two.
+        jupyter_exec.docker.launch.ensure_watchdog = lambda *args, **kwargs: None
         spec = KernelSpec(
             argv=["python", "-m", "ipykernel_launcher", "-f", "{{connection_file}}"],
             language="python",
