@@ -135,6 +135,9 @@ class Generations:
         self.to_sign: tuple[Path, Generation] | None = None
         self.signer: asyncio.Future[None] | None = None
         self.handed = 0
+        self.asking: asyncio.Lock | None = None
+        """One ``flush`` at a time: the idle session's ask and any other never share a kernel
+        channel (made on first use, in the session's event loop)."""
         """The newest generation the kernel took (its commit answered): signed once written."""
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
@@ -254,9 +257,12 @@ class Generations:
     ) -> None:
         """Wait for the kernel's writer, sign what it wrote, and wait for the signature files
         (on close, so a resume starts from the last cell; tests, benchmarks)."""
-        if self.installed is kernel:
-            answer = await ask(kernel, "", _call("flush", timeout), timeout + 5)
-            self.take(session, kernel, answer)
+        if self.asking is None:
+            self.asking = asyncio.Lock()
+        async with self.asking:
+            if self.installed is kernel:
+                answer = await ask(kernel, "", _call("flush", timeout), timeout + 5)
+                self.take(session, kernel, answer)
         await self.settled()
 
     def rewound(self, cells: int | None) -> None:
