@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +41,7 @@ from jupyter_exec.engine.mime import MODEL_IMAGES
 from jupyter_exec.engine.outputs import strip_ansi
 from jupyter_exec.engine.scripts import TIMEOUT_EXIT_CODE
 from jupyter_exec.engine.store import confined_path
-from jupyter_exec.models import Execution
+from jupyter_exec.models import Execution, Result
 from jupyter_exec.network import Connection, NetworkPolicy
 
 __all__ = [
@@ -247,16 +247,29 @@ def _data_text(value: Any) -> str:
     return str(value)
 
 
-def _body_parts(execution: Execution, work_dir: Path | None) -> list[str]:
-    """Streams and rich outputs, in the order the kernel sent them."""
-    parts: list[str] = []
+def _walk(execution: Execution) -> Iterator[tuple[Mapping[str, Any], Result | None]]:
+    """Each stream and rich output in the order the kernel sent them, a rich one with its
+    :class:`Result` (its saved files), a stream with None."""
     rich = iter(execution.results)
     for output in execution.outputs:
         kind = output.get("output_type")
         if kind == "stream":
-            parts.append(strip_ansi(_data_text(output.get("text", ""))))
+            yield output, None
         elif kind in ("execute_result", "display_data"):
-            result = next(rich, None)
+            yield output, next(rich, None)
+
+
+def _is_stream(output: Mapping[str, Any]) -> bool:
+    return output.get("output_type") == "stream"
+
+
+def _body_parts(execution: Execution, work_dir: Path | None) -> list[str]:
+    """Streams and rich outputs, in the order the kernel sent them."""
+    parts: list[str] = []
+    for output, result in _walk(execution):
+        if _is_stream(output):
+            parts.append(strip_ansi(_data_text(output.get("text", ""))))
+        else:
             data: Mapping[str, Any] = output.get("data", {})
             images = [m for m in MODEL_IMAGES if m in data]
             if images:
@@ -285,15 +298,10 @@ def _ag2_parts(execution: Execution) -> list[str]:
     """Outputs as AG2's IPython executor words them: text as is, each image and HTML output
     as ``Image data saved to <path>`` / ``HTML data saved to <path>``, other data as JSON."""
     parts: list[str] = []
-    rich = iter(execution.results)
-    for output in execution.outputs:
-        kind = output.get("output_type")
-        if kind == "stream":
+    for output, result in _walk(execution):
+        if _is_stream(output):
             parts.append(strip_ansi(_data_text(output.get("text", ""))))
             continue
-        if kind not in ("execute_result", "display_data"):
-            continue
-        result = next(rich, None)
         files = result.files if result is not None else {}
         for mime, value in dict(output.get("data", {})).items():
             saved = files.get(mime)
