@@ -74,3 +74,19 @@ async def in_kernel(session: AsyncSession, code: str) -> None:
     content = await kernel.run_silent(code, time.monotonic() + DEADLINE)
     assert content is not None
     assert content.get("status") == "ok", content
+
+
+async def docker_session(
+    work_dir: Path, name: str, image: str, timeout: float = 120.0, **options: Any
+) -> AsyncSession:
+    """A started Docker session on ``image`` with no automatic checkpoints (the per-cell state
+    alone), for the tests that kill or attack a Docker kernel's saved state."""
+    return await AsyncSession(
+        backend="docker",
+        work_dir=work_dir,
+        name=name,
+        docker={"image": image},
+        timeout=timeout,
+        checkpoint_every=0,
+        **options,
+    ).start()

@@ -34,22 +34,11 @@ from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
     no_container_left_behind,
     work,
 )
-from tests.generation_helpers import flush, in_kernel, value
+from tests.generation_helpers import docker_session, flush, in_kernel, value
 
 DEADLINE = 120.0
 PAYLOAD = "b\"cposix\\nsystem\\n(S'touch pwned'\\ntR.\""
 """A pickle that, loaded, runs ``touch pwned`` in the loading kernel's work dir."""
-
-
-async def docker_session(work_dir: Path, name: str, image: str) -> AsyncSession:
-    return await AsyncSession(
-        backend="docker",
-        work_dir=work_dir,
-        name=name,
-        docker={"image": image},
-        timeout=DEADLINE,
-        checkpoint_every=0,
-    ).start()
 
 
 def forge(number: int, cells: int, report: bool) -> str:
@@ -81,7 +70,7 @@ async def test_docker_kernel_forged_generation_is_refused_by_a_local_kernel(
     kernel_image: str,  # noqa: F811
     work: Path,  # noqa: F811
 ) -> None:
-    attacker = await docker_session(work, "attacker", kernel_image)
+    attacker = await docker_session(work, "attacker", kernel_image, DEADLINE)
     try:
         await attacker.execute("x = 1")
         await attacker.execute("y = 2")
@@ -123,7 +112,7 @@ async def test_docker_kernel_planted_signature_manifest_link_and_fifo_are_refuse
     kernel_image: str,  # noqa: F811
     work: Path,  # noqa: F811
 ) -> None:
-    session = await docker_session(work, "planted", kernel_image)
+    session = await docker_session(work, "planted", kernel_image, DEADLINE)
     try:
         kernel = session._kernel
         assert kernel is not None
@@ -164,7 +153,7 @@ async def test_docker_kernel_swapped_or_linked_object_and_fifo_manifest_are_refu
     kernel_image: str,  # noqa: F811
     work: Path,  # noqa: F811
 ) -> None:
-    session = await docker_session(work, "swapped", kernel_image)
+    session = await docker_session(work, "swapped", kernel_image, DEADLINE)
     try:
         kernel = session._kernel
         assert kernel is not None
@@ -225,15 +214,7 @@ async def test_docker_kernel_growing_its_state_past_the_budget_is_refused(
     kernel_image: str,  # noqa: F811
     work: Path,  # noqa: F811
 ) -> None:
-    session = await AsyncSession(
-        backend="docker",
-        work_dir=work,
-        name="grown",
-        docker={"image": kernel_image},
-        timeout=DEADLINE,
-        checkpoint_every=0,
-        state_budget_mb=1,
-    ).start()
+    session = await docker_session(work, "grown", kernel_image, DEADLINE, state_budget_mb=1)
     try:
         kernel = session._kernel
         assert kernel is not None

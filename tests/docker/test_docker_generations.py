@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_exec import AsyncSession
 from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
     docker_client,
     kernel_image,
     no_container_left_behind,
     work,
 )
-from tests.generation_helpers import flush, in_kernel, value
+from tests.generation_helpers import docker_session, flush, in_kernel, value
 
 pytestmark = pytest.mark.docker
 
@@ -25,14 +24,7 @@ async def test_a_docker_kernel_killed_comes_back_to_the_last_completed_cell(
     kernel_image: str,  # noqa: F811
     work: Path,  # noqa: F811
 ) -> None:
-    session = await AsyncSession(
-        backend="docker",
-        work_dir=work,
-        name="dk",
-        docker={"image": kernel_image},
-        timeout=DEADLINE,
-        checkpoint_every=0,
-    ).start()
+    session = await docker_session(work, "dk", kernel_image, DEADLINE)
     try:
         await session.execute("import threading\nmark = 1\nlock = threading.Lock()")
         await session.execute("rows = list(range(10))")
