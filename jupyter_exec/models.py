@@ -191,6 +191,10 @@ class Execution:
     recovered: StateRecovery | None = None
     """When the kernel died during this execution or just before it: which names came back
     and which were lost (on this execution and on the next one)."""
+    host: str | None = None
+    """Where the kernel ran this: the host as the gateway named it, for a remote kernel
+    (``$JUPYTER_EXEC_HOST`` from jupyter-exec's gateway launcher, else the machine's host
+    name); ``None`` for a kernel on this machine (local or Docker)."""
 
     @property
     def ok(self) -> bool:

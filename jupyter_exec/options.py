@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,6 +234,14 @@ class SessionOptions:
         repr=False,
         metadata=_help("For backend=remote: the server's token."),
     )
+    host: str | None = field(
+        default=None,
+        metadata=_help(
+            "For backend=remote through a gateway that places kernels on several hosts "
+            "(jupyter-exec gateway, Enterprise Gateway): run the kernel on this one (sent "
+            "as KERNEL_REMOTE_HOST). None: the gateway chooses."
+        ),
+    )
     kernel_manager: Any = field(
         default=None,
         repr=False,
@@ -270,6 +279,8 @@ class SessionOptions:
             )
         if self.backend == "remote" and not self.url and self.kernel_manager is None:
             raise InvalidArgument("backend='remote' needs url= (the Jupyter server or gateway)")
+        if self.host is not None:
+            _host(self)
         if self.timeout is not None:
             put(self, "timeout", _seconds(self.timeout, "timeout", zero=False))
         put(self, "interrupt_grace", _seconds(self.interrupt_grace, "interrupt_grace", zero=True))
@@ -391,6 +402,23 @@ def _path(value: Any, what: str) -> Path:
         raise InvalidArgument(f"{what} is empty; give a path")
     check_text(text, f"{what} {text!r}")
     return Path(text)
+
+
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.:_-]{0,252}[A-Za-z0-9])?")
+
+
+def _host(options: SessionOptions) -> None:
+    """A host name or address as a gateway's list holds it; nothing a shell could read."""
+    if options.backend != "remote":
+        raise InvalidArgument(
+            "host= places a remote kernel (backend='remote' through a gateway with several "
+            f"hosts); a {options.backend} kernel runs on this machine"
+        )
+    if not isinstance(options.host, str) or not _HOST.fullmatch(options.host):
+        raise InvalidArgument(
+            f"host must be a host name or an address (letters, digits, '.', ':', '-', '_'), "
+            f"not {options.host!r}"
+        )
 
 
 def _language(options: SessionOptions) -> None:

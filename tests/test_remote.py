@@ -207,20 +207,48 @@ def test_wire_round_trip(v1: bool) -> None:
         decode(b"\x01" * 3, v1=False)
 
 
-async def test_files_the_code_writes_stay_remote_and_can_be_fetched(
+async def test_files_the_code_writes_come_home_through_the_kernel(
     remote: AsyncSession, server: Server
 ) -> None:
-    written = await remote.execute("open('remote-out.txt', 'w').write('from the kernel')")
+    code = (
+        "import os\n"
+        "os.makedirs('tables', exist_ok=True)\n"
+        "open('remote-out.txt', 'w').write('from the kernel')\n"
+        "open('tables/big.bin', 'wb').write(bytes(range(256)) * 40000)\n"
+        "open('.hidden', 'w').write('not for the work dir')"
+    )
+    written = await remote.execute(code)
     assert written.ok
-    assert written.files == ()  # nothing appears locally by itself
+    work = remote.work_dir.absolute()
+    assert sorted(p.relative_to(work).as_posix() for p in written.files) == [
+        "remote-out.txt",
+        "tables/big.bin",
+    ]
+    assert (work / "remote-out.txt").read_text() == "from the kernel"
+    assert (work / "tables" / "big.bin").read_bytes() == bytes(range(256)) * 40000
+    assert not (work / ".hidden").exists()
+    # Unchanged files are not copied again; a changed one is.
+    again = await remote.execute("open('remote-out.txt', 'a').write('!')")
+    assert [p.name for p in again.files] == ["remote-out.txt"]
+    assert (work / "remote-out.txt").read_text() == "from the kernel!"
+    assert (await remote.execute("1 + 1")).files == ()
+    # The server's own file API, where it has one, reaches the same file.
     km = km_of(remote)
     local = remote.work_dir / "fetched.txt"
     if server.kind == "jupyter_server":
         await km.fetch("remote-out.txt", local)
-        assert local.read_text() == "from the kernel"
+        assert local.read_text() == "from the kernel!"
     else:  # Kernel Gateway has no contents API
         with pytest.raises(BackendError, match="no contents API"):
             await km.fetch("remote-out.txt", local)
+
+
+async def test_every_execution_says_where_the_kernel_ran(remote: AsyncSession) -> None:
+    import socket
+
+    ran = await remote.execute("1")
+    assert ran.host == socket.gethostname()  # no gateway launcher: the kernel's host name
+    assert remote.notebook_metadata["jupyter_exec"]["hosts"] == [socket.gethostname()]
 
 
 # -- refusals: the server's reason is kept; the token hint only for real auth failures --------

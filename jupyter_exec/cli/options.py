@@ -95,6 +95,9 @@ def command_line_options(*, without: Sequence[str] = ()) -> tuple[str, ...]:
     return tuple(f.name for f in option_fields() if f.cli and f.name not in without)
 
 
+_FLAG_NAMES = {"host": "remote-host"}
+"""Options whose flag is not their name: ``--host`` is a server's own listening address."""
+
 _NONE_MEANS = re.compile(r"\s*\(?(?:0 or )?None: ([^.)]+)[.)]?")
 """A help's "(None: no limit)" or "0 or None: off.": on the command line None is spelt 0."""
 
@@ -118,7 +121,8 @@ def add_session_options(
     group = parser.add_argument_group(title)
     for name in names:
         spec = fields[name]
-        flags = [f"--{name.replace('_', '-')}", *((aliases or {}).get(name, ()))]
+        flag = _FLAG_NAMES.get(name, name.replace("_", "-"))
+        flags = [f"--{flag}", *((aliases or {}).get(name, ()))]
         default = (defaults or {}).get(name, spec.default)
         text = (helps or {}).get(name, spec.help).replace("%", "%%")
         none_means = _NONE_MEANS.search(text) if spec.type.startswith("float") else None
@@ -163,7 +167,7 @@ def add_session_options(
             )
         else:
             metavar = {"work_dir": "DIR", "python": "PY"}.get(name, name.split("_")[-1].upper())
-            group.add_argument(*flags, metavar=metavar, default=default, help=text)
+            group.add_argument(*flags, dest=name, metavar=metavar, default=default, help=text)
 
 
 def session_kwargs(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:

@@ -100,6 +100,10 @@ class Cell:
     """What takes the network policy's secrets out of the cell's outputs (None: no policy)."""
     expressions: dict[str, str] = field(default_factory=dict)
     """``user_expressions`` the recording asks of the cell (the environment capture's)."""
+    host: str | None = None
+    """Where a remote kernel ran the cell (None: this machine, or not known)."""
+    left_remote: list[dict[str, Any]] = field(default_factory=list)
+    """Files a remote kernel wrote that stayed on its host, each with why."""
 
     @property
     def metadata(self) -> dict[str, Any] | None:

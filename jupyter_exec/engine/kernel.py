@@ -109,6 +109,10 @@ class KernelHandle:
     """Whether the in-kernel environment capture is active (None: not tried; see envrecord)."""
     network: Any = field(default=None, init=False)
     """The session's network proxy (a Docker kernel with a policy); closed with the kernel."""
+    remote_files: bool | None = field(default=None, init=False)
+    """Whether a remote kernel's files come home (None: not tried; see remote_files)."""
+    host: str | None = field(default=None, init=False)
+    """Where a remote kernel runs, as it says (None: this machine, or not known)."""
 
     def __post_init__(self) -> None:
         self.iopub = Receiver(self.kc.iopub_channel)
@@ -122,6 +126,11 @@ class KernelHandle:
     def language(self) -> str:
         """The language the kernel said it runs (``language_info.name``, lowercased)."""
         return str(self.kernel_info.get("language_info", {}).get("name") or "").lower()
+
+    @property
+    def remote(self) -> bool:
+        """Whether the kernel runs behind a Jupyter server or gateway, away from the work dir."""
+        return getattr(self.km, "remote", False) is True
 
     @property
     def late_outputs(self) -> bool:
@@ -168,6 +177,7 @@ class KernelHandle:
                 self.kernel_info = reply
                 self.stream_guard = None  # a new kernel process: the guard is to be installed
                 self.environment_capture = None  # and so is the environment capture
+                self.remote_files = None  # and, remote, the file listing (perhaps elsewhere)
                 return reply
             if time.monotonic() >= deadline:
                 raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")

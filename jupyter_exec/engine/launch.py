@@ -128,12 +128,15 @@ async def launch_kernel(
     if options.backend == "remote":
         from jupyter_exec.remote import start_remote_kernel
 
+        env = dict(options.env) if options.env is not None else None
+        if options.host is not None:  # the gateway's own way to pin a host
+            env = {**(env or {}), "KERNEL_REMOTE_HOST": options.host}
         km = await start_remote_kernel(
             options.url or "",
             options.token,
             options.kernel_name,
             options.startup_timeout,
-            env=dict(options.env) if options.env is not None else None,
+            env=env,
         )
         try:
             return await attach_kernel(km, options.startup_timeout)

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.engine import envrecord, guard
+from jupyter_exec.engine import envrecord, guard, remote_files
 from jupyter_exec.engine.inflight import (
     Cell,
     SafeSpill,
@@ -97,12 +97,43 @@ class Recording:
             cell.guard = await guard.prepare(
                 kernel, self.store.work_dir, self.store.folder, index, cell.builder.head_limit
             )
+            cell.expressions.update(await remote_files.expressions(kernel))
             if self.recorder is not None:
-                cell.expressions = await envrecord.expressions(kernel)
+                cell.expressions.update(await envrecord.expressions(kernel))
                 if not self._image_noted:
                     self._image_noted = True
                     self._note_image(await envrecord.docker_image(kernel))
+        cell.host = kernel.host
         return cell
+
+    async def bring_home(
+        self, kernel: KernelHandle, cell: Cell, run: CellRun
+    ) -> StorageError | None:
+        """Copy the files a remote kernel's cell wrote into the work dir (before
+        :meth:`record`, whose scan then lists them); the write failure, if any, to report
+        with the cell (:mod:`jupyter_exec.engine.remote_files`)."""
+        if cell.spill is None or remote_files.EXPRESSION_KEY not in cell.expressions:
+            return None
+        try:
+            home = await remote_files.bring_home(
+                kernel, run.user_expressions, self.store.work_dir, self._ours
+            )
+        except StorageError as exc:
+            cell.left_remote.append({"reason": str(exc)})
+            return exc
+        cell.left_remote.extend(home.left)
+        return None
+
+    def _ours(self, name: str) -> str | None:
+        """Why a remote kernel's file may not take ``name`` in the work dir, or None."""
+        path = (self.store.work_dir / name).absolute()
+        if path in self.tracker.ignore:
+            return "it is the session's notebook"
+        inside = str(path)
+        for skipped in self.tracker.skip_dirs:
+            if inside == skipped or inside.startswith(skipped + "/"):
+                return "it is in a folder the session writes its own files to"
+        return None
 
     def record(self, code: str, cell: Cell, run: CellRun, duration: float) -> Execution:
         """Save the cell's files and notebook cell; the caller's Execution.
@@ -157,6 +188,7 @@ class Recording:
         recorded_index: int | None = None
         if write and self.recorder is not None:
             self._note_environment(run, cell.redactor)
+            self._note_host(cell.host)
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
@@ -170,7 +202,15 @@ class Recording:
                 try:
                     recorded_index = self.recorder.append(
                         self._cell(
-                            code, builder, run, duration, outputs, connections, cell.network_revived
+                            code,
+                            builder,
+                            run,
+                            duration,
+                            outputs,
+                            connections,
+                            cell.network_revived,
+                            cell.host,
+                            cell.left_remote,
                         )
                     )
                 except NotebookError as exc:
@@ -195,11 +235,22 @@ class Recording:
             spilled=tuple(spilled),
             outputs=tuple(copy_output(o) for o in outputs),
             connections=connections,
+            host=cell.host,
         )
         if failure is not None:
             failure._attach(execution)
             raise failure
         return execution
+
+    def _note_host(self, host: str | None) -> None:
+        """Every host the session's remote kernel ran on, in order, in the notebook metadata."""
+        if host is None or self.recorder is None:
+            return
+        ours = dict(self.recorder.metadata.get("jupyter_exec") or {})
+        hosts = [h for h in ours.get("hosts") or [] if isinstance(h, str)]
+        if host not in hosts:
+            ours["hosts"] = [*hosts, host]
+            self.recorder.set_metadata("jupyter_exec", ours)
 
     def _note_image(self, image: dict[str, str] | None) -> None:
         if image is None or self.recorder is None:
@@ -229,6 +280,8 @@ class Recording:
         outputs: list[dict[str, Any]],
         connections: tuple[Connection, ...] = (),
         network_revived: bool = False,
+        host: str | None = None,
+        left_remote: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         ours: dict[str, Any] = {"status": run.status, "duration": round(duration, 6)}
         if connections:  # what the network policy decided while the cell ran
@@ -242,6 +295,10 @@ class Recording:
             self.restart_note = None
         if run.state_lost:
             ours["state_lost"] = True
+        if host is not None:
+            ours["host"] = host
+        if left_remote:
+            ours["remote_files_left"] = left_remote[:MAX_RECORDED_CONNECTIONS]
         assert self.recorder is not None  # only recorded cells are built
         session = (self.recorder.metadata.get("jupyter_exec") or {}).get("session")
         seq = self.recorder.next_run_seq(builder.execution_count)

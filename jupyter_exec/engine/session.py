@@ -107,6 +107,7 @@ class AsyncSession(StateMethods):
         environment: Any = None,
         url: str | None = None,
         token: str | None = None,
+        host: str | None = None,
         kernel_manager: Any = None,
         owns_kernel: bool = False,
         options: SessionOptions | None = None,
@@ -503,6 +504,7 @@ class AsyncSession(StateMethods):
             run = await runner.run(
                 code, cell.builder, timeout, on_output, cell.metadata, expressions
             )
+            failure = await recording.bring_home(kernel, cell, run)
         except BaseException:
             cell.abandon()
             raise
@@ -511,6 +513,9 @@ class AsyncSession(StateMethods):
             execution = self._state.annotate(
                 recording.record(code, cell, run, time.monotonic() - started)
             )
+            if failure is not None:  # a remote file that could not be written here
+                failure._attach(execution)
+                raise failure
         finally:
             self._state.after_record(self, cell.index if record else None)
         await self._state.after_cell(self, kernel, run, cell.index)

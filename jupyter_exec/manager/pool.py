@@ -48,7 +48,17 @@ log = logging.getLogger("jupyter_exec.manager")
 POOL_DIR = ".pool"
 
 #: Session options that shape the kernel; any other option (timeout, notebook...) does not.
-KERNEL_OPTIONS = ("backend", "kernel_name", "python", "docker", "network", "env", "url", "token")
+KERNEL_OPTIONS = (
+    "backend",
+    "kernel_name",
+    "python",
+    "docker",
+    "network",
+    "env",
+    "url",
+    "token",
+    "host",
+)
 
 
 def _canonical(value: Any) -> str:
@@ -66,6 +76,8 @@ class PoolKey:
     env: str = ""
     url: str = ""
     token: str = field(default="", repr=False)
+    host: str = ""
+    """A remote kernel's pinned host: each host of a gateway has pools of its own."""
     network: NetworkPolicy | None = field(default=None, repr=False)
     """A Docker kernel's network policy (compared whole: rules, secrets and ``ask``)."""
 
@@ -92,6 +104,7 @@ class PoolKey:
             env=_canonical(options.get("env")),
             url=str(options.get("url") or "") if backend == "remote" else "",
             token=str(options.get("token") or "") if backend == "remote" else "",
+            host=str(options.get("host") or "") if backend == "remote" else "",
             network=NetworkPolicy.from_value(policy) if policy is not None else None,
         )
 
@@ -107,6 +120,8 @@ class PoolKey:
         if self.url:
             result["url"] = self.url
             result["token"] = self.token or None
+        if self.host:
+            result["host"] = self.host
         if self.network is not None:
             result["network"] = self.network
         return result
@@ -115,6 +130,8 @@ class PoolKey:
     def label(self) -> str:
         """A short readable name for logs and listings (never the token)."""
         extra = self.python or self.url or (f"docker{self.docker}" if self.docker else "")
+        if self.host:
+            extra = f"{extra} host={self.host}"
         if self.network is not None:  # the policy's repr shows header names, never secrets
             extra = f"{extra} {self.network!r}".strip()
         return f"{self.backend}:{self.kernel_name}" + (f" {extra}" if extra else "")

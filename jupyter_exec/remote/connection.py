@@ -70,7 +70,10 @@ class KernelConnection:
         self.reconnects = 0
         """How many times the websocket was re-established."""
         self.server_restarts = 0
-        """``restarting``/``dead`` notices the server sent (its restarter saw the kernel die)."""
+        """``restarting`` notices the server sent (its restarter saw the kernel die and
+        starts it again, possibly on another host and other ports)."""
+        self.server_gave_up = 0
+        """``dead`` notices the server sent (its restarter could not bring the kernel back)."""
         self.failure: str | None = None
         """Why the connection was given up for good (``None`` while usable)."""
         self.v1 = False
@@ -109,6 +112,18 @@ class KernelConnection:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+
+    async def reopen(self) -> None:
+        """Close the websocket and open a new one, keeping the session id.
+
+        After a restart the kernel may run on another host, on other ports; the
+        server's end of a websocket opened before still reads the old ports, and
+        only a new connection makes it connect to the new ones (it compares the
+        ports when the same session id comes back). Raises :class:`BackendError`
+        (or :class:`NotFound`) if the server cannot be reached.
+        """
+        await self.close()
+        await self.open()
 
     def drop(self) -> None:
         """Close the websocket as a network failure would: the connection comes back by itself."""
@@ -197,6 +212,8 @@ class KernelConnection:
             if frame is None:
                 if self._closing:
                     return
+                if ws is not None:
+                    ws.close()  # already down; this releases what tornado still holds
                 self._ws = None
                 if not await self._reconnect():
                     return
@@ -206,8 +223,11 @@ class KernelConnection:
             except ValueError as exc:
                 log.warning("kernel %s: dropped a malformed message: %s", self.kernel_id, exc)
                 continue
-            if _is_restart_notice(channel, msg):
+            notice = _restart_notice(channel, msg)
+            if notice == "restarting":
                 self.server_restarts += 1
+            elif notice == "dead":
+                self.server_gave_up += 1
             target = self.queues.get(channel)
             if target is not None:
                 target.put_nowait(msg)
@@ -240,14 +260,13 @@ class KernelConnection:
         return False
 
 
-def _is_restart_notice(channel: str, msg: dict[str, Any]) -> bool:
-    """The server's own status message saying its restarter saw the kernel die."""
-    return (
-        channel == "iopub"
-        and not msg["parent_header"]
-        and msg["msg_type"] == "status"
-        and msg["content"].get("execution_state") in ("restarting", "dead")
-    )
+def _restart_notice(channel: str, msg: dict[str, Any]) -> str | None:
+    """``restarting`` or ``dead`` for the server's own status message saying its restarter
+    saw the kernel die (and restarts it, or gave up); None for any other message."""
+    if channel != "iopub" or msg["parent_header"] or msg["msg_type"] != "status":
+        return None
+    state = msg["content"].get("execution_state")
+    return state if state in ("restarting", "dead") else None
 
 
 def _socket_of(ws: WebSocketClientConnection) -> socket.socket | None:

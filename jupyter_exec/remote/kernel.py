@@ -13,11 +13,13 @@ timeout / interrupt / restart handling.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import getpass
 import logging
 import os
+import queue
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,11 @@ log = logging.getLogger("jupyter_exec.remote")
 
 ALIVE_CACHE = 1.0
 """Seconds an ``is_alive`` answer is reused: a quiet cell polls often, the server need not."""
+PROBE_FIRST = 1.0
+PROBE_MOST = 8.0
+"""After a restart, a kernel_info request on the reopened websocket is given 1 s, then 2, 4
+and 8 s, before the websocket is opened again (the server may have finished its restart
+only after the reopen, its end still on the old ports); until the start timeout."""
 
 
 def _username() -> str:
@@ -137,6 +144,9 @@ class RemoteKernelManager:
     was asked for one.
     """
 
+    remote = True
+    """The kernel is away from the session's work dir (its files come home through it)."""
+
     def __init__(
         self,
         rest: RestClient,
@@ -157,7 +167,12 @@ class RemoteKernelManager:
         self.shutdown_wait_time = 3.0
         self._alive: tuple[float, bool] = (0.0, True)
         self._restarts_seen = connection.server_restarts
+        self._gave_up_seen = connection.server_gave_up
+        self._server_restarting = False
         self._gone: str | None = None
+        self.startup_timeout = 60.0
+        self.restarts = 0
+        """How many times the kernel came back (by our request or by the server's restarter)."""
 
     def __repr__(self) -> str:
         return f"<RemoteKernelManager {self.kernel_id} on {self.rest.describe()}>"
@@ -177,9 +192,17 @@ class RemoteKernelManager:
         if not self.has_kernel or self.connection.failure is not None:
             return False
         if self.connection.server_restarts != self._restarts_seen:
-            # The server's restarter replaced a dead kernel: whatever ran is lost.
+            # The server's restarter saw the kernel die and starts it again (perhaps on
+            # another host): whatever ran is lost, and our restart must not race its own.
             self._restarts_seen = self.connection.server_restarts
-            self._gone = "the kernel died and the server restarted it"
+            self._server_restarting = True
+            self._gone = "the kernel died and the server is restarting it"
+            self._alive = (time.monotonic(), False)
+            return False
+        if self.connection.server_gave_up != self._gave_up_seen:
+            self._gave_up_seen = self.connection.server_gave_up
+            self._server_restarting = False
+            self._gone = "the kernel died and the server could not restart it"
             self._alive = (time.monotonic(), False)
             return False
         checked, alive = self._alive
@@ -204,20 +227,81 @@ class RemoteKernelManager:
         await self.rest.request("POST", f"api/kernels/{self.kernel_id}/interrupt", timeout=30)
 
     async def restart_kernel(self, now: bool = False, **kwargs: Any) -> None:
-        """Restart on the server (state lost); the websocket stays or is reopened."""
-        try:
-            await self.rest.request("POST", f"api/kernels/{self.kernel_id}/restart", timeout=120)
-        except NotFound:
-            self.has_kernel = False
-            raise KernelDiedError(
-                f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
-                "start a new session"
-            ) from None
+        """Bring the kernel back (state lost), then reconnect its websocket.
+
+        When the server's own restarter is already restarting it (a ``restarting``
+        notice came), no second restart is sent: two restarts of one kernel race
+        (Kernel Gateway launches it twice and answers 500). Either way the kernel
+        may now run on another host, on other ports, so the websocket is always
+        opened anew, and a ``kernel_info`` request must be answered on it before
+        this returns (:meth:`_reconnect`).
+        """
+        deadline = time.monotonic() + self.startup_timeout
+        if self._server_restarting:
+            self._server_restarting = False  # the server restarts it: wait for it instead
+        else:
+            try:
+                await self.rest.request(
+                    "POST", f"api/kernels/{self.kernel_id}/restart", timeout=self.startup_timeout
+                )
+            except NotFound:
+                self.has_kernel = False
+                raise KernelDiedError(
+                    f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
+                    "start a new session"
+                ) from None
+        await self._reconnect(deadline)
         self._restarts_seen = self.connection.server_restarts
+        self._gave_up_seen = self.connection.server_gave_up
         self._alive = (time.monotonic(), True)
         self._gone = None
-        if self.connection.failure is not None:
-            await self.connection.open()
+        self.restarts += 1
+
+    async def _reconnect(self, deadline: float) -> None:
+        """Reopen the websocket until the kernel answers on it, or raise at ``deadline``.
+
+        The server's end of a new websocket waits for the kernel to be ready and
+        connects to its current ports; one opened before the server had begun
+        its restart would still read the old ones, so an unanswered probe means
+        "open it again", with growing patience.
+        """
+        wait = PROBE_FIRST
+        while True:
+            try:
+                await self.connection.reopen()
+            except NotFound:
+                self.has_kernel = False
+                raise KernelDiedError(
+                    f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
+                    "start a new session"
+                ) from None
+            except BackendError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+                continue
+            if await self._answers(min(wait, max(0.0, deadline - time.monotonic()))):
+                return
+            if time.monotonic() >= deadline:
+                raise KernelStartError(
+                    f"kernel {self.kernel_id} on {self.rest.describe()} did not answer after "
+                    f"its restart within {self.startup_timeout:g} s"
+                )
+            wait = min(wait * 2, PROBE_MOST)
+
+    async def _answers(self, within: float) -> bool:
+        """Whether the kernel answers a ``kernel_info_request`` on the current websocket."""
+        client = self.client()
+        msg_id = client.kernel_info()
+        until = time.monotonic() + within
+        while (remaining := until - time.monotonic()) > 0:
+            try:
+                msg = await self.connection.get("shell", remaining)
+            except queue.Empty:
+                return False
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
 
     async def fetch(self, path: str, dest: str | os.PathLike[str]) -> Path:
         """Copy a file the remote code wrote (``path`` relative to the server's root dir).
@@ -337,6 +421,7 @@ async def start_remote_kernel(
         rest, kernel_id, connect_timeout=startup_timeout, reconnect_timeout=reconnect_timeout
     )
     manager = RemoteKernelManager(rest, kernel_id, kernel_name, spec, connection, path=path)
+    manager.startup_timeout = startup_timeout
     try:
         await connection.open()
     except BaseException:
