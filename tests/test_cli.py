@@ -109,11 +109,13 @@ def test_timeout_and_environment_are_the_same_everywhere(command: str) -> None:
 
 def test_every_session_option_a_command_line_can_say_is_a_run_flag() -> None:
     """run's flags come from SessionOptions: an option added there is a flag at once."""
+    from jupyter_exec.cli.options import flag_for
     from jupyter_exec.options import option_fields
 
     sub = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     options = {s for action in sub._actions for s in action.option_strings}
-    said = {f"--{f.name.replace('_', '-')}" for f in option_fields() if f.cli}
+    said = {flag_for(f.name) for f in option_fields() if f.cli}
+    assert "--remote-host" in said  # (--host is a server's own listening address)
     assert said - {"--overwrite"} <= options
     parsed = sub.parse_args(["x.py", "--checkpoint-every", "0", "--undo-steps", "3"])
     assert (parsed.checkpoint_every, parsed.undo_steps) == (0, 3)

@@ -35,6 +35,7 @@ __all__ = [
     "backend_of",
     "command_line_options",
     "environment_from_args",
+    "flag_for",
     "formatter",
     "network_policy_from_args",
     "non_negative_float",
@@ -98,6 +99,11 @@ def command_line_options(*, without: Sequence[str] = ()) -> tuple[str, ...]:
 _FLAG_NAMES = {"host": "remote-host"}
 """Options whose flag is not their name: ``--host`` is a server's own listening address."""
 
+def flag_for(name: str) -> str:
+    """The command-line flag of the session option ``name`` (``--work-dir``, ``--remote-host``)."""
+    return "--" + _FLAG_NAMES.get(name, name.replace("_", "-"))
+
+
 _NONE_MEANS = re.compile(r"\s*\(?(?:0 or )?None: ([^.)]+)[.)]?")
 """A help's "(None: no limit)" or "0 or None: off.": on the command line None is spelt 0."""
 
@@ -121,8 +127,7 @@ def add_session_options(
     group = parser.add_argument_group(title)
     for name in names:
         spec = fields[name]
-        flag = _FLAG_NAMES.get(name, name.replace("_", "-"))
-        flags = [f"--{flag}", *((aliases or {}).get(name, ()))]
+        flags = [flag_for(name), *((aliases or {}).get(name, ()))]
         default = (defaults or {}).get(name, spec.default)
         text = (helps or {}).get(name, spec.help).replace("%", "%%")
         none_means = _NONE_MEANS.search(text) if spec.type.startswith("float") else None
