@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import errno
 import json
 import logging
 import time
@@ -51,6 +52,9 @@ CHUNK = 4 << 20
 MAX_FILES_PER_CELL = 1000
 MAX_LISTING_CHARS = 4 << 20
 _CALL_TIMEOUT = 60.0
+_REFUSALS = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EINVAL})
+"""A write the resolver refused (a link or a folder where the file would go): the file
+stays remote, named in the cell's record; the session goes on."""
 _MODULE = f"__import__('sys').modules[{inkernel_remote.MODULE!r}]"
 
 
@@ -154,7 +158,8 @@ async def bring_home(
 
     ``refused(name)`` says why a name must not be written here (the session's
     notebook, its outputs folder), or ``None``. A failed read (the kernel died,
-    the file vanished) leaves that file out, noted; a failed write raises
+    the file vanished) or a refused write (a link on the way) leaves that file out,
+    noted; a write the disk failed (full, read-only) raises
     :class:`~jupyter_exec.StorageError` after the others are written.
     """
     home = Homecoming()
@@ -177,8 +182,8 @@ async def bring_home(
             home.copied.append(write_bytes(work_dir, name, data))
         except (StorageError, WorkDirError) as exc:
             home.left.append({"name": name, "size": size, "reason": str(exc)})
-            if isinstance(exc, StorageError):
-                failure = failure or exc
+            if isinstance(exc, StorageError) and exc.errno not in _REFUSALS:
+                failure = failure or exc  # the disk's failure (full, read-only), not a refusal
     if home.left:
         log.warning("kernel %s: files left on its host: %s", kernel.kernel_id, home.left)
     if failure is not None:
