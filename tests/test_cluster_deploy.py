@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.provisioning import KernelProvisionerFactory
 
 from jupyter_exec.cluster.deploy import MANIFEST, DeploySettings, render, write_deployment
 from jupyter_exec.cluster.kube import KERNEL_LABELS, launch_script
@@ -267,6 +269,24 @@ def test_kubernetes_kernelspecs_use_each_gateways_placeholders(out: Path) -> Non
     assert "curve" in gp["metadata"]["supported_encryption"]  # transport encryption: auto
     # gateway_provisioners renders the template next to its own launcher, copied beside it.
     assert (out / GP_K8S / "scripts/launch_kubernetes.py").read_text().startswith("#!")
+
+
+@pytest.mark.parametrize(
+    ("folder", "name"),
+    [
+        ("enterprise-gateway/kernels", "jupyter_exec_distributed"),
+        ("kubernetes/enterprise-gateway", KERNEL),
+        ("kubernetes/gateway-provisioners", KERNEL),
+    ],
+)
+def test_jupyter_client_reads_every_kernelspec_and_finds_its_provisioner(
+    out: Path, folder: str, name: str
+) -> None:
+    manager = KernelSpecManager(kernel_dirs=[str(out / folder)])
+    spec = manager.get_kernel_spec(name)
+    assert Path(spec.resource_dir) == out / folder / name
+    assert spec.language == "python"
+    assert KernelProvisionerFactory.instance().is_provisioner_available(spec)
 
 
 def test_transport_encryption_disabled_or_required(tmp_path: Path) -> None:
