@@ -39,7 +39,7 @@ from jupyter_exec.cluster import kube
 from jupyter_exec.cluster.settings import DeploySettings
 from jupyter_exec.exceptions import InvalidArgument, MissingDependency, StorageError
 
-__all__ = ["MANIFEST", "TARGETS", "DeploySettings", "write_deployment"]
+__all__ = ["MANIFEST", "TARGETS", "DeploySettings", "render", "write_deployment"]
 
 TARGETS = ("enterprise-gateway", "kubernetes", "helm")
 MANIFEST = ".jupyter-exec-deploy.json"
@@ -283,7 +283,14 @@ def _open_root(out_dir: Path) -> Path:
     try:
         Folder.open(out_dir).close()
     except FileNotFoundError:
-        Folder.open(out_dir.parent, out_dir.name, create=True, mode=0o755).close()
+        try:
+            Folder.open(out_dir.parent, out_dir.name, create=True, mode=0o755).close()
+        except (FileNotFoundError, StorageError) as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            raise InvalidArgument(
+                f"cannot write into {out_dir}: its parent folder does not exist"
+            ) from None
     return out_dir
 
 

@@ -104,6 +104,12 @@ def test_setting_that_would_weaken_the_deployment_is_refused(
         settings(tmp_path, **{field: value})
 
 
+def test_output_folder_without_a_parent_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="parent folder does not exist"):
+        write_deployment(TARGETS, tmp_path / "missing" / "out", settings(tmp_path))
+    assert not (tmp_path / "missing").exists()
+
+
 def test_refused_settings_write_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with pytest.raises(InvalidArgument):
