@@ -107,8 +107,8 @@ def test_distributed_kernelspec_takes_enterprise_gateways_placeholders_and_remot
     assert shlex.split(" ".join(launched)) == launched
 
 
-def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out: Path) -> None:
-    path = out / "enterprise-gateway/enterprise-gateway.env"
+def _sourced(path: Path, prefix: str) -> dict[str, str]:
+    """The variables a shell has after ``set -a; . path``."""
     shown = subprocess.run(
         ["/bin/sh", "-c", 'set -a; . "$1"; env', "sh", str(path)],
         env={"PATH": "/usr/bin:/bin"},
@@ -116,7 +116,11 @@ def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out:
         text=True,
         check=True,
     ).stdout
-    env = dict(line.split("=", 1) for line in shown.splitlines() if line.startswith("EG_"))
+    return dict(line.split("=", 1) for line in shown.splitlines() if line.startswith(prefix))
+
+
+def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out: Path) -> None:
+    env = _sourced(out / "enterprise-gateway/enterprise-gateway.env", "EG_")
     assert env["EG_IP"] == "127.0.0.1"
     assert env["EG_REMOTE_HOSTS"] == "127.0.0.2,127.0.0.3"
     assert env["EG_SSH_PORT"] == "2222"
@@ -238,6 +242,19 @@ def test_network_policy_lets_only_the_gateway_reach_kernel_pods(out: Path) -> No
     [egress] = spec["egress"]
     assert egress["to"] == [source]
     assert egress["ports"] == [{"protocol": "TCP", "port": 8877}]
+
+
+def test_kernel_gateway_env_puts_kernels_in_the_guarded_namespace(out: Path) -> None:
+    env = _sourced(out / "kubernetes/gateway-provisioners/kernel-gateway.env", "GP_")
+    pod = _pod(out, GP_K8S, eg=False)
+    policy = load_yaml(out / "kubernetes/networkpolicy.yaml")
+    assert env["GP_NAMESPACE"] == pod["metadata"]["namespace"] == policy["metadata"]["namespace"]
+    assert env["GP_SHARED_NAMESPACE"] == "True"
+    assert env["GP_PORT_RANGE"] == "40000..40999"
+    assert env["GP_RESPONSE_PORT"] == "8877"
+    assert env["GP_UNAUTHORIZED_USERS"] == "root"
+    head = (out / "kubernetes/gateway-provisioners/kernel-gateway.env").read_text()
+    assert "--KernelManager.transport_encryption=auto" in head
 
 
 def test_launcher_configmap_carries_the_launcher(out: Path, tmp_path: Path) -> None:

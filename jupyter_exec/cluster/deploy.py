@@ -10,6 +10,7 @@
     kubernetes/gateway-provisioners/jupyter_exec_kubernetes/kernel.json KubernetesProvisioner
     kubernetes/gateway-provisioners/jupyter_exec_kubernetes/scripts/kernel-pod.yaml.j2
     kubernetes/gateway-provisioners/jupyter_exec_kubernetes/scripts/launch_kubernetes.py
+    kubernetes/gateway-provisioners/kernel-gateway.env                  GP_* (its namespace)
     kubernetes/launcher-configmap.yaml                                  the launcher, for pods
     kubernetes/networkpolicy.yaml                                       only the gateway in
     kubernetes/kernelspecs.Dockerfile                                   Helm's kernelspecs image
@@ -123,11 +124,44 @@ def gateway_env(settings: DeploySettings) -> dict[str, str]:
     return env
 
 
-def _env_file(env: dict[str, str]) -> bytes:
-    head = (
-        "# Enterprise Gateway's environment, written by jupyter-exec. Start the gateway with\n"
-        "#   set -a; . ./enterprise-gateway.env; set +a\n"
-        "#   JUPYTER_PATH=$PWD EG_AUTH_TOKEN=... jupyter enterprisegateway\n"
+def kernel_gateway_env(settings: DeploySettings) -> dict[str, str]:
+    """gateway_provisioners' environment for a Kernel Gateway running the Kubernetes kernelspec.
+
+    ``GP_NAMESPACE`` must be the namespace the pod template (and the NetworkPolicy) names.
+    """
+    env = {
+        "GP_NAMESPACE": settings.namespace,
+        "GP_SHARED_NAMESPACE": "True",
+        "GP_RESPONSE_PORT": str(settings.response_port),
+        "GP_RESPONSE_ADDR_ANY": "False",
+        "GP_PORT_RANGE": settings.port_range_text,
+        "GP_LAUNCH_TIMEOUT": str(settings.launch_timeout),
+        "GP_UNAUTHORIZED_USERS": ",".join(settings.unauthorized_users),
+    }
+    if settings.authorized_users:
+        env["GP_AUTHORIZED_USERS"] = ",".join(settings.authorized_users)
+    return env
+
+
+_EG_START = (
+    "# Enterprise Gateway's environment, written by jupyter-exec. Start the gateway with\n"
+    "#   set -a; . ./enterprise-gateway.env; set +a\n"
+    "#   JUPYTER_PATH=$PWD EG_AUTH_TOKEN=... jupyter enterprisegateway\n"
+)
+
+
+def _kg_start(settings: DeploySettings) -> str:
+    return (
+        "# gateway_provisioners' environment for Kernel Gateway in the cluster, written by\n"
+        "# jupyter-exec. Start the gateway (in its pod, labelled as gateway_selector) with\n"
+        "#   set -a; . ./kernel-gateway.env; set +a\n"
+        "#   KG_AUTH_TOKEN=... jupyter kernelgateway --KernelManager.transport_encryption="
+        f"{settings.transport_encryption}\n"
+    )
+
+
+def _env_file(head: str, env: dict[str, str]) -> bytes:
+    head += (
         "# Every value is plain (no quotes, no spaces): shells, systemd and docker read it alike.\n"
     )
     return (head + "".join(f"{k}={v}\n" for k, v in env.items())).encode()
@@ -162,7 +196,7 @@ def _enterprise_gateway(settings: DeploySettings) -> dict[str, bytes]:
     root = "enterprise-gateway"
     return {
         f"{root}/kernels/{DISTRIBUTED_KERNEL}/kernel.json": _json(distributed_kernelspec(settings)),
-        f"{root}/enterprise-gateway.env": _env_file(gateway_env(settings)),
+        f"{root}/enterprise-gateway.env": _env_file(_EG_START, gateway_env(settings)),
     }
 
 
@@ -171,6 +205,9 @@ def _kubernetes(settings: DeploySettings, with_eg: bool) -> dict[str, bytes]:
     template = kube.pod_template(settings, _yaml_dump).encode()
     gp = f"kubernetes/gateway-provisioners/{name}"
     files = {
+        "kubernetes/gateway-provisioners/kernel-gateway.env": _env_file(
+            _kg_start(settings), kernel_gateway_env(settings)
+        ),
         f"{gp}/kernel.json": _json(kube.gp_kernelspec(settings)),
         f"{gp}/scripts/kernel-pod.yaml.j2": template,
         f"{gp}/scripts/launch_kubernetes.py": _gp_launch_script(),
