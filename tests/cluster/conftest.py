@@ -3,17 +3,29 @@
 * ``loopback_cluster`` (session-scoped, one per xdist worker): sshd on 127.0.0.2 and 127.0.0.3.
   Without sshd (``scripts/provision-cluster`` not run) the tests are skipped locally, and fail
   under ``CI=true`` (tests/conftest.py turns that skip into a failure).
+* ``gateway_side``: this test process becomes the gateway, the way Kernel Gateway would be:
+  the fixture's ``GP_*`` environment is set before gateway_provisioners is first imported (it
+  reads most of it at import), and ``HOME`` (paramiko's keys and known_hosts) for each test.
+  Kernels are then started through jupyter_client itself: an ``AsyncKernelManager`` given a
+  kernelspec that names the ``jupyter-exec-distributed`` provisioner and our launcher.
+  gateway_provisioners' ResponseManager is a process-wide singleton tied to the event loop it
+  was created on, so these tests run on pytest-asyncio's session loop.
 * At the end of the session no kernel process may be left on the hosts.
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
+import jupyter_exec.cluster.launcher as launcher_module
+from tests.cluster.kernels import ClusterKernel, GatewaySide, start_cluster_kernel
 from tests.cluster_hosts import Cluster, ClusterUnavailable, start_cluster
 
 
@@ -30,3 +42,62 @@ def loopback_cluster() -> Iterator[Cluster]:
         assert not left, f"kernel processes left on the hosts: {[p.cmdline() for p in left]}"
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def _gateway_environ(loopback_cluster: Cluster) -> Iterator[GatewaySide]:
+    env = loopback_cluster.gateway_env()
+    home = env.pop("HOME")
+    if "gateway_provisioners" in sys.modules:
+        from gateway_provisioners import config_mixin
+
+        if config_mixin.ssh_port != loopback_cluster.port:
+            pytest.fail(
+                "gateway_provisioners was imported before the loopback cluster's environment "
+                "was set (it reads GP_SSH_PORT and GP_RESPONSE_* at import)",
+                pytrace=False,
+            )
+    patch = pytest.MonkeyPatch()
+    for name, value in env.items():
+        patch.setenv(name, value)
+    import gateway_provisioners.distributed  # noqa: F401  (reads the environment now)
+
+    launcher = loopback_cluster.remote_dir / "launcher.py"
+    shutil.copyfile(launcher_module.__file__, launcher)
+    launcher.chmod(0o500)
+    work_root = loopback_cluster.remote_dir / "kernels"
+    work_root.mkdir(mode=0o700, exist_ok=True)
+    try:
+        yield GatewaySide(loopback_cluster, home=Path(home), launcher=launcher, work_root=work_root)
+    finally:
+        from gateway_provisioners.response_manager import ResponseManager
+
+        if ResponseManager.initialized():
+            ResponseManager.instance().stop_response_manager()
+        patch.undo()
+
+
+@pytest.fixture
+def gateway_side(_gateway_environ: GatewaySide, monkeypatch: pytest.MonkeyPatch) -> GatewaySide:
+    """This process as the gateway: GP_* set for the session, HOME for this test."""
+    monkeypatch.setenv("HOME", str(_gateway_environ.home))
+    return _gateway_environ
+
+
+StartClusterKernel = Callable[..., Awaitable[ClusterKernel]]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def cluster_kernel(gateway_side: GatewaySide) -> AsyncIterator[StartClusterKernel]:
+    """``await cluster_kernel(host=None, encryption=None)`` -> a ready kernel on a host; all
+    that are still running are shut down after the test."""
+    kernels: list[ClusterKernel] = []
+
+    async def _start(**kwargs: object) -> ClusterKernel:
+        kernel = await start_cluster_kernel(gateway_side, **kwargs)  # type: ignore[arg-type]
+        kernels.append(kernel)
+        return kernel
+
+    yield _start
+    for kernel in kernels:
+        await kernel.shutdown(now=True)

@@ -1,0 +1,138 @@
+"""``jupyter-exec-distributed``: gateway_provisioners' SSH provisioner, with its doors shut.
+
+gateway_provisioners' ``DistributedProvisioner`` starts each kernel's launcher over SSH on one
+of ``remote_hosts``. This subclass keeps its protocol and changes what it lets through:
+
+* a pinned host (``KERNEL_REMOTE_HOST`` in the start request's env, which any client of the
+  gateway may send) must be one of ``remote_hosts``: otherwise a client could run kernels on
+  any machine the gateway's SSH key reaches;
+* a host that resolves to this machine is refused, always: for those the base class skips SSH
+  and runs the launcher as the gateway itself, in the gateway's environment;
+* the startup command sent over SSH is built here with every value shell-quoted (the base
+  class pastes ``KERNEL_USERNAME``, which clients choose, between double quotes), and exports
+  ``JUPYTER_EXEC_HOST``, the host the kernel was placed on;
+* a restart stays on the kernel's host and tells the launcher so (``{"shutdown": 1,
+  "restart": true}``), which keeps the kernel's work dir: files survive the restart.
+
+Where each kernel runs is in its ``provisioner_info`` (``assigned_host``), as the base reports.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import socket
+from typing import Any
+
+from gateway_provisioners.distributed import (  # type: ignore[import-untyped]
+    DistributedProvisioner as _GatewayDistributed,
+)
+from gateway_provisioners.remote_provisioner import (  # type: ignore[import-untyped]
+    RemoteProvisionerBase,
+)
+
+from jupyter_exec.exceptions import InvalidArgument
+
+__all__ = ["DistributedProvisioner"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+PIN_ENV = "KERNEL_REMOTE_HOST"
+
+
+def _resolve(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise InvalidArgument(f"cluster host {host!r} does not resolve: {exc}") from exc
+
+
+def refuse_local_host(host: str) -> str:
+    """The host's address, or InvalidArgument when it is this machine (SSH would be skipped)."""
+    address = _resolve(host)
+    if RemoteProvisionerBase.ip_is_local(address):
+        raise InvalidArgument(
+            f"cluster host {host!r} ({address}) is this machine: gateway_provisioners would run "
+            "the kernel as the gateway itself, without SSH. Name a host reached over SSH "
+            "(on one machine, a second loopback address such as 127.0.0.2)."
+        )
+    return address
+
+
+class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
+    """Kernels on the hosts of ``remote_hosts`` over SSH, placed only where allowed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._restart_host: str | None = None
+
+    def _determine_next_host(self, env_dict: dict[str, Any]) -> str:
+        """The host for this launch: a pinned host only from ``remote_hosts``; a restart stays
+        where the kernel was; else the base class's round-robin or least-connection choice."""
+        hosts = [str(host) for host in self.remote_hosts]
+        pinned = env_dict.get(PIN_ENV)
+        if pinned is not None and str(pinned) not in hosts:
+            raise InvalidArgument(
+                f"{PIN_ENV}={str(pinned)[:100]!r} is not one of this kernelspec's remote_hosts "
+                f"({', '.join(hosts)}); a kernel may only be pinned to one of those"
+            )
+        choice_env = dict(env_dict)
+        if pinned is None and self._restart_host in hosts:
+            choice_env[PIN_ENV] = self._restart_host
+        host = str(super()._determine_next_host(choice_env))
+        refuse_local_host(host)
+        return host
+
+    def _build_startup_command(self, cmd: list[str], **kwargs: Any) -> str:
+        """``export ...; nohup <argv> >> <log> 2>&1 < /dev/null & echo $!``, all quoted."""
+        env_dict: dict[str, Any] = kwargs["env"]
+        kernel_id = str(env_dict.get("KERNEL_ID") or self.kernel_id)
+        self.kernel_log = f"{_kernel_log_dir()}/kernel-{kernel_id}.log"
+        exports = {"KERNEL_ID": kernel_id}
+        for name in ("KERNEL_USERNAME", "GP_IMPERSONATION_ENABLED"):
+            if env_dict.get(name):
+                exports[name] = str(env_dict[name])
+        exports.update({str(k): str(v) for k, v in self.kernel_spec.env.items()})
+        exports["JUPYTER_EXEC_HOST"] = self.assigned_host
+        bad = [name for name in exports if not _ENV_NAME.match(name)]
+        if bad:
+            raise InvalidArgument(f"not an environment variable name: {bad[0][:100]!r}")
+        parts = [f"export {name}={shlex.quote(value)};" for name, value in exports.items()]
+        argv = " ".join(shlex.quote(arg) for arg in cmd)
+        log = shlex.quote(self.kernel_log)
+        return " ".join(parts) + f" nohup {argv} >> {log} 2>&1 < /dev/null & echo $!"
+
+    def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
+        refuse_local_host(self.assigned_host)  # never the base class's local, SSH-less branch
+        command = self._build_startup_command(cmd, **kwargs)
+        self.log.debug(
+            "Starting the launcher on %s for kernel %s", self.assigned_host, self.kernel_id
+        )
+        pid = "bad_pid"
+        for line in self._rsh(self.ip, command) or []:
+            pid = str(line).strip()
+        return pid
+
+    async def shutdown_listener(self, restart: bool) -> None:
+        """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""
+        if not restart:
+            await super().shutdown_listener(restart)
+            return
+        if self.comm_port > 0:
+            try:
+                await self._send_listener_request(
+                    {"shutdown": 1, "restart": True}, shutdown_socket=True
+                )
+            except OSError as exc:
+                self.log.debug(
+                    "Launcher of kernel %s did not take the restart: %s", self.kernel_id, exc
+                )
+
+    async def cleanup(self, restart: bool = False) -> None:
+        self._restart_host = self.assigned_host if restart else None
+        await super().cleanup(restart=restart)
+
+
+def _kernel_log_dir() -> str:
+    from gateway_provisioners import distributed  # type: ignore[import-untyped]
+
+    return str(distributed.kernel_log_dir)
