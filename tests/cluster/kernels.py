@@ -139,6 +139,12 @@ class ClusterKernel:
             elif kind == "error":
                 run.error = content
 
+    def reconnect(self) -> None:
+        """A new client for the kernel's current connection info (after a restart)."""
+        self.kc.stop_channels()
+        self.kc = self.km.client()
+        self.kc.start_channels()
+
     async def ready(self, timeout: float = 60) -> None:
         await KernelHandle(km=self.km, kc=self.kc).wait_ready(timeout)
 
