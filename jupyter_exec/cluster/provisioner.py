@@ -12,16 +12,22 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   class pastes ``KERNEL_USERNAME``, which clients choose, between double quotes), and exports
   ``JUPYTER_EXEC_HOST``, the host the kernel was placed on;
 * a restart stays on the kernel's host and tells the launcher so (``{"shutdown": 1,
-  "restart": true}``), which keeps the kernel's work dir: files survive the restart.
+  "restart": true}``), which keeps the kernel's work dir: files survive the restart;
+* close means gone: when the launcher could not be told to shut down (the kernel had died, or
+  was killed outright), the kernel's directory on its host is removed over SSH at cleanup.
 
 Where each kernel runs is in its ``provisioner_info`` (``assigned_host``), as the base reports.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import re
 import shlex
 import socket
+import uuid
+from pathlib import PurePosixPath
 from typing import Any
 
 from gateway_provisioners.distributed import (  # type: ignore[import-untyped]
@@ -64,6 +70,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._restart_host: str | None = None
+        self._shutdown_delivered = False
 
     def _determine_next_host(self, env_dict: dict[str, Any]) -> str:
         """The host for this launch: a pinned host only from ``remote_hosts``; a restart stays
@@ -114,22 +121,43 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
 
     async def shutdown_listener(self, restart: bool) -> None:
         """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""
-        if not restart:
-            await super().shutdown_listener(restart)
+        request: dict[str, Any] = {"shutdown": 1, "restart": True} if restart else {"shutdown": 1}
+        if self.comm_port <= 0:
             return
-        if self.comm_port > 0:
-            try:
-                await self._send_listener_request(
-                    {"shutdown": 1, "restart": True}, shutdown_socket=True
-                )
-            except OSError as exc:
-                self.log.debug(
-                    "Launcher of kernel %s did not take the restart: %s", self.kernel_id, exc
-                )
+        try:
+            await self._send_listener_request(request, shutdown_socket=True)
+        except OSError as exc:
+            self.log.debug("Kernel %s: shutdown request not delivered: %s", self.kernel_id, exc)
+        else:
+            self._shutdown_delivered = not restart
 
     async def cleanup(self, restart: bool = False) -> None:
         self._restart_host = self.assigned_host if restart else None
+        if not restart and not self._shutdown_delivered and self.ip:
+            await self._remove_kernel_dir()
+        self._shutdown_delivered = False
         await super().cleanup(restart=restart)
+
+    async def _remove_kernel_dir(self) -> None:
+        """``rm -rf <work-root>/<kernel id>`` on the kernel's host, for a launcher that is gone."""
+        root = work_root_of(list(self.kernel_spec.argv))
+        if root is None:
+            return
+        kernel_dir = root / str(uuid.UUID(str(self.kernel_id)))
+        try:
+            await asyncio.to_thread(self._rsh, self.ip, f"rm -rf -- {shlex.quote(str(kernel_dir))}")
+        except Exception as exc:  # paramiko's errors, or the base's RuntimeError: only logged
+            self.log.warning("Kernel %s: could not remove %s: %s", self.kernel_id, kernel_dir, exc)
+
+
+def work_root_of(argv: list[str]) -> PurePosixPath | None:
+    """The launcher's ``--work-root`` in a kernelspec argv (absolute, no '..'), if any."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--work-root":
+            path = PurePosixPath(value)
+            if path.is_absolute() and ".." not in path.parts:
+                return path
+    return None
 
 
 def _kernel_log_dir() -> str:

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -48,19 +47,24 @@ def loopback_cluster() -> Iterator[Cluster]:
 def _gateway_environ(loopback_cluster: Cluster) -> Iterator[GatewaySide]:
     env = loopback_cluster.gateway_env()
     home = env.pop("HOME")
-    if "gateway_provisioners" in sys.modules:
-        from gateway_provisioners import config_mixin
-
-        if config_mixin.ssh_port != loopback_cluster.port:
-            pytest.fail(
-                "gateway_provisioners was imported before the loopback cluster's environment "
-                "was set (it reads GP_SSH_PORT and GP_RESPONSE_* at import)",
-                pytrace=False,
-            )
     patch = pytest.MonkeyPatch()
     for name, value in env.items():
         patch.setenv(name, value)
-    import gateway_provisioners.distributed  # noqa: F401  (reads the environment now)
+    # gateway_provisioners read these at import, which may already have happened (a test
+    # module importing jupyter_exec.cluster.provisioner): set the values it read, too.
+    from gateway_provisioners import distributed, remote_provisioner, response_manager
+
+    if response_manager.ResponseManager.initialized():
+        pytest.fail(
+            "gateway_provisioners' ResponseManager was started before the loopback "
+            "cluster's environment was set",
+            pytrace=False,
+        )
+    patch.setattr(distributed, "ssh_port", loopback_cluster.port)
+    patch.setattr(remote_provisioner, "ssh_port", loopback_cluster.port)
+    patch.setattr(distributed, "kernel_log_dir", env["GP_KERNEL_LOG_DIR"])
+    patch.setattr(response_manager, "response_ip", env["GP_RESPONSE_IP"])
+    patch.setattr(response_manager, "desired_response_port", int(env["GP_RESPONSE_PORT"]))
 
     launcher = loopback_cluster.remote_dir / "launcher.py"
     shutil.copyfile(launcher_module.__file__, launcher)
