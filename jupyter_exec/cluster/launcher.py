@@ -127,7 +127,7 @@ def _kernel_id(value: str) -> str:
         canonical = str(uuid.UUID(value))
     except ValueError:
         canonical = ""
-    if canonical != value:
+    if not canonical or canonical != value:
         raise LaunchRefused(f"--kernel-id must be a UUID like {uuid.UUID(int=0)}, not {value!r}")
     return value
 

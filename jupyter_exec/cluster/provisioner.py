@@ -6,6 +6,7 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
 * a pinned host (``KERNEL_REMOTE_HOST`` in the start request's env, which any client of the
   gateway may send) must be one of ``remote_hosts``: otherwise a client could run kernels on
   any machine the gateway's SSH key reaches;
+* a kernel id must be a UUID (it names the kernel's directory on the host);
 * a host that resolves to this machine is refused, always: for those the base class skips SSH
   and runs the launcher as the gateway itself, in the gateway's environment;
 * the startup command sent over SSH is built here with every value shell-quoted (the base
@@ -71,6 +72,19 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         super().__init__(**kwargs)
         self._restart_host: str | None = None
         self._shutdown_delivered = False
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Refuse a kernel id that is not a UUID before anything is sent anywhere: it names
+        the kernel's directory on the host (the launcher checks it again)."""
+        kernel_id = str(self.kernel_id)
+        try:
+            canonical = str(uuid.UUID(kernel_id))
+        except ValueError:
+            canonical = ""
+        if not canonical or canonical != kernel_id:
+            raise InvalidArgument(f"kernel id {kernel_id[:100]!r} is not a UUID")
+        result: dict[str, Any] = await super().pre_launch(**kwargs)
+        return result
 
     def _determine_next_host(self, env_dict: dict[str, Any]) -> str:
         """The host for this launch: a pinned host only from ``remote_hosts``; a restart stays

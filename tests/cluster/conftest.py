@@ -24,27 +24,37 @@ import pytest
 import pytest_asyncio
 
 import jupyter_exec.cluster.launcher as launcher_module
-from tests.cluster.kernels import ClusterKernel, GatewaySide, start_cluster_kernel
+from tests.cluster.kernels import SHARED, ClusterKernel, GatewaySide, start_cluster_kernel
 from tests.cluster_hosts import Cluster, ClusterUnavailable, start_cluster
 
 
 @pytest.fixture(scope="session")
 def loopback_cluster() -> Iterator[Cluster]:
+    """The process's one cluster. Test modules elsewhere (tests/attacks/) import this fixture,
+    which gives it a second definition; both hand out the same cluster (the first owns it)."""
+    if SHARED.cluster is not None:
+        yield SHARED.cluster
+        return
     base = Path(tempfile.mkdtemp(prefix="jx-cluster-"))
     try:
         cluster = start_cluster(base)
     except ClusterUnavailable as exc:
         pytest.skip(f"no loopback cluster: {exc}")
+    SHARED.cluster = cluster
     try:
         yield cluster
         left = cluster.wait_no_kernel_processes(timeout=5)
         assert not left, f"kernel processes left on the hosts: {[p.cmdline() for p in left]}"
     finally:
+        SHARED.cluster = None
         cluster.stop()
 
 
 @pytest.fixture(scope="session")
 def _gateway_environ(loopback_cluster: Cluster) -> Iterator[GatewaySide]:
+    if SHARED.side is not None:  # set up by this fixture's other definition
+        yield SHARED.side
+        return
     env = loopback_cluster.gateway_env()
     home = env.pop("HOME")
     patch = pytest.MonkeyPatch()
@@ -71,9 +81,13 @@ def _gateway_environ(loopback_cluster: Cluster) -> Iterator[GatewaySide]:
     launcher.chmod(0o500)
     work_root = loopback_cluster.remote_dir / "kernels"
     work_root.mkdir(mode=0o700, exist_ok=True)
+    SHARED.side = GatewaySide(
+        loopback_cluster, home=Path(home), launcher=launcher, work_root=work_root
+    )
     try:
-        yield GatewaySide(loopback_cluster, home=Path(home), launcher=launcher, work_root=work_root)
+        yield SHARED.side
     finally:
+        SHARED.side = None
         from gateway_provisioners.response_manager import ResponseManager
 
         if ResponseManager.initialized():

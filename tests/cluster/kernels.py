@@ -68,6 +68,17 @@ class GatewaySide:
         return self.work_root / kernel_id
 
 
+@dataclass
+class _Shared:
+    """The one cluster and gateway side of this test process (see tests/cluster/conftest.py)."""
+
+    cluster: Cluster | None = None
+    side: GatewaySide | None = None
+
+
+SHARED = _Shared()
+
+
 class _Specs(KernelSpecManager):
     """Serves one in-memory kernelspec."""
 
