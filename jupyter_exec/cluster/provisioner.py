@@ -14,6 +14,8 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   ``JUPYTER_EXEC_HOST``, the host the kernel was placed on;
 * a restart stays on the kernel's host and tells the launcher so (``{"shutdown": 1,
   "restart": true}``), which keeps the kernel's work dir: files survive the restart;
+* every listener request carries the launcher's listener token (an HMAC of the kernel's key,
+  see ``launcher.listener_token``), so only the gateway can signal or stop a kernel;
 * close means gone: when the launcher could not be told to shut down (the kernel had died, or
   was killed outright), the kernel's directory on its host is removed over SSH at cleanup.
 
@@ -38,6 +40,7 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
     RemoteProvisionerBase,
 )
 
+from jupyter_exec.cluster.launcher import listener_token
 from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["DistributedProvisioner"]
@@ -132,6 +135,16 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         for line in self._rsh(self.ip, command) or []:
             pid = str(line).strip()
         return pid
+
+    async def _send_listener_request(
+        self, request: dict[str, Any], shutdown_socket: bool | None = False
+    ) -> None:
+        """Every request to the launcher's listener carries its token."""
+        key = self.connection_info.get("key")
+        if key:
+            raw = key if isinstance(key, bytes) else str(key).encode()
+            request = {**request, "token": listener_token(raw)}
+        await super()._send_listener_request(request, shutdown_socket=shutdown_socket)
 
     async def shutdown_listener(self, restart: bool) -> None:
         """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""

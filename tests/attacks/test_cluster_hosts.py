@@ -49,13 +49,6 @@ def _kernel_log(kernel: ClusterKernel) -> Path:
     return kernel.side.cluster.log_dir / f"kernel-{kernel.kernel_id}.log"
 
 
-def _wait_for_log(kernel: ClusterKernel, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in _kernel_log(kernel).read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"the launcher never logged {text!r}"
-        time.sleep(0.05)
-
-
 @on_session_loop
 @pytest.mark.parametrize(
     "pin", ["127.0.0.1", "localhost", "127.0.0.4", "10.11.12.13", "127.0.0.2; touch /tmp/pwned"]
@@ -147,15 +140,41 @@ async def test_a_listener_request_from_another_address_is_ignored(
     kernel = await cluster_kernel(host="127.0.0.2")
     await kernel.run("kept = 42")
     comm_port = kernel.km.provisioner.comm_port
-    for request in ({"signum": 9}, {"shutdown": 1}):
+    # Even a request carrying the right token (as if it had leaked) is refused by address.
+    token = launcher_module.listener_token(kernel.km.session.key)
+    for request in ({"signum": 9, "token": token}, {"shutdown": 1, "token": token}):
         with socket.socket() as attacker:
             attacker.bind(("127.0.0.9", 0))  # another user, another address
             attacker.connect(("127.0.0.2", comm_port))
             attacker.sendall(json.dumps(request).encode())
-    _wait_for_log(kernel, "ignored a listener request from 127.0.0.9")
+    refusal = "ignored a listener request from 127.0.0.9 (only"
+    deadline = time.monotonic() + 10
+    while _kernel_log(kernel).read_text().count(refusal) < 2:
+        assert time.monotonic() < deadline, "the launcher did not log two refusals"
+        time.sleep(0.05)
     log = _kernel_log(kernel).read_text()
-    assert log.count("ignored a listener request from 127.0.0.9") == 2
     assert "shutdown requested" not in log
+    assert await kernel.km.is_alive()
+    assert (await kernel.run("kept")).result == "42"
+    assert kernel.kernel_dir.is_dir()
+
+
+@on_session_loop
+async def test_a_listener_request_without_the_token_is_ignored_even_from_the_gateways_address(
+    cluster_kernel: StartClusterKernel,  # noqa: F811
+) -> None:
+    """Other users on the gateway's machine share its address: the token keeps them out."""
+    kernel = await cluster_kernel(host="127.0.0.3")
+    await kernel.run("kept = 42")
+    comm_port = kernel.km.provisioner.comm_port
+    for request in ({"signum": 9}, {"shutdown": 1, "token": "0" * 64}, {"shutdown": 1}):
+        with socket.create_connection(("127.0.0.3", comm_port)) as attacker:
+            attacker.sendall(json.dumps(request).encode())
+    deadline = time.monotonic() + 10
+    while _kernel_log(kernel).read_text().count("without the listener token") < 3:
+        assert time.monotonic() < deadline, "the launcher did not log three refusals"
+        time.sleep(0.05)
+    assert "shutdown requested" not in _kernel_log(kernel).read_text()
     assert await kernel.km.is_alive()
     assert (await kernel.run("kept")).result == "42"
     assert kernel.kernel_dir.is_dir()
