@@ -17,6 +17,12 @@ What it does, in order (the gateway side is gateway_provisioners' ``RemoteProvis
                                   address (the SSH client, or --gateway-ip) is listened to, and
                                   only a request carrying the listener token (below)
 
+The launch nonce: jupyter_exec's provisioner writes a one-time nonce to the SSH command's
+stdin (never on a command line, which every user of the host can read), the startup command
+exports it as ``JUPYTER_EXEC_LAUNCH_NONCE``, and the launcher returns it inside the encrypted
+payload (and keeps it from the kernel). The gateway's public key is public, so anyone who can
+reach the response port can encrypt a payload; only the real launcher knows the nonce.
+
 The listener token is ``HMAC-SHA256(kernel key, LISTENER_TOKEN_CONTEXT)``: the gateway has the
 kernel's key from the connection info, so jupyter_exec's provisioner adds it to every request
 and nothing new travels or is logged. It keeps out other users on the gateway's machine, who
@@ -79,6 +85,7 @@ its control channel too), then SIGTERM; at KILL_AFTER s, SIGKILL."""
 MAX_REQUEST = 4096
 LISTENER_TOKEN_CONTEXT = b"jupyter-exec launcher listener v1"
 LISTENER_AUTH = ("token", "address")
+NONCE_ENV = "JUPYTER_EXEC_LAUNCH_NONCE"
 
 
 class LaunchRefused(Exception):
@@ -415,6 +422,7 @@ class Launcher:
     def start(self) -> None:
         """Reserve ports, write the connection file, start ipykernel, tell the gateway."""
         opts = self.opts
+        nonce = os.environ.pop(NONCE_ENV, "")  # for the gateway only, never the kernel's
         ports, self.listener = reserve_ports(self.bind_ip, opts.port_lower, opts.port_upper)
         curve = _curve_keys(opts.encryption)
         connection: dict[str, Any] = {
@@ -444,6 +452,7 @@ class Launcher:
             "pgid": self.kernel.pid,
             "comm_port": comm_port,
             "kernel_id": opts.kernel_id,
+            **({"launch_nonce": nonce} if nonce else {}),
         }
         send_payload(opts.response_host, opts.response_port, encrypt_payload(info, opts.public_key))
         self.log(

@@ -8,6 +8,7 @@ and leaves the kernels, their directories and the hosts as they were.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -248,3 +249,38 @@ async def test_the_kernels_secrets_are_not_in_the_launchers_log_or_argv(
     connection_file = kernel.kernel_dir / "kernel.json"
     assert connection_file.stat().st_mode & 0o777 == 0o600
     assert kernel.kernel_dir.stat().st_mode & 0o777 == 0o700  # (+ the sticky bit ipykernel sets)
+
+
+@on_session_loop
+async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
+    gateway_side: GatewaySide,  # noqa: F811
+) -> None:
+    """The attacker answers for a kernel that is starting, before its launcher does (here the
+    launcher is held back 2 s by a shell in front of it). The gateway refuses the forgery (it
+    lacks the launch nonce), the start fails, and the real launcher is stopped over SSH."""
+    from gateway_provisioners.response_manager import ResponseManager
+
+    spec = gateway_side.spec()
+    spec.argv = ["/bin/sh", "-c", 'sleep 2; exec "$0" "$@"', *spec.argv]
+    km = AsyncKernelManager(kernel_name="cluster-test", kernel_spec_manager=_Specs(spec))
+    manager = ResponseManager.instance()
+    host, port = manager.response_address.rsplit(":", 1)
+    start = asyncio.ensure_future(km.start_kernel(env={"KERNEL_REMOTE_HOST": "127.0.0.2"}))
+    deadline = time.monotonic() + 30
+    while km.kernel_id not in manager._response_registry:
+        assert time.monotonic() < deadline, "the launch never registered"
+        await asyncio.sleep(0.01)
+    forged = {
+        **{name: 1 for name in ("shell_port", "iopub_port", "stdin_port", "hb_port")},
+        "control_port": 1,
+        "ip": "127.0.0.2",
+        "key": "attacker",
+        "comm_port": 1,
+        "kernel_id": km.kernel_id,
+    }
+    with socket.create_connection((host, int(port))) as attacker:
+        attacker.sendall(_forged_payload(forged, manager.public_key))
+    with pytest.raises(RuntimeError, match="was not sent by its launcher"):
+        await start
+    assert gateway_side.cluster.wait_no_kernel_processes(km.kernel_id, timeout=5) == []
+    assert not gateway_side.kernel_dir(km.kernel_id).exists()
