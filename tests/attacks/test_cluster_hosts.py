@@ -284,3 +284,49 @@ async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
         await start
     assert gateway_side.cluster.wait_no_kernel_processes(km.kernel_id, timeout=5) == []
     assert not gateway_side.kernel_dir(km.kernel_id).exists()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "file"])
+def test_a_link_planted_at_the_kernels_dir_is_refused_and_its_target_untouched(
+    tmp_path: Path, planted: str
+) -> None:
+    """Whoever shares the host user plants ``<work-root>/<kernel id>`` before the launch (a
+    link to a directory the launcher would then chmod, fill and later remove)."""
+    from Cryptodome.PublicKey import RSA
+
+    pem = RSA.generate(1024).publickey().export_key("PEM").decode()
+    public_key = "".join(line for line in pem.splitlines() if "-----" not in line)
+    kernel_id = str(uuid.uuid4())
+    work_root = tmp_path / "kernels"
+    work_root.mkdir(mode=0o700)
+    target = tmp_path / "precious"
+    target.mkdir(mode=0o755)
+    (target / "data.txt").write_text("keep me")
+    if planted == "symlink":
+        (work_root / kernel_id).symlink_to(target)
+    else:
+        (work_root / kernel_id).write_text("not a dir")
+    done = subprocess.run(
+        [
+            sys.executable,
+            launcher_module.__file__,
+            "--kernel-id",
+            kernel_id,
+            "--response-address",
+            "127.0.0.1:9",
+            "--public-key",
+            public_key,
+            "--work-root",
+            str(work_root),
+        ],
+        env={"PATH": os.environ["PATH"], "SSH_CONNECTION": "127.0.0.1 40000 127.0.0.2 22"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "is not a directory of this user (a link or planted file?)" in done.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["data.txt"]
+    assert (target / "data.txt").read_text() == "keep me"
+    assert target.stat().st_mode & 0o777 == 0o755
