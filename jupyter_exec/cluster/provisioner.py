@@ -135,6 +135,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
         """Run the startup command over SSH, handing the launcher its nonce on stdin."""
         refuse_local_host(self.assigned_host)  # never the base class's local, SSH-less branch
+        self.comm_port = 0  # a restart's old listener is gone; the new launcher reports its own
         self._launch_nonce = secrets.token_hex(16)
         command = f"IFS= read -r {NONCE_ENV}; export {NONCE_ENV}; " + self._build_startup_command(
             cmd, **kwargs
