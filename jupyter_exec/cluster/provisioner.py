@@ -13,7 +13,9 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   class pastes ``KERNEL_USERNAME``, which clients choose, between double quotes), and exports
   ``JUPYTER_EXEC_HOST``, the host the kernel was placed on;
 * a restart stays on the kernel's host and tells the launcher so (``{"shutdown": 1,
-  "restart": true}``), which keeps the kernel's work dir: files survive the restart;
+  "restart": true}``), which keeps the kernel's work dir: files survive the restart; when that
+  host cannot be reached over SSH any more, a kernel that was not pinned restarts on the next
+  host instead (its files there stay behind), so a lost host costs a restart, not the session;
 * the launcher must prove it is the one this provisioner started: a one-time nonce goes to it
   over the SSH channel's stdin and must come back inside the encrypted connection info (the
   gateway's public key is public, so anyone reaching the response port could otherwise hand
@@ -87,6 +89,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._restart_host: str | None = None
+        self._avoid_host: str | None = None
         self._shutdown_delivered = False
         self._launch_nonce: str | None = None
 
@@ -117,6 +120,8 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         if pinned is None and self._restart_host in hosts:
             choice_env[PIN_ENV] = self._restart_host
         host = str(super()._determine_next_host(choice_env))
+        if pinned is None and host == self._avoid_host and len(hosts) > 1:
+            host = hosts[(hosts.index(host) + 1) % len(hosts)]
         refuse_local_host(host)
         return host
 
@@ -138,6 +143,30 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         argv = " ".join(shlex.quote(arg) for arg in cmd)
         log = shlex.quote(self.kernel_log)
         return " ".join(parts) + f" nohup {argv} >> {log} 2>&1 < /dev/null & echo $!"
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        """Launch on the chosen host; a restart whose host SSH cannot reach any more (and that
+        was not pinned there) goes to the next host instead of failing."""
+        stay = self._restart_host
+        pinned = (kwargs.get("env") or {}).get(PIN_ENV)
+        try:
+            return await super().launch_kernel(cmd, **kwargs)
+        except RuntimeError as exc:  # the base class's word for "SSH to that host failed"
+            if stay is None or pinned is not None or self._avoid_host is not None:
+                raise
+            self.log.warning(
+                "kernel %s: its host %s cannot be reached (%s); restarting it on another "
+                "host (its files on %s stay there)",
+                self.kernel_id,
+                stay,
+                exc,
+                stay,
+            )
+            self._restart_host, self._avoid_host = None, stay
+            try:
+                return await super().launch_kernel(cmd, **kwargs)
+            finally:
+                self._avoid_host = None
 
     def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
         """Run the startup command over SSH, handing the launcher its nonce on stdin."""
