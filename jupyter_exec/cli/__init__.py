@@ -28,8 +28,8 @@ from jupyter_exec._version import __version__
 from jupyter_exec.cli.checkpoints import add_checkpoints_parser
 from jupyter_exec.cli.docker import DOCKER_COMMANDS, add_image_parser, add_reap_parser
 from jupyter_exec.cli.e2b import add_e2b_parser
-from jupyter_exec.cli.gateway import add_gateway_parser
 from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
+from jupyter_exec.cli.gateway import add_gateway_parser
 from jupyter_exec.cli.kernels import add_kernels_parser
 from jupyter_exec.cli.mcp import add_mcp_parser
 from jupyter_exec.cli.options import formatter

@@ -88,7 +88,7 @@ def add_gateway_parser(subparsers: Subparsers) -> None:
     hosts.add_argument("--ssh-port", type=_port, default=22, metavar="N",
                        help="their SSH port (default 22)")  # fmt: skip
     hosts.add_argument("--ssh-user", default=None, metavar="USER",
-                       help="the user to log in as, who runs the kernels (default: you)")  # fmt: skip
+                       help="the user to log in as, who runs kernels (default: you)")  # fmt: skip
     hosts.add_argument("--python", default="python3", metavar="PATH",
                        help="the interpreter on the hosts (default python3)")  # fmt: skip
     hosts.add_argument("--remote-dir", default="~/.jupyter-exec/cluster", metavar="DIR",

@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
-from jupyter_exec.cluster.spec import SPEC_NAME
+from jupyter_exec.cluster.spec import PROVISIONER_NAME, SPEC_NAME
 from jupyter_exec.exceptions import BackendError, InvalidArgument
 
 __all__ = [
@@ -84,24 +84,27 @@ class ClusterKernelSpecManager(KernelSpecManager):
     """A spec manager that knows, and starts, only the gateway's own kernelspec.
 
     jupyter_client's manager falls back to ipykernel's built-in ``python3``
-    whatever its kernel dirs and allow-list say; here a client asking for any
-    other name is refused with a 403 and a reason, before any process starts.
+    (a kernel on the gateway itself) whatever its kernel dirs and allow-list
+    say; here a client asking for any other name, or a spec of that name that
+    does not use our provisioner, is refused with a 403 and a reason, before
+    any process starts.
     """
 
     def find_kernel_specs(self) -> dict[str, str]:
         return {k: v for k, v in super().find_kernel_specs().items() if k == SPEC_NAME}
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        if kernel_name.lower() != SPEC_NAME:
-            from tornado import web
+        from tornado import web
 
+        if kernel_name.lower() != SPEC_NAME:
             raise web.HTTPError(
                 403,
                 reason=f"this gateway runs only the kernelspec {SPEC_NAME!r}, not {kernel_name!r}",
             )
         spec = super().get_kernel_spec(kernel_name)
-        if spec is None:  # pragma: no cover - super() raises instead
-            raise NoSuchKernel(kernel_name)
+        provisioner = (spec.metadata or {}).get("kernel_provisioner", {}).get("provisioner_name")
+        if provisioner != PROVISIONER_NAME:  # the name found elsewhere than in our kernel dir
+            raise web.HTTPError(403, reason=f"the kernelspec {kernel_name!r} is not this gateway's")
         return spec
 
 
@@ -277,7 +280,6 @@ def _extension_names() -> list[str]:
 def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
     """The server's config file (Python, as traitlets reads it); the token is read from a file."""
     common: dict[str, Any] = {
-        "KernelSpecManager.kernel_dirs": [str(dirs.kernels)],
         "KernelSpecManager.ensure_native_kernel": False,
         "KernelSpecManager.allowed_kernelspecs": [SPEC_NAME],
         "KernelManager.autorestart": True,
@@ -364,7 +366,7 @@ class GatewayProcess:
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr.fileno(),
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -383,11 +385,12 @@ class GatewayProcess:
                         f"the {self.config.server} exited with status {status} while starting "
                         "(its log is above)"
                     )
-                with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
-                    with urllib.request.urlopen(request, timeout=2) as response:
-                        specs = json.load(response)
-                        if SPEC_NAME in specs.get("kernelspecs", {}):
-                            return
+                with (
+                    contextlib.suppress(urllib.error.URLError, OSError, ValueError),
+                    urllib.request.urlopen(request, timeout=2) as response,
+                ):
+                    if SPEC_NAME in json.load(response).get("kernelspecs", {}):
+                        return
                 if time.monotonic() > deadline:
                     raise BackendError(
                         f"the {self.config.server} did not answer on {self.config.local_url} "

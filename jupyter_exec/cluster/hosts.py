@@ -241,7 +241,7 @@ def _ssh_errors(target: SSHTarget) -> Iterator[None]:
                 f">> {known_hosts}"
             ) from exc
         raise BackendError(f"{target}: SSH failed: {exc}") from exc
-    except (TimeoutError, socket.timeout) as exc:
+    except TimeoutError as exc:
         raise BackendError(
             f"{target}: no answer within {CONNECT_TIMEOUT:g} s: is the host up and sshd "
             "listening on that port?"
@@ -289,7 +289,7 @@ def _run(client: paramiko.SSHClient, target: SSHTarget, command: str) -> tuple[i
 
 
 def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> HostReport:
-    """Run the probe with ``python`` on the host; refuse it if anything the launcher needs is missing."""
+    """Run the probe with ``python`` on the host; refuse the host if the launcher lacks anything."""
     if not python or python != shlex.quote(python):
         raise InvalidArgument(f"--python must be a plain path or command name, not {python!r}")
     status, out, err = _run(client, target, f"{python} -c {shlex.quote(_PROBE)}")
@@ -334,7 +334,7 @@ def launcher_source() -> bytes:
 
 
 def launcher_name(source: bytes) -> str:
-    """The content-addressed file name of a launcher: a changed launcher never overwrites one in use."""
+    """The launcher's content-addressed name: a new launcher never overwrites one in use."""
     return f"launcher-{hashlib.sha256(source).hexdigest()[:16]}.py"
 
 
@@ -372,11 +372,10 @@ def install_launcher(
             _make_private_dir(sftp, remote_dir, target, chmod_existing=False)
             for sub in ("kernels", "logs"):
                 _make_private_dir(sftp, posixpath.join(remote_dir, sub), target)
-            with contextlib.suppress(OSError):
-                with sftp.open(path, "rb") as existing:
-                    if existing.read() == source:
-                        sftp.chmod(path, 0o700)
-                        return path
+            with contextlib.suppress(OSError), sftp.open(path, "rb") as existing:
+                if existing.read() == source:
+                    sftp.chmod(path, 0o700)
+                    return path
             partial = f"{path}.partial"
             with sftp.open(partial, "wb") as out:
                 out.write(source)

@@ -1,4 +1,4 @@
-"""The kernelspec a ``jupyter-exec gateway`` serves: our provisioner, the hosts, the launcher's argv.
+"""The kernelspec ``jupyter-exec gateway`` serves: our provisioner, the hosts, the launcher.
 
 One spec, written into a directory private to one gateway run (it is the
 gateway's only kernel dir, and the only name its spec manager will start: see
@@ -34,8 +34,13 @@ __all__ = [
     "write_kernel_spec",
 ]
 
-SPEC_NAME = "jupyter-exec-cluster"
-"""The kernelspec's name: the gateway's default and only kernel."""
+SPEC_NAME = "python3"
+"""The kernelspec's name: the gateway's default and only kernel.
+
+``python3``, the name every Jupyter client asks for by default (jupyter-exec's
+``Session``, nbclient, papermill, JupyterLab), so they all get a cluster kernel
+without being told a name; the display name says where it runs.
+"""
 
 PROVISIONER_NAME = "jupyter-exec-distributed"
 """Our DistributedProvisioner's entry point (``jupyter_client.kernel_provisioners``)."""
@@ -50,7 +55,7 @@ def _plain(value: str, what: str) -> str:
 
 
 def launcher_argv(python: str, launcher: str, work_root: str) -> list[str]:
-    """The launcher's command line of the cluster contract, placeholders left for the provisioner."""
+    """The launcher's command line (the cluster contract), placeholders left to the provisioner."""
     return [
         _plain(python, "--python"),
         _plain(launcher, "the launcher's path"),
