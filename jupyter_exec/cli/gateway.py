@@ -198,7 +198,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         try:
             gateway.start(gateway_env(config, dirs))
             gateway.wait_ready()
-            shown = "(the value of $" + token_env + ")" if given else token
+            shown = f"${token_env}" if given else token  # a token you gave is not echoed
             print(f"{args.server} on {config.url} for {', '.join(config.hosts)}\n"
                   f"url:   {config.url}\ntoken: {shown}", flush=True)  # fmt: skip
             _say("stop with Ctrl-C or SIGTERM: every kernel is shut down first")

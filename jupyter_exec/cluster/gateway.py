@@ -30,6 +30,7 @@ import contextlib
 import getpass
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -59,6 +60,7 @@ __all__ = [
     "GatewayProcess",
     "free_port",
     "gateway_env",
+    "keep_token_out_of_logs",
     "private_dirs",
     "response_ip",
     "server_config",
@@ -319,13 +321,38 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
         )
     lines = [
         f'"""{app} configuration written by jupyter-exec gateway (private to one run)."""',
+        "from jupyter_exec.cluster.gateway import keep_token_out_of_logs",
         "c = get_config()  # noqa: F821",
         f"with open({str(dirs.token_file)!r}, encoding='utf-8') as _token:",
-        f"    c.{token_trait} = _token.read().strip()",
+        f"    c.{token_trait} = keep_token_out_of_logs(_token.read().strip())",
     ]
     for key, value in {**common, **specific}.items():
         lines.append(f"c.{key} = {value!r}")
     return "\n".join(lines) + "\n"
+
+
+def keep_token_out_of_logs(token: str) -> str:
+    """From now on, no log record of this process carries ``token``; returns it.
+
+    Runs in the server, from its config file. Clients may send the token as
+    ``?token=`` (the websocket of a browser cannot send a header) and both
+    servers log every request's URI: a record factory rewrites any record
+    whose text holds the token, whichever logger and handler it goes to.
+    """
+    if not token:
+        return token
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        with contextlib.suppress(Exception):  # a record that cannot be formatted stays as is
+            text = record.getMessage()
+            if token in text:
+                record.msg, record.args = text.replace(token, "[token]"), ()
+        return record
+
+    logging.setLogRecordFactory(factory)
+    return token
 
 
 _SPEC_MANAGER = f"{ClusterKernelSpecManager.__module__}.{ClusterKernelSpecManager.__qualname__}"
