@@ -1,4 +1,4 @@
-"""``jupyter-exec gateway`` as a user runs it, against the loopback cluster (tests/cluster_hosts.py).
+"""``jupyter-exec gateway`` as a user runs it, on the loopback cluster (tests/cluster_hosts.py).
 
 The real command in a subprocess (``python -m jupyter_exec gateway``), with the
 cluster's ``HOME`` (its SSH key and known_hosts) and its port, user, remote dir
