@@ -52,9 +52,7 @@ def victim(gateway: RunningGateway, tmp_path_factory: pytest.TempPathFactory) ->
 def _call(
     gateway: RunningGateway, method: str, path: str, headers: dict[str, str], body: bytes | None
 ) -> tuple[int, str]:
-    request = urllib.request.Request(
-        gateway.url + path, data=body, method=method, headers=headers
-    )
+    request = urllib.request.Request(gateway.url + path, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode("utf-8", "replace")
@@ -115,7 +113,9 @@ def test_every_gateway_route_refuses_a_client_without_the_token_or_with_a_wrong_
 
 
 def test_the_public_api_description_holds_nothing_of_this_gateway(
-    gateway: RunningGateway, victim: Session, loopback_cluster: Cluster  # noqa: F811
+    gateway: RunningGateway,
+    victim: Session,
+    loopback_cluster: Cluster,  # noqa: F811
 ) -> None:
     # Kernel Gateway serves its static API description without a token; it is the
     # only route that answers, and it must not tell an attacker about this gateway.
@@ -161,13 +161,13 @@ def test_the_kernel_websocket_refuses_a_client_without_the_token(
 
 
 def test_the_gateway_and_its_response_port_listen_on_loopback_only(
-    gateway: RunningGateway, victim: Session, loopback_cluster: Cluster  # noqa: F811
+    gateway: RunningGateway,
+    victim: Session,
+    loopback_cluster: Cluster,  # noqa: F811
 ) -> None:
     assert victim.kernel_id  # a kernel has started: the response port is open now
     listening = [
-        c.laddr
-        for c in _server(gateway).net_connections("inet")
-        if c.status == psutil.CONN_LISTEN
+        c.laddr for c in _server(gateway).net_connections("inet") if c.status == psutil.CONN_LISTEN
     ]
     assert len(listening) >= 2, listening  # the HTTP port and the response port
     for address in listening:
@@ -182,13 +182,16 @@ def test_the_gateway_and_its_response_port_listen_on_loopback_only(
         if c.status == psutil.CONN_LISTEN
     ]
     on_host = [a for a in kernel_listening if a.ip in loopback_cluster.hosts]
-    assert len({a.ip for a in on_host}) == 1 and len(on_host) >= 6, kernel_listening
+    assert len({a.ip for a in on_host}) == 1, kernel_listening
+    assert len(on_host) >= 6, kernel_listening
     for address in kernel_listening:
         assert ipaddress.ip_address(address.ip).is_loopback, kernel_listening
 
 
 def test_the_token_is_not_in_the_gateway_log_nor_in_a_kernel_environment(
-    gateway: RunningGateway, victim: Session, loopback_cluster: Cluster  # noqa: F811
+    gateway: RunningGateway,
+    victim: Session,
+    loopback_cluster: Cluster,  # noqa: F811
 ) -> None:
     # A client that puts the right token in the URL (as a browser's websocket must): the
     # gateway logs the request, never the token.
@@ -231,9 +234,7 @@ def test_a_client_cannot_start_a_kernelspec_other_than_the_cluster_one(
             ("/api/kernels", {"name": name}),
             ("/api/sessions", {"path": "a", "type": "notebook", "kernel": {"name": name}}),
         ):
-            status, text = _call(
-                gateway, "POST", path, _owner(gateway), json.dumps(body).encode()
-            )
+            status, text = _call(gateway, "POST", path, _owner(gateway), json.dumps(body).encode())
             refused = f"this gateway runs only the kernelspec 'python3', not {name!r}"
             if path == "/api/kernels":
                 assert status == 403, (name, status, text)
