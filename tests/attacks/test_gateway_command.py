@@ -57,7 +57,8 @@ def _call(
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode("utf-8", "replace")
+        with exc:
+            return exc.code, exc.read().decode("utf-8", "replace")
 
 
 def _owner(gateway: RunningGateway) -> dict[str, str]:

@@ -8,13 +8,17 @@ each run a command of their own.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jupyter_exec import Session
@@ -192,3 +196,135 @@ def test_sigterm_shuts_every_kernel_down_and_exits_0(
     left = loopback_cluster.wait_no_kernel_processes(timeout=5)
     assert not left, [p.cmdline() for p in left]
     assert "shutting every kernel down" in gateway.log()
+
+
+def test_jupyter_server_serves_the_same_cluster_with_the_same_token_rule(
+    loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    with running_gateway(
+        loopback_cluster, tmp_path / "gw", "--server", "jupyter-server"
+    ) as gateway:
+        assert "jupyter-server on http://127.0.0.1:" in gateway.printed()
+        with _session(gateway, tmp_path, env={"KERNEL_REMOTE_HOST": "127.0.0.2"}) as session:
+            assert _host(session) == "127.0.0.2"
+            session.execute("y = 6")
+            assert session.execute("y * 7").text == "42"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(gateway.url + "/api/kernels", timeout=30)
+        refused.value.close()
+        assert refused.value.code == 403
+        assert gateway.token not in gateway.log()
+        assert gateway.stop() == EXIT_OK
+    assert not loopback_cluster.wait_no_kernel_processes(timeout=5)
+
+
+def _rest(gateway: RunningGateway, method: str, path: str) -> dict[str, object]:
+    request = urllib.request.Request(
+        gateway.url + path,
+        data=b"{}" if method == "POST" else None,
+        method=method,
+        headers={"Authorization": f"token {gateway.token}"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        body = response.read()
+        return dict(json.loads(body)) if body else {}
+
+
+def _delete(gateway: RunningGateway, kernel_id: str) -> int:
+    try:
+        _rest(gateway, "DELETE", f"/api/kernels/{kernel_id}")
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+    return 204
+
+
+def _kernels_of(cluster: Cluster, kernel_id: str) -> set[int]:
+    """The pids of the ipykernel processes of ``kernel_id`` on the hosts."""
+    found = set()
+    for process in cluster.kernel_processes(kernel_id):
+        with contextlib.suppress(psutil.Error):
+            if "ipykernel_launcher" in process.cmdline():
+                found.add(process.pid)
+    return found
+
+
+def test_a_kernel_killed_on_its_host_is_noticed_and_restarted_by_the_gateway(
+    gateway: RunningGateway, loopback_cluster: Cluster
+) -> None:
+    kernel_id = str(_rest(gateway, "POST", "/api/kernels")["id"])
+    try:
+        (pid,) = _kernels_of(loopback_cluster, kernel_id)
+        kernel = psutil.Process(pid)
+        launched = f"Kernel ID: {kernel_id}"  # the provisioner's line for each launch
+        assert gateway.log().count(launched) == 1
+        kernel.kill()
+        deadline = time.monotonic() + 30
+        while gateway.log().count(launched) < 2:  # the restarter's poll saw the death
+            assert time.monotonic() < deadline, gateway.log()[-3000:]
+            time.sleep(0.05)
+        assert "restarting kernel (1/" in gateway.log()
+        deadline = time.monotonic() + 60
+        while not _kernels_of(loopback_cluster, kernel_id) - {kernel.pid}:  # ... and came back
+            assert time.monotonic() < deadline, gateway.log()[-3000:]
+            time.sleep(0.1)
+    finally:
+        # A DELETE while the restart is still under way is answered 500 by jupyter_client's
+        # MultiKernelManager (its ``ready`` future is pending); once it is over, it works.
+        deadline = time.monotonic() + 60
+        while (status := _delete(gateway, kernel_id)) == 500:
+            assert time.monotonic() < deadline, gateway.log()[-3000:]
+            time.sleep(0.5)
+        assert status == 204
+    assert not loopback_cluster.wait_no_kernel_processes(kernel_id, timeout=5)
+
+
+def test_the_generated_configuration_says_what_the_gateway_promises(tmp_path: Path) -> None:
+    from jupyter_exec.cluster.gateway import (
+        TIME_TO_DEAD,
+        GatewayConfig,
+        PrivateDirs,
+        gateway_env,
+        server_config,
+    )
+
+    config = GatewayConfig(
+        hosts=("127.0.0.2",),
+        addresses=("127.0.0.2",),
+        ssh_port=2222,
+        ssh_user="someone",
+        remote_dir="/srv/jx",
+        port=8999,
+        users=("alice",),
+        token="s3cret-token",
+    )
+    dirs = PrivateDirs(tmp_path)
+    text = server_config(config, dirs)
+    assert "s3cret-token" not in text  # read from the token file at start, never written here
+    assert f"c.KernelRestarter.time_to_dead = {TIME_TO_DEAD!r}" in text
+    assert TIME_TO_DEAD <= 1.0  # a death is seen within about a second
+    assert "c.KernelManager.transport_encryption = 'required'" in text
+    assert "c.KernelManager.autorestart = True" in text
+    assert "c.JupyterWebsocketPersonality.list_kernels = True" in text
+    assert "c.KernelGatewayApp.ip = '127.0.0.1'" in text
+    assert "c.KernelGatewayApp.default_kernel_name = 'python3'" in text
+    env = gateway_env(config, dirs, {"JUPYTER_EXEC_GATEWAY_TOKEN": "x", "KG_AUTH_TOKEN": "y"})
+    assert "JUPYTER_EXEC_GATEWAY_TOKEN" not in env
+    assert "KG_AUTH_TOKEN" not in env
+    assert env["GP_RESPONSE_IP"] == "127.0.0.1"
+    assert env["GP_SSH_PORT"] == "2222"
+    assert env["GP_REMOTE_USER"] == "someone"
+    assert env["GP_AUTHORIZED_USERS"].split(",")[1:] == ["alice"]
+    assert env["GP_KERNEL_LOG_DIR"] == "/srv/jx/logs"
+    assert env["JUPYTER_PATH"] == str(dirs.data)
+
+
+@pytest.mark.parametrize("bad", ["/opt/my python/bin/python", "python3;id", "$(id)", ""])
+def test_a_kernelspec_value_that_would_need_shell_quoting_is_refused(bad: str) -> None:
+    from jupyter_exec.cluster.spec import kernel_spec
+    from jupyter_exec.exceptions import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="shell quoting"):
+        kernel_spec(["h1"], python=bad, launcher="/srv/l.py", work_root="/srv/k")
+    with pytest.raises(InvalidArgument, match="shell quoting"):
+        kernel_spec(["h1"], python="python3", launcher="/srv/l.py", work_root=bad or "a b")
