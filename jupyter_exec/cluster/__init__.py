@@ -1,0 +1,15 @@
+"""Kernels on many machines, through the gateways Jupyter already has.
+
+One module per concern::
+
+    cluster/
+    ├── launcher.py     runs ON EACH HOST (copied there, the host's python, imports nothing from
+    │                   jupyter_exec): binds the kernel to the host's address, starts ipykernel
+    │                   in a work dir of its own, answers the gateway's listener requests
+    └── provisioner.py  jupyter-exec-distributed: gateway_provisioners' SSH provisioner with
+                        pinning limited to its hosts, no SSH-less local launches, quoted
+                        startup commands, restarts that stay on their host
+
+``cluster`` may import ``jupyter_exec.exceptions`` and ``boundary``; never ``engine``,
+``server`` or ``cli``.
+"""
