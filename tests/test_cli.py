@@ -45,7 +45,7 @@ from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.timeout(240)
 
-COMMANDS = ["run", "demo", "replay", "mcp", "e2b", "image", "kernels", "reap"]
+COMMANDS = ["run", "demo", "replay", "mcp", "e2b", "image", "kernels", "reap", "gateway"]
 DEADLINE = 60.0
 
 
@@ -84,6 +84,7 @@ def test_build_parser_has_every_command_and_help_that_teaches() -> None:
         ["image", "build"],
         ["kernels", "install"],
         ["reap"],
+        ["gateway"],
     ],
 )
 def test_each_command_help_has_examples(
