@@ -12,9 +12,11 @@ kernel down; on Linux it also gets SIGTERM if we die, even by SIGKILL.
 
 What the generated config decides, and why:
 
-* one kernel dir and :class:`ClusterKernelSpecManager`: no other kernel can be
-  started, not even ipykernel's built-in ``python3`` (which jupyter_client
-  finds whatever the kernel dirs say) that would run on the gateway itself;
+* the server's own classes from :mod:`jupyter_exec.cluster.managers`: a spec
+  manager that starts no kernel but ours (not even ipykernel's built-in
+  ``python3``, which jupyter_client finds whatever the kernel dirs say, and
+  which would run on the gateway itself), and a kernel manager that answers a
+  provisioner's refusal with a 4xx and its reason, not a 500;
 * the kernelspec is the default kernel; ``list_kernels`` on (clients poll
   ``GET /api/kernels/<id>`` to see a restart);
 * the restarter on, polling every :data:`TIME_TO_DEAD` s, so a remote death is
@@ -46,16 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-
-from jupyter_exec.cluster.spec import PROVISIONER_NAME, SPEC_NAME
+from jupyter_exec.cluster.spec import SPEC_NAME
 from jupyter_exec.exceptions import BackendError, InvalidArgument
 
 __all__ = [
     "SERVERS",
     "TIME_TO_DEAD",
     "TOKEN_ENV",
-    "ClusterKernelSpecManager",
     "GatewayConfig",
     "GatewayProcess",
     "free_port",
@@ -80,34 +79,6 @@ STOP_GRACE = 60.0
 
 _SECRET_ENV = ("JUPYTER_EXEC_GATEWAY_TOKEN", "KG_AUTH_TOKEN", "JUPYTER_TOKEN", "JUPYTER_PASSWORD")
 """Never handed to the server: a token there would be in every provisioner's env dump."""
-
-
-class ClusterKernelSpecManager(KernelSpecManager):
-    """A spec manager that knows, and starts, only the gateway's own kernelspec.
-
-    jupyter_client's manager falls back to ipykernel's built-in ``python3``
-    (a kernel on the gateway itself) whatever its kernel dirs and allow-list
-    say; here a client asking for any other name, or a spec of that name that
-    does not use our provisioner, is refused with a 403 and a reason, before
-    any process starts.
-    """
-
-    def find_kernel_specs(self) -> dict[str, str]:
-        return {k: v for k, v in super().find_kernel_specs().items() if k == SPEC_NAME}
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        from tornado import web
-
-        if kernel_name.lower() != SPEC_NAME:
-            raise web.HTTPError(
-                403,
-                reason=f"this gateway runs only the kernelspec {SPEC_NAME!r}, not {kernel_name!r}",
-            )
-        spec = super().get_kernel_spec(kernel_name)
-        provisioner = (spec.metadata or {}).get("kernel_provisioner", {}).get("provisioner_name")
-        if provisioner != PROVISIONER_NAME:  # the name found elsewhere than in our kernel dir
-            raise web.HTTPError(403, reason=f"the kernelspec {kernel_name!r} is not this gateway's")
-        return spec
 
 
 @dataclass(frozen=True)
@@ -296,7 +267,8 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "KernelGatewayApp.port": config.port,
             "KernelGatewayApp.port_retries": 0,
             "KernelGatewayApp.default_kernel_name": SPEC_NAME,
-            "KernelGatewayApp.kernel_spec_manager_class": _SPEC_MANAGER,
+            "KernelGatewayApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
+            "KernelGatewayApp.kernel_manager_class": f"{_MANAGERS}.GatewayKernelManager",
             "JupyterWebsocketPersonality.list_kernels": True,
         }
         token_trait = "KernelGatewayApp.auth_token"
@@ -310,7 +282,8 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "ServerApp.allow_root": True,
             "ServerApp.root_dir": str(dirs.server_root),
             "ServerApp.terminals_enabled": False,
-            "ServerApp.kernel_spec_manager_class": _SPEC_MANAGER,
+            "ServerApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
+            "ServerApp.kernel_manager_class": f"{_MANAGERS}.ServerKernelManager",
             "ServerApp.jpserver_extensions": {name: False for name in _extension_names()},
             "MappingKernelManager.default_kernel_name": SPEC_NAME,
         }
@@ -355,7 +328,8 @@ def keep_token_out_of_logs(token: str) -> str:
     return token
 
 
-_SPEC_MANAGER = f"{ClusterKernelSpecManager.__module__}.{ClusterKernelSpecManager.__qualname__}"
+_MANAGERS = "jupyter_exec.cluster.managers"
+"""The server-side classes (imported by the server only: they need Kernel Gateway's package)."""
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec

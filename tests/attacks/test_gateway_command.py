@@ -250,3 +250,28 @@ def test_a_client_cannot_start_a_kernelspec_other_than_the_cluster_one(
     # Nothing was started on the gateway's own machine either.
     assert {p.pid for p in server.children(recursive=True)} <= children
     assert victim.execute("secret").text == "'the victim state'"
+
+
+def test_a_client_naming_another_kernel_username_or_a_host_outside_the_list_is_refused(
+    gateway: RunningGateway,
+    victim: Session,
+    loopback_cluster: Cluster,  # noqa: F811
+) -> None:
+    before = _kernel_ids(gateway)
+    processes = {p.pid for p in loopback_cluster.kernel_processes()}
+    attempts = [
+        ({"KERNEL_USERNAME": "mallory"}, 403, "'mallory' is not in the set of users authorized"),
+        ({"KERNEL_REMOTE_HOST": "127.0.0.1"}, 400, "127.0.0.1"),
+        ({"KERNEL_REMOTE_HOST": "127.0.0.9"}, 400, "127.0.0.9"),
+    ]
+    for env, status, words in attempts:
+        code, text = _call(
+            gateway, "POST", "/api/kernels", _owner(gateway), json.dumps({"env": env}).encode()
+        )
+        assert code == status, (env, code, text)
+        answer = json.loads(text)
+        assert words in answer["reason"], answer
+        assert "Traceback" not in text  # the refusal, not the server's insides
+    assert _kernel_ids(gateway) == before
+    assert {p.pid for p in loopback_cluster.kernel_processes()} == processes
+    assert victim.execute("secret").text == "'the victim state'"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -23,7 +24,12 @@ import pytest
 
 from jupyter_exec import Session
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_TROUBLE, EXIT_USAGE
-from tests.cluster_gateway import RunningGateway, gateway_once, running_gateway
+from tests.cluster_gateway import (
+    RunningGateway,
+    gateway_environ,
+    gateway_once,
+    running_gateway,
+)
 from tests.cluster_hosts import Cluster, free_port
 
 HOST_OF_KERNEL = "import os; os.environ.get('JUPYTER_EXEC_HOST')"
@@ -201,10 +207,15 @@ def test_sigterm_shuts_every_kernel_down_and_exits_0(
 def test_jupyter_server_serves_the_same_cluster_with_the_same_token_rule(
     loopback_cluster: Cluster, tmp_path: Path
 ) -> None:
+    token = "a-token-of-my-own-" + "x" * 20  # JUPYTER_EXEC_GATEWAY_TOKEN: used, not echoed
+    env = gateway_environ(loopback_cluster, JUPYTER_EXEC_GATEWAY_TOKEN=token)
     with running_gateway(
-        loopback_cluster, tmp_path / "gw", "--server", "jupyter-server"
-    ) as gateway:
-        assert "jupyter-server on http://127.0.0.1:" in gateway.printed()
+        loopback_cluster, tmp_path / "gw", "--server", "jupyter-server", env=env
+    ) as started:
+        assert "jupyter-server on http://127.0.0.1:" in started.printed()
+        assert started.token == "$JUPYTER_EXEC_GATEWAY_TOKEN"
+        assert token not in started.printed()
+        gateway = dataclasses.replace(started, token=token)
         with _session(gateway, tmp_path, env={"KERNEL_REMOTE_HOST": "127.0.0.2"}) as session:
             assert _host(session) == "127.0.0.2"
             session.execute("y = 6")
