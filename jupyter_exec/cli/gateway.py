@@ -44,8 +44,8 @@ in your ~/.ssh/known_hosts (an unknown key is refused), and a Python >= 3.9 with
 ipykernel, jupyter_client, pyzmq and cryptography (or pycryptodomex). Kernels run
 as the SSH user, in <remote dir>/kernels/<kernel id>/work, with their own temp dir.
 The gateway listens on loopback unless --ip says otherwise; every request needs the
-token. Stopping it (Ctrl-C, SIGTERM) shuts every kernel down; SIGKILL of the server
-leaves its kernels running on the hosts.
+token. Stopping it (Ctrl-C, SIGTERM, SIGHUP) shuts every kernel down, then exits 0;
+SIGKILL of the server process leaves its kernels running on the hosts.
 
 {EXIT_STATUS_HELP}"""
 

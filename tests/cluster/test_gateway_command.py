@@ -339,3 +339,17 @@ def test_a_kernelspec_value_that_would_need_shell_quoting_is_refused(bad: str) -
         kernel_spec(["h1"], python=bad, launcher="/srv/l.py", work_root="/srv/k")
     with pytest.raises(InvalidArgument, match="shell quoting"):
         kernel_spec(["h1"], python="python3", launcher="/srv/l.py", work_root=bad or "a b")
+
+
+def test_the_server_still_shuts_its_kernels_down_when_the_command_is_killed(
+    loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    with running_gateway(loopback_cluster, tmp_path / "gw") as gateway:
+        (server,) = psutil.Process(gateway.process.pid).children()
+        kernel_id = str(_rest(gateway, "POST", "/api/kernels")["id"])
+        assert loopback_cluster.kernel_processes(kernel_id)
+        gateway.process.kill()  # SIGKILL: the command cannot clean up; its server is told to
+        gateway.process.wait()
+        server.wait(90)  # not our child: its status is not ours to read
+        assert not server.is_running()
+    assert not loopback_cluster.wait_no_kernel_processes(kernel_id, timeout=5)
