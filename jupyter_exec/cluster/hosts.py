@@ -123,7 +123,7 @@ class HostReport:
 
 
 def _this_machine_reason(address: str) -> tuple[bool, str]:
-    """(always refused?, why) when ``address`` is this machine; ("", ...) when it is not.
+    """(always refused?, why) when ``address`` is this machine; (False, "") when it is not.
 
     gateway_provisioners' own test (``ip_is_local``: jupyter_client's local or
     public addresses) decides when it skips SSH; the rest of 127.0.0.0/8 and
@@ -233,13 +233,6 @@ def _ssh_errors(target: SSHTarget) -> Iterator[None]:
             f"agent): add your public key to that user's authorized_keys on the host ({exc})"
         ) from exc
     except paramiko.SSHException as exc:
-        if "known_hosts" in str(exc) or "not found in" in str(exc):
-            raise BackendError(
-                f"{target}: the host key is unknown (no entry {entry} in {known_hosts}), so "
-                "the connection is refused; check the key's fingerprint with the host's "
-                f"administrator, then add it: ssh-keyscan -p {target.port} {target.address} "
-                f">> {known_hosts}"
-            ) from exc
         raise BackendError(f"{target}: SSH failed: {exc}") from exc
     except TimeoutError as exc:
         raise BackendError(
@@ -253,6 +246,23 @@ def _ssh_errors(target: SSHTarget) -> Iterator[None]:
         ) from exc
 
 
+def _refuse_unknown_host_key(target: SSHTarget) -> paramiko.MissingHostKeyPolicy:
+    """paramiko's RejectPolicy, refusing with our error: what the key is and how to add it."""
+    import paramiko
+
+    class RefuseUnknown(paramiko.RejectPolicy):  # type: ignore[misc]
+        def missing_host_key(self, client: object, hostname: str, key: paramiko.PKey) -> None:
+            known_hosts = Path("~/.ssh/known_hosts").expanduser()
+            raise BackendError(
+                f"{target}: the host key is unknown (no entry {hostname} in {known_hosts}), so "
+                f"the connection is refused. The host offered {key.get_name()} "
+                f"{key.fingerprint}: check it with the host's administrator, then add it: "
+                f"ssh-keyscan -p {target.port} {target.address} >> {known_hosts}"
+            )
+
+    return RefuseUnknown()
+
+
 @contextlib.contextmanager
 def connect(target: SSHTarget) -> Iterator[paramiko.SSHClient]:
     """An SSH client to ``target`` set up as gateway_provisioners sets up its own."""
@@ -263,7 +273,7 @@ def connect(target: SSHTarget) -> Iterator[paramiko.SSHClient]:
     try:
         with _ssh_errors(target):
             client.load_system_host_keys()
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            client.set_missing_host_key_policy(_refuse_unknown_host_key(target))
             client.connect(
                 target.address,
                 port=target.port,

@@ -160,7 +160,7 @@ def test_a_host_that_cannot_be_used_is_refused_clearly_before_any_server_starts(
         (home / ".ssh").mkdir(parents=True)
         (home / ".ssh" / "id_ed25519").write_bytes(cluster.key_path.read_bytes())
         (home / ".ssh" / "id_ed25519").chmod(0o600)
-        words = ["host key is unknown", "ssh-keyscan", "known_hosts"]
+        words = ["host key is unknown", "ssh-ed25519 SHA256:", "ssh-keyscan", "known_hosts"]
     elif case == "interpreter that does not run":
         extra += ["--python", "/bin/false"]
         words = ["'/bin/false' did not run", "--python"]
