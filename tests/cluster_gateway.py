@@ -88,10 +88,10 @@ class RunningGateway:
     def printed(self) -> str:
         return self.stdout.read_text(encoding="utf-8", errors="replace")
 
-    def stop(self, timeout: float = 90.0) -> int:
-        """SIGTERM, as a process manager stops it; its exit status."""
+    def stop(self, timeout: float = 90.0, signum: int = signal.SIGTERM) -> int:
+        """SIGTERM (as a process manager stops it) or ``signum``; its exit status."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signum)
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:

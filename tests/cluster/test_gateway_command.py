@@ -11,6 +11,7 @@ import ast
 import contextlib
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -182,8 +183,9 @@ def test_a_host_that_cannot_be_used_is_refused_clearly_before_any_server_starts(
     assert "Traceback" not in done.stderr
 
 
-def test_sigterm_shuts_every_kernel_down_and_exits_0(
-    loopback_cluster: Cluster, tmp_path: Path
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_shuts_every_kernel_down_and_exits_0(
+    signum: int, loopback_cluster: Cluster, tmp_path: Path
 ) -> None:
     with running_gateway(loopback_cluster, tmp_path / "gw") as gateway:
         kernels = []
@@ -198,7 +200,7 @@ def test_sigterm_shuts_every_kernel_down_and_exits_0(
                 kernels.append(json.load(response)["id"])
         for kernel_id in kernels:
             assert loopback_cluster.kernel_processes(kernel_id), kernel_id
-        assert gateway.stop() == EXIT_OK, gateway.log()[-3000:]
+        assert gateway.stop(signum=signum) == EXIT_OK, gateway.log()[-3000:]
     left = loopback_cluster.wait_no_kernel_processes(timeout=5)
     assert not left, [p.cmdline() for p in left]
     assert "shutting every kernel down" in gateway.log()
