@@ -138,12 +138,13 @@ def test_errors_map_to_documented_statuses() -> None:
 def test_library_modules_import_no_argparse() -> None:
     """Only the command-line package parses arguments; the library takes values.
 
-    The Docker watchdog is exempt: a helper process jupyter-exec starts itself, whose argv
-    only jupyter-exec writes; it is no command a person runs.
+    The Docker watchdog and the cluster launcher are exempt: helper processes jupyter-exec
+    starts itself (the launcher on another host, with that host's Python), whose argv only
+    jupyter-exec writes; neither is a command a person runs.
     """
     import ast
 
-    internal_programs = {"docker/watchdog.py"}
+    internal_programs = {"docker/watchdog.py", "cluster/launcher.py"}
 
     import jupyter_exec
 
