@@ -231,6 +231,11 @@ def gateway_env(
             # gateway_provisioners refuses root by default; refuse it unless it is authorized.
             "GP_UNAUTHORIZED_USERS": "" if "root" in authorized else "root",
             "GP_KERNEL_LOG_DIR": f"{config.remote_dir}/logs",
+            # gateway_provisioners gives its sockets this timeout, then hands them to asyncio,
+            # whose accept/connect then block the event loop that long; with its default
+            # (10 ms) and a response-port poll every 0.1 ms, every hop of every message waits
+            # ~10 ms (~30 ms a cell). Non-blocking sockets are what asyncio expects.
+            "GP_SOCKET_TIMEOUT": "0",
         }
     )
     return env
