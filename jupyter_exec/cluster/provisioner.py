@@ -20,6 +20,9 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   the gateway a kernel of their own); a launcher that never reported is stopped over SSH;
 * every listener request carries the launcher's listener token (an HMAC of the kernel's key,
   see ``launcher.listener_token``), so only the gateway can signal or stop a kernel;
+* requests to the listener are awaited, never a blocking connect in the event loop; with
+  ``GP_SOCKET_TIMEOUT=0`` the gateway's response port stops blocking it too (see
+  ``tests/cluster_hosts.Cluster.gateway_env``);
 * close means gone: when the launcher could not be told to shut down (the kernel had died, or
   was killed outright), the kernel's directory on its host is removed over SSH at cleanup.
 
@@ -29,8 +32,10 @@ Where each kernel runs is in its ``provisioner_info`` (``assigned_host``), as th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
+import json
 import re
 import secrets
 import shlex
@@ -53,6 +58,8 @@ __all__ = ["DistributedProvisioner"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PIN_ENV = "KERNEL_REMOTE_HOST"
+LISTENER_TIMEOUT = 1.0
+"""Seconds to reach a launcher's listener; a host that does not answer counts as dead."""
 
 
 def _resolve(host: str) -> str:
@@ -135,6 +142,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
         """Run the startup command over SSH, handing the launcher its nonce on stdin."""
         refuse_local_host(self.assigned_host)  # never the base class's local, SSH-less branch
+        self.comm_port = 0  # a restart's old listener is gone; the new launcher reports its own
         self._launch_nonce = secrets.token_hex(16)
         command = f"IFS= read -r {NONCE_ENV}; export {NONCE_ENV}; " + self._build_startup_command(
             cmd, **kwargs
@@ -182,12 +190,30 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     async def _send_listener_request(
         self, request: dict[str, Any], shutdown_socket: bool | None = False
     ) -> None:
-        """Every request to the launcher's listener carries its token."""
+        """Send one request to the launcher's listener, with its token.
+
+        Our own, rather than the base class's: that one connects with a blocking timeout
+        (``GP_SOCKET_TIMEOUT``) inside the event loop. Here the connect is awaited, bounded by
+        LISTENER_TIMEOUT; a refusal raises ConnectionRefusedError, as the callers expect.
+        """
+        if self.comm_port <= 0 or not self.comm_ip:
+            return
         key = self.connection_info.get("key")
         if key:
             raw = key if isinstance(key, bytes) else str(key).encode()
             request = {**request, "token": listener_token(raw)}
-        await super()._send_listener_request(request, shutdown_socket=shutdown_socket)
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.comm_ip, self.comm_port), LISTENER_TIMEOUT
+        )
+        try:
+            writer.write(json.dumps(request).encode())
+            await asyncio.wait_for(writer.drain(), LISTENER_TIMEOUT)
+            if shutdown_socket and writer.can_write_eof():
+                writer.write_eof()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
     async def shutdown_listener(self, restart: bool) -> None:
         """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""
