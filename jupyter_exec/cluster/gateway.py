@@ -203,7 +203,7 @@ def private_dirs() -> Iterator[PrivateDirs]:
     root = Path(tempfile.mkdtemp(prefix="jupyter-exec-gateway-"))
     dirs = PrivateDirs(root)
     try:
-        for folder in (dirs.config, dirs.kernels, dirs.runtime, dirs.server_root):
+        for folder in (dirs.config, dirs.data, dirs.kernels, dirs.runtime, dirs.server_root):
             folder.mkdir(mode=0o700, parents=True)
         yield dirs
     finally:

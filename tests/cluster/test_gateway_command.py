@@ -11,6 +11,7 @@ import ast
 import contextlib
 import dataclasses
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -351,6 +352,7 @@ def test_the_server_still_shuts_its_kernels_down_when_the_command_is_killed(
 ) -> None:
     with running_gateway(loopback_cluster, tmp_path / "gw") as gateway:
         (server,) = psutil.Process(gateway.process.pid).children()
+        private = Path(server.cmdline()[-1].split("=", 1)[1]).parent.parent
         kernel_id = str(_rest(gateway, "POST", "/api/kernels")["id"])
         assert loopback_cluster.kernel_processes(kernel_id)
         gateway.process.kill()  # SIGKILL: the command cannot clean up; its server is told to
@@ -358,3 +360,6 @@ def test_the_server_still_shuts_its_kernels_down_when_the_command_is_killed(
         server.wait(90)  # not our child: its status is not ours to read
         assert not server.is_running()
     assert not loopback_cluster.wait_no_kernel_processes(kernel_id, timeout=5)
+    # The killed command could not remove its private dir; nothing secret was left in it.
+    assert not (private / "token").exists()
+    shutil.rmtree(private)
