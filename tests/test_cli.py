@@ -45,7 +45,7 @@ from tests.conftest import read_valid_notebook
 
 pytestmark = pytest.mark.timeout(240)
 
-COMMANDS = ["run", "demo", "replay", "mcp", "e2b", "image", "kernels", "reap"]
+COMMANDS = ["run", "demo", "replay", "mcp", "e2b", "image", "kernels", "reap", "gateway"]
 DEADLINE = 60.0
 
 
@@ -84,6 +84,7 @@ def test_build_parser_has_every_command_and_help_that_teaches() -> None:
         ["image", "build"],
         ["kernels", "install"],
         ["reap"],
+        ["gateway"],
     ],
 )
 def test_each_command_help_has_examples(
@@ -139,12 +140,13 @@ def test_errors_map_to_documented_statuses() -> None:
 def test_library_modules_import_no_argparse() -> None:
     """Only the command-line package parses arguments; the library takes values.
 
-    The Docker watchdog is exempt: a helper process jupyter-exec starts itself, whose argv
-    only jupyter-exec writes; it is no command a person runs.
+    The Docker watchdog and the cluster launcher are exempt: helper processes jupyter-exec
+    starts itself (the launcher on another host, with that host's Python), whose argv only
+    jupyter-exec writes; neither is a command a person runs.
     """
     import ast
 
-    internal_programs = {"docker/watchdog.py"}
+    internal_programs = {"docker/watchdog.py", "cluster/launcher.py"}
 
     import jupyter_exec
 
