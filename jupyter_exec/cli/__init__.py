@@ -13,6 +13,7 @@ types to exit statuses), and SIGTERM and SIGHUP stop a command as Ctrl-C does
     e2b              cli/e2b.py       the E2B-compatible sandbox server
     image, reap      cli/docker.py    the Docker kernel image, orphaned containers
     kernels          cli/kernels.py   each language's kernel; the Docker kernelspec
+    gateway          cli/gateway.py   a kernel gateway placing kernels on hosts over SSH
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from jupyter_exec.cli.checkpoints import add_checkpoints_parser
 from jupyter_exec.cli.docker import DOCKER_COMMANDS, add_image_parser, add_reap_parser
 from jupyter_exec.cli.e2b import add_e2b_parser
 from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
+from jupyter_exec.cli.gateway import add_gateway_parser
 from jupyter_exec.cli.kernels import add_kernels_parser
 from jupyter_exec.cli.mcp import add_mcp_parser
 from jupyter_exec.cli.options import formatter
@@ -50,6 +52,7 @@ examples:
   jupyter-exec mcp                          an MCP server (stdio) for LLM clients
   jupyter-exec image build --pip scikit-learn   build the Docker kernel image
   jupyter-exec kernels install              add "Python 3 (Docker)" to JupyterLab
+  jupyter-exec gateway --hosts n1,n2        a kernel gateway starting kernels on n1, n2 (SSH)
   jupyter-exec COMMAND --help               each command's options and examples
 
 Every run records a notebook (<work dir>/<name>.ipynb) and saves rich outputs
@@ -86,6 +89,7 @@ def build_parser(
         "kernels": add_kernels_parser,
         "reap": add_reap_parser,
         "checkpoints": add_checkpoints_parser,
+        "gateway": add_gateway_parser,
     }
     for name, register in registry.items():
         if commands is None or name in commands:

@@ -1,0 +1,217 @@
+"""``jupyter-exec gateway``: a Kernel Gateway (or Jupyter Server) placing kernels on hosts over SSH.
+
+The command checks every host first (:mod:`jupyter_exec.cluster.hosts`),
+installs the launcher there, writes the one kernelspec
+(:mod:`jupyter_exec.cluster.spec`), then runs the server
+(:mod:`jupyter_exec.cluster.gateway`) in the foreground: it prints the URL and
+the token once, on stdout, and runs until SIGINT, SIGTERM or SIGHUP, on which
+the server shuts every kernel down and the command exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import secrets
+import signal
+import sys
+
+from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
+from jupyter_exec.cli.options import Subparsers, formatter, non_negative_int
+from jupyter_exec.exceptions import BackendError, InvalidArgument
+
+__all__ = ["add_gateway_parser", "cmd_gateway"]
+
+EPILOG = f"""\
+examples:
+  jupyter-exec gateway --hosts node1,node2
+        kernels on node1 and node2 (SSH as you, port 22, your ~/.ssh keys and
+        known_hosts), round-robin; the gateway on http://127.0.0.1:8888
+  jupyter-exec gateway --hosts node1,node2 --check-only
+        only check the hosts (SSH, Python, ipykernel, ...) and install the launcher
+  jupyter-exec gateway --hosts 127.0.0.2,127.0.0.3 --ssh-port 2222 --allow-this-machine
+        a test cluster: sshd on two loopback addresses of this machine
+  JUPYTER_EXEC_GATEWAY_TOKEN=... jupyter-exec gateway --hosts gpu1 --python /opt/py/bin/python
+        your own token, and the interpreter to run kernels with on the hosts
+
+Then, from Python:
+  Session(backend="remote", url="http://127.0.0.1:8888", token=TOKEN)
+  Session(backend="remote", url=..., token=..., env={{"KERNEL_REMOTE_HOST": "node2"}})   pinned
+
+Each host needs sshd, your public key in the SSH user's authorized_keys, its host key
+in your ~/.ssh/known_hosts (an unknown key is refused), and a Python >= 3.9 with
+ipykernel, jupyter_client, pyzmq and cryptography (or pycryptodomex). Kernels run
+as the SSH user, in <remote dir>/kernels/<kernel id>/work, with their own temp dir.
+The gateway listens on loopback unless --ip says otherwise; every request needs the
+token. Stopping it (Ctrl-C, SIGTERM) shuts every kernel down; SIGKILL of the server
+leaves its kernels running on the hosts.
+
+{EXIT_STATUS_HELP}"""
+
+
+def _hosts(text: str) -> list[str]:
+    names = [h.strip() for h in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"hosts are comma-separated names: {text!r}")
+    return names
+
+
+def _port(text: str) -> int:
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {value}")
+    return value
+
+
+def _users(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+def add_gateway_parser(subparsers: Subparsers) -> None:
+    """Register ``jupyter-exec gateway``."""
+    from jupyter_exec.cluster.gateway import SERVERS, TOKEN_ENV
+
+    parser = subparsers.add_parser(
+        "gateway",
+        help="run a kernel gateway that starts kernels on other hosts over SSH",
+        description="Check the hosts, then run a Jupyter Kernel Gateway (or Jupyter Server) "
+        "whose only kernel starts on those hosts over SSH (gateway_provisioners' "
+        "DistributedProvisioner, round-robin, our launcher). Clients connect with "
+        "Session(backend='remote', url=..., token=...). Needs jupyter-exec[cluster].",
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    hosts = parser.add_argument_group("hosts")
+    hosts.add_argument("--hosts", type=_hosts, required=True, metavar="H1,H2",
+                       help="the hosts kernels run on (names or addresses)")  # fmt: skip
+    hosts.add_argument("--ssh-port", type=_port, default=22, metavar="N",
+                       help="their SSH port (default 22)")  # fmt: skip
+    hosts.add_argument("--ssh-user", default=None, metavar="USER",
+                       help="the user to log in as, who runs kernels (default: you)")  # fmt: skip
+    hosts.add_argument("--python", default="python3", metavar="PATH",
+                       help="the interpreter on the hosts (default python3)")  # fmt: skip
+    hosts.add_argument("--remote-dir", default="~/.jupyter-exec/cluster", metavar="DIR",
+                       help="where the launcher, the kernels' work dirs and their logs go on "
+                       "every host (default ~/.jupyter-exec/cluster)")  # fmt: skip
+    hosts.add_argument("--allow-this-machine", action="store_true",
+                       help="accept hosts that are this machine (e.g. sshd on 127.0.0.2); "
+                       "127.0.0.1, localhost and this machine's public addresses are refused "
+                       "whatever this says")  # fmt: skip
+    hosts.add_argument("--check-only", action="store_true",
+                       help="check the hosts and install the launcher, then exit")  # fmt: skip
+    server = parser.add_argument_group("gateway")
+    server.add_argument("--ip", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; anything else lets "
+                        "other machines reach it, with the token)")  # fmt: skip
+    server.add_argument("--port", type=_port, default=8888, metavar="N",
+                        help="port to listen on (default 8888; 0: a free one)")  # fmt: skip
+    server.add_argument("--server", choices=SERVERS, default=SERVERS[0],
+                        help="the server to run (default kernel-gateway)")  # fmt: skip
+    server.add_argument("--transport-encryption", choices=("required", "auto", "disabled"),
+                        default="required",
+                        help="CurveZMQ between the gateway and the kernels (default "
+                        "required)")  # fmt: skip
+    server.add_argument("--users", type=_users, default=[], metavar="U1,U2",
+                        help="KERNEL_USERNAMEs allowed besides you (default: none)")  # fmt: skip
+    parser.set_defaults(func=cmd_gateway, token_env=TOKEN_ENV)
+
+
+def _say(text: str) -> None:
+    print(f"[jupyter-exec] {text}", file=sys.stderr, flush=True)
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    """Check the hosts; unless --check-only, run the gateway until a signal stops it."""
+    import getpass
+
+    from jupyter_exec.cluster import hosts as hostlib
+    from jupyter_exec.cluster.gateway import (
+        GatewayConfig,
+        GatewayProcess,
+        free_port,
+        gateway_env,
+        is_loopback,
+        private_dirs,
+    )
+    from jupyter_exec.cluster.spec import kernel_spec, write_kernel_spec
+
+    hostlib.require_paramiko()
+    user = args.ssh_user or getpass.getuser()
+    targets = hostlib.resolve_hosts(
+        args.hosts, port=args.ssh_port, user=user, allow_this_machine=args.allow_this_machine
+    )
+    source = hostlib.launcher_source()
+    remote_dirs: set[str] = set()
+    launchers: set[str] = set()
+    for target in targets:
+        with hostlib.connect(target) as client:
+            report = hostlib.check_host(client, target, args.python)
+            remote_dir = hostlib.absolute_remote_dir(
+                args.remote_dir, hostlib.remote_home(client, target)
+            )
+            launcher = hostlib.install_launcher(client, target, remote_dir, source)
+        remote_dirs.add(remote_dir)
+        launchers.add(launcher)
+        print(dataclasses.replace(report, launcher=launcher).line(), flush=True)
+    if len(remote_dirs) > 1:
+        raise InvalidArgument(
+            f"--remote-dir {args.remote_dir} is a different directory on each host "
+            f"({', '.join(sorted(remote_dirs))}): the kernelspec needs one path; give an "
+            "absolute --remote-dir that exists (or can be made) on every host"
+        )
+    if args.check_only:
+        print(f"{len(targets)} host(s) ready", flush=True)
+        return EXIT_OK
+    (remote_dir,) = remote_dirs
+    (launcher,) = launchers
+
+    token_env: str = args.token_env
+    given = os.environ.get(token_env, "")
+    token = given or secrets.token_urlsafe(32)
+    if not is_loopback(args.ip):
+        _say(
+            f"WARNING: the gateway listens on {args.ip}, not loopback: anyone who can reach "
+            f"this machine's port {args.port or '(free)'} and holds the token can run code on "
+            f"{', '.join(args.hosts)} as {user}. Prefer 127.0.0.1 and an SSH tunnel."
+        )
+    port = args.port or free_port("127.0.0.1" if args.ip in ("0.0.0.0", "") else args.ip)
+    config = GatewayConfig(
+        hosts=tuple(t.name for t in targets),
+        addresses=tuple(t.address for t in targets),
+        ssh_port=args.ssh_port,
+        ssh_user=user,
+        remote_dir=remote_dir,
+        ip=args.ip,
+        port=port,
+        server=args.server,
+        transport_encryption=args.transport_encryption,
+        users=tuple(args.users),
+        token=token,
+    )
+    with private_dirs() as dirs:
+        spec = kernel_spec(
+            config.hosts, python=args.python, launcher=launcher, work_root=f"{remote_dir}/kernels"
+        )
+        write_kernel_spec(dirs.kernels, spec)
+        gateway = GatewayProcess(config, dirs)
+        try:
+            gateway.start(gateway_env(config, dirs))
+            gateway.wait_ready()
+            shown = f"${token_env}" if given else token  # a token you gave is not echoed
+            print(f"{args.server} on {config.url} for {', '.join(config.hosts)}\n"
+                  f"url:   {config.url}\ntoken: {shown}", flush=True)  # fmt: skip
+            _say("stop with Ctrl-C or SIGTERM: every kernel is shut down first")
+            status = gateway.wait()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as cli.signals raises them
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _say("stopping: shutting every kernel down")
+            if not gateway.stop():
+                raise BackendError(
+                    "the gateway did not stop in time and was killed: kernels may be left "
+                    "running on the hosts"
+                ) from None
+            return EXIT_OK
+        finally:
+            gateway.stop()
+    raise BackendError(f"the {args.server} exited by itself with status {status} (log above)")

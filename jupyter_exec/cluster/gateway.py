@@ -1,0 +1,450 @@
+"""Configuring and running the server of ``jupyter-exec gateway``: Kernel Gateway or Jupyter Server.
+
+The server runs as a child process, configured by a generated config file in a
+directory private to this run (0700: config, the one kernelspec, the runtime
+dir, an empty root dir), and by the environment gateway_provisioners reads at
+import (:func:`gateway_env`). The token reaches it through a file in that
+directory, read by the config file and removed once the server answers: never
+through its command line (``ps``) or its environment (which provisioners copy
+and log at debug level). The child runs in its own session, so a Ctrl-C in the
+terminal reaches only us; we forward SIGTERM, on which both servers shut every
+kernel down; on Linux it also gets SIGTERM if we die, even by SIGKILL.
+
+What the generated config decides, and why:
+
+* one kernel dir and :class:`ClusterKernelSpecManager`: no other kernel can be
+  started, not even ipykernel's built-in ``python3`` (which jupyter_client
+  finds whatever the kernel dirs say) that would run on the gateway itself;
+* the kernelspec is the default kernel; ``list_kernels`` on (clients poll
+  ``GET /api/kernels/<id>`` to see a restart);
+* the restarter on, polling every :data:`TIME_TO_DEAD` s, so a remote death is
+  noticed within about a second; transport encryption as asked (``required``
+  by default);
+* the HTTP port on ``--ip`` (loopback by default), the response port on
+  :func:`response_ip`, never 0.0.0.0 by our configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+from jupyter_exec.cluster.spec import PROVISIONER_NAME, SPEC_NAME
+from jupyter_exec.exceptions import BackendError, InvalidArgument
+
+__all__ = [
+    "SERVERS",
+    "TIME_TO_DEAD",
+    "TOKEN_ENV",
+    "ClusterKernelSpecManager",
+    "GatewayConfig",
+    "GatewayProcess",
+    "free_port",
+    "gateway_env",
+    "keep_token_out_of_logs",
+    "private_dirs",
+    "response_ip",
+    "server_config",
+]
+
+SERVERS = ("kernel-gateway", "jupyter-server")
+"""The servers ``jupyter-exec gateway`` can run."""
+
+TOKEN_ENV = "JUPYTER_EXEC_GATEWAY_TOKEN"
+"""The environment variable a token may come from (else one is generated)."""
+
+TIME_TO_DEAD = 0.5
+"""Seconds between the restarter's polls of a kernel: a death is seen within about a second."""
+
+STOP_GRACE = 60.0
+"""Seconds the server gets after SIGTERM to shut every kernel down before it is killed."""
+
+_SECRET_ENV = ("JUPYTER_EXEC_GATEWAY_TOKEN", "KG_AUTH_TOKEN", "JUPYTER_TOKEN", "JUPYTER_PASSWORD")
+"""Never handed to the server: a token there would be in every provisioner's env dump."""
+
+
+class ClusterKernelSpecManager(KernelSpecManager):
+    """A spec manager that knows, and starts, only the gateway's own kernelspec.
+
+    jupyter_client's manager falls back to ipykernel's built-in ``python3``
+    (a kernel on the gateway itself) whatever its kernel dirs and allow-list
+    say; here a client asking for any other name, or a spec of that name that
+    does not use our provisioner, is refused with a 403 and a reason, before
+    any process starts.
+    """
+
+    def find_kernel_specs(self) -> dict[str, str]:
+        return {k: v for k, v in super().find_kernel_specs().items() if k == SPEC_NAME}
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        from tornado import web
+
+        if kernel_name.lower() != SPEC_NAME:
+            raise web.HTTPError(
+                403,
+                reason=f"this gateway runs only the kernelspec {SPEC_NAME!r}, not {kernel_name!r}",
+            )
+        spec = super().get_kernel_spec(kernel_name)
+        provisioner = (spec.metadata or {}).get("kernel_provisioner", {}).get("provisioner_name")
+        if provisioner != PROVISIONER_NAME:  # the name found elsewhere than in our kernel dir
+            raise web.HTTPError(403, reason=f"the kernelspec {kernel_name!r} is not this gateway's")
+        return spec
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Everything the server is started with (the token is kept out of ``repr``)."""
+
+    hosts: tuple[str, ...]
+    addresses: tuple[str, ...]
+    ssh_port: int
+    ssh_user: str
+    remote_dir: str
+    ip: str = "127.0.0.1"
+    port: int = 8888
+    server: str = "kernel-gateway"
+    transport_encryption: str = "required"
+    users: tuple[str, ...] = ()
+    token: str = field(default="", repr=False)
+
+    @property
+    def authorized_users(self) -> tuple[str, ...]:
+        """Who may be named in KERNEL_USERNAME: the running user, then ``--users``."""
+        names = [getpass.getuser(), *self.users]
+        return tuple(dict.fromkeys(n for n in names if n))
+
+    @property
+    def url(self) -> str:
+        """The URL clients use (a wildcard ``--ip`` is shown as this machine's name)."""
+        host = self.ip
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.gethostname()
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def local_url(self) -> str:
+        """The URL this process polls for readiness (a wildcard is reached on loopback)."""
+        host = self.ip
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "[::1]"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+def is_loopback(ip: str) -> bool:
+    """Whether the server's ``--ip`` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return ip == "localhost"
+
+
+def response_ip(addresses: Sequence[str]) -> str:
+    """The address the hosts reach the gateway on, where its response port listens.
+
+    127.0.0.1 when every host is on loopback; else the source address of this
+    machine's route to the first host (a UDP ``connect`` sends nothing), so the
+    port is bound to one interface, never to 0.0.0.0.
+    """
+    if all(ipaddress.ip_address(a).is_loopback for a in addresses):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((addresses[0], 9))
+            source = str(probe.getsockname()[0])
+        except OSError as exc:
+            raise BackendError(f"no route from this machine to {addresses[0]}: {exc}") from exc
+    if ipaddress.ip_address(source).is_unspecified:
+        raise BackendError(f"no source address on this machine routes to {addresses[0]}")
+    return source
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    """A port free on ``ip`` now (the server binds it a moment later)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class PrivateDirs:
+    """The run's private directory and its parts."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def kernels(self) -> Path:
+        return self.data / "kernels"
+
+    @property
+    def runtime(self) -> Path:
+        return self.root / "runtime"
+
+    @property
+    def server_root(self) -> Path:
+        return self.root / "root"
+
+    @property
+    def token_file(self) -> Path:
+        return self.root / "token"
+
+    @property
+    def config_file(self) -> Path:
+        return self.config / "gateway_config.py"
+
+
+@contextlib.contextmanager
+def private_dirs() -> Iterator[PrivateDirs]:
+    """A fresh 0700 directory for one gateway run, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="jupyter-exec-gateway-"))
+    dirs = PrivateDirs(root)
+    try:
+        for folder in (dirs.config, dirs.kernels, dirs.runtime, dirs.server_root):
+            folder.mkdir(mode=0o700, parents=True)
+        yield dirs
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def gateway_env(
+    config: GatewayConfig, dirs: PrivateDirs, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The server's environment: ours without secrets, Jupyter's dirs private, the GP_* settings."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _SECRET_ENV}
+    authorized = config.authorized_users
+    env.update(
+        {
+            "JUPYTER_CONFIG_DIR": str(dirs.config),
+            "JUPYTER_DATA_DIR": str(dirs.data),
+            "JUPYTER_PATH": str(dirs.data),
+            "JUPYTER_RUNTIME_DIR": str(dirs.runtime),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "GP_SSH_PORT": str(config.ssh_port),
+            "GP_REMOTE_USER": config.ssh_user,
+            "GP_RESPONSE_IP": response_ip(config.addresses),
+            "GP_RESPONSE_PORT": str(free_port(response_ip(config.addresses))),
+            "GP_AUTHORIZED_USERS": ",".join(authorized),
+            # gateway_provisioners refuses root by default; refuse it unless it is authorized.
+            "GP_UNAUTHORIZED_USERS": "" if "root" in authorized else "root",
+            "GP_KERNEL_LOG_DIR": f"{config.remote_dir}/logs",
+        }
+    )
+    return env
+
+
+def _extension_names() -> list[str]:
+    """Server extensions enabled by configuration files outside ours (all switched off)."""
+    from jupyter_core.paths import jupyter_config_path
+
+    names: set[str] = {"jupyter_exec"}
+    for folder in jupyter_config_path():
+        conf_d = Path(folder) / "jupyter_server_config.d"
+        for path in sorted(conf_d.glob("*.json")) if conf_d.is_dir() else ():
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                data = json.loads(path.read_text(encoding="utf-8"))
+                names.update(data.get("ServerApp", {}).get("jpserver_extensions", {}))
+    return sorted(names)
+
+
+def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
+    """The server's config file (Python, as traitlets reads it); the token is read from a file."""
+    common: dict[str, Any] = {
+        "KernelSpecManager.ensure_native_kernel": False,
+        "KernelSpecManager.allowed_kernelspecs": [SPEC_NAME],
+        "KernelManager.autorestart": True,
+        "KernelManager.transport_encryption": config.transport_encryption,
+        "KernelRestarter.time_to_dead": TIME_TO_DEAD,
+        "KernelRestarter.restart_limit": 5,
+    }
+    if config.server == "kernel-gateway":
+        app = "KernelGatewayApp"
+        specific: dict[str, Any] = {
+            "KernelGatewayApp.ip": config.ip,
+            "KernelGatewayApp.port": config.port,
+            "KernelGatewayApp.port_retries": 0,
+            "KernelGatewayApp.default_kernel_name": SPEC_NAME,
+            "KernelGatewayApp.kernel_spec_manager_class": _SPEC_MANAGER,
+            "JupyterWebsocketPersonality.list_kernels": True,
+        }
+        token_trait = "KernelGatewayApp.auth_token"
+    elif config.server == "jupyter-server":
+        app = "ServerApp"
+        specific = {
+            "ServerApp.ip": config.ip,
+            "ServerApp.port": config.port,
+            "ServerApp.port_retries": 0,
+            "ServerApp.open_browser": False,
+            "ServerApp.allow_root": True,
+            "ServerApp.root_dir": str(dirs.server_root),
+            "ServerApp.terminals_enabled": False,
+            "ServerApp.kernel_spec_manager_class": _SPEC_MANAGER,
+            "ServerApp.jpserver_extensions": {name: False for name in _extension_names()},
+            "MappingKernelManager.default_kernel_name": SPEC_NAME,
+        }
+        token_trait = "IdentityProvider.token"
+    else:
+        raise InvalidArgument(
+            f"--server must be one of {', '.join(SERVERS)}, not {config.server!r}"
+        )
+    lines = [
+        f'"""{app} configuration written by jupyter-exec gateway (private to one run)."""',
+        "from jupyter_exec.cluster.gateway import keep_token_out_of_logs",
+        "c = get_config()  # noqa: F821",
+        f"with open({str(dirs.token_file)!r}, encoding='utf-8') as _token:",
+        f"    c.{token_trait} = keep_token_out_of_logs(_token.read().strip())",
+    ]
+    for key, value in {**common, **specific}.items():
+        lines.append(f"c.{key} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def keep_token_out_of_logs(token: str) -> str:
+    """From now on, no log record of this process carries ``token``; returns it.
+
+    Runs in the server, from its config file. Clients may send the token as
+    ``?token=`` (the websocket of a browser cannot send a header) and both
+    servers log every request's URI: a record factory rewrites any record
+    whose text holds the token, whichever logger and handler it goes to.
+    """
+    if not token:
+        return token
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        with contextlib.suppress(Exception):  # a record that cannot be formatted stays as is
+            text = record.getMessage()
+            if token in text:
+                record.msg, record.args = text.replace(token, "[token]"), ()
+        return record
+
+    logging.setLogRecordFactory(factory)
+    return token
+
+
+_SPEC_MANAGER = f"{ClusterKernelSpecManager.__module__}.{ClusterKernelSpecManager.__qualname__}"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the server gets SIGTERM (and shuts its kernels down) if this process dies."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class GatewayProcess:
+    """The server as a child process: written config, start, wait until it answers, stop."""
+
+    def __init__(self, config: GatewayConfig, dirs: PrivateDirs, python: str | None = None):
+        self.config = config
+        self.dirs = dirs
+        self.python = python or sys.executable
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        module = "kernel_gateway" if self.config.server == "kernel-gateway" else "jupyter_server"
+        return [self.python, "-m", module, f"--config={self.dirs.config_file}"]
+
+    def start(self, env: Mapping[str, str]) -> None:
+        """Write the config and the token file, start the server (its log goes to our stderr)."""
+        self.dirs.config_file.write_text(server_config(self.config, self.dirs), encoding="utf-8")
+        fd = os.open(self.dirs.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(self.config.token)
+        self.process = subprocess.Popen(
+            self.argv(),
+            env=dict(env),
+            cwd=self.dirs.server_root,
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the server answers with our kernelspec; then remove the token file."""
+        assert self.process is not None
+        request = urllib.request.Request(
+            f"{self.config.local_url}/api/kernelspecs",
+            headers={"Authorization": f"token {self.config.token}"},
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                status = self.process.poll()
+                if status is not None:
+                    raise BackendError(
+                        f"the {self.config.server} exited with status {status} while starting "
+                        "(its log is above)"
+                    )
+                with (
+                    contextlib.suppress(urllib.error.URLError, OSError, ValueError),
+                    urllib.request.urlopen(request, timeout=2) as response,
+                ):
+                    if SPEC_NAME in json.load(response).get("kernelspecs", {}):
+                        return
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"the {self.config.server} did not answer on {self.config.local_url} "
+                        f"within {timeout:g} s (its log is above)"
+                    )
+                time.sleep(0.2)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.dirs.token_file.unlink()
+
+    def wait(self) -> int:
+        """Block until the server exits; its status."""
+        assert self.process is not None
+        return self.process.wait()
+
+    def stop(self, grace: float = STOP_GRACE) -> bool:
+        """SIGTERM (the server shuts every kernel down), SIGKILL after ``grace``; True if clean."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+            return True
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait()
+            return False
