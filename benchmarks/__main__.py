@@ -13,6 +13,7 @@ from pathlib import Path
 
 import benchmarks.cases
 import benchmarks.checkpoint_cases
+import benchmarks.cluster_cases
 import benchmarks.docker_cases
 import benchmarks.e2b_cases
 import benchmarks.fork_cases
