@@ -105,6 +105,10 @@ class Cluster:
             "GP_RESPONSE_IP": RESPONSE_IP,
             "GP_RESPONSE_PORT": str(free_port(RESPONSE_IP)),
             "GP_KERNEL_LOG_DIR": str(self.log_dir),
+            # gateway_provisioners' ResponseManager polls its port with a blocking accept of
+            # this many seconds inside the gateway's event loop (default 0.01, every 0.1 ms):
+            # each message through the gateway waited up to 10 ms. 0 = a plain awaited accept.
+            "GP_SOCKET_TIMEOUT": "0",
             # The user policy: the test user may run kernels (root is refused by default).
             "GP_AUTHORIZED_USERS": self.user,
             "GP_UNAUTHORIZED_USERS": "" if self.user == "root" else "root",

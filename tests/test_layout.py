@@ -23,6 +23,7 @@ INNER = {
     "boundary": {"exceptions"},  # the boundary needs nothing but the error tree
     "network": {"exceptions"},
     "remote": {"exceptions"},
+    "cluster": {"exceptions", "boundary"},  # its launcher imports nothing (tests/cluster/)
     "engine": None,  # None: anything but a front end
     "state": None,
     "notebook": None,

@@ -243,6 +243,21 @@ async def test_files_the_code_writes_come_home_through_the_kernel(
             await km.fetch("remote-out.txt", local)
 
 
+async def test_a_host_a_server_cannot_place_kernels_on_is_refused(
+    server: Server, tmp_path: Path
+) -> None:
+    session = AsyncSession(
+        work_dir=tmp_path / "w",
+        backend="remote",
+        url=server.url,
+        token=server.token,
+        host="node-that-is-not-here",
+    )
+    with pytest.raises(KernelStartError, match="does the server place kernels on hosts"):
+        await session.start()
+    assert kernels_on(server) == []  # the kernel it started anyway is gone
+
+
 async def test_every_execution_says_where_the_kernel_ran(remote: AsyncSession) -> None:
     import socket
 

@@ -99,6 +99,7 @@ def command_line_options(*, without: Sequence[str] = ()) -> tuple[str, ...]:
 _FLAG_NAMES = {"host": "remote-host"}
 """Options whose flag is not their name: ``--host`` is a server's own listening address."""
 
+
 def flag_for(name: str) -> str:
     """The command-line flag of the session option ``name`` (``--work-dir``, ``--remote-host``)."""
     return "--" + _FLAG_NAMES.get(name, name.replace("_", "-"))

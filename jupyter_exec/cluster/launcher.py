@@ -14,7 +14,20 @@ What it does, in order (the gateway side is gateway_provisioners' ``RemoteProvis
                                │  for the gateway (an AES key wrapped with its RSA public key)
                                └─ serves the listener: {"signum": N} signals the kernel's group
                                   (0 = poll), {"shutdown": 1} stops it; only the gateway's own
-                                  address (the SSH client, or --gateway-ip) is listened to
+                                  address (the SSH client, or --gateway-ip) is listened to, and
+                                  only a request carrying the listener token (below)
+
+The launch nonce: jupyter_exec's provisioner writes a one-time nonce to the SSH command's
+stdin (never on a command line, which every user of the host can read), the startup command
+exports it as ``JUPYTER_EXEC_LAUNCH_NONCE``, and the launcher returns it inside the encrypted
+payload (and keeps it from the kernel). The gateway's public key is public, so anyone who can
+reach the response port can encrypt a payload; only the real launcher knows the nonce.
+
+The listener token is ``HMAC-SHA256(kernel key, LISTENER_TOKEN_CONTEXT)``: the gateway has the
+kernel's key from the connection info, so jupyter_exec's provisioner adds it to every request
+and nothing new travels or is logged. It keeps out other users on the gateway's machine, who
+share its address. Enterprise Gateway sends no token, so with EG's argument spellings
+(``--RemoteProcessProxy.*``) or ``--listener-auth address`` only the address is checked.
 
 When the kernel exits the launcher closes its listener and exits at once, so the gateway's next
 poll (a connect to the listener) is refused and the death is seen. An explicit shutdown removes
@@ -31,6 +44,8 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import hashlib
+import hmac
 import ipaddress
 import json
 import os
@@ -68,6 +83,9 @@ KILL_AFTER = 1.0
 its control channel too), then SIGTERM; at KILL_AFTER s, SIGKILL."""
 
 MAX_REQUEST = 4096
+LISTENER_TOKEN_CONTEXT = b"jupyter-exec launcher listener v1"
+LISTENER_AUTH = ("token", "address")
+NONCE_ENV = "JUPYTER_EXEC_LAUNCH_NONCE"
 
 
 class LaunchRefused(Exception):
@@ -88,6 +106,7 @@ class Options:
     work_root: Path
     ip: str | None
     gateway_ip: str | None
+    listener_auth: str = "token"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--work-root", dest="work_root", required=True)
     add("--ip", dest="ip", default=None, help="the address to bind (default: SSH's server side)")
     add("--gateway-ip", dest="gateway_ip", default=None, help="who may use the listener")
+    add("--listener-auth", dest="listener_auth", choices=LISTENER_AUTH, default=None)
     # Enterprise Gateway's kernelspecs pass these to every launcher; they mean nothing here.
     add("--RemoteProcessProxy.spark-context-initialization-mode", dest="_spark", default="none")
     add("--RemoteProcessProxy.cluster-type", dest="_cluster", default=None)
@@ -161,6 +181,8 @@ def parse_args(argv: Sequence[str]) -> Options:
         raise LaunchRefused(f"--work-root must be an absolute path without '..': {work_root}")
     low, high = _port_range(str(args.port_range))
     _load_public_key(str(args.public_key))
+    enterprise_gateway = any(str(arg).startswith("--RemoteProcessProxy.") for arg in argv)
+    listener_auth = args.listener_auth or ("address" if enterprise_gateway else "token")
     return Options(
         kernel_id=_kernel_id(str(args.kernel_id)),
         response_host=_address(host.strip("[]"), "--response-address"),
@@ -172,6 +194,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         work_root=work_root,
         ip=_address(args.ip, "--ip") if args.ip else None,
         gateway_ip=_address(args.gateway_ip, "--gateway-ip") if args.gateway_ip else None,
+        listener_auth=listener_auth,
     )
 
 
@@ -259,6 +282,11 @@ def _encrypt_with_cryptography(key: Any, aes_key: bytes, plain: bytes) -> tuple[
     padded = padder.update(plain) + padder.finalize()
     encryptor = Cipher(algorithms.AES(aes_key), modes.ECB()).encryptor()
     return wrapped, encryptor.update(padded) + encryptor.finalize()
+
+
+def listener_token(kernel_key: bytes) -> str:
+    """The token a listener request must carry, derived from the kernel's HMAC key."""
+    return hmac.new(kernel_key, LISTENER_TOKEN_CONTEXT, hashlib.sha256).hexdigest()
 
 
 def send_payload(host: str, port: int, payload: bytes, timeout: float = 10.0) -> None:
@@ -385,6 +413,7 @@ class Launcher:
         self.sent_term = False
         self.grace_until: float | None = None
         self._stop_signals: list[int] = []
+        self.token: str | None = None
         self._wake_r = self._wake_w = -1
 
     def log(self, message: str) -> None:
@@ -393,6 +422,7 @@ class Launcher:
     def start(self) -> None:
         """Reserve ports, write the connection file, start ipykernel, tell the gateway."""
         opts = self.opts
+        nonce = os.environ.pop(NONCE_ENV, "")  # for the gateway only, never the kernel's
         ports, self.listener = reserve_ports(self.bind_ip, opts.port_lower, opts.port_upper)
         curve = _curve_keys(opts.encryption)
         connection: dict[str, Any] = {
@@ -405,6 +435,8 @@ class Launcher:
             **curve,
         }
         _write_private(self.dirs.connection_file, json.dumps(connection))
+        if opts.listener_auth == "token":
+            self.token = listener_token(str(connection["key"]).encode())
         env = dict(os.environ)
         tmp = str(self.dirs.tmp)
         env.update(TMPDIR=tmp, TMP=tmp, TEMP=tmp, JUPYTER_EXEC_KERNEL_DIR=str(self.dirs.work))
@@ -420,12 +452,14 @@ class Launcher:
             "pgid": self.kernel.pid,
             "comm_port": comm_port,
             "kernel_id": opts.kernel_id,
+            **({"launch_nonce": nonce} if nonce else {}),
         }
         send_payload(opts.response_host, opts.response_port, encrypt_payload(info, opts.public_key))
         self.log(
             f"kernel pid {self.kernel.pid} on {self.bind_ip} ports "
             f"{','.join(str(ports[name]) for name in KERNEL_PORTS)} listener {comm_port}, "
-            f"encryption {'curve' if curve else 'off'}, work dir {self.dirs.work}"
+            f"encryption {'curve' if curve else 'off'}, listener auth {opts.listener_auth}, "
+            f"work dir {self.dirs.work}"
         )
 
     def signal_kernel(self, signum: int) -> None:
@@ -458,6 +492,11 @@ class Launcher:
         if not isinstance(request, dict):
             self.log(f"ignored a malformed listener request ({len(data)} bytes)")
             return
+        if self.token is not None:
+            given = request.get("token")
+            if not isinstance(given, str) or not hmac.compare_digest(given, self.token):
+                self.log(f"ignored a listener request from {peer} without the listener token")
+                return
         signum = request.get("signum")
         if type(signum) is int and signum in signal.valid_signals():
             self.log(f"signal {signum} to the kernel's process group")

@@ -13,7 +13,18 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   class pastes ``KERNEL_USERNAME``, which clients choose, between double quotes), and exports
   ``JUPYTER_EXEC_HOST``, the host the kernel was placed on;
 * a restart stays on the kernel's host and tells the launcher so (``{"shutdown": 1,
-  "restart": true}``), which keeps the kernel's work dir: files survive the restart;
+  "restart": true}``), which keeps the kernel's work dir: files survive the restart; when that
+  host cannot be reached over SSH any more, a kernel that was not pinned restarts on the next
+  host instead (its files there stay behind), so a lost host costs a restart, not the session;
+* the launcher must prove it is the one this provisioner started: a one-time nonce goes to it
+  over the SSH channel's stdin and must come back inside the encrypted connection info (the
+  gateway's public key is public, so anyone reaching the response port could otherwise hand
+  the gateway a kernel of their own); a launcher that never reported is stopped over SSH;
+* every listener request carries the launcher's listener token (an HMAC of the kernel's key,
+  see ``launcher.listener_token``), so only the gateway can signal or stop a kernel;
+* requests to the listener are awaited, never a blocking connect in the event loop; with
+  ``GP_SOCKET_TIMEOUT=0`` the gateway's response port stops blocking it too (see
+  ``tests/cluster_hosts.Cluster.gateway_env``);
 * close means gone: when the launcher could not be told to shut down (the kernel had died, or
   was killed outright), the kernel's directory on its host is removed over SSH at cleanup.
 
@@ -23,8 +34,12 @@ Where each kernel runs is in its ``provisioner_info`` (``assigned_host``), as th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import itertools
+import json
 import re
+import secrets
 import shlex
 import socket
 import uuid
@@ -38,12 +53,15 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
     RemoteProvisionerBase,
 )
 
-from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.cluster.launcher import NONCE_ENV, listener_token
+from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 
 __all__ = ["DistributedProvisioner"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PIN_ENV = "KERNEL_REMOTE_HOST"
+LISTENER_TIMEOUT = 1.0
+"""Seconds to reach a launcher's listener; a host that does not answer counts as dead."""
 
 
 def _resolve(host: str) -> str:
@@ -71,7 +89,9 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._restart_host: str | None = None
+        self._avoid_host: str | None = None
         self._shutdown_delivered = False
+        self._launch_nonce: str | None = None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Refuse a kernel id that is not a UUID before anything is sent anywhere: it names
@@ -100,6 +120,8 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         if pinned is None and self._restart_host in hosts:
             choice_env[PIN_ENV] = self._restart_host
         host = str(super()._determine_next_host(choice_env))
+        if pinned is None and host == self._avoid_host and len(hosts) > 1:
+            host = hosts[(hosts.index(host) + 1) % len(hosts)]
         refuse_local_host(host)
         return host
 
@@ -122,16 +144,105 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         log = shlex.quote(self.kernel_log)
         return " ".join(parts) + f" nohup {argv} >> {log} 2>&1 < /dev/null & echo $!"
 
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        """Launch on the chosen host; a restart whose host SSH cannot reach any more (and that
+        was not pinned there) goes to the next host instead of failing."""
+        stay = self._restart_host
+        pinned = (kwargs.get("env") or {}).get(PIN_ENV)
+        try:
+            return await super().launch_kernel(cmd, **kwargs)
+        except RuntimeError as exc:  # the base class's word for "SSH to that host failed"
+            if stay is None or pinned is not None or self._avoid_host is not None:
+                raise
+            self.log.warning(
+                "kernel %s: its host %s cannot be reached (%s); restarting it on another "
+                "host (its files on %s stay there)",
+                self.kernel_id,
+                stay,
+                exc,
+                stay,
+            )
+            self._restart_host, self._avoid_host = None, stay
+            try:
+                return await super().launch_kernel(cmd, **kwargs)
+            finally:
+                self._avoid_host = None
+
     def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
+        """Run the startup command over SSH, handing the launcher its nonce on stdin."""
         refuse_local_host(self.assigned_host)  # never the base class's local, SSH-less branch
-        command = self._build_startup_command(cmd, **kwargs)
-        self.log.debug(
-            "Starting the launcher on %s for kernel %s", self.assigned_host, self.kernel_id
+        self.comm_port = 0  # a restart's old listener is gone; the new launcher reports its own
+        self._launch_nonce = secrets.token_hex(16)
+        command = f"IFS= read -r {NONCE_ENV}; export {NONCE_ENV}; " + self._build_startup_command(
+            cmd, **kwargs
         )
+        self.log.debug("Starting the launcher of kernel %s on %s", self.kernel_id, self.ip)
+        ssh = self._get_ssh_client(self.ip)
+        try:
+            stdin, stdout, stderr = ssh.exec_command(command, timeout=30)
+            stdin.write(self._launch_nonce + "\n")
+            stdin.flush()
+            stdin.channel.shutdown_write()
+            lines = stdout.readlines() or stderr.readlines()
+        finally:
+            ssh.close()
         pid = "bad_pid"
-        for line in self._rsh(self.ip, command) or []:
+        for line in lines:
             pid = str(line).strip()
         return pid
+
+    def _setup_connection_info(self, connect_info: dict[str, Any]) -> None:
+        """Take the connection info only from the launcher that holds this launch's nonce."""
+        given = connect_info.pop("launch_nonce", None)
+        expected, self._launch_nonce = self._launch_nonce, None
+        if expected is not None and not (
+            isinstance(given, str) and hmac.compare_digest(given, expected)
+        ):
+            raise KernelStartError(
+                f"the connection info for kernel {self.kernel_id} was not sent by its launcher "
+                "(no or a wrong launch nonce): refused"
+            )
+        super()._setup_connection_info(connect_info)
+
+    async def kill(self, restart: bool = False) -> None:
+        """Also stop a launcher that never reported (a launch timeout or a refused report):
+        without a listener port the base class would take it for dead and leave it running."""
+        if self.comm_port <= 0 and self.pid > 0 and self.ip:
+            command = f"kill -TERM {int(self.pid)}"
+            try:
+                await asyncio.to_thread(self._rsh, self.ip, command)
+            except Exception as exc:  # paramiko's errors, or the base's RuntimeError: logged
+                self.log.warning("Kernel %s: could not stop its launcher: %s", self.kernel_id, exc)
+            return
+        await super().kill(restart=restart)
+
+    async def _send_listener_request(
+        self, request: dict[str, Any], shutdown_socket: bool | None = False
+    ) -> None:
+        """Send one request to the launcher's listener, with its token.
+
+        Our own, rather than the base class's: that one connects with a blocking timeout
+        (``GP_SOCKET_TIMEOUT``) inside the event loop. Here the connect is awaited, bounded by
+        LISTENER_TIMEOUT; a refusal raises ConnectionRefusedError, as the callers expect.
+        """
+        if self.comm_port <= 0 or not self.comm_ip:
+            return
+        key = self.connection_info.get("key")
+        if key:
+            raw = key if isinstance(key, bytes) else str(key).encode()
+            request = {**request, "token": listener_token(raw)}
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(self.comm_ip, self.comm_port), LISTENER_TIMEOUT
+        )
+        try:
+            writer.write(json.dumps(request).encode())
+            await asyncio.wait_for(writer.drain(), LISTENER_TIMEOUT)
+            if shutdown_socket and writer.can_write_eof():
+                writer.write_eof()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
     async def shutdown_listener(self, restart: bool) -> None:
         """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""

@@ -25,11 +25,13 @@ is not IPython, and no name is left in the user's namespace.
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import contextlib
 import errno
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,10 +41,23 @@ from typing import Any
 from jupyter_exec.boundary.paths import read_limit, write_bytes
 from jupyter_exec.engine import inkernel_remote
 from jupyter_exec.engine.kernel import KernelHandle
-from jupyter_exec.exceptions import KernelNotAliveError, StorageError, WorkDirError
+from jupyter_exec.exceptions import (
+    KernelNotAliveError,
+    KernelStartError,
+    StorageError,
+    WorkDirError,
+)
 from jupyter_exec.state.inkernel_fork import module_call_code
 
-__all__ = ["CHUNK", "EXPRESSION_KEY", "Homecoming", "bring_home", "expressions", "install"]
+__all__ = [
+    "CHUNK",
+    "EXPRESSION_KEY",
+    "Homecoming",
+    "bring_home",
+    "check_host",
+    "expressions",
+    "install",
+]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -109,6 +124,27 @@ async def install(kernel: KernelHandle) -> bool:
                 kernel.host = where
             kernel.remote_files = True
     return kernel.remote_files
+
+
+async def check_host(kernel: KernelHandle, wanted: str) -> None:
+    """Raise :class:`~jupyter_exec.KernelStartError` if the kernel runs elsewhere than the
+    host the session pinned (a server that cannot place kernels ignores the request).
+
+    A kernel that cannot say where it runs (not IPython) is taken at the gateway's word.
+    """
+    if not await install(kernel) or kernel.host is None or kernel.host == wanted:
+        return
+    try:
+        address = await asyncio.to_thread(socket.gethostbyname, wanted)
+    except OSError:
+        address = None
+    if kernel.host == address:
+        return
+    raise KernelStartError(
+        f"the kernel was asked to run on {wanted!r} but runs on {kernel.host!r}: does the "
+        "server place kernels on hosts? (jupyter-exec gateway and Enterprise Gateway's "
+        "distributed kernels do; a plain Jupyter Server runs every kernel on its own machine)"
+    )
 
 
 async def expressions(kernel: KernelHandle) -> dict[str, str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from jupyter_exec.boundary.naming import check_encodable, files_folder
+from jupyter_exec.engine import remote_files
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.engine.languages import normalise_language
 from jupyter_exec.engine.launch import launch_kernel, resolve_environment
@@ -282,6 +283,8 @@ class AsyncSession(StateMethods):
         )
         self._options = await resolve_environment(self._options)
         self._kernel = await launch_kernel(self._options, work_dir)
+        if self._options.host is not None:  # the gateway placed it where it was asked?
+            await remote_files.check_host(self._kernel, self._options.host)
         if self._kernel.network is not None:  # what a network policy's ask is told
             self._kernel.network.session = name
         self._recording = Recording(work_dir, files_folder(name), self._notebook_path)

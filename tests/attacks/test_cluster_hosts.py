@@ -8,6 +8,7 @@ and leaves the kernels, their directories and the hosts as they were.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -47,13 +48,6 @@ def _kernel_dirs(side: GatewaySide) -> set[str]:
 
 def _kernel_log(kernel: ClusterKernel) -> Path:
     return kernel.side.cluster.log_dir / f"kernel-{kernel.kernel_id}.log"
-
-
-def _wait_for_log(kernel: ClusterKernel, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in _kernel_log(kernel).read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"the launcher never logged {text!r}"
-        time.sleep(0.05)
 
 
 @on_session_loop
@@ -147,15 +141,41 @@ async def test_a_listener_request_from_another_address_is_ignored(
     kernel = await cluster_kernel(host="127.0.0.2")
     await kernel.run("kept = 42")
     comm_port = kernel.km.provisioner.comm_port
-    for request in ({"signum": 9}, {"shutdown": 1}):
+    # Even a request carrying the right token (as if it had leaked) is refused by address.
+    token = launcher_module.listener_token(kernel.km.session.key)
+    for request in ({"signum": 9, "token": token}, {"shutdown": 1, "token": token}):
         with socket.socket() as attacker:
             attacker.bind(("127.0.0.9", 0))  # another user, another address
             attacker.connect(("127.0.0.2", comm_port))
             attacker.sendall(json.dumps(request).encode())
-    _wait_for_log(kernel, "ignored a listener request from 127.0.0.9")
+    refusal = "ignored a listener request from 127.0.0.9 (only"
+    deadline = time.monotonic() + 10
+    while _kernel_log(kernel).read_text().count(refusal) < 2:
+        assert time.monotonic() < deadline, "the launcher did not log two refusals"
+        time.sleep(0.05)
     log = _kernel_log(kernel).read_text()
-    assert log.count("ignored a listener request from 127.0.0.9") == 2
     assert "shutdown requested" not in log
+    assert await kernel.km.is_alive()
+    assert (await kernel.run("kept")).result == "42"
+    assert kernel.kernel_dir.is_dir()
+
+
+@on_session_loop
+async def test_a_listener_request_without_the_token_is_ignored_even_from_the_gateways_address(
+    cluster_kernel: StartClusterKernel,  # noqa: F811
+) -> None:
+    """Other users on the gateway's machine share its address: the token keeps them out."""
+    kernel = await cluster_kernel(host="127.0.0.3")
+    await kernel.run("kept = 42")
+    comm_port = kernel.km.provisioner.comm_port
+    for request in ({"signum": 9}, {"shutdown": 1, "token": "0" * 64}, {"shutdown": 1}):
+        with socket.create_connection(("127.0.0.3", comm_port)) as attacker:
+            attacker.sendall(json.dumps(request).encode())
+    deadline = time.monotonic() + 10
+    while _kernel_log(kernel).read_text().count("without the listener token") < 3:
+        assert time.monotonic() < deadline, "the launcher did not log three refusals"
+        time.sleep(0.05)
+    assert "shutdown requested" not in _kernel_log(kernel).read_text()
     assert await kernel.km.is_alive()
     assert (await kernel.run("kept")).result == "42"
     assert kernel.kernel_dir.is_dir()
@@ -229,3 +249,84 @@ async def test_the_kernels_secrets_are_not_in_the_launchers_log_or_argv(
     connection_file = kernel.kernel_dir / "kernel.json"
     assert connection_file.stat().st_mode & 0o777 == 0o600
     assert kernel.kernel_dir.stat().st_mode & 0o777 == 0o700  # (+ the sticky bit ipykernel sets)
+
+
+@on_session_loop
+async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
+    gateway_side: GatewaySide,  # noqa: F811
+) -> None:
+    """The attacker answers for a kernel that is starting, before its launcher does (here the
+    launcher is held back 2 s by a shell in front of it). The gateway refuses the forgery (it
+    lacks the launch nonce), the start fails, and the real launcher is stopped over SSH."""
+    from gateway_provisioners.response_manager import ResponseManager
+
+    spec = gateway_side.spec()
+    spec.argv = ["/bin/sh", "-c", 'sleep 2; exec "$0" "$@"', *spec.argv]
+    km = AsyncKernelManager(kernel_name="cluster-test", kernel_spec_manager=_Specs(spec))
+    manager = ResponseManager.instance()
+    host, port = manager.response_address.rsplit(":", 1)
+    start = asyncio.ensure_future(km.start_kernel(env={"KERNEL_REMOTE_HOST": "127.0.0.2"}))
+    deadline = time.monotonic() + 30
+    while km.kernel_id not in manager._response_registry:
+        assert time.monotonic() < deadline, "the launch never registered"
+        await asyncio.sleep(0.01)
+    forged = {
+        **{name: 1 for name in ("shell_port", "iopub_port", "stdin_port", "hb_port")},
+        "control_port": 1,
+        "ip": "127.0.0.2",
+        "key": "attacker",
+        "comm_port": 1,
+        "kernel_id": km.kernel_id,
+    }
+    with socket.create_connection((host, int(port))) as attacker:
+        attacker.sendall(_forged_payload(forged, manager.public_key))
+    with pytest.raises(RuntimeError, match="was not sent by its launcher"):
+        await start
+    assert gateway_side.cluster.wait_no_kernel_processes(km.kernel_id, timeout=5) == []
+    assert not gateway_side.kernel_dir(km.kernel_id).exists()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "file"])
+def test_a_link_planted_at_the_kernels_dir_is_refused_and_its_target_untouched(
+    tmp_path: Path, planted: str
+) -> None:
+    """Whoever shares the host user plants ``<work-root>/<kernel id>`` before the launch (a
+    link to a directory the launcher would then chmod, fill and later remove)."""
+    from Cryptodome.PublicKey import RSA
+
+    pem = RSA.generate(1024).publickey().export_key("PEM").decode()
+    public_key = "".join(line for line in pem.splitlines() if "-----" not in line)
+    kernel_id = str(uuid.uuid4())
+    work_root = tmp_path / "kernels"
+    work_root.mkdir(mode=0o700)
+    target = tmp_path / "precious"
+    target.mkdir(mode=0o755)
+    (target / "data.txt").write_text("keep me")
+    if planted == "symlink":
+        (work_root / kernel_id).symlink_to(target)
+    else:
+        (work_root / kernel_id).write_text("not a dir")
+    done = subprocess.run(
+        [
+            sys.executable,
+            launcher_module.__file__,
+            "--kernel-id",
+            kernel_id,
+            "--response-address",
+            "127.0.0.1:9",
+            "--public-key",
+            public_key,
+            "--work-root",
+            str(work_root),
+        ],
+        env={"PATH": os.environ["PATH"], "SSH_CONNECTION": "127.0.0.1 40000 127.0.0.2 22"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "is not a directory of this user (a link or planted file?)" in done.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["data.txt"]
+    assert (target / "data.txt").read_text() == "keep me"
+    assert target.stat().st_mode & 0o777 == 0o755

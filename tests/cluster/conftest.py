@@ -75,6 +75,7 @@ def _gateway_environ(loopback_cluster: Cluster) -> Iterator[GatewaySide]:
     patch.setattr(distributed, "kernel_log_dir", env["GP_KERNEL_LOG_DIR"])
     patch.setattr(response_manager, "response_ip", env["GP_RESPONSE_IP"])
     patch.setattr(response_manager, "desired_response_port", int(env["GP_RESPONSE_PORT"]))
+    patch.setattr(response_manager, "socket_timeout", float(env["GP_SOCKET_TIMEOUT"]))
 
     launcher = loopback_cluster.remote_dir / "launcher.py"
     shutil.copyfile(launcher_module.__file__, launcher)

@@ -273,3 +273,40 @@ def test_the_payload_made_with_cryptography_opens_with_the_gateways_key() -> Non
     )
     assert payload["version"] == 1
     assert set(payload) == {"version", "key", "conn_info"}
+
+
+def test_the_launcher_imports_nothing_from_jupyter_exec() -> None:
+    """It is copied to hosts that have no jupyter-exec: the standard library, pyzmq and a
+    crypto library only (the tests above run the copy, from outside the package)."""
+    import ast
+
+    tree = ast.parse(Path(launcher_module.__file__).read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names)
+    assert third_party == {"Cryptodome", "cryptography", "zmq"}
+
+
+def test_the_listener_wants_a_token_unless_started_by_enterprise_gateway() -> None:
+    common = ["--response-address", "127.0.0.1:9", "--public-key", _valid_public_key()]
+    kernel_id = "0b4ee1b4-8c4a-4ad4-9d4f-2a5b5b8e9d11"
+    ours = launcher_module.parse_args(["--kernel-id", kernel_id, "--work-root", "/srv/k", *common])
+    eg = launcher_module.parse_args(
+        ["--RemoteProcessProxy.kernel-id", kernel_id, "--work-root", "/srv/k", *common]
+    )
+    explicit = launcher_module.parse_args(
+        ["--kernel-id", kernel_id, "--work-root", "/srv/k", "--listener-auth", "address", *common]
+    )
+    assert (ours.listener_auth, eg.listener_auth, explicit.listener_auth) == (
+        "token",
+        "address",
+        "address",
+    )
+    token = launcher_module.listener_token(b"k" * 64)
+    assert (
+        token == launcher_module.listener_token(b"k" * 64) != launcher_module.listener_token(b"j")
+    )

@@ -93,13 +93,13 @@ def test_an_unknown_host_key_is_refused(loopback_cluster: Cluster) -> None:
 
 
 def test_sshd_listens_on_loopback_only(loopback_cluster: Cluster) -> None:
-    sshd = psutil.Process(loopback_cluster.reaper_pid).children()
-    addresses = {
-        conn.laddr.ip
-        for proc in sshd
-        for conn in proc.net_connections(kind="inet")
-        if conn.status == psutil.CONN_LISTEN
-    }
+    addresses = set()
+    for proc in psutil.Process(loopback_cluster.reaper_pid).children():
+        try:  # sshd's per-connection processes come and go
+            conns = proc.net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        addresses |= {c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN}
     assert addresses == set(loopback_cluster.hosts)
     assert all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
