@@ -177,6 +177,33 @@ def test_kill_9_while_idle_then_the_next_cells_run(
         assert s.execute("3 + 3").text == "6"
 
 
+def test_a_kernel_whose_host_cannot_be_reached_restarts_on_the_other_host(
+    gateway: RunningGateway, loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The kernel's host drops out of the gateway's reach (here: its host key is withdrawn,
+    so SSH to it is refused), then the kernel dies: the restart goes to the other host."""
+    known = loopback_cluster.known_hosts
+    saved = known.read_text()
+    with _session(gateway, tmp_path / "w", timeout=120) as s:
+        host = str(s.execute("x = 1").host)
+        other = next(h for h in loopback_cluster.hosts if h != host)
+        try:
+            known.write_text(
+                "".join(line for line in saved.splitlines(True) if f"[{host}]" not in line)
+            )
+            os.kill(_kernel_process(loopback_cluster, str(s.kernel_id)).pid, signal.SIGKILL)
+            died = s.execute("import time; time.sleep(30)")
+            assert died.status == "died"
+            after = s.execute("'moved'")
+        finally:
+            known.write_text(saved)
+        assert after.text == "'moved'", after.error
+        assert after.host == other
+        recorded = json.loads(Path(str(s.notebook_path)).read_text())
+        assert recorded["metadata"]["jupyter_exec"]["hosts"] == [host, other]
+    assert "cannot be reached" in gateway.log()
+
+
 def test_close_leaves_no_process_on_any_host_within_2_s(
     gateway: RunningGateway, loopback_cluster: Cluster, tmp_path: Path
 ) -> None:
