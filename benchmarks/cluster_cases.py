@@ -1,153 +1,228 @@
-"""Cluster case: kernels placed over SSH by ``jupyter-exec gateway``, against the plain paths.
+"""Sessions through ``jupyter-exec gateway`` on the loopback cluster, against local kernels and
+Jupyter Server with a plain kernel, in the same run.
 
-The loopback cluster of the tests (sshd on 127.0.0.2, tests/cluster_hosts.py)
-and the real command (``python -m jupyter_exec gateway``, Kernel Gateway),
-measured in the same run as a local session, a plain Jupyter Server kernel
-(tests/remote_servers.py) and the raw jupyter_client floor: the cold start of
-a session (its first result) and the warm round trip of ``execute("1")``,
-interleaved in chunks so load hits every path alike.
+The cluster is the tests' (``tests/cluster_hosts.py``: Debian's sshd on 127.0.0.2 and
+127.0.0.3, ``scripts/provision-cluster``) and the gateway is started by the real command
+(``tests/cluster_gateway.py``). For each of four ways to get a kernel, alternating:
+
+* the gateway: ``Session(backend="remote", url=<gateway>)`` (SSH to a host, our launcher,
+  CurveZMQ between the gateway and the kernel);
+* Jupyter Server with a plain local kernel, through the same remote client;
+* a local jupyter-exec session;
+* the floor: jupyter_client's ``KernelManager`` + ``wait_for_ready`` + ``execute_interactive``.
+
+Cold start is until the first cell's result; the warm round trip is ``1 + 1`` recorded in
+the notebook. Also measured: a remote kernel killed with ``kill -9`` until the next cell's
+result (noticed, restarted by the gateway, websocket reopened), and ``close()`` until no
+process of the kernel is left on its host.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.core import Config, Row, case, median, percentile, progress, scratch_dir
-from benchmarks.floor import AsyncFloor
-from jupyter_exec import AsyncSession
+from jupyter_client.manager import KernelManager
 
-__all__ = ["gateway_cluster"]
+from benchmarks.core import Config, Row, case, median, percentile, progress, scratch_dir
+from jupyter_exec import Session
 
 MS = 1000.0
 
 
-def _start_gateway(cluster: Any, log: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    out = log.with_suffix(".out")
-    with out.open("wb") as stdout, log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_exec", "gateway", "--hosts", cluster.hosts[0],
-             "--ssh-port", str(cluster.port), "--ssh-user", cluster.user, "--remote-dir",
-             str(cluster.remote_dir), "--python", cluster.python, "--allow-this-machine",
-             "--port", "0"],
-            env={**os.environ, "HOME": str(cluster.home)},
-            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-        )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while True:
-        text = out.read_text(encoding="utf-8", errors="replace")
-        url = re.search(r"^url:\s+(\S+)$", text, re.MULTILINE)
-        token = re.search(r"^token:\s+(\S+)$", text, re.MULTILINE)
-        if url and token:
-            return process, url.group(1), token.group(1)
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"the gateway did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.1)
+class _Floor:
+    """A local kernel driven by plain jupyter_client."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.km: Any = KernelManager()
+        self.cwd = cwd
+        self.kc: Any = None
+
+    def start(self) -> _Floor:
+        self.km.start_kernel(cwd=str(self.cwd), stderr=subprocess.DEVNULL)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+        return self
+
+    def execute(self, code: str) -> None:
+        reply = self.kc.execute_interactive(code, timeout=60, output_hook=lambda _msg: None)
+        if reply["content"]["status"] != "ok":
+            raise RuntimeError(f"floor cell failed: {reply['content']}")
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
 
 
-@case("gateway-cluster")
-def gateway_cluster(cfg: Config) -> list[Row]:
-    """Cold start and warm round trip through ``jupyter-exec gateway`` (one SSH host)."""
-    root = Path(__file__).resolve().parent.parent
-    sys.path[:0] = [str(root), str(root / "tests")]
-    from remote_servers import run_server
+def _check(value: Any, what: str) -> Any:
+    if getattr(value, "ok", True) is not True:
+        raise RuntimeError(f"{what}: {value.status} {value.error}")
+    return value
 
+
+@case("gateway")
+def gateway_sessions(cfg: Config) -> list[Row]:
+    """Cold start and warm round trip through the gateway, Jupyter Server and locally."""
+    tests = str(Path(__file__).resolve().parent.parent)
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from tests.cluster_gateway import running_gateway
     from tests.cluster_hosts import start_cluster
+    from tests.remote_servers import run_server
 
-    chunks, chunk = (4, 10) if cfg.quick else (10, 25)
-    starts = 2 if cfg.quick else cfg.start_repeats
-    cluster = start_cluster(Path(tempfile.mkdtemp(prefix="jx-bench-cluster-")))
-    try:
-        with (
-            scratch_dir("gateway-cluster") as work,
-            run_server("jupyter_server", work / "srv") as plain,
-        ):
-            gateway, url, token = _start_gateway(cluster, work / "gateway.log")
-            try:
-                progress("gateway-cluster: cold starts and warm round trips")
-                times = asyncio.run(_measure(work, url, token, plain, chunks, chunk, starts))
-            finally:
-                gateway.send_signal(signal.SIGTERM)
-                gateway.wait(90)
-    finally:
-        cluster.stop()
-    cold, warm = times["cold-gateway"], times["gateway"]
-    return [
-        Row(
-            "session start via jupyter-exec gateway, SSH host (first result)",
-            median(cold) * MS,
-            median(times["cold-floor"]) * MS,
-            "ms",
-            f"n={len(cold)}; local session {median(times['cold-local']) * MS:.0f} ms; "
-            f"plain Jupyter Server kernel {median(times['cold-plain']) * MS:.0f} ms; "
-            "floor = local raw jupyter_client start + first result",
-            times,
-        ),
-        Row(
-            "warm round trip via jupyter-exec gateway, SSH host (p50)",
-            median(warm) * MS,
-            median(times["floor"]) * MS,
-            "ms",
-            f"n={len(warm)}; local session p50 {median(times['local']) * MS:.2f} ms; plain "
-            f"Jupyter Server kernel p50 {median(times['plain']) * MS:.2f} ms; gateway p90 "
-            f"{percentile(warm, 90) * MS:.1f} ms; floor = local raw jupyter_client",
-            times,
-        ),
-    ]
+    starts = 3 if cfg.quick else 8
+    chunks, chunk = (3, 10) if cfg.quick else (8, 25)
+    with scratch_dir("gateway") as root:
+        cluster = start_cluster(root / "cluster")
+        try:
+            with (
+                running_gateway(cluster, root / "gw") as gateway,
+                run_server("jupyter_server", root / "js") as server,
+            ):
+                ways: dict[str, dict[str, Any]] = {
+                    "gateway": {"backend": "remote", "url": gateway.url, "token": gateway.token},
+                    "server": {"backend": "remote", "url": server.url, "token": server.token},
+                    "local": {},
+                }
+                cold = _cold_starts(root, ways, starts)
+                warm = _warm_round_trips(root, ways, chunks, chunk)
+                back, gone = _kill_and_close(root, cluster, ways["gateway"])
+        finally:
+            cluster.stop()
+    return _rows(cold, warm, back, gone)
 
 
-async def _measure(
-    work: Path, url: str, token: str, plain: Any, chunks: int, chunk: int, starts: int
+def _cold_starts(
+    root: Path, ways: dict[str, dict[str, Any]], repeats: int
 ) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {k: [] for k in ("gateway", "plain", "local", "floor")}
-    openers: dict[str, Callable[[Path], AsyncSession]] = {
-        "gateway": lambda d: AsyncSession(work_dir=d, backend="remote", url=url, token=token),
-        "plain": lambda d: AsyncSession(
-            work_dir=d, backend="remote", url=plain.url, token=plain.token
-        ),
-        "local": lambda d: AsyncSession(work_dir=d),
-    }
-    for i in range(starts):  # cold: a new session to its first result, each path in turn
-        for name, opener in openers.items():
+    times: dict[str, list[float]] = {name: [] for name in (*ways, "floor")}
+    for i in range(-1, repeats):  # -1: untimed, warms caches for all
+        progress(f"gateway: cold starts {i + 1}/{repeats}")
+        for name, options in ways.items():
             start = time.perf_counter()
-            async with opener(work / f"cold-{name}-{i}") as session:
-                await session.execute("1")
-                times.setdefault(f"cold-{name}", []).append(time.perf_counter() - start)
+            with Session(work_dir=root / f"cold-{name}-{i}", **options) as session:
+                _check(session.execute("1"), name)
+                elapsed = time.perf_counter() - start
+            if i >= 0:
+                times[name].append(elapsed)
+        (root / f"floor-{i}").mkdir()
         start = time.perf_counter()
-        floor = await AsyncFloor(work).start()
-        await floor.execute("1")
-        times.setdefault("cold-floor", []).append(time.perf_counter() - start)
-        await floor.close()
-    async with (
-        openers["gateway"](work / "gateway") as gateway,
-        openers["plain"](work / "plain") as plain_session,
-        openers["local"](work / "local") as local,
-    ):
-        floor = await AsyncFloor(work).start()
-        runners: dict[str, Callable[[], Awaitable[Any]]] = {
-            "gateway": lambda: gateway.execute("1"),
-            "plain": lambda: plain_session.execute("1"),
-            "local": lambda: local.execute("1"),
-            "floor": lambda: floor.execute("1"),
+        floor = _Floor(root / f"floor-{i}").start()
+        floor.execute("1")
+        elapsed = time.perf_counter() - start
+        floor.close()
+        if i >= 0:
+            times["floor"].append(elapsed)
+    return times
+
+
+def _warm_round_trips(
+    root: Path, ways: dict[str, dict[str, Any]], chunks: int, chunk: int
+) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in (*ways, "floor")}
+    sessions = {name: Session(work_dir=root / f"warm-{name}", **o) for name, o in ways.items()}
+    (root / "warm-floor").mkdir()
+    floor = _Floor(root / "warm-floor").start()
+    try:
+        runners = {
+            name: (lambda s=s: _check(s.execute("1 + 1"), "warm")) for name, s in sessions.items()
         }
-        for run_cell in runners.values():
+        runners["floor"] = lambda: floor.execute("1 + 1")
+        for run in runners.values():
             for _ in range(5):
-                await run_cell()
-        for _ in range(chunks):
-            for name, run_cell in runners.items():
+                run()
+        for n in range(chunks):
+            progress(f"gateway: warm round trips {n + 1}/{chunks}")
+            for name, run in runners.items():
                 for _ in range(chunk):
                     start = time.perf_counter()
-                    await run_cell()
+                    run()
                     times[name].append(time.perf_counter() - start)
-        await floor.close()
+    finally:
+        floor.close()
+        for session in sessions.values():
+            session.close()
     return times
+
+
+def _kill_and_close(root: Path, cluster: Any, options: dict[str, Any]) -> tuple[float, float]:
+    """Seconds from ``kill -9`` of the remote kernel to the next cell's result, and from
+    ``close()`` to no process of the kernel left on its host."""
+    progress("gateway: kill -9 and close")
+    session = Session(work_dir=root / "kill", timeout=120, **options)
+    _check(session.execute("x = 1"), "before the kill")
+    kernel_id = str(session.kernel_id)
+    victim = next(
+        p for p in cluster.kernel_processes(kernel_id) if "ipykernel_launcher" in p.cmdline()
+    )
+    start = time.perf_counter()
+    os.kill(victim.pid, signal.SIGKILL)
+    first = session.execute("1 + 1")
+    if first.status != "died":
+        _check(first, "after the kill")
+    else:
+        _check(session.execute("1 + 1"), "after the kill")
+    back = time.perf_counter() - start
+    start = time.perf_counter()
+    session.close()
+    while cluster.kernel_processes(kernel_id):
+        if time.perf_counter() - start > 30:
+            raise RuntimeError(f"kernel {kernel_id} still runs 30 s after close()")
+        time.sleep(0.01)
+    return back, time.perf_counter() - start
+
+
+def _rows(
+    cold: dict[str, list[float]], warm: dict[str, list[float]], back: float, gone: float
+) -> list[Row]:
+    def ms(name: str) -> str:
+        return f"{median(warm[name]) * MS:.2f} ms"
+
+    return [
+        Row(
+            "gateway: session start over SSH (cold, median)",
+            median(cold["gateway"]),
+            median(cold["floor"]),
+            "s",
+            f"n={len(cold['gateway'])}; Jupyter Server, plain kernel: "
+            f"{median(cold['server']):.2f} s; local jupyter-exec: {median(cold['local']):.2f} s; "
+            "floor = local raw jupyter_client",
+        ),
+        Row(
+            "gateway: warm 1+1 through the gateway (p50)",
+            median(warm["gateway"]) * MS,
+            median(warm["floor"]) * MS,
+            "ms",
+            f"n={len(warm['gateway'])}; p90 {percentile(warm['gateway'], 90) * MS:.1f} ms; "
+            f"Jupyter Server, plain kernel: {ms('server')}; local jupyter-exec: {ms('local')}; "
+            "floor = local raw jupyter_client",
+            {k: v for k, v in warm.items()},
+        ),
+        Row(
+            "gateway: warm 1+1 through Jupyter Server, plain kernel (p50)",
+            median(warm["server"]) * MS,
+            median(warm["floor"]) * MS,
+            "ms",
+            f"n={len(warm['server'])}; the same remote client, a kernel on the server's machine",
+        ),
+        Row(
+            "gateway: kill -9 of the remote kernel to the next result",
+            back,
+            None,
+            "s",
+            "noticed by the gateway's restarter, restarted once, websocket reopened",
+        ),
+        Row(
+            "gateway: close() to no kernel process on its host",
+            gone,
+            None,
+            "s",
+            "the issue's bound: 2 s",
+        ),
+    ]

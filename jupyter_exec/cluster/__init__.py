@@ -12,6 +12,8 @@ One module per concern::
     ├── hosts.py        each host checked over SSH before use; the launcher installed there
     ├── spec.py         the kernelspec the gateway serves
     ├── gateway.py      Kernel Gateway (or Jupyter Server) configured for the hosts, started
+    ├── managers.py     the server's kernelspec and kernel managers (only the cluster's spec;
+    │                   refusals as 4xx with a reason)
     ├── settings.py     the checked settings of the files below
     ├── deploy.py       Enterprise Gateway, Kubernetes and Helm files (write_deployment)
     └── kube.py         the Kubernetes objects among them (pod template, NetworkPolicy)
