@@ -23,12 +23,14 @@ from jupyter_client.provisioning import KernelProvisionerFactory
 
 from jupyter_exec.cluster.deploy import MANIFEST, DeploySettings, render, write_deployment
 from jupyter_exec.cluster.kube import KERNEL_LABELS, launch_script
+from jupyter_exec.cluster.settings import launcher_name
 from jupyter_exec.exceptions import InvalidArgument
 from tests.deploy_helpers import (
     EG_PLACEHOLDERS,
     GP_PLACEHOLDERS,
     PLACEHOLDER,
     SAMPLE_LAUNCH,
+    fake_launcher,
     load_json,
     load_yaml,
     render_pod,
@@ -78,7 +80,7 @@ def _pod(out: Path, folder: Path, *, eg: bool, **launch: str) -> dict[str, Any]:
 
 
 def test_distributed_kernelspec_takes_enterprise_gateways_placeholders_and_remote_hosts(
-    out: Path,
+    out: Path, tmp_path: Path
 ) -> None:
     spec = load_json(out / "enterprise-gateway/kernels/jupyter_exec_distributed/kernel.json")
     proxy = spec["metadata"]["process_proxy"]
@@ -94,7 +96,9 @@ def test_distributed_kernelspec_takes_enterprise_gateways_placeholders_and_remot
         "port_range": "40000..40999",
     }
     launched = substitute(argv, values)
-    assert launched[:2] == ["python3", "/var/tmp/jupyter-exec/launcher.py"]
+    # the launcher's content-addressed name, where `jupyter-exec gateway --check-only` puts it
+    source = fake_launcher(tmp_path).read_bytes()
+    assert launched[:2] == ["python3", f"/var/tmp/jupyter-exec/{launcher_name(source)}"]
     pairs = dict(zip(launched[2::2], launched[3::2], strict=True))
     assert pairs == {
         "--RemoteProcessProxy.kernel-id": kernel_id,
@@ -421,3 +425,32 @@ def test_default_settings_are_loopback_and_hardened() -> None:
     assert default.unauthorized_users == ("root",)
     assert default.transport_encryption == "auto"
     assert KERNEL_LABELS == {"app": "jupyter-exec", "component": "kernel"}
+
+
+def test_the_gateway_command_writes_the_files_instead_of_starting_a_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_exec.cli import main
+    from jupyter_exec.cli.exits import EXIT_OK, EXIT_USAGE
+
+    out = tmp_path / "deploy"
+    argv = ["gateway", "--hosts", "10.0.0.5,10.0.0.6", "--ssh-port", "2222"]
+    assert main([*argv, "--write", "helm", "--response-ip", "10.0.0.1"]) == EXIT_USAGE
+    assert "--out" in capsys.readouterr().err
+    status = main(
+        [*argv, "--response-ip", "10.0.0.1", "--namespace", "agents",
+         "--write", "enterprise-gateway,kubernetes,helm", "--out", str(out)]
+    )  # fmt: skip
+    assert status == EXIT_OK
+    printed = capsys.readouterr().out.split()
+    assert sorted(printed) == sorted(str(p) for p in out.rglob("*") if p.is_file()
+                                     and p.name != MANIFEST)  # fmt: skip
+    spec = load_json(out / "enterprise-gateway/kernels/jupyter_exec_distributed/kernel.json")
+    assert spec["metadata"]["process_proxy"]["config"] == {"remote_hosts": "10.0.0.5,10.0.0.6"}
+    policy = load_yaml(out / "kubernetes/networkpolicy.yaml")
+    assert policy["metadata"]["namespace"] == "agents"
+    # hosts off loopback without the address they reach the gateway on: refused, nothing written
+    again = tmp_path / "again"
+    assert main([*argv, "--write", "helm", "--out", str(again)]) == EXIT_USAGE
+    assert "response_ip" in capsys.readouterr().err
+    assert not again.exists()

@@ -34,10 +34,13 @@ examples:
         a test cluster: sshd on two loopback addresses of this machine
   JUPYTER_EXEC_GATEWAY_TOKEN=... jupyter-exec gateway --hosts gpu1 --python /opt/py/bin/python
         your own token, and the interpreter to run kernels with on the hosts
+  jupyter-exec gateway --hosts node1,node2 --response-ip 10.0.0.1 \\
+      --write enterprise-gateway,kubernetes,helm --out deploy/
+        write Enterprise Gateway, Kubernetes and Helm files instead of starting a gateway
 
 Then, from Python:
   Session(backend="remote", url="http://127.0.0.1:8888", token=TOKEN)
-  Session(backend="remote", url=..., token=..., env={{"KERNEL_REMOTE_HOST": "node2"}})   pinned
+  Session(backend="remote", url=..., token=..., host="node2")   pinned to one host
 
 Each host needs sshd, your public key in the SSH user's authorized_keys, its host key
 in your ~/.ssh/known_hosts (an unknown key is refused), and a Python >= 3.9 with
@@ -109,12 +112,59 @@ def add_gateway_parser(subparsers: Subparsers) -> None:
     server.add_argument("--server", choices=SERVERS, default=SERVERS[0],
                         help="the server to run (default kernel-gateway)")  # fmt: skip
     server.add_argument("--transport-encryption", choices=("required", "auto", "disabled"),
-                        default="required",
-                        help="CurveZMQ between the gateway and the kernels (default "
-                        "required)")  # fmt: skip
+                        default=None,
+                        help="CurveZMQ between the gateway and the kernels (default required; "
+                        "with --write: auto, as Enterprise Gateway cannot encrypt)")  # fmt: skip
     server.add_argument("--users", type=_users, default=[], metavar="U1,U2",
                         help="KERNEL_USERNAMEs allowed besides you (default: none)")  # fmt: skip
+    files = parser.add_argument_group(
+        "files for the gateways you run (instead of starting one)",
+        "With --write, nothing is checked or started: the Enterprise Gateway, Kubernetes and "
+        "Helm files for these hosts are written into --out.",
+    )
+    files.add_argument("--write", metavar="TARGETS",
+                       help="comma-separated: enterprise-gateway, kubernetes, helm")  # fmt: skip
+    files.add_argument("--out", metavar="DIR", help="the folder to write them into")  # fmt: skip
+    files.add_argument("--response-ip", metavar="IP",
+                       help="the address the hosts reach the gateway on (needed for hosts "
+                       "off loopback)")  # fmt: skip
+    files.add_argument("--namespace", metavar="NS",
+                       help="the Kubernetes namespace of the gateway and its kernel pods "
+                       "(default jupyter-exec)")  # fmt: skip
+    files.add_argument("--image", metavar="IMAGE",
+                       help="the kernel pods' image (default jupyter-exec/kernel:latest)",
+                       )  # fmt: skip
+    files.add_argument("--force", action="store_true",
+                       help="replace files in --out that this command did not write")  # fmt: skip
     parser.set_defaults(func=cmd_gateway, token_env=TOKEN_ENV)
+
+
+def _write(args: argparse.Namespace) -> int:
+    """``--write``: the deployment files for these hosts, written into ``--out``."""
+    from pathlib import Path
+
+    from jupyter_exec.cluster.deploy import DeploySettings, write_deployment
+
+    if not args.out:
+        raise InvalidArgument("--write needs --out DIR: the folder to write the files into")
+    given = {
+        "ssh_user": args.ssh_user,
+        "response_ip": args.response_ip,
+        "namespace": args.namespace,
+        "image": args.image,
+        "remote_dir": None if args.remote_dir.startswith("~") else args.remote_dir,
+    }
+    settings = DeploySettings(
+        hosts=tuple(args.hosts),
+        ssh_port=args.ssh_port,
+        python=args.python,
+        transport_encryption=args.transport_encryption or "auto",
+        authorized_users=tuple(args.users),
+        **{name: value for name, value in given.items() if value is not None},
+    )
+    for path in write_deployment(args.write, Path(args.out), settings, force=args.force):
+        print(path, flush=True)
+    return EXIT_OK
 
 
 def _say(text: str) -> None:
@@ -122,8 +172,12 @@ def _say(text: str) -> None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    """Check the hosts; unless --check-only, run the gateway until a signal stops it."""
+    """Check the hosts; unless --check-only, run the gateway until a signal stops it
+    (with --write: write the files for other gateways instead)."""
     import getpass
+
+    if args.write:
+        return _write(args)
 
     from jupyter_exec.cluster import hosts as hostlib
     from jupyter_exec.cluster.gateway import (
@@ -185,7 +239,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         ip=args.ip,
         port=port,
         server=args.server,
-        transport_encryption=args.transport_encryption,
+        transport_encryption=args.transport_encryption or "required",
         users=tuple(args.users),
         token=token,
     )

@@ -26,7 +26,6 @@ exceptions are translated once, in :func:`_ssh_errors`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import ipaddress
 import json
 import posixpath
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jupyter_exec.cluster.settings import launcher_name
 from jupyter_exec.exceptions import BackendError, InvalidArgument, MissingDependency
 
 if TYPE_CHECKING:
@@ -341,11 +341,6 @@ def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> Ho
 def launcher_source() -> bytes:
     """The launcher's bytes, as they are copied to every host."""
     return (Path(__file__).resolve().parent / "launcher.py").read_bytes()
-
-
-def launcher_name(source: bytes) -> str:
-    """The launcher's content-addressed name: a new launcher never overwrites one in use."""
-    return f"launcher-{hashlib.sha256(source).hexdigest()[:16]}.py"
 
 
 def remote_home(client: paramiko.SSHClient, target: SSHTarget) -> str:

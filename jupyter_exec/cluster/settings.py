@@ -13,12 +13,19 @@ naming the field, before any file is touched; the writers still serialise with `
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jupyter_exec.exceptions import InvalidArgument
+
+
+def launcher_name(source: bytes) -> str:
+    """The launcher's content-addressed name: a new launcher never overwrites one in use."""
+    return f"launcher-{hashlib.sha256(source).hexdigest()[:16]}.py"
+
 
 __all__ = ["ENCRYPTION_POLICIES", "DeploySettings"]
 
@@ -112,7 +119,8 @@ class DeploySettings:
     python: str = "python3"
     """The interpreter on each host that runs the launcher and the kernel."""
     remote_dir: str = "/var/tmp/jupyter-exec"
-    """On each host: ``launcher.py`` and the kernels' work dirs (``kernels/<id>/``)."""
+    """On each host: the launcher (``launcher-<sha256>.py``) and the kernels' work dirs
+    (``kernels/<id>/``)."""
     response_ip: str | None = None
     """Where the hosts reach the gateway; None is 127.0.0.1, allowed only for loopback hosts."""
     response_port: int = 8877
@@ -254,8 +262,10 @@ class DeploySettings:
 
     @property
     def launcher_path(self) -> str:
-        """Where the launcher lives on each host."""
-        return f"{self.remote_dir.rstrip('/')}/launcher.py"
+        """Where the launcher lives on each host: under its content-addressed name, where
+        ``jupyter-exec gateway --hosts ... --remote-dir DIR --check-only`` installs it."""
+        source = (self.launcher or Path(__file__).with_name("launcher.py")).read_bytes()
+        return f"{self.remote_dir.rstrip('/')}/{launcher_name(source)}"
 
     @property
     def work_root(self) -> str:
