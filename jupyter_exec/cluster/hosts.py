@@ -340,7 +340,7 @@ def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> Ho
 
 def launcher_source() -> bytes:
     """The launcher's bytes, as they are copied to every host."""
-    return (Path(__file__).resolve().parent / "launcher.py").read_bytes()
+    return (Path(__file__).parent / "launcher.py").read_bytes()
 
 
 def remote_home(client: paramiko.SSHClient, target: SSHTarget) -> str:
