@@ -21,43 +21,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.manager import KernelManager
-
 from benchmarks.core import Config, Row, case, median, percentile, progress, scratch_dir
+from benchmarks.floor import BlockingFloor
 from jupyter_exec import Session
 
 MS = 1000.0
-
-
-class _Floor:
-    """A local kernel driven by plain jupyter_client."""
-
-    def __init__(self, cwd: Path) -> None:
-        self.km: Any = KernelManager()
-        self.cwd = cwd
-        self.kc: Any = None
-
-    def start(self) -> _Floor:
-        self.km.start_kernel(cwd=str(self.cwd), stderr=subprocess.DEVNULL)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-        return self
-
-    def execute(self, code: str) -> None:
-        reply = self.kc.execute_interactive(code, timeout=60, output_hook=lambda _msg: None)
-        if reply["content"]["status"] != "ok":
-            raise RuntimeError(f"floor cell failed: {reply['content']}")
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
 
 
 def _check(value: Any, what: str) -> Any:
@@ -113,7 +86,7 @@ def _cold_starts(
                 times[name].append(elapsed)
         (root / f"floor-{i}").mkdir()
         start = time.perf_counter()
-        floor = _Floor(root / f"floor-{i}").start()
+        floor = BlockingFloor(root / f"floor-{i}").start()
         floor.execute("1")
         elapsed = time.perf_counter() - start
         floor.close()
@@ -128,7 +101,7 @@ def _warm_round_trips(
     times: dict[str, list[float]] = {name: [] for name in (*ways, "floor")}
     sessions = {name: Session(work_dir=root / f"warm-{name}", **o) for name, o in ways.items()}
     (root / "warm-floor").mkdir()
-    floor = _Floor(root / "warm-floor").start()
+    floor = BlockingFloor(root / "warm-floor").start()
     try:
         runners = {
             name: (lambda s=s: _check(s.execute("1 + 1"), "warm")) for name, s in sessions.items()

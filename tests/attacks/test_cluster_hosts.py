@@ -50,6 +50,22 @@ def _kernel_log(kernel: ClusterKernel) -> Path:
     return kernel.side.cluster.log_dir / f"kernel-{kernel.kernel_id}.log"
 
 
+def _launcher_argv(kernel_id: str, public_key: str, work_root: Path) -> list[str]:
+    """The launcher run by hand, reporting to a port nothing listens on (discard, 9)."""
+    return [
+        sys.executable,
+        launcher_module.__file__,
+        "--kernel-id",
+        kernel_id,
+        "--response-address",
+        "127.0.0.1:9",
+        "--public-key",
+        public_key,
+        "--work-root",
+        str(work_root),
+    ]
+
+
 @on_session_loop
 @pytest.mark.parametrize(
     "pin", ["127.0.0.1", "localhost", "127.0.0.4", "10.11.12.13", "127.0.0.2; touch /tmp/pwned"]
@@ -110,18 +126,7 @@ def test_a_kernel_id_with_metacharacters_or_dotdot_cannot_escape_the_work_root(
     public_key = "".join(line for line in pem.splitlines() if "-----" not in line)
     work_root = tmp_path / "root" / "kernels"
     done = subprocess.run(
-        [
-            sys.executable,
-            launcher_module.__file__,
-            "--kernel-id",
-            kernel_id,
-            "--response-address",
-            "127.0.0.1:9",
-            "--public-key",
-            public_key,
-            "--work-root",
-            str(work_root),
-        ],
+        _launcher_argv(kernel_id, public_key, work_root),
         cwd=tmp_path,
         env={"PATH": os.environ["PATH"], "SSH_CONNECTION": "127.0.0.1 40000 127.0.0.2 22"},
         capture_output=True,
@@ -307,18 +312,7 @@ def test_a_link_planted_at_the_kernels_dir_is_refused_and_its_target_untouched(
     else:
         (work_root / kernel_id).write_text("not a dir")
     done = subprocess.run(
-        [
-            sys.executable,
-            launcher_module.__file__,
-            "--kernel-id",
-            kernel_id,
-            "--response-address",
-            "127.0.0.1:9",
-            "--public-key",
-            public_key,
-            "--work-root",
-            str(work_root),
-        ],
+        _launcher_argv(kernel_id, public_key, work_root),
         env={"PATH": os.environ["PATH"], "SSH_CONNECTION": "127.0.0.1 40000 127.0.0.2 22"},
         capture_output=True,
         text=True,

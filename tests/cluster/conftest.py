@@ -25,6 +25,7 @@ import pytest_asyncio
 
 import jupyter_exec.cluster.launcher as launcher_module
 from tests.cluster.kernels import SHARED, ClusterKernel, GatewaySide, start_cluster_kernel
+from tests.cluster_gateway import RunningGateway, running_gateway
 from tests.cluster_hosts import Cluster, ClusterUnavailable, start_cluster
 
 
@@ -120,3 +121,12 @@ async def cluster_kernel(gateway_side: GatewaySide) -> AsyncIterator[StartCluste
     yield _start
     for kernel in kernels:
         await kernel.shutdown(now=True)
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    loopback_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningGateway]:
+    """``jupyter-exec gateway`` on the cluster, one per test module (the real command)."""
+    with running_gateway(loopback_cluster, tmp_path_factory.mktemp("gateway")) as running:
+        yield running

@@ -18,7 +18,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -35,14 +34,6 @@ from tests.cluster_gateway import (
 from tests.cluster_hosts import Cluster, free_port
 
 HOST_OF_KERNEL = "import os; os.environ.get('JUPYTER_EXEC_HOST')"
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    loopback_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningGateway]:
-    with running_gateway(loopback_cluster, tmp_path_factory.mktemp("gateway")) as running:
-        yield running
 
 
 def _get(gateway: RunningGateway, path: str) -> dict[str, object]:

@@ -18,25 +18,16 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from jupyter_exec import Session, SessionManager
-from tests.cluster_gateway import RunningGateway, running_gateway
+from tests.cluster_gateway import RunningGateway
 from tests.cluster_hosts import Cluster
 
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    loopback_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningGateway]:
-    with running_gateway(loopback_cluster, tmp_path_factory.mktemp("gw")) as running:
-        yield running
 
 
 def _session(gateway: RunningGateway, work: Path, **kwargs: object) -> Session:
