@@ -245,11 +245,7 @@ class RemoteKernelManager:
                     "POST", f"api/kernels/{self.kernel_id}/restart", timeout=self.startup_timeout
                 )
             except NotFound:
-                self.has_kernel = False
-                raise KernelDiedError(
-                    f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
-                    "start a new session"
-                ) from None
+                raise self._vanished() from None
         await self._reconnect(deadline)
         self._restarts_seen = self.connection.server_restarts
         self._gave_up_seen = self.connection.server_gave_up
@@ -270,11 +266,7 @@ class RemoteKernelManager:
             try:
                 await self.connection.reopen()
             except NotFound:
-                self.has_kernel = False
-                raise KernelDiedError(
-                    f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
-                    "start a new session"
-                ) from None
+                raise self._vanished() from None
             except BackendError:
                 if time.monotonic() >= deadline:
                     raise
@@ -288,6 +280,14 @@ class RemoteKernelManager:
                     f"its restart within {self.startup_timeout:g} s"
                 )
             wait = min(wait * 2, PROBE_MOST)
+
+    def _vanished(self) -> KernelDiedError:
+        """The server no longer has the kernel: nothing to restart, the session is over."""
+        self.has_kernel = False
+        return KernelDiedError(
+            f"kernel {self.kernel_id} no longer exists on {self.rest.describe()}; "
+            "start a new session"
+        )
 
     async def _answers(self, within: float) -> bool:
         """Whether the kernel answers a ``kernel_info_request`` on the current websocket."""
