@@ -16,10 +16,15 @@ import os
 import secrets
 import signal
 import sys
+import time
+from typing import TYPE_CHECKING
 
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import Subparsers, formatter, non_negative_int
 from jupyter_exec.exceptions import BackendError, InvalidArgument
+
+if TYPE_CHECKING:
+    from jupyter_exec.cluster.gateway import GatewayProcess
 
 __all__ = ["add_gateway_parser", "cmd_gateway"]
 
@@ -167,6 +172,39 @@ def _write(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+def _serve(gateway: GatewayProcess) -> int | None:
+    """Wait for the server to exit (its status) or for a stop signal (None).
+
+    The signals only set a flag, checked between short sleeps: no exception is raised inside
+    ``Popen.wait`` (which handles a KeyboardInterrupt in a way of its own), and a second
+    signal during the shutdown changes nothing.
+    """
+    asked: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        asked.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in _STOP_SIGNALS}
+    try:
+        while not asked:
+            status = gateway.poll()
+            if status is not None:
+                return status
+            time.sleep(0.1)
+        for sig in _STOP_SIGNALS:  # the shutdown is under way: further signals wait for it
+            signal.signal(sig, signal.SIG_IGN)
+        return None
+    finally:
+        if not asked:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+
 def _say(text: str) -> None:
     print(f"[jupyter-exec] {text}", file=sys.stderr, flush=True)
 
@@ -256,15 +294,19 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             print(f"{args.server} on {config.url} for {', '.join(config.hosts)}\n"
                   f"url:   {config.url}\ntoken: {shown}", flush=True)  # fmt: skip
             _say("stop with Ctrl-C or SIGTERM: every kernel is shut down first")
-            status = gateway.wait()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as cli.signals raises them
+            status = _serve(gateway)
+            if status is None:  # asked to stop
+                _say("stopping: shutting every kernel down")
+                if not gateway.stop():
+                    raise BackendError(
+                        "the gateway did not stop in time and was killed: kernels may be left "
+                        "running on the hosts"
+                    )
+                return EXIT_OK
+        except KeyboardInterrupt:  # a stop signal before serving began
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             _say("stopping: shutting every kernel down")
-            if not gateway.stop():
-                raise BackendError(
-                    "the gateway did not stop in time and was killed: kernels may be left "
-                    "running on the hosts"
-                ) from None
+            gateway.stop()
             return EXIT_OK
         finally:
             gateway.stop()

@@ -407,10 +407,10 @@ class GatewayProcess:
             with contextlib.suppress(FileNotFoundError):
                 self.dirs.token_file.unlink()
 
-    def wait(self) -> int:
-        """Block until the server exits; its status."""
+    def poll(self) -> int | None:
+        """The server's exit status, or None while it runs."""
         assert self.process is not None
-        return self.process.wait()
+        return self.process.poll()
 
     def stop(self, grace: float = STOP_GRACE) -> bool:
         """SIGTERM (the server shuts every kernel down), SIGKILL after ``grace``; True if clean."""
