@@ -19,6 +19,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec.engine.kernel import KernelHandle
 from tests.cluster_hosts import Cluster
+from tests.raw_run import Run, run_cell
 
 
 @dataclass(frozen=True)
@@ -91,15 +92,6 @@ class _Specs(KernelSpecManager):
 
 
 @dataclass
-class Run:
-    """What one execution produced."""
-
-    stdout: str = ""
-    result: str = ""
-    error: dict[str, Any] | None = None
-
-
-@dataclass
 class ClusterKernel:
     """A kernel on a cluster host: its manager, a client, where it runs."""
 
@@ -130,25 +122,7 @@ class ClusterKernel:
         return parent
 
     async def run(self, code: str, timeout: float = 30) -> Run:
-        msg_id = self.kc.execute(code)
-        run = Run()
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no idle for {code!r}")
-            msg = await self.kc.get_iopub_msg(timeout=remaining)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "status" and content["execution_state"] == "idle":
-                return run
-            if kind == "stream" and content["name"] == "stdout":
-                run.stdout += content["text"]
-            elif kind == "execute_result":
-                run.result = str(content["data"]["text/plain"])
-            elif kind == "error":
-                run.error = content
+        return await run_cell(self.kc, code, timeout)
 
     def reconnect(self) -> None:
         """A new client for the kernel's current connection info (after a restart)."""

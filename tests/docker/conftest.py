@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, build_im
 from jupyter_exec.docker.reap import L_PID, LABEL
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import DockerUnavailable
+from tests.raw_run import Run, run_cell
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 TEST_BASE_IMAGE = os.environ.get("JX_TEST_BASE_IMAGE", "jupyter-exec/base:bookworm")
@@ -108,24 +109,6 @@ def docker_spec(**config: Any) -> KernelSpec:
     )
 
 
-@dataclass
-class Run:
-    """What one execution produced."""
-
-    status: str
-    stdout: str = ""
-    stderr: str = ""
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    error: dict[str, Any] | None = None
-
-    @property
-    def result(self) -> str:
-        for out in self.outputs:
-            if out["msg_type"] == "execute_result":
-                return str(out["content"]["data"]["text/plain"])
-        return ""
-
-
 async def iopub_ready(km: AsyncKernelManager, kc: Any, timeout: float) -> None:
     """Ready *and* IOPub delivering: jupyter_client's ``wait_for_ready`` only proves the
     shell channel, so right after a (re)start a cell's first messages can be published
@@ -150,30 +133,7 @@ class Kernel:
         return str(self.km.provisioner._container_id)
 
     async def run(self, code: str, timeout: float = 30) -> Run:
-        msg_id = self.kc.execute(code)
-        run = Run(status="?")
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no idle for {code!r}")
-            msg = await self.kc.get_iopub_msg(timeout=remaining)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "status" and content["execution_state"] == "idle":
-                break
-            if kind == "stream":
-                if content["name"] == "stdout":
-                    run.stdout += content["text"]
-                else:
-                    run.stderr += content["text"]
-            elif kind in ("execute_result", "display_data"):
-                run.outputs.append(msg)
-            elif kind == "error":
-                run.error = content
-        run.status = "error" if run.error else "ok"
-        return run
+        return await run_cell(self.kc, code, timeout)
 
     async def wait_dead(self, timeout: float = 5.0) -> float:
         """Poll is_alive() like the session does; return how long death took to notice."""
