@@ -19,7 +19,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_exec.engine import guard
 from jupyter_exec.engine.kernel import (
     KernelHandle,
-    _OneSpec,
+    OneSpec,
     attach_kernel,
     kernel_spec_for_python,
     restart_kernel,
@@ -363,7 +363,7 @@ def listening_on(port: int) -> bool:
 
 async def test_a_fork_does_not_keep_its_parents_ports(tmp_path: Path) -> None:
     """A TCP kernel (as a Jupyter server runs them): its ports are free once it is gone."""
-    km = AsyncKernelManager(kernel_spec_manager=_OneSpec(kernel_spec_for_python(sys.executable)))
+    km = AsyncKernelManager(kernel_spec_manager=OneSpec(kernel_spec_for_python(sys.executable)))
     assert km.transport == "tcp"
     await km.start_kernel(cwd=str(tmp_path))
     parent = await attach_kernel(km)

@@ -45,7 +45,7 @@ from jupyter_exec.exceptions import (
     KernelStartError,
 )
 
-__all__ = ["KernelHandle", "kernel_spec_for_python", "resolve_python", "start_kernel"]
+__all__ = ["KernelHandle", "OneSpec", "kernel_spec_for_python", "resolve_python", "start_kernel"]
 # kernel_spec_for_python and resolve_python live in jupyter_exec.engine.interpreters; they
 # stay importable from here, where they were first published.
 
@@ -53,8 +53,9 @@ QUIET_POLL = 0.25
 """Seconds without messages after which a waiting client checks the kernel is alive."""
 
 
-class _OneSpec(KernelSpecManager):
-    """A kernelspec manager that knows one in-memory spec (for ``python=`` and backends)."""
+class OneSpec(KernelSpecManager):
+    """A kernelspec manager that knows one in-memory spec (for ``python=``, backends, forks
+    and tests that start a provisioner through jupyter_client itself)."""
 
     def __init__(self, spec: KernelSpec, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -354,7 +355,7 @@ async def start_kernel(
     """Start a kernel (from ``spec`` if given, else the installed ``kernel_name``) and connect."""
     kwargs: dict[str, Any] = {"kernel_name": kernel_name}
     if spec is not None:
-        kwargs["kernel_spec_manager"] = _OneSpec(spec)
+        kwargs["kernel_spec_manager"] = OneSpec(spec)
     km = AsyncKernelManager(**kwargs)
     if _local(spec) and _speaks_ipc(km):
         ipc_base = _ipc_base()

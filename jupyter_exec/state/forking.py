@@ -42,7 +42,7 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
-from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, _ipc_base, _OneSpec, describe_exit
+from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, OneSpec, _ipc_base, describe_exit
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.state.inkernel_fork import PID_EXPRESSION, fork_code
 
@@ -211,7 +211,7 @@ def child_manager(
     and connection file (a container's child gets them from :mod:`jupyter_exec.docker.forking`).
     """
     spec = spec if spec is not None else KernelSpec(argv=[], language="python")
-    km = AsyncKernelManager(kernel_name="forked", kernel_spec_manager=_OneSpec(spec))
+    km = AsyncKernelManager(kernel_name="forked", kernel_spec_manager=OneSpec(spec))
     km.kernel_id = str(uuid.uuid4())
     km.shutdown_wait_time = 3.0
     # A kernel is (about to be) running for this manager, as if it had started it: its

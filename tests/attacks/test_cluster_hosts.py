@@ -24,6 +24,7 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 
 import jupyter_exec.cluster.launcher as launcher_module
+from jupyter_exec.engine.kernel import OneSpec
 from jupyter_exec.exceptions import InvalidArgument
 from tests.cluster.conftest import (  # noqa: F401  (fixtures, used by name)
     StartClusterKernel,
@@ -32,7 +33,7 @@ from tests.cluster.conftest import (  # noqa: F401  (fixtures, used by name)
     gateway_side,
     loopback_cluster,
 )
-from tests.cluster.kernels import ClusterKernel, GatewaySide, _Specs
+from tests.cluster.kernels import ClusterKernel, GatewaySide
 
 on_session_loop = pytest.mark.asyncio(loop_scope="session")
 """gateway_provisioners' ResponseManager lives on the loop it was created on."""
@@ -75,7 +76,7 @@ async def test_pinning_a_host_outside_the_list_is_refused_before_anything_runs(
     pin: str,
 ) -> None:
     km = AsyncKernelManager(
-        kernel_name="cluster-test", kernel_spec_manager=_Specs(gateway_side.spec())
+        kernel_name="cluster-test", kernel_spec_manager=OneSpec(gateway_side.spec())
     )
     sessions, dirs = _accepted_sessions(gateway_side), _kernel_dirs(gateway_side)
     with pytest.raises(InvalidArgument, match="is not one of this kernelspec's remote_hosts"):
@@ -94,7 +95,7 @@ async def test_a_kernel_id_that_is_not_a_uuid_is_refused_by_the_provisioner(
 ) -> None:
     km = AsyncKernelManager(
         kernel_name="cluster-test",
-        kernel_spec_manager=_Specs(gateway_side.spec()),
+        kernel_spec_manager=OneSpec(gateway_side.spec()),
         kernel_id=kernel_id,
     )
     sessions, dirs = _accepted_sessions(gateway_side), _kernel_dirs(gateway_side)
@@ -267,7 +268,7 @@ async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
 
     spec = gateway_side.spec()
     spec.argv = ["/bin/sh", "-c", 'sleep 2; exec "$0" "$@"', *spec.argv]
-    km = AsyncKernelManager(kernel_name="cluster-test", kernel_spec_manager=_Specs(spec))
+    km = AsyncKernelManager(kernel_name="cluster-test", kernel_spec_manager=OneSpec(spec))
     manager = ResponseManager.instance()
     host, port = manager.response_address.rsplit(":", 1)
     start = asyncio.ensure_future(km.start_kernel(env={"KERNEL_REMOTE_HOST": "127.0.0.2"}))

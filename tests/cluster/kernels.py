@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.kernel import KernelHandle, OneSpec
 from tests.cluster_hosts import Cluster
 from tests.raw_run import Run, run_cell
 
@@ -78,17 +78,6 @@ class _Shared:
 
 
 SHARED = _Shared()
-
-
-class _Specs(KernelSpecManager):
-    """Serves one in-memory kernelspec."""
-
-    def __init__(self, spec: KernelSpec, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._spec = spec
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        return self._spec
 
 
 @dataclass
@@ -159,7 +148,7 @@ async def start_cluster_kernel(
 ) -> ClusterKernel:
     """Start a kernel through the provisioner; ``host`` pins it (``KERNEL_REMOTE_HOST``)."""
     km = AsyncKernelManager(
-        kernel_name="cluster-test", kernel_spec_manager=_Specs(side.spec(remote_hosts))
+        kernel_name="cluster-test", kernel_spec_manager=OneSpec(side.spec(remote_hosts))
     )
     if encryption is not None:
         km.transport_encryption = encryption

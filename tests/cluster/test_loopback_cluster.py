@@ -18,6 +18,19 @@ import pytest
 from tests.cluster_hosts import Cluster
 
 
+def _connect(client: paramiko.SSHClient, cluster: Cluster, host: str) -> None:
+    """Log in with the cluster's own key only (no agent, no ~/.ssh), as the fixture set it up."""
+    client.connect(
+        host,
+        port=cluster.port,
+        username=cluster.user,
+        key_filename=str(cluster.key_path),
+        look_for_keys=False,
+        allow_agent=False,
+        timeout=10,
+    )
+
+
 def _client(cluster: Cluster, known_hosts: Path | None) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     if known_hosts is not None:
@@ -33,15 +46,7 @@ def test_each_host_runs_a_command_over_ssh(loopback_cluster: Cluster, host: str)
     assert cluster.port != 22
     client = _client(cluster, cluster.known_hosts)
     try:
-        client.connect(
-            host,
-            port=cluster.port,
-            username=cluster.user,
-            key_filename=str(cluster.key_path),
-            look_for_keys=False,
-            allow_agent=False,
-            timeout=10,
-        )
+        _connect(client, cluster, host)
         _stdin, stdout, _stderr = client.exec_command(
             'echo "$SSH_CONNECTION"; echo "$HOME"; id -un', timeout=10
         )
@@ -79,15 +84,7 @@ def test_an_unknown_host_key_is_refused(loopback_cluster: Cluster) -> None:
     client = _client(loopback_cluster, known_hosts=None)
     try:
         with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
-            client.connect(
-                loopback_cluster.hosts[0],
-                port=loopback_cluster.port,
-                username=loopback_cluster.user,
-                key_filename=str(loopback_cluster.key_path),
-                look_for_keys=False,
-                allow_agent=False,
-                timeout=10,
-            )
+            _connect(client, loopback_cluster, loopback_cluster.hosts[0])
     finally:
         client.close()
 
@@ -111,15 +108,7 @@ def test_orphans_of_the_hosts_are_listed_and_reaped(loopback_cluster: Cluster) -
     kernel_id = "6f1c9a52-1d0e-4a3b-9c55-3e0d8f2b7a10"
     client = _client(cluster, cluster.known_hosts)
     try:
-        client.connect(
-            cluster.hosts[1],
-            port=cluster.port,
-            username=cluster.user,
-            key_filename=str(cluster.key_path),
-            look_for_keys=False,
-            allow_agent=False,
-            timeout=10,
-        )
+        _connect(client, cluster, cluster.hosts[1])
         _stdin, stdout, _stderr = client.exec_command(
             f'export KERNEL_ID="{kernel_id}"; nohup sleep 30 >/dev/null 2>&1 </dev/null & echo $!',
             timeout=10,

@@ -17,9 +17,10 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec.cluster.provisioner import DistributedProvisioner, work_root_of
+from jupyter_exec.engine.kernel import OneSpec
 from jupyter_exec.exceptions import InvalidArgument
 from tests.cluster.conftest import StartClusterKernel
-from tests.cluster.kernels import GatewaySide, _Specs
+from tests.cluster.kernels import GatewaySide
 
 on_session_loop = pytest.mark.asyncio(loop_scope="session")
 """gateway_provisioners' ResponseManager lives on the loop it was created on."""
@@ -35,7 +36,7 @@ async def test_this_machine_as_a_remote_host_is_refused_saying_why(
     gateway_side: GatewaySide, hosts: list[str]
 ) -> None:
     km = AsyncKernelManager(
-        kernel_name="cluster-test", kernel_spec_manager=_Specs(gateway_side.spec(hosts))
+        kernel_name="cluster-test", kernel_spec_manager=OneSpec(gateway_side.spec(hosts))
     )
     before = _sessions_accepted(gateway_side)
     with pytest.raises(InvalidArgument, match=r"is this machine: .* without SSH.*127\.0\.0\.2"):
@@ -91,7 +92,7 @@ async def test_the_startup_command_quotes_what_clients_choose(
     """KERNEL_USERNAME comes from the client's request; in the command sent over SSH it is
     data, never shell syntax (the base class pastes it between double quotes)."""
     km = AsyncKernelManager(
-        kernel_name="cluster-test", kernel_spec_manager=_Specs(gateway_side.spec())
+        kernel_name="cluster-test", kernel_spec_manager=OneSpec(gateway_side.spec())
     )
     await km.pre_start_kernel()  # creates our provisioner, as start_kernel would
     provisioner = km.provisioner

@@ -21,13 +21,13 @@ from typing import Any
 import docker
 import pytest
 import pytest_asyncio
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 
 from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, build_image, image_exists
 from jupyter_exec.docker.reap import L_PID, LABEL
-from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.kernel import KernelHandle, OneSpec
 from jupyter_exec.exceptions import DockerUnavailable
 from tests.raw_run import Run, run_cell
 
@@ -84,17 +84,6 @@ def no_container_left_behind() -> Iterator[None]:
     for container in leftovers:
         container.remove(force=True)
     assert not names, f"kernel containers left behind by the tests: {names}"
-
-
-class _Specs(KernelSpecManager):
-    """Serves one in-memory kernelspec, the way jupyter-exec's Session does."""
-
-    def __init__(self, spec: KernelSpec, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._spec = spec
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        return self._spec
 
 
 def docker_spec(**config: Any) -> KernelSpec:
@@ -172,7 +161,7 @@ async def start(
 ) -> Kernel:
     work_dir = work_dir or make_work_dir(tmp, owner)
     km = AsyncKernelManager(
-        kernel_name="docker-test", kernel_spec_manager=_Specs(docker_spec(**config))
+        kernel_name="docker-test", kernel_spec_manager=OneSpec(docker_spec(**config))
     )
     await km.start_kernel(cwd=str(work_dir), env=dict(os.environ))
     kc = km.client()
