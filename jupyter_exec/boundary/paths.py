@@ -43,7 +43,12 @@ resolves such a path (``tests/attacks/test_paths.py`` scans the source for ``.re
   source) component by component, following only links that no kernel can have planted, and
   returns it open with its canonical path and identity (device, inode);
 * :func:`open_regular` and :func:`read_regular` read a file bounded by size *before* the read
-  starts (``fstat`` on the open descriptor), and never open a FIFO or a device.
+  starts (``fstat`` on the open descriptor), and never open a FIFO or a device;
+* :func:`lend_folder` marks a folder a kernel writes (a Docker kernel's work dir): from then
+  on, for the life of this process, :func:`pin_dir` follows no link at or below it, whoever
+  owns the link. On a non-root or rootless host the kernel runs as our own uid, so a link it
+  plants there looks like one the person made; ownership cannot tell them apart, the loan can.
+  A person's own link *above* the lent folder (``~/project -> /data/project``) still works.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ __all__ = [
     "MAX_READ_BYTES",
     "Folder",
     "inside",
+    "is_lent",
+    "lend_folder",
     "open_regular",
     "pin_dir",
     "read_limit",
@@ -584,6 +591,33 @@ def _planted_by_no_kernel(
     return link.st_uid in trusted and parent.st_uid in trusted and not parent.st_mode & 0o022
 
 
+_LENT: set[tuple[int, int]] = set()
+"""(device, inode) of every folder lent to a kernel in this process (see :func:`lend_folder`)."""
+
+
+def lend_folder(folder: Folder) -> None:
+    """Mark ``folder`` (open) as written by a kernel: no link at or below it is followed again.
+
+    Called where a folder is handed to a kernel that is not this process's own code (the
+    Docker provisioner, for the work dir it mounts). The mark is kept for the life of the
+    process, also after the kernel stopped: the links it planted outlive it. It is keyed by
+    identity, not by path, so renaming the folder or reaching it another way changes nothing.
+    """
+    _LENT.add(folder.identity())
+
+
+def is_lent(identity: tuple[int, int]) -> bool:
+    """True when the folder with this (device, inode) was lent to a kernel (:func:`lend_folder`)."""
+    return identity in _LENT
+
+
+def _lent_fd(fd: int) -> bool:
+    if not _LENT:
+        return False  # nothing lent yet: no fstat on the way (the common local case)
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino) in _LENT
+
+
 def _own_uids() -> tuple[int, ...]:
     """Root and this process's user: a root a person or the host chose may pass their links."""
     return (0, os.geteuid())
@@ -597,8 +631,10 @@ def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
     root can write: ``/var -> /private/var``, ``/home -> /data/home``); any other link is a
     :class:`StorageError` (``ELOOP``) naming it. With ``trust_own``, a link this process's
     own user made in a folder only that user can write is followed too (how the trusted root
-    of a :class:`Folder` is reached: ``~/project -> /data/project`` works, a link a Docker
-    kernel planted in a work dir lent to it does not). This is how a kernel's working
+    of a :class:`Folder` is reached: ``~/project -> /data/project`` works). No link at or below
+    a folder lent to a kernel (:func:`lend_folder`) is ever followed, whoever owns it: on a
+    non-root host the kernel runs as our uid, and a link it planted in its work dir would
+    otherwise pass as ours. This is how a kernel's working
     directory and a Docker mount source are reached (strictly): the caller holds the
     descriptor, compares the identity (:meth:`Folder.identity`) after handing the canonical
     path to another program, and never resolves the path again.
@@ -608,6 +644,7 @@ def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
         given = os.path.join(os.getcwd(), given)
     pending = [p for p in given.split("/") if p not in ("", ".")]
     canonical: list[str] = []
+    lent: list[bool] = []  # per canonical component: it, or a folder above it, was lent
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     hops = 0
     try:
@@ -615,6 +652,7 @@ def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
             part = pending.pop(0)
             if part == "..":
                 canonical = canonical[:-1]
+                lent = lent[:-1]
                 os.close(fd)
                 fd = -1
                 folder = Folder.open("/", "/".join(canonical))
@@ -631,6 +669,8 @@ def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                         raise _kind_error(shown, "not a folder", errno.ENOTDIR) from None
                     raise storage_error(exc, shown, "open the folder") from exc
+                if lent and lent[-1]:  # a kernel writes this folder: no link in it is ours
+                    raise _link_error(shown, "enter") from None
                 trusted = _own_uids() if trust_own else (0,)
                 if not _planted_by_no_kernel(st, os.fstat(fd), trusted):
                     raise _link_error(shown, "enter") from None
@@ -642,6 +682,7 @@ def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
                 pending = [p for p in target.split("/") if p not in ("", ".")] + pending
                 if target.startswith("/"):
                     canonical = []
+                    lent = []
                     os.close(fd)
                     fd = -1
                     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -649,6 +690,7 @@ def pin_dir(path: str | os.PathLike[str], *, trust_own: bool = False) -> Folder:
             os.close(fd)
             fd = child
             canonical.append(part)
+            lent.append(bool(lent and lent[-1]) or _lent_fd(fd))
     except BaseException:
         if fd >= 0:
             os.close(fd)

@@ -54,7 +54,7 @@ import docker.errors
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
-from jupyter_exec.boundary.paths import Folder, inside, pin_dir
+from jupyter_exec.boundary.paths import Folder, inside, lend_folder, pin_dir
 from jupyter_exec.docker import reap as reaping
 from jupyter_exec.docker.config import DockerTraits
 from jupyter_exec.docker.engine import connect, docker_errors, is_rootless
@@ -139,6 +139,7 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
             pinned = await asyncio.to_thread(pin_dir, cwd)
         except FileNotFoundError:
             raise WorkDirError(f"work dir {cwd} does not exist") from None
+        lend_folder(pinned)  # the kernel writes it: no link in it is followed from now on
         self._forget_pin()
         self._pinned = pinned
         work_dir = pinned.path

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from jupyter_exec.boundary.paths import Folder, read_open, storage_error, write_bytes
+from jupyter_exec.boundary.paths import Folder, read_open, storage_error
 from jupyter_exec.e2b.paths import SandboxPaths
 from jupyter_exec.exceptions import StorageError, WorkDirError
 
@@ -70,7 +70,7 @@ class SandboxFiles:
         self.paths = paths
 
     def _folder(self, relative: str, *, create: bool = False) -> Folder:
-        return Folder.open(self.paths.ensure(), relative, create=create)
+        return self.paths.open(relative, create=create)  # from the held work dir, no link
 
     def _entry(self, folder: Folder, name: str, relative: str) -> dict[str, Any] | None:
         st = folder.lstat(name) if name else os.fstat(folder.fd)
@@ -200,7 +200,9 @@ class SandboxFiles:
         relative = self.paths.relative(path)
         if not relative:
             raise StorageError(f"{path} is a folder, not a file", errno.EISDIR)
-        write_bytes(self.paths.ensure(), relative, data)
+        folders, name = _split(relative)
+        with self.paths.open(folders, create=True) as folder:
+            folder.write_atomic(name, [data])
         return {"name": _split(relative)[1], "type": "file", "path": self.paths.shown(relative)}
 
 

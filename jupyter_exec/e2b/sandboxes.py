@@ -286,6 +286,7 @@ class Sandboxes(Lasting):
             raise SessionNotFound(f"sandbox {sandbox_id!r} was not found")
         names = [c.session_name for c in sandbox.contexts.values()]
         await asyncio.gather(sandbox.processes.kill_all(), *(self._close(n) for n in names))
+        sandbox.paths.close()
         if self.saved is not None and not self._stopping:  # the server stopping: it comes back
             self.saved.remove(sandbox_id)
         log.info("sandbox %s killed", sandbox_id)
