@@ -18,6 +18,8 @@ import pytest
 from jupyter_exec import AsyncSession, NetworkPolicy, SessionClosedError, SessionNotFound
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 from jupyter_exec.manager import AsyncSessionManager, PoolKey, SessionManager
+from jupyter_exec.state.generations import state_folder
+from tests.generation_helpers import flush
 
 
 def kernel_pid(session: object) -> int:
@@ -47,12 +49,11 @@ async def test_pooled_session_is_clean_private_and_in_its_work_dir(
     assert a.work_dir == pooled.root / "a"
     cwd = await a.execute("import os; os.getcwd()")
     assert cwd.text == repr(str(pooled.root / "a"))
-    # Nothing but the session's own notebook (and its hidden spare) in the work dir,
-    # and a fresh namespace.
-    assert sorted(p.name for p in a.work_dir.iterdir()) in (
-        ["a.ipynb"],
-        [".a.ipynb.jx-tmp", "a.ipynb"],
-    )
+    # Nothing but the session's own notebook (and its hidden spare) and, once its writer has
+    # flushed (waited for, never timed), the cell's saved state; and a fresh namespace.
+    await flush(a)
+    listed = {p.name for p in a.work_dir.iterdir()} - {".a.ipynb.jx-tmp"}
+    assert listed == {"a.ipynb", state_folder("a")}
     fresh = await a.execute("[n for n in globals() if not n.startswith('_')]")
     assert "os" in fresh.text
     assert fresh.execution_count == 2  # the silent warm-up left no trace
