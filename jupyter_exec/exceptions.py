@@ -24,7 +24,9 @@ opt-in ``Execution.raise_for_error()``::
     │                                 (disk full, ...); carries the Execution; the session goes on
     ├── WorkDirError                  a path would escape the work dir (a link, '..'), or the
     │   │                             work dir is unusable
-    │   └── WorkDirNotFound           (also a FileNotFoundError) a work dir to make has no parent
+    │   ├── WorkDirNotFound           (also a FileNotFoundError) a work dir to make has no parent
+    │   └── WorkDirShared             a Docker or remote session's folder would be, hold or lie
+    │                                 inside a local session's folder (or the reverse)
     ├── CheckpointError               a checkpoint on disk is corrupt, partial, or from another
     │                                 environment (``mismatches`` names what differs)
     └── BackendError                  a kernel backend failed outside the kernel itself
@@ -72,6 +74,7 @@ __all__ = [
     "StorageError",
     "WorkDirError",
     "WorkDirNotFound",
+    "WorkDirShared",
 ]
 
 
@@ -202,6 +205,15 @@ class WorkDirError(JupyterExecError):
 class WorkDirNotFound(WorkDirError, FileNotFoundError):
     """A work dir to be made has no parent folder (a ``FileNotFoundError``, as AG2's
     command-line executors raise)."""
+
+
+class WorkDirShared(WorkDirError):
+    """A session's folder would cross a trust line: a Docker or remote session's folder
+    is, contains or lies inside a live local session's folder, or the reverse.
+
+    The message names both folders and both sessions (see
+    :mod:`jupyter_exec.boundary.folders`).
+    """
 
 
 class BackendError(JupyterExecError):

@@ -6,6 +6,8 @@
 * :mod:`.trust` - the host's checkpoint key, the manifest's MAC and the origin
   rule: what a Docker kernel wrote is never unpickled on the host unasked.
 * :mod:`.naming` - names of sessions and the files derived from them.
+* :mod:`.folders` - the folders live sessions hold: no folder is shared across
+  a trust line (a Docker or remote kernel's and a local one's).
 
 The network boundary (secrets, hosts, addresses) is :mod:`jupyter_exec.network`;
 each server's per-route authentication is its own route table

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from jupyter_exec.boundary.folders import FolderClaim, trust_of
+from jupyter_exec.boundary.folders import claim as claim_folder
 from jupyter_exec.boundary.naming import check_encodable, files_folder
 from jupyter_exec.engine import remote_files
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
@@ -121,6 +123,7 @@ class AsyncSession(StateMethods):
         self._notebook_path: Path | None = None
         self._kernel: KernelHandle | None = None
         self._recording: Recording | None = None
+        self._folder: FolderClaim | None = None
         self._lock = asyncio.Lock()
         self._signer: asyncio.Future[None] | None = None
         self._signing = False
@@ -282,6 +285,10 @@ class AsyncSession(StateMethods):
             read_notebook(self._notebook_path) if self._resume and self._notebook_path else None
         )
         self._options = await resolve_environment(self._options)
+        # Before any kernel: a folder never crosses a trust line (boundary.folders).
+        self._folder = claim_folder(
+            work_dir, trust_of(self.backend), f"session {name!r} ({self.backend})"
+        )
         self._kernel = await launch_kernel(self._options, work_dir)
         if self._options.host is not None:  # the gateway placed it where it was asked?
             await remote_files.check_host(self._kernel, self._options.host)
@@ -305,6 +312,12 @@ class AsyncSession(StateMethods):
             self._recording.close()
             self._recording = None
         await asyncio.to_thread(remove_made, made, temporary=self._options.work_dir is None)
+        self._release_folder()
+
+    def _release_folder(self) -> None:
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            folder.release()
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
         """Append a cell that was not executed (replay keeps a notebook's layout with it).
@@ -351,7 +364,10 @@ class AsyncSession(StateMethods):
             if kernel is not None:
                 await kernel.shutdown(kernel=self._options.shuts_down_kernel)
         finally:
-            await self._state.close(self._options.shuts_down_kernel)
+            try:
+                await self._state.close(self._options.shuts_down_kernel)
+            finally:
+                self._release_folder()
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
 
     async def __aenter__(self) -> AsyncSession:

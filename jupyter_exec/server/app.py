@@ -38,8 +38,10 @@ class JupyterExecApp(ExtensionApp):
 
     work_dir = Unicode(
         "jupyter-exec",
-        help="Folder (relative to the server root) for sessions created without a work_dir. "
-        "Each session's notebook and output files go there.",
+        help="Parent folder (relative to the server root) of the folders of sessions created "
+        "without a work_dir: each such session gets a new folder of its own, "
+        "<work_dir>/<session name>, for its notebook and output files (never one another "
+        "session used, so no Docker kernel can leave files for a local one).",
     ).tag(config=True)
 
     kernel_name = Unicode(

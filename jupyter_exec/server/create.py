@@ -20,6 +20,7 @@ the registry there only looks sessions up and releases them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -31,6 +32,8 @@ from typing import TYPE_CHECKING, Any, cast
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
+from jupyter_exec.boundary.folders import claim as claim_folder
+from jupyter_exec.boundary.folders import trust_of
 from jupyter_exec.boundary.naming import default_session_name, validate_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.backends import language_kernelspec
@@ -163,9 +166,12 @@ class Creation:
         kernel_name = kernel_name or self.kernel_names[backend]
         if borrowed is None:
             await self._check_kernelspec(kernel_name)
-        folder = self.root.resolve(self.default_work_dir if work_dir is None else work_dir)
-        self._refuse_registry(folder)
-        self._make_folder(folder)
+        if work_dir is None:  # a folder of its own, never one another session used
+            folder, name = self._own_folder(name)
+        else:
+            folder = self.root.resolve(work_dir)
+            self._refuse_registry(folder)
+            self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
         started: list[ServerSession] = []
@@ -182,7 +188,11 @@ class Creation:
             # The manager checks its limits before start() runs: no kernel for a refused session.
             await self.manager.add(session_id, start, backend=backend)
         except SessionLimitError as exc:
+            self._drop_own_folder(folder, own=work_dir is None)
             raise self._limit_reached(exc) from None
+        except BaseException:
+            self._drop_own_folder(folder, own=work_dir is None)
+            raise
         finally:
             self._reserved.discard(notebook)
             self._borrowing.discard(kernel_id or "")
@@ -268,6 +278,53 @@ class Creation:
                 "sessions across restarts; choose another folder"
             )
 
+    def _own_folder(self, name: str | None) -> tuple[Path, str]:
+        """A new, empty folder ``<work_dir>/<name>`` for a session created without a work dir,
+        and its name (``name``, or a fresh default).
+
+        Made here, with no await between the check and the ``mkdir``, and never an existing
+        one: a folder another session used (a Docker kernel could have planted
+        ``ipykernel_launcher.py`` or ``pandas.py`` there, or rewritten a notebook) is
+        never handed to the next session, whatever either's backend.
+        """
+        parent = self.root.resolve(self.default_work_dir)
+        self._refuse_registry(parent)
+        self._make_folder(parent)
+        if name is None:
+            name = default_session_name(
+                parent, taken=lambda n: os.path.lexists(parent / n) or self._taken(parent / n)
+            )
+        shown = self.root.api_path(parent / name)
+        try:
+            with Folder.open(self.root.root, self.root.api_path(parent)) as where:
+                os.mkdir(name, 0o755, dir_fd=where.fd)
+        except FileExistsError:
+            raise SessionConflict(
+                f"{shown!r} exists already, and a session created without a work_dir gets a "
+                "new folder of its own; choose another name, or give work_dir"
+            ) from None
+        except OSError as exc:
+            raise WorkDirError(
+                f"cannot create work_dir {shown!r}: {exc.strerror}; choose another folder"
+            ) from exc
+        return parent / name, name
+
+    def _drop_own_folder(self, folder: Path, *, own: bool) -> None:
+        """Remove the folder :meth:`_own_folder` made for a session that did not start,
+        if nothing was written there (what a kernel wrote stays, to be looked at)."""
+        if not own:
+            return
+        with (
+            contextlib.suppress(OSError),
+            Folder.open(self.root.root, self.root.api_path(folder.parent)) as where,
+        ):
+            os.rmdir(folder.name, dir_fd=where.fd)
+
+    def _taken(self, folder: Path) -> bool:
+        """Whether a live or starting session works in ``folder``."""
+        notebooks = {e.notebook for e in self._current().values()} | self._reserved
+        return any(n.parent == folder for n in notebooks)
+
     def _make_folder(self, folder: Path) -> None:
         """Create the work dir (an existing one is fine); a path that cannot be one is refused."""
         shown = self.root.api_path(folder)
@@ -283,6 +340,21 @@ class Creation:
             ) from exc
 
     async def _start(
+        self, session_id: str, folder: Path, name: str, launch: _Launch
+    ) -> ServerSession:
+        """Start the session's kernel and recording in ``folder``, claimed first
+        (:mod:`jupyter_exec.boundary.folders`): no kernel starts in a folder that
+        crosses a trust line."""
+        # Held from before the kernel starts; the session holds its own claim once started.
+        claim = claim_folder(
+            folder, trust_of(launch.backend), f"session {name!r} ({launch.backend})"
+        )
+        try:
+            return await self._start_claimed(session_id, folder, name, launch)
+        finally:
+            claim.release()
+
+    async def _start_claimed(
         self, session_id: str, folder: Path, name: str, launch: _Launch
     ) -> ServerSession:
         kernel_manager = self.serverapp.kernel_manager

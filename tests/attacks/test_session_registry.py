@@ -191,7 +191,7 @@ def test_registry_entry_copied_from_another_server_root_is_refused(tmp_path: Pat
     copied = registry(second) / f"{model['id']}.json"
     copied.write_bytes((registry(first) / f"{model['id']}.json").read_bytes())
     (second / "root" / "elsewhere.ipynb").write_bytes(
-        (first / "root" / "jupyter-exec" / "elsewhere.ipynb").read_bytes()
+        (first / "root" / "jupyter-exec" / "elsewhere" / "elsewhere.ipynb").read_bytes()
     )
 
     with JupyterProcess(second, env=env) as server:

@@ -70,9 +70,9 @@ async def test_results_errors_timeouts_and_file_urls(api, jp_fetch, session, roo
     status, out = await api("POST", "sessions", sid, "execute", body={"code": code})
     assert (status, out["status"], out["stdout"]) == (200, "ok", "done\n")
     image = out["results"][0]["files"]["image/png"]
-    assert image["path"] == "jupyter-exec/agent_files/cell-001-1.png"
+    assert image["path"] == "jupyter-exec/agent/agent_files/cell-001-1.png"  # its own folder
     urls = {f["path"]: f["url"] for f in out["files"]}
-    assert set(urls) == {image["path"], "jupyter-exec/table.csv"}
+    assert set(urls) == {image["path"], "jupyter-exec/agent/table.csv"}
     assert base64.b64decode(out["results"][0]["data"]["image/png"]) == png
 
     # The URLs are Jupyter's own file handler (under the base URL), with its authentication.
@@ -178,14 +178,14 @@ async def test_replay_a_recorded_notebook(api, jp_fetch, session, root: Path) ->
     )
     assert status == 200, report
     assert report["reproduced"] is True, report
-    assert report["notebook"]["path"] == "jupyter-exec/agent.ipynb"
-    assert report["output"]["path"] == "jupyter-exec/agent.replayed.ipynb"
+    assert report["notebook"]["path"] == "jupyter-exec/agent/agent.ipynb"
+    assert report["output"]["path"] == "jupyter-exec/agent/agent.replayed.ipynb"
     assert (root / report["output"]["path"]).is_file()
     assert [c["status"] for c in report["cells"]] == ["same", "same", "same"]
     # The replay's kernel came from the server and is gone again.
     assert len(json.loads((await jp_fetch("api", "kernels")).body)) == kernels_before
 
-    for notebook in ("../outside.ipynb", "jupyter-exec/missing.ipynb", "/etc/passwd"):
+    for notebook in ("../outside.ipynb", "jupyter-exec/agent/missing.ipynb", "/etc/passwd"):
         status, error = await api("POST", "replay", body={"notebook": notebook})
         assert status == 400, (notebook, error)
     (root / "broken.ipynb").write_text("{not json")

@@ -55,7 +55,7 @@ def test_sessions_run_on_a_gateway(tmp_path: Path) -> None:
         assert call("POST", f"/{sid}/restart").status_code == 200
         lost = call("POST", f"/{sid}/execute", code="v").json()
         assert lost["error"]["ename"] == "NameError"
-        nb = json.loads((server.root / "jupyter-exec" / "remote.ipynb").read_text())
+        nb = json.loads((server.root / "jupyter-exec" / "remote" / "remote.ipynb").read_text())
         assert len(nb["cells"]) == 4
 
         assert call("DELETE", f"/{sid}").status_code == 204

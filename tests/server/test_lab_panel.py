@@ -188,7 +188,7 @@ def test_person_watches_and_steers_the_agent_from_the_panel(lab: JupyterProcess)
         expect(row).to_have_attribute("data-status", "idle", timeout=30_000)
         expect(row.locator(".jp-ExecSessions-name")).to_have_text("agent")
         expect(row.locator(".jp-ExecSessions-meta")).to_contain_text("local · 1 cell")
-        expect(row.locator(".jp-ExecSessions-workdir")).to_have_text("jupyter-exec")
+        expect(row.locator(".jp-ExecSessions-workdir")).to_have_text("jupyter-exec/agent")
         page.screenshot(path=ARTIFACTS / "panel-1-listed.png")
 
         # A long cell over REST: the row turns busy and shows the running code.

@@ -77,7 +77,7 @@ async def test_a_session_over_the_managers_limit_gets_429(
     assert limit in error["message"]
     assert "delete a session first" in error["message"]
     assert await _kernel_ids(jp_fetch) == kernels  # refused before any kernel started
-    assert not (Path(jp_serverapp.root_dir) / "jupyter-exec" / "second.ipynb").exists()
+    assert not (Path(jp_serverapp.root_dir) / "jupyter-exec" / "second").exists()
 
     # Deleting frees the place.
     assert (await api("DELETE", "sessions", first["id"]))[0] == 204

@@ -100,7 +100,7 @@ async def test_an_unknown_kernel_is_404_and_starts_nothing(
     assert "'nope'" in error["message"]
     assert "/api/kernels" in error["message"]
     assert await _kernels(jp_fetch) == []
-    assert not (root / "jupyter-exec" / "x.ipynb").exists()
+    assert not (root / "jupyter-exec" / "x").exists()  # its own folder: not even that
 
 
 @pytest.mark.parametrize(

@@ -99,7 +99,7 @@ async def test_forks_diverge_are_the_servers_kernels_and_link_their_parent(
     assert ids <= kernels
     for fork in forks:
         assert bound[fork["notebook"]["path"]] == fork["kernel"]["id"]
-        assert fork["notebook"]["path"] == f"jupyter-exec/{fork['name']}.ipynb"
+        assert fork["notebook"]["path"] == f"jupyter-exec/main/{fork['name']}.ipynb"
         # A person opening the notebook (JupyterLab joins its kernel) finds the fork's state.
         assert await _ws_eval(jp_ws_fetch, fork["kernel"]["id"], "len(rows)") in ("2", "3")
     assert await _ws_eval(jp_ws_fetch, forks[0]["kernel"]["id"], "len(rows)") == "2"
