@@ -37,6 +37,7 @@ from jupyter_exec.engine.interpreters import (
 )
 from jupyter_exec.engine.languages import install_hint, language_of_kernel
 from jupyter_exec.engine.receiver import Receiver
+from jupyter_exec.engine.safepath import safe_python
 from jupyter_exec.exceptions import (
     BackendError,
     JupyterExecError,
@@ -373,8 +374,11 @@ async def start_kernel(
         kernel_env.setdefault("DENO_NO_UPDATE_CHECK", "1")
     if spec is None:
         _activate(kernel_env, km)
+    extra = _ipython_args(km)
+    if extra and _local(km.kernel_spec):  # a host IPython kernel: its cwd never searched first
+        extra += safe_python(kernel_env)
     try:
-        await _launch_or_undo(km, cwd=str(cwd), env=kernel_env, extra_arguments=_ipython_args(km))
+        await _launch_or_undo(km, cwd=str(cwd), env=kernel_env, extra_arguments=extra)
     except NoSuchKernel:
         raise KernelStartError(_no_such_kernel(kernel_name)) from None
     except JupyterExecError:

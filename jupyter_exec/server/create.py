@@ -38,6 +38,7 @@ from jupyter_exec.boundary.naming import default_session_name, validate_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.backends import language_kernelspec
 from jupyter_exec.engine.languages import canonical_language, install_hint, language_of_kernel
+from jupyter_exec.engine.safepath import is_ipykernel, safe_python
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import (
     InvalidArgument,
@@ -425,6 +426,9 @@ class Creation:
         ``network_proxy``: the Docker provisioner mounts it as the kernel's only way out.
         """
         kwargs: dict[str, Any] = {"kernel_name": kernel_name, "path": self.root.api_path(folder)}
+        if await self._starts_on_this_host(kernel_name):  # its cwd never searched first
+            env = dict(os.environ if env is None else env)
+            kwargs["extra_arguments"] = safe_python(env)
         if env is not None:
             kwargs["env"] = env
         if network_proxy is not None:
@@ -439,6 +443,22 @@ class Creation:
             raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
         except Exception as exc:  # jupyter_client, provisioners and gateways raise assorted types
             raise KernelStartError(f"could not start kernel {kernel_name!r}: {exc}") from exc
+
+    async def _starts_on_this_host(self, kernel_name: str) -> bool:
+        """Whether ``kernel_name`` is an IPython kernel this server starts as a process of
+        its own (no provisioner of ours or anyone's, no gateway): one that imports from
+        its working directory unless told not to (:mod:`jupyter_exec.engine.safepath`)."""
+        gateway = getattr(self.serverapp, "gateway_config", None)
+        if gateway is not None and getattr(gateway, "gateway_enabled", False):
+            return False
+        try:
+            spec = await ensure_async(
+                self.serverapp.kernel_spec_manager.get_kernel_spec(kernel_name)
+            )
+        except Exception:  # unknown here: the start reports it
+            return False
+        metadata = getattr(spec, "metadata", None) or {}
+        return "kernel_provisioner" not in metadata and is_ipykernel(getattr(spec, "argv", []))
 
     def _language_kernel(
         self, language: str, backend: Backend | None, kernel_name: str | None, undo_steps: int

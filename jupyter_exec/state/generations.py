@@ -322,8 +322,8 @@ def _call(function: str, *args: Any) -> str:
 def write_signature(work_dir: Path, made: Generation) -> None:
     """Write ``made``'s signature file (never through a link the kernel planted)."""
     relative = f"{state_folder(made.session)}/{SIGNED}"
-    with Folder.open(work_dir, relative, create=True) as signed:
-        signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()])
+    with Folder.open(work_dir, relative, create=True, mode=0o700) as signed:  # the user's alone
+        signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()], mode=0o600)
 
 
 def _write_quietly(work_dir: Path, made: Generation) -> None:

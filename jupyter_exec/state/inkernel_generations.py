@@ -240,7 +240,8 @@ def _write_generation(
     state = sys.modules[STATE_MODULE]
     root = _root()
     objects = os.path.join(root, OBJECTS)
-    os.makedirs(objects, 0o755, exist_ok=True)
+    _private_folder(root)
+    _private_folder(objects)
     used_bytes = _stored_bytes(objects)
     modules: set[str] = set()
     for _name, entry, parts in pending:
@@ -290,11 +291,22 @@ def _write_generation(
     return hashlib.sha256(data).hexdigest()
 
 
+def _private_folder(path: str) -> None:
+    """``path`` made if missing, readable by its owner only (0700): a session's state
+    (pickles of its variables) is its user's alone, whoever else can read the work dir."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) != 0o700:
+        with contextlib.suppress(OSError):  # made 0755 by an older version: made private
+            os.chmod(path, 0o700)
+
+
 def _write_file(path: str, parts: list[Any], atomic: bool = False) -> None:
     """Write ``parts`` to ``path`` through a temporary file, fsynced, then renamed."""
     head, tail = os.path.split(path)
     temp = os.path.join(head, f"{TMP}{tail}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         for part in parts:
             view = memoryview(part).cast("B")

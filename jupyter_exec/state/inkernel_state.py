@@ -203,7 +203,7 @@ def save(
     if os.path.lexists(target):
         raise FileExistsError(f"jupyter-exec: a checkpoint exists at {relative}")
     temp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}{PARTIAL}")
-    os.mkdir(temp, 0o755)
+    os.mkdir(temp, 0o700)  # its pickles are its user's alone
     started = time.perf_counter()
     try:
         body = _write_all(temp, meta, max_bytes)
