@@ -443,9 +443,11 @@ def test_replayed_notebook_is_new_and_the_original_untouched(
 
 
 def test_progress_line_per_cell(mixed: Replayed) -> None:
-    head, *lines = mixed.progress.splitlines()[1:]
-    # First what changed in the environment: the input file the record read is gone.
-    assert mixed.progress.splitlines()[0] == "environment: 1 difference(s) from the record"
+    where, environment, head, *lines = mixed.progress.splitlines()
+    # First where it runs and why, then what changed in the environment: the input file
+    # the record read is gone.
+    assert where.startswith("replaying on the host: ")
+    assert environment == "environment: 1 difference(s) from the record"
     assert head == "  input file input.txt: missing or unreadable here"
     assert len(lines) == len(MIXED_CELLS)
     assert lines[0] == "[ 1/11] cell 1 ... same"

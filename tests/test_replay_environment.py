@@ -74,9 +74,10 @@ def test_environment_differences_are_listed_first_and_in_the_reports(
         "input file input.csv: its content changed (sha256 differs)",
     ]
     head = err.splitlines()
-    assert head[0] == "environment: 5 difference(s) from the record"
-    assert head[1:6] == [f"  {line}" for line in expected]
-    assert head[6].startswith("[1/1] cell 1 ...")  # before any cell ran
+    assert head[0] == "replaying on the host: no --backend given and the record names no Docker"
+    assert head[1] == "environment: 5 difference(s) from the record"
+    assert head[2:7] == [f"  {line}" for line in expected]
+    assert head[7].startswith("[1/1] cell 1 ...")  # before any cell ran
     page = html.read_text()
     assert f"six 1.10.0 recorded, {SIX_HERE} here" in page
     report = replay(path, output=tmp_path / "again.ipynb")
@@ -156,9 +157,13 @@ def test_in_recorded_env_refuses_another_environment_flag(
 ) -> None:
     path = tmp_path / "nb.ipynb"
     nbformat.write(nbformat.v4.new_notebook(), path)
-    for flags in (["--python", sys.executable], ["--env", "venv"], ["--backend", "docker"]):
+    for flags in (["--python", sys.executable], ["--env", "venv"], ["--env", "docker"]):
         assert main(["replay", str(path), "--in-recorded-env", *flags]) == 2
         assert "--in-recorded-env makes the environment from" in capsys.readouterr().err
+    # --backend says where the record's environment is made: taken, then this notebook
+    # (which records none) is refused for that.
+    assert main(["replay", str(path), "--in-recorded-env", "--backend", "local"]) == 2
+    assert "records no environment" in capsys.readouterr().err
 
 
 def test_in_recorded_env_needs_a_recorded_environment(tmp_path: Path) -> None:

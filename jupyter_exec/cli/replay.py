@@ -28,6 +28,7 @@ from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, parse_rule
 from jupyter_exec.notebook.htmlreport import render_html
 from jupyter_exec.notebook.replay import ReplayReport, replay
+from jupyter_exec.notebook.where import Where
 
 __all__ = ["add_replay_parser"]
 
@@ -51,6 +52,7 @@ examples:
   jupyter-exec replay sim.ipynb --runs 2              replay twice: find nondeterministic cells
   jupyter-exec replay fit.ipynb --rtol 1e-9           numbers in text equal within 1e-9 (relative)
   jupyter-exec replay nb.ipynb --in-recorded-env      in a venv / image made from the record
+  jupyter-exec replay nb.ipynb --in-recorded-env --backend docker   the recorded pins in Docker
   jupyter-exec replay run.ipynb --until 5             replay the first 5 code cells only
   jupyter-exec replay plots.ipynb --image-tolerance 0.01 --pixel-threshold 8
   jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
@@ -62,6 +64,11 @@ written); the work dir defaults to the notebook's folder. Before comparing,
 volatile text is normalised: memory addresses, uuids, temp names, dates and
 times, durations, tqdm rates, timeit loop counts, ipykernel file names
 (--list-rules shows them; --no-default-rules turns them off).
+
+Where the cells run is yours to say: --backend (default local). A notebook
+whose record names Docker (its backend, image, kernelspec or interpreter) is
+refused on the host unless --backend local is given: the record is the
+notebook's own claim. The first line says where it runs and why.
 
 {EXIT_STATUS_HELP}"""
 
@@ -101,8 +108,11 @@ def add_replay_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--in-recorded-env",
         action="store_true",
-        help="replay in an environment made from the record (its Docker image by id, or a "
-        "cached venv with the recorded Python and package versions from the index)",
+        help="replay in an environment made from the record: with --backend docker the "
+        "recorded image (else the kernel image) with the recorded package versions, with "
+        "--backend local a cached venv of the recorded Python and versions; without "
+        "--backend whichever the record names (a Docker record never runs on the host "
+        "unless --backend local is given)",
     )
     compare = parser.add_argument_group("comparison")
     compare.add_argument(
@@ -187,11 +197,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidArgument(str(exc)) from None
     kwargs: dict[str, Any] = session_kwargs(args, SESSION_OPTIONS)
     with_environment(args, kwargs)
-    chosen = [k for k in ("environment", "python", "backend") if kwargs.get(k) is not None]
+    chosen = [k for k in ("environment", "python") if kwargs.get(k) is not None]
     if args.in_recorded_env and chosen:
         raise InvalidArgument(
             "--in-recorded-env makes the environment from the notebook's record; "
-            "drop --env/--python/--backend (or --in-recorded-env)"
+            "drop --env/--python (or --in-recorded-env); --backend says where it is made"
         )
     report = replay(
         args.notebook,
@@ -207,6 +217,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         **kwargs,
     )
     if args.quiet:  # otherwise shown first, before the cells ran
+        where = report.extra.get("where")
+        if where is not None:
+            print(Where(**where).describe(), file=sys.stderr)
         for difference in report.environment:
             print(f"environment: {difference}", file=sys.stderr)
     for warning in report.warnings:

@@ -153,20 +153,33 @@ def _refuse(what: str, value: Any) -> NotebookError:
     )
 
 
-def recorded_environment(record: Mapping[str, Any], cache_dir: str | None = None) -> Environment:
+def recorded_environment(
+    record: Mapping[str, Any], cache_dir: str | None = None, *, backend: str | None = None
+) -> Environment:
     """An environment made from the record: its Docker image by id, or a pinned venv.
+
+    ``backend`` is where the person said it runs (:mod:`jupyter_exec.notebook.where`):
+    ``local`` makes the pinned venv even from a Docker record, ``docker`` the recorded
+    image (or, when it is not on this machine, the kernel image) with the recorded pins
+    in its Python (:func:`pinned_image`); None follows the record (the image if it names one).
 
     The record comes from the notebook, which anyone may have written: every name,
     version and image id must have the plain shape of one (a name like
     ``--index-url=...`` would be an option to pip) or :class:`~jupyter_exec.NotebookError`
     says which is not, before anything is installed. Raises
-    :class:`~jupyter_exec.ImageError` when the recorded image is not on this machine.
+    :class:`~jupyter_exec.ImageError` when the recorded image is not on this machine
+    and the person did not ask for Docker themselves.
     """
     image = record.get("docker_image") or {}
-    if isinstance(image, Mapping) and image.get("id"):
-        image_id = image["id"]
-        if not isinstance(image_id, str) or not _IMAGE_ID_RE.fullmatch(image_id):
-            raise _refuse("Docker image id", image_id)
+    image_id = image.get("id") if isinstance(image, Mapping) else None
+    if image_id is not None and (
+        not isinstance(image_id, str) or not _IMAGE_ID_RE.fullmatch(image_id)
+    ):
+        raise _refuse("Docker image id", image_id)
+    if backend == "docker":
+        here = image_id if image_id and _image_here(image_id) else ""
+        return pinned_image(here, _pins(record), cache_dir)
+    if image_id and backend is None:
         _check_image(image_id)
         return DockerEnv(image=image_id)
     interpreter = record.get("interpreter") or {}
@@ -179,6 +192,11 @@ def recorded_environment(record: Mapping[str, Any], cache_dir: str | None = None
     python = ".".join(version.split(".")[:2])
     if not _PYTHON_RE.fullmatch(python):
         raise _refuse("Python version", version)
+    return PinnedVenv(python=python, packages=_pins(record), cache_dir=cache_dir)
+
+
+def _pins(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """The record's packages as ``name==version`` pins, each checked for its plain shape."""
     packages = record.get("packages") or {}
     if not isinstance(packages, Mapping):
         raise _refuse("package list", packages)
@@ -189,7 +207,12 @@ def recorded_environment(record: Mapping[str, Any], cache_dir: str | None = None
         if not isinstance(pinned, str) or not _VERSION_RE.fullmatch(pinned):
             raise _refuse(f"version of {name}", pinned)
         pins.append(f"{name}=={pinned}")
-    return PinnedVenv(python=python, packages=tuple(pins), cache_dir=cache_dir)
+    return tuple(pins)
+
+
+def pinned_image(image: str, pins: tuple[str, ...], cache_dir: str | None = None) -> DockerEnv:
+    """``image`` (empty: the kernel image) for a replay of a record with these pins."""
+    return DockerEnv(image=image)
 
 
 class PinnedVenv(VirtualEnv):
@@ -206,6 +229,15 @@ class PinnedVenv(VirtualEnv):
                 f"the package index has no {', '.join(missing)} (recorded in the notebook), "
                 "so the recorded environment cannot be rebuilt here"
             ) from exc
+
+
+def _image_here(image_id: str) -> bool:
+    """Whether the engine has this image (looked up by id, never pulled)."""
+    try:
+        _check_image(image_id)
+    except ImageError:
+        return False
+    return True
 
 
 def _check_image(image_id: str) -> None:

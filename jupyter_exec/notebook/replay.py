@@ -40,7 +40,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
 from jupyter_exec.engine.languages import kernel_for, language_of_kernel
@@ -58,6 +58,7 @@ from jupyter_exec.notebook.passes import _Judging, _nondeterministic, _Plan, _Re
 from jupyter_exec.notebook.recorder import read_notebook
 from jupyter_exec.notebook.report import CellResult, CellStatus, ReplayReport, _Progress
 from jupyter_exec.notebook.runorder import run_order, seq_of
+from jupyter_exec.notebook.where import choose
 from jupyter_exec.options import DEFAULT_TIMEOUT
 
 __all__ = [
@@ -150,7 +151,7 @@ async def replay_async(
     output: str | os.PathLike[str] | None = None,
     until: int | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
-    backend: Backend = "local",
+    backend: Backend | None = None,
     kernel_name: str | None = None,
     rules: Iterable[Rule | str] = (),
     default_rules: bool = True,
@@ -191,10 +192,18 @@ async def replay_async(
         1, or 2 to replay twice: cells whose outputs differ between the two
         replays are ``nondeterministic`` (not blamed on the record). The second
         run is recorded beside the first (``<stem>.replayed-run2.ipynb``).
+    backend:
+        Where the cells run: ``local`` (this host) or ``docker``. None (not said):
+        the host, unless the record bears a trace of Docker: then, with
+        ``in_recorded_env`` and a recorded image, that image, else a
+        :class:`~jupyter_exec.NotebookError` (the record cannot send a replay to
+        the host; :mod:`jupyter_exec.notebook.where`).
     in_recorded_env:
         Replay in an environment made from the record's
-        ``metadata.jupyter_exec.environment``: its Docker image by id, or a
-        cached venv with the recorded Python version and package versions.
+        ``metadata.jupyter_exec.environment``: with ``backend="docker"`` the
+        recorded image (else the kernel image) with the recorded pins, with
+        ``backend="local"`` a cached venv with the recorded Python version and
+        package versions, and without a backend whichever the record names.
     progress:
         A stream for the environment differences (first) and a one-line-per-cell
         progress display (e.g. ``sys.stderr``).
@@ -227,17 +236,25 @@ async def replay_async(
     root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
     target = _output_path(source, root, output)
     record = envdiff.recorded(nb.metadata)
-    if in_recorded_env:
-        if record is None:
-            raise NotebookError(
-                f"{source.name} records no environment (metadata.jupyter_exec.environment): "
-                "--in-recorded-env needs a notebook recorded by jupyter-exec"
-            )
-        made = envdiff.recorded_environment(record)
+    if in_recorded_env and record is None:
+        raise NotebookError(
+            f"{source.name} records no environment (metadata.jupyter_exec.environment): "
+            "--in-recorded-env needs a notebook recorded by jupyter-exec"
+        )
+    where = choose(
+        source.name,
+        nb.metadata,
+        backend=backend,
+        in_recorded_env=in_recorded_env,
+        session_kwargs=session_kwargs,
+    )
+    if where.environment is not None:
         for key in ("python", "backend", "docker", "environment"):
             session_kwargs.pop(key, None)
-        session_kwargs["environment"] = made
-        backend = "docker" if made.backend == "docker" else "local"
+        session_kwargs["environment"] = where.environment
+    backend = cast(Backend, where.backend)
+    if progress is not None:
+        progress.write(f"{where.describe()}\n")
     warnings: list[str] = []
     order = run_order(nb.cells)  # placed order, unless the notebook says how its cells ran
     if order != sorted(order):
@@ -288,7 +305,7 @@ async def replay_async(
                 "environment: not recorded (the notebook holds no jupyter_exec record)\n"
             )
         results = await plan.run(session, bar, notify)
-        extra = {**_facts(nb), "environment": {"recorded": record}}
+        extra = {**_facts(nb), "environment": {"recorded": record}, "where": where.to_dict()}
         if record is not None:
             extra["environment"]["here"] = now
         if runs == 2:

@@ -1,0 +1,186 @@
+"""Attacks on where a replay runs: the notebook's record must not move it out of Docker.
+
+The attacker's code ran in a Docker kernel, which writes its own notebook. It edits the
+record so that the next ``jupyter-exec replay --in-recorded-env`` of that notebook runs
+its cells on the host: it drops ``docker_image`` (once enough to get a host venv), and
+more. The cell it wants replayed writes a marker at an absolute host path (absent in the
+container) and, wherever it runs, a note of the interpreter that ran it in its cwd.
+
+Real Docker kernels in the real kernel image, the real CLI (its ``main``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_exec import Session
+from jupyter_exec.cli import main
+from jupyter_exec.notebook.replay import replay
+from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
+    docker_client,
+    kernel_image,
+    no_container_left_behind,
+    work,
+)
+
+pytestmark = pytest.mark.docker
+
+DEADLINE = 120.0
+
+
+def _attack_code(host_marker: Path) -> str:
+    """The cell the attacker wants run on the host: it leaves a mark where it ran."""
+    return (
+        "import os, sys\n"
+        "try:\n"
+        f"    open({str(host_marker)!r}, 'w').write('ran on the host')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "open('where.txt', 'w').write(sys.executable)\n"
+        "print('done')"
+    )
+
+
+@pytest.fixture
+def recorded(work: Path, kernel_image: str, tmp_path: Path) -> tuple[Path, Path]:  # noqa: F811
+    """A notebook a Docker kernel recorded (its cell leaves marks), and the host marker."""
+    outside = tmp_path / "host"
+    outside.mkdir()
+    marker = outside / "marker.txt"
+    with Session(
+        backend="docker",
+        work_dir=work,
+        name="dock",
+        docker={"image": kernel_image},
+        timeout=DEADLINE,
+    ) as session:  # type: ignore[arg-type]
+        assert session.execute(_attack_code(marker)).stdout == "done\n"
+    assert not marker.exists()  # (the container has no such folder)
+    (work / "where.txt").unlink()
+    return work / "dock.ipynb", marker
+
+
+def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    raw = json.loads(path.read_text())
+    change(raw["metadata"])
+    path.write_text(json.dumps(raw))
+
+
+def _drop_image(metadata: dict[str, Any]) -> None:
+    metadata["jupyter_exec"]["environment"].pop("docker_image")
+
+
+def _drop_image_and_backends(metadata: dict[str, Any]) -> None:
+    _drop_image(metadata)
+    metadata["jupyter_exec"]["environment"]["backend"] = "local"
+    metadata["jupyter_exec"]["backend"] = "local"  # left: the image's interpreter path
+
+
+def _drop_all_but_session(metadata: dict[str, Any]) -> None:
+    environment = metadata["jupyter_exec"]["environment"]
+    environment.pop("docker_image")
+    environment.pop("backend")
+    environment["interpreter"].pop("executable")  # left: the session's backend
+
+
+@pytest.mark.parametrize("forge", [_drop_image, _drop_image_and_backends, _drop_all_but_session])
+def test_a_docker_record_stripped_of_its_image_is_not_replayed_on_the_host(
+    recorded: tuple[Path, Path],
+    forge: Callable[[dict[str, Any]], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, marker = recorded
+    _edit(path, forge)
+    before = path.read_bytes()
+    assert main(["replay", str(path), "--in-recorded-env"]) == 2
+    err = capsys.readouterr().err
+    assert "was recorded in Docker" in err
+    assert "refusing to replay it on the host" in err
+    assert "--backend docker" in err and "--backend local" in err
+    assert not marker.exists()
+    assert not (path.parent / "where.txt").exists()  # no cell ran anywhere
+    assert not (path.parent / "dock.replayed.ipynb").exists()
+    assert path.read_bytes() == before
+    # Without --in-recorded-env the same: the host only on the person's word.
+    assert main(["replay", str(path)]) == 2
+    assert "refusing to replay it on the host" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_an_intact_docker_record_replays_in_its_image(
+    recorded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, marker = recorded
+    assert main(["replay", str(path), "--in-recorded-env"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("replaying in Docker (image sha256:")
+    assert "no --backend given; the record names Docker" in err
+    assert not marker.exists()
+    assert (path.parent / "where.txt").read_text().startswith("/opt/kernel/")
+
+
+def test_the_host_only_on_the_persons_word_and_the_console_says_so(
+    recorded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, marker = recorded
+    _edit(path, _drop_image)
+    # The person's own word: the code runs on the host, and the line says why.
+    code = main(["replay", str(path), "--backend", "local", "-q"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "replaying on the host: --backend local given; the record names Docker" in err
+    assert marker.read_text() == "ran on the host"
+
+
+def test_a_record_claiming_the_host_runs_in_docker_when_the_person_asks(
+    work: Path,  # noqa: F811
+    kernel_image: str,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The notebook says "local" everywhere (a host venv); ``--backend docker`` wins."""
+    marker = tmp_path / "marker.txt"
+    with Session(work_dir=work, name="host", timeout=DEADLINE) as session:
+        assert session.execute(_attack_code(marker)).stdout == "done\n"
+    marker.unlink()
+    (work / "where.txt").unlink()
+    path = work / "host.ipynb"
+    for flags in ([], ["--in-recorded-env"]):
+        code = main(["replay", str(path), *flags, "--backend", "docker"])
+        err = capsys.readouterr().err
+        assert code in (0, 1), err  # (the interpreter differs: a difference, not an error)
+        assert err.splitlines()[0] == (
+            f"replaying in Docker (image {kernel_image}): --backend docker given"
+        )
+        assert not marker.exists()
+        where = work / "where.txt"
+        assert where.read_text().startswith("/opt/kernel/")  # written in the container's work dir
+        where.unlink()
+
+
+def test_in_recorded_env_with_backend_docker_puts_the_recorded_pins_in_the_image(
+    work: Path,  # noqa: F811
+    kernel_image: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A host notebook's pins, rebuilt in Docker: the replay reports each recorded version."""
+    with Session(work_dir=work, name="pins", timeout=DEADLINE) as session:
+        session.execute("import six\nprint(six.__version__)")
+    path = work / "pins.ipynb"
+    _edit(path, lambda m: m["jupyter_exec"]["environment"].update(packages={"six": "1.16.0"}))
+    report = replay(
+        path, in_recorded_env=True, backend="docker", timeout=DEADLINE, output=work / "r.ipynb"
+    )
+    here = report.extra["environment"]["here"]
+    assert report.extra["where"]["backend"] == "docker"
+    assert here["backend"] == "docker"
+    assert here["interpreter"]["executable"].startswith("/opt/kernel/")
+    assert here["packages"] == {"six": "1.16.0"}
+    assert not any(line.startswith("six ") for line in report.environment)
+    assert os.path.exists(work / "r.ipynb")
