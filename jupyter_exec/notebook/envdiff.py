@@ -211,8 +211,11 @@ def _pins(record: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def pinned_image(image: str, pins: tuple[str, ...], cache_dir: str | None = None) -> DockerEnv:
-    """``image`` (empty: the kernel image) for a replay of a record with these pins."""
-    return DockerEnv(image=image)
+    """``image`` (empty: the kernel image) with the recorded pins its Python lacks
+    (:mod:`jupyter_exec.notebook.imagepins`)."""
+    from jupyter_exec.notebook import imagepins
+
+    return imagepins.pinned_image(image, pins, cache_dir)
 
 
 class PinnedVenv(VirtualEnv):

@@ -102,7 +102,8 @@ def test_a_docker_record_stripped_of_its_image_is_not_replayed_on_the_host(
     err = capsys.readouterr().err
     assert "was recorded in Docker" in err
     assert "refusing to replay it on the host" in err
-    assert "--backend docker" in err and "--backend local" in err
+    assert "--backend docker" in err
+    assert "--backend local" in err
     assert not marker.exists()
     assert not (path.parent / "where.txt").exists()  # no cell ran anywhere
     assert not (path.parent / "dock.replayed.ipynb").exists()
