@@ -1,0 +1,158 @@
+"""Issue 30, finding 3, as the attacker: on a non-root host a Docker kernel runs as the host's
+own uid, so a link it plants in its work dir looks like one the person made.
+
+Before the fix the resolver followed a link owned by this process's uid in a folder only that
+uid can write (``trust_own``): the default context of an E2B sandbox swapped another context's
+folder for a link, and the host wrote that context's notebook and state signatures outside the
+sandbox; the same with two Docker sessions, the second's work dir inside the first's. Each case
+runs the host (server, sessions, SDK) as uid 4242 in a process of its own
+(``lent_scenario.py``; the test spawns it as that user when it runs as root, or runs it as
+itself when CI runs ``tests/attacks`` as a non-root user), and asserts that the host refused
+and that the folder outside stays empty. The kernels, the Docker engine and the SDK are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_exec.boundary.trust import KEY_ENV
+from jupyter_exec.docker.engine import connect
+from jupyter_exec.docker.ownership import _USER, _read_acl, _with_mask, _write_acl
+from jupyter_exec.exceptions import DockerUnavailable
+
+pytest.importorskip("e2b_code_interpreter")
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+
+ATTACKER_UID = 4242  # the developer-laptop user; the CI's non-root run uses the same uid
+SCENARIO = Path(__file__).with_name("lent_scenario.py")
+REPO = Path(__file__).parents[2]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SOCKET = Path("/var/run/docker.sock")
+
+
+def _blocking_folders(uid: int) -> list[Path]:
+    """Folders on the way to the interpreter and the checkout that ``uid`` cannot enter."""
+    targets = [Path(os.path.realpath(sys.executable)), Path(sys.base_prefix), REPO]
+    blocking: set[Path] = set()
+    for target in targets:
+        for folder in [target, *target.parents]:
+            st = folder.stat()
+            if folder.is_dir() and st.st_uid != uid and not st.st_mode & 0o001:
+                blocking.add(folder)
+    return sorted(blocking)
+
+
+def _let_enter(folder: Path, uid: int) -> None:
+    """One ACL entry ``user:<uid>:--x``: enter, not list (e.g. /root, where pyenv lives).
+
+    Kept after the test: the CI's non-root run (scripts/test-attacks-nonroot) needs the same.
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        acl = _read_acl(fd, st.st_mode)
+        if any(tag == _USER and ident == uid and perm & 1 for tag, perm, ident in acl):
+            return
+        entries = [e for e in acl if not (e[0] == _USER and e[2] == uid)]
+        _write_acl(fd, _with_mask([*entries, (_USER, 1, uid)]), st.st_mode)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def engine() -> None:
+    try:
+        connect().close()
+    except DockerUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
+        pytest.skip(f"no Docker engine: {exc}")
+
+
+@pytest.fixture
+def as_attacker(engine: None, tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A private base folder and the ``subprocess.run`` keywords that run as a non-root uid."""
+    if os.geteuid() != 0:  # already the non-root user (the CI's second run)
+        yield tmp_path, {"env": os.environ.copy()}
+        return
+    if not SOCKET.exists():
+        pytest.skip("no local Docker socket to hand to the non-root user")
+    for folder in _blocking_folders(ATTACKER_UID):
+        try:
+            _let_enter(folder, ATTACKER_UID)
+        except OSError as exc:
+            if IN_CI:
+                raise
+            pytest.skip(f"uid {ATTACKER_UID} cannot reach {folder} (no ACLs here: {exc})")
+    base = Path(tempfile.mkdtemp(prefix="jx-lent-"))  # tmp_path's parents are root's, 0700
+    os.chown(base, ATTACKER_UID, ATTACKER_UID)
+    env = {**os.environ, "HOME": str(base / "home"), "TMPDIR": str(base / "tmp"),
+           KEY_ENV: str(base / "home" / "checkpoint.key")}  # fmt: skip  # root's is 0600
+    env.pop("XDG_RUNTIME_DIR", None)  # root's: not this user's
+    for sub in ("home", "tmp"):
+        (base / sub).mkdir(mode=0o700)
+        os.chown(base / sub, ATTACKER_UID, ATTACKER_UID)
+    keywords = {
+        "env": env,
+        "user": ATTACKER_UID,
+        "group": ATTACKER_UID,
+        "extra_groups": [SOCKET.stat().st_gid],  # the docker group: the developer's laptop
+    }
+    try:
+        yield base, keywords
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(case: str, base: Path, keywords: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Run ``case`` of the scenario; its JSON answer and its log (the host's warnings)."""
+    done = subprocess.run(
+        [sys.executable, str(SCENARIO), case, str(base)],
+        cwd=REPO, capture_output=True, text=True, timeout=500, check=False, **keywords,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    # The non-root case, or nothing here is attacked: the host and its kernel share one uid.
+    assert found["host_uid"] != 0
+    assert found["kernel_uid"] == str(found["host_uid"]), found
+    assert found["swap_error"] is None, found  # the kernel did swap the folder for a link
+    return found, done.stderr
+
+
+def test_f3_e2b_context_folder_swapped_for_a_link_as_non_root(
+    as_attacker: tuple[Path, dict[str, Any]],
+) -> None:
+    """The default context swaps ``/home/user/ctx`` for a link; the ctx context runs a cell."""
+    base, keywords = as_attacker
+    found, log = _run("e2b", base, keywords)
+    assert found["before"] == "1"
+    # Refused: the context's state signature and its files are never written through the link.
+    assert "/ctx: it is a symbolic link" in log, log[-4000:]
+    assert "symbolic link" in found["files_write"], found
+    assert found["outside"] == [], found  # no notebook, no state, no planted file outside
+    assert sorted(os.listdir(base / "outside")) == []
+
+
+def test_f3_nested_docker_session_folder_swapped_for_a_link_as_non_root(
+    as_attacker: tuple[Path, dict[str, Any]],
+) -> None:
+    """The first Docker session swaps the second's work dir (inside its own) for a link."""
+    base, keywords = as_attacker
+    found, _log = _run("nested", base, keywords)
+    assert found["before"] == "1"
+    assert "first/second: it is a symbolic link" in found["refused"], found
+    assert found["outside"] == [], found
+    assert sorted(os.listdir(base / "outside")) == []
+    # The second session's real folder kept its first cell and nothing else moved.
+    assert (base / "first" / "second.real" / "second.ipynb").is_file()
