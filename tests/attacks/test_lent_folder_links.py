@@ -27,8 +27,8 @@ import pytest
 
 from jupyter_exec.boundary.trust import KEY_ENV
 from jupyter_exec.docker.engine import connect
-from jupyter_exec.docker.ownership import _USER, _read_acl, _with_mask, _write_acl
 from jupyter_exec.exceptions import DockerUnavailable
+from tests.attacks.nonroot import blocking_folders, let_enter
 
 pytest.importorskip("e2b_code_interpreter")
 
@@ -39,35 +39,6 @@ SCENARIO = Path(__file__).with_name("lent_scenario.py")
 REPO = Path(__file__).parents[2]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SOCKET = Path("/var/run/docker.sock")
-
-
-def _blocking_folders(uid: int) -> list[Path]:
-    """Folders on the way to the interpreter and the checkout that ``uid`` cannot enter."""
-    targets = [Path(os.path.realpath(sys.executable)), Path(sys.base_prefix), REPO]
-    blocking: set[Path] = set()
-    for target in targets:
-        for folder in [target, *target.parents]:
-            st = folder.stat()
-            if folder.is_dir() and st.st_uid != uid and not st.st_mode & 0o001:
-                blocking.add(folder)
-    return sorted(blocking)
-
-
-def _let_enter(folder: Path, uid: int) -> None:
-    """One ACL entry ``user:<uid>:--x``: enter, not list (e.g. /root, where pyenv lives).
-
-    Kept after the test: the CI's non-root run (scripts/test-attacks-nonroot) needs the same.
-    """
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(fd)
-        acl = _read_acl(fd, st.st_mode)
-        if any(tag == _USER and ident == uid and perm & 1 for tag, perm, ident in acl):
-            return
-        entries = [e for e in acl if not (e[0] == _USER and e[2] == uid)]
-        _write_acl(fd, _with_mask([*entries, (_USER, 1, uid)]), st.st_mode)
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +59,9 @@ def as_attacker(engine: None, tmp_path: Path) -> Iterator[tuple[Path, dict[str, 
         return
     if not SOCKET.exists():
         pytest.skip("no local Docker socket to hand to the non-root user")
-    for folder in _blocking_folders(ATTACKER_UID):
+    for folder in blocking_folders(ATTACKER_UID):
         try:
-            _let_enter(folder, ATTACKER_UID)
+            let_enter(folder, ATTACKER_UID)  # kept: the CI's non-root run needs it too
         except OSError as exc:
             if IN_CI:
                 raise
