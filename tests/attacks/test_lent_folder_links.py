@@ -13,6 +13,7 @@ and that the folder outside stays empty. The kernels, the Docker engine and the 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -25,14 +26,16 @@ from typing import Any
 
 import pytest
 
+from jupyter_exec.boundary import paths
+from jupyter_exec.boundary.paths import Folder, is_lent, lend_folder, pin_dir, write_bytes
 from jupyter_exec.boundary.trust import KEY_ENV
 from jupyter_exec.docker.engine import connect
-from jupyter_exec.exceptions import DockerUnavailable
+from jupyter_exec.exceptions import DockerUnavailable, StorageError
 from tests.attacks.nonroot import blocking_folders, let_enter
 
 pytest.importorskip("e2b_code_interpreter")
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 ATTACKER_UID = 4242  # the developer-laptop user; the CI's non-root run uses the same uid
 SCENARIO = Path(__file__).with_name("lent_scenario.py")
@@ -101,6 +104,7 @@ def _run(case: str, base: Path, keywords: dict[str, Any]) -> tuple[dict[str, Any
     return found, done.stderr
 
 
+@pytest.mark.docker
 def test_f3_e2b_context_folder_swapped_for_a_link_as_non_root(
     as_attacker: tuple[Path, dict[str, Any]],
 ) -> None:
@@ -115,6 +119,7 @@ def test_f3_e2b_context_folder_swapped_for_a_link_as_non_root(
     assert sorted(os.listdir(base / "outside")) == []
 
 
+@pytest.mark.docker
 def test_f3_nested_docker_session_folder_swapped_for_a_link_as_non_root(
     as_attacker: tuple[Path, dict[str, Any]],
 ) -> None:
@@ -127,3 +132,44 @@ def test_f3_nested_docker_session_folder_swapped_for_a_link_as_non_root(
     assert sorted(os.listdir(base / "outside")) == []
     # The second session's real folder kept its first cell and nothing else moved.
     assert (base / "first" / "second.real" / "second.ipynb").is_file()
+
+
+@pytest.fixture
+def lent_here(tmp_path: Path) -> Iterator[Path]:
+    """A folder lent to a kernel in this process (taken off the list after: inodes are reused)."""
+    lent = tmp_path / "lent"
+    lent.mkdir(mode=0o755)
+    with Folder.open(lent) as opened:
+        lend_folder(opened)
+        identity = opened.identity()
+    try:
+        yield lent
+    finally:
+        paths._LENT.discard(identity)
+
+
+def test_f3_no_link_below_a_lent_folder_is_followed_whoever_owns_it(
+    lent_here: Path, tmp_path: Path
+) -> None:
+    """A link in a lent folder, ours (root's when run as root) in a folder only we write: the
+    owner rule alone would follow it; the loan does not, at any depth below the folder."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (lent_here / "deep").mkdir(mode=0o755)
+    for planted in (lent_here / "ctx", lent_here / "deep" / "ctx"):
+        planted.symlink_to(victim)
+        assert os.lstat(planted).st_uid == os.geteuid()
+        with pytest.raises(StorageError, match="symbolic link") as refused:
+            write_bytes(planted, "s.ipynb", b"{}")
+        assert refused.value.errno == errno.ELOOP
+        with pytest.raises(StorageError, match="symbolic link"):
+            pin_dir(planted / "inner", trust_own=True)
+    assert list(victim.iterdir()) == []
+    # The person's own link above the lent folder still leads to it (~/project -> /data/project).
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    (mine / "project").symlink_to(lent_here)
+    write_bytes(mine / "project", "s.ipynb", b"{}")
+    assert (lent_here / "s.ipynb").read_bytes() == b"{}"
+    with pin_dir(mine / "project", trust_own=True) as pinned:
+        assert is_lent(pinned.identity())
