@@ -10,6 +10,10 @@ The rule, in order:
 3. If this process is not root, the kernel runs as this process's uid:gid. It must be able to
    read our private connection file, and we must be able to connect to the ipc sockets it
    creates, so no other uid would work without root. The work dir must be writable by us.
+   A link the kernel plants there is then owned by our own uid, in a folder only we can write:
+   ownership cannot tell it from the person's own, so the resolver never follows a link at or
+   below a lent work dir at all (:func:`jupyter_exec.boundary.paths.lend_folder`, which the
+   provisioner calls for every work dir it mounts). The same holds for rule 2.
 4. If this process is root, the kernel runs as the uid:gid that owns the work dir, so files it
    writes belong to that user on the host and nothing needs lending.
 5. If the work dir is owned by root, the kernel does **not** run as root. It runs as the
