@@ -16,7 +16,6 @@ before it runs anything. The in-kernel half is :mod:`jupyter_exec.engine.inkerne
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import logging
@@ -24,6 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from jupyter_exec.boundary import replies
 from jupyter_exec.engine import inkernel_env
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import KernelNotAliveError
@@ -83,19 +83,7 @@ async def expressions(kernel: KernelHandle) -> dict[str, str]:
 
 def parse(user_expressions: Mapping[str, Any]) -> dict[str, Any] | None:
     """The environment a cell's reply reported; None when unchanged or not reported."""
-    found = user_expressions.get(EXPRESSION_KEY)
-    if not isinstance(found, Mapping) or found.get("status") != "ok":
-        return None
-    text = (found.get("data") or {}).get("text/plain")
-    if not isinstance(text, str) or len(text) > MAX_REPORT_CHARS:
-        return None
-    import json
-
-    try:
-        value = ast.literal_eval(text)
-        report = json.loads(value) if isinstance(value, str) and value else None
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
+    report = replies.answer(user_expressions, EXPRESSION_KEY, MAX_REPORT_CHARS)
     return report if isinstance(report, dict) else None
 
 

@@ -24,12 +24,10 @@ is not IPython, and no name is left in the user's namespace.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import base64
 import contextlib
 import errno
-import json
 import logging
 import socket
 import time
@@ -38,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from jupyter_exec.boundary import replies
 from jupyter_exec.boundary.paths import read_limit, write_bytes
 from jupyter_exec.engine import inkernel_remote
 from jupyter_exec.engine.kernel import KernelHandle
@@ -66,6 +65,10 @@ CHUNK = 4 << 20
 """Bytes read per request: a 4 MiB chunk is about 5.6 MB of base64 in one reply."""
 MAX_FILES_PER_CELL = 1000
 MAX_LISTING_CHARS = 4 << 20
+"""The raw answer listing a cell's files: past 4 MiB, no file comes home."""
+MAX_CHUNK_CHARS = 4 * (CHUNK // 3 + 1) + 2
+"""The raw answer carrying one chunk: its base64 text and the quotes around it."""
+MAX_HOST_CHARS = 1024
 _CALL_TIMEOUT = 60.0
 _REFUSALS = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EINVAL})
 """A write the resolver refused (a link or a folder where the file would go): the file
@@ -79,19 +82,6 @@ class Homecoming:
 
     copied: list[Path] = field(default_factory=list)
     left: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _value(found: Any) -> Any:
-    """The Python value of one ``user_expressions`` result (its ``text/plain`` repr)."""
-    if not isinstance(found, Mapping) or found.get("status") != "ok":
-        return None
-    text = (found.get("data") or {}).get("text/plain")
-    if not isinstance(text, str):
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
 
 
 async def install(kernel: KernelHandle) -> bool:
@@ -115,11 +105,11 @@ async def install(kernel: KernelHandle) -> bool:
         reply = await kernel.run_silent(
             code,
             time.monotonic() + _CALL_TIMEOUT,
-            expressions={"where": f"{_MODULE}.where()"},
+            expressions={"where": f"__import__('json').dumps({_MODULE}.where())"},
             died="",
         )
         if reply is not None and reply.get("status") == "ok":
-            where = _value((reply.get("user_expressions") or {}).get("where"))
+            where = replies.answer(reply.get("user_expressions"), "where", MAX_HOST_CHARS)
             if isinstance(where, str) and 0 < len(where) <= 255:
                 kernel.host = where
             kernel.remote_files = True
@@ -153,13 +143,7 @@ async def expressions(kernel: KernelHandle) -> dict[str, str]:
 
 
 def _listing(user_expressions: Mapping[str, Any]) -> list[tuple[str, int]]:
-    text = _value(user_expressions.get(EXPRESSION_KEY))
-    if not isinstance(text, str) or not text or len(text) > MAX_LISTING_CHARS:
-        return []
-    try:
-        entries = json.loads(text)
-    except ValueError:
-        return []
+    entries = replies.answer(user_expressions, EXPRESSION_KEY, MAX_LISTING_CHARS)
     found: list[tuple[str, int]] = []
     for entry in entries if isinstance(entries, list) else ():
         if (
@@ -259,7 +243,9 @@ async def _read(kernel: KernelHandle, name: str, size: int) -> bytes | None:
             )
         except KernelNotAliveError:
             return None
-        encoded = _value(((reply or {}).get("user_expressions") or {}).get("chunk"))
+        encoded = replies.answer_str(
+            (reply or {}).get("user_expressions"), "chunk", MAX_CHUNK_CHARS
+        )
         if not isinstance(encoded, str):
             return None
         try:

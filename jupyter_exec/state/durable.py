@@ -21,7 +21,6 @@ kernel does not, and gets no durable checkpoints)::
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import json
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary import replies
 from jupyter_exec.boundary import trust as checkpoint_trust
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.kernel import KernelHandle
@@ -57,6 +57,7 @@ from jupyter_exec.state.generations import Generations
 from jupyter_exec.state.inkernel_fork import module_call_code
 from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.state.kernel_calls import (
+    DONE_EXPRESSION,
     INSTALL_TIMEOUT,
     SAVE_TIMEOUT,
     ask,
@@ -77,6 +78,9 @@ AUTO_MAX_BYTES = 64 << 20
 ``checkpoint_every``: under 1 % of a minute."""
 AUTO_PREFIX = "auto-"
 CHANGES_KEY = "jupyter_exec_changed"
+MAX_CHANGED_CHARS = 2 << 20
+"""The names a cell changed, as the kernel's raw answer: past 2 MiB (some 150,000 names),
+no answer (the cell's changes are not noted)."""
 
 
 class TooLarge(Exception):
@@ -135,7 +139,7 @@ class DurableState:
             self.refused = kernel
             return False
         try:
-            await ask(kernel, install_code(probe), "1", INSTALL_TIMEOUT)
+            await ask(kernel, install_code(probe), DONE_EXPRESSION, INSTALL_TIMEOUT)
         except CheckpointError as exc:
             self.unavailable = str(exc)
             self.refused = kernel
@@ -161,13 +165,9 @@ class DurableState:
 
     def after_cell(self, cell_index: int | None, found: Mapping[str, Any] | None) -> None:
         """Note the names the cell ``cell_index`` changed, from its reply."""
-        reply = (found or {}).get(CHANGES_KEY)
-        if cell_index is None or not isinstance(reply, Mapping) or reply.get("status") != "ok":
+        if cell_index is None:
             return
-        try:
-            names = json.loads(ast.literal_eval(reply["data"]["text/plain"]))
-        except (KeyError, ValueError, SyntaxError, TypeError):
-            return
+        names = replies.answer(found, CHANGES_KEY, MAX_CHANGED_CHARS)
         if isinstance(names, list) and names:
             self.changes.append((cell_index, frozenset(str(n) for n in names)))
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary import replies
 from jupyter_exec.boundary import trust as checkpoint_trust
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.kernel import KernelHandle
@@ -44,6 +45,7 @@ from jupyter_exec.state import inkernel_generations
 from jupyter_exec.state.inkernel_fork import module_call_code
 from jupyter_exec.state.inkernel_generations import MODULE
 from jupyter_exec.state.kernel_calls import (
+    DONE_EXPRESSION,
     INSTALL_TIMEOUT,
     SAVE_TIMEOUT,
     ask,
@@ -162,7 +164,7 @@ class Generations:
             "install",
         )
         try:
-            await ask(kernel, code, "1", INSTALL_TIMEOUT)
+            await ask(kernel, code, DONE_EXPRESSION, INSTALL_TIMEOUT)
         except CheckpointError as exc:
             self.unavailable, self.refused = str(exc), kernel
             log.info("session %s: no per-cell state: %s", session.name, exc)
@@ -191,11 +193,8 @@ class Generations:
             if self.asked_full:  # it never ran (the cell raised): the next one stores all
                 self.committed_in = None
             return
-        try:
-            import ast
-
-            answer = json.loads(ast.literal_eval(reply["data"]["text/plain"]))
-        except (KeyError, ValueError, SyntaxError, TypeError):
+        answer = replies.answer(found, COMMIT_KEY)
+        if answer is None:  # not one str of JSON within bounds: the kernel said nothing
             return
         self.handed = self.next_number - 1
         self.take(session, kernel, answer)
@@ -212,8 +211,9 @@ class Generations:
         if not isinstance(answer, Mapping):
             return
         for item in answer.get("failed") or ():
-            self.failures.append(str(item)[:300])
-            log.warning("session %s: a generation was not written: %s", session.name, item)
+            shown = replies.printable(item)
+            self.failures.append(shown)
+            log.warning("session %s: a generation was not written: %s", session.name, shown)
         origin = kernel_origin(kernel)
         for item in answer.get("done") or ():
             try:

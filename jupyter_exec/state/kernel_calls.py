@@ -3,13 +3,12 @@ shared by the checkpoints (``durable.py``) and the per-cell generations (``gener
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary import replies
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import CheckpointError
 from jupyter_exec.state.forking import container_of
@@ -18,7 +17,10 @@ if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
 __all__ = [
+    "DONE_EXPRESSION",
     "INSTALL_TIMEOUT",
+    "MAX_ASK_CHARS",
+    "NAMES_EXPRESSION",
     "SAVE_TIMEOUT",
     "ask",
     "kernel_folders",
@@ -29,6 +31,9 @@ __all__ = [
 INSTALL_TIMEOUT = 30.0
 SAVE_TIMEOUT = 3600.0
 """Seconds a checkpoint may take to write or load (500 MB takes a few seconds)."""
+MAX_ASK_CHARS = 8 << 20
+"""One answer's raw text (a manifest, the names a load brought back): past 8 MiB, the
+kernel's answer is not read (see :mod:`jupyter_exec.boundary.replies`)."""
 
 
 def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
@@ -62,7 +67,8 @@ def kernel_folders(session: StateHost, kernel: KernelHandle) -> list[Path]:
 async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) -> Any:
     """Run ``code`` silently and evaluate ``expression`` (JSON text) after it; its value.
 
-    The kernel's error, if any, becomes :class:`CheckpointError`.
+    The kernel's error, if any, becomes :class:`CheckpointError`, and so does an answer
+    that is not one str of JSON within :data:`MAX_ASK_CHARS`.
     """
     content = await kernel.run_silent(
         code,
@@ -77,18 +83,22 @@ async def ask(kernel: KernelHandle, code: str, expression: str, timeout: float) 
         found = content
     if found.get("status") != "ok":
         raise CheckpointError(
-            f"the kernel could not do it: {found.get('ename', 'error')}: "
-            f"{found.get('evalue', 'no answer')}"
+            f"the kernel could not do it: {replies.printable(found.get('ename', 'error'), 100)}: "
+            f"{replies.printable(found.get('evalue', 'no answer'))}"
         )
-    try:
-        value = ast.literal_eval(found["data"]["text/plain"])
-        return json.loads(value) if isinstance(value, str) else value
-    except (KeyError, ValueError, SyntaxError, TypeError):
-        raise CheckpointError("the kernel's answer could not be read") from None
+    text = replies.answer_str({"r": found}, "r", MAX_ASK_CHARS)
+    value = None if text is None else replies.decode_json(text, MAX_ASK_CHARS)
+    if value is None and text != "null":
+        raise CheckpointError("the kernel's answer could not be read")
+    return value
 
 
-NAMES_EXPRESSION = "sorted(get_ipython().run_line_magic('who_ls', ''))"
-"""The user's names in a kernel's namespace (IPython's own hidden ones left out)."""
+DONE_EXPRESSION = "'1'"
+"""What a call asks back when only its success matters (a str of JSON, as every answer)."""
+
+
+NAMES_EXPRESSION = "__import__('json').dumps(sorted(get_ipython().run_line_magic('who_ls', '')))"
+"""The user's names in a kernel's namespace (IPython's own hidden ones left out), as JSON."""
 
 
 async def user_names(kernel: KernelHandle, timeout: float = 10.0) -> tuple[str, ...]:
@@ -98,9 +108,5 @@ async def user_names(kernel: KernelHandle, timeout: float = 10.0) -> tuple[str, 
     )
     if content is None:
         return ()
-    found = (content.get("user_expressions") or {}).get("names") or {}
-    try:
-        names = ast.literal_eval((found.get("data") or {}).get("text/plain", "[]"))
-    except (ValueError, SyntaxError):
-        return ()
+    names = replies.answer(content.get("user_expressions"), "names", MAX_ASK_CHARS)
     return tuple(str(n) for n in names) if isinstance(names, list) else ()
