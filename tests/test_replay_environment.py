@@ -173,3 +173,76 @@ def test_in_recorded_env_needs_a_recorded_environment(tmp_path: Path) -> None:
     nbformat.write(nb, path)
     with pytest.raises(NotebookError, match="records no environment"):
         replay(path, in_recorded_env=True)
+
+
+# -- where it runs: the person's flags, never the record ----------------------------------
+
+
+def _as_if_docker(path: Path, target: Path) -> None:
+    """The notebook at ``path`` as a Docker kernel would have recorded it (then edited to
+    drop its image), at ``target``."""
+    raw = json.loads(path.read_text())
+    ours = raw["metadata"]["jupyter_exec"]
+    ours["backend"] = ours["environment"]["backend"] = "docker"
+    target.write_text(json.dumps(raw))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "trace"),
+    [
+        ({"jupyter_exec": {"backend": "docker"}}, "its session's backend is 'docker'"),
+        ({"jupyter_exec": {"environment": {"backend": "docker"}}}, "environment's backend"),
+        ({"jupyter_exec": {"environment": {"docker_image": {"tag": "t"}}}}, "a Docker image"),
+        ({"kernelspec": {"name": "python3-docker"}}, "kernelspec 'python3-docker'"),
+        (
+            {
+                "jupyter_exec": {
+                    "environment": {"interpreter": {"executable": "/opt/kernel/bin/py"}}
+                }
+            },
+            "the kernel image's",
+        ),
+    ],
+)
+def test_any_trace_of_docker_in_the_record_counts(metadata: dict[str, Any], trace: str) -> None:
+    from jupyter_exec.notebook.where import docker_traces
+
+    found = docker_traces(metadata)
+    assert len(found) == 1
+    assert trace in found[0]
+    assert docker_traces({"jupyter_exec": {"backend": "local"}}) == []
+
+
+def test_a_docker_record_is_refused_on_the_host_until_backend_local_is_given(
+    old_six_notebook: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "docker.ipynb"
+    _as_if_docker(old_six_notebook, path)
+    for flags in ([], ["--in-recorded-env"]):
+        assert main(["replay", str(path), *flags, "--output", str(tmp_path / "o.ipynb")]) == 2
+        err = capsys.readouterr().err
+        assert "docker.ipynb was recorded in Docker (its session's backend is 'docker'" in err
+        assert "Choose: --backend docker" in err
+        assert not (tmp_path / "o.ipynb").exists()
+    with pytest.raises(NotebookError, match="refusing to replay it on the host"):
+        replay(path, output=tmp_path / "o.ipynb")
+    # The person's word: the recorded pins rebuilt in a venv on this host.
+    code = main(["replay", str(path), "--in-recorded-env", "--backend", "local",
+                 "--output", str(tmp_path / "o.ipynb")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.splitlines()[0] == (
+        "replaying on the host: --backend local given; the record names Docker "
+        "(its session's backend is 'docker')"
+    )
+    assert "reproduced: 1 same" in err
+    report = json.loads((tmp_path / "o.ipynb").read_text())["metadata"]["jupyter_exec"]
+    assert report["environment"]["backend"] == "local"
+
+
+def test_quiet_still_says_where_it_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Session(work_dir=tmp_path, name="q") as session:
+        session.execute("print(1)")
+    assert main(["replay", str(tmp_path / "q.ipynb"), "-q", "--backend", "local"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "replaying on the host: --backend local given"

@@ -148,14 +148,14 @@ def choose(
         made = _made(record, "local") if in_recorded_env else None
         return Where("local", "no --backend given and the record names no Docker", made)
     if in_recorded_env and recorded_image_id(record) is not None:
-        made = _made(record, "docker")
+        made = _made(record, None)  # that image by id, or an ImageError: it is not here
         return _placed(
             "docker", "no --backend given; the record names Docker, where it is rebuilt", made
         )
     raise _refusal(notebook, traces, in_recorded_env)
 
 
-def _made(record: Mapping[str, Any] | None, backend: str) -> Environment:
+def _made(record: Mapping[str, Any] | None, backend: str | None) -> Environment:
     from jupyter_exec.notebook import envdiff
 
     if record is None:
