@@ -184,3 +184,25 @@ def _placed(
 
             image = DEFAULT_IMAGE
     return Where(backend, why, environment, image)
+
+
+def unseen_docker_record(
+    notebook: str, metadata: Mapping[str, Any], kernel_name: str, docker_kernel: str | None
+) -> str | None:
+    """Why a server must not replay ``notebook`` on the host kernel ``kernel_name``, or None.
+
+    For a notebook the server did not see run (its origins know it not: a restarted
+    server, a file copied in) and whose request names no kernel: the file's kernelspec
+    is its own claim too, so a record with a trace of Docker is not run on a host
+    kernelspec. The request's ``kernel_name`` is the person's word.
+    """
+    traces = docker_traces(metadata)
+    if not traces or kernel_name == docker_kernel or kernel_name.endswith("-docker"):
+        return None
+    docker = f"'{docker_kernel}'" if docker_kernel else "a Docker kernelspec"
+    return (
+        f"{notebook} was recorded in Docker ({'; '.join(traces)}) and this server did not see "
+        f"it run, so it is not replayed on the host kernel {kernel_name!r} on its record's "
+        f'word: name the kernel in the request ("kernel_name": {docker}, or {kernel_name!r} '
+        "to run its code on the server's host)"
+    )

@@ -116,6 +116,7 @@ class Work:
         (:mod:`~jupyter_exec.server.origins`).
         """
         from jupyter_exec.notebook.replay import replay_async  # imported on use: it is a big module
+        from jupyter_exec.notebook.where import unseen_docker_record
 
         path = self.root.resolve(notebook)
         if path.suffix != ".ipynb" or not path.is_file():
@@ -128,6 +129,13 @@ class Work:
             raise InvalidRequest(f"{notebook!r} cannot be replayed: {exc}") from None
         # Not the notebook's word alone: a Docker kernel can rewrite the file (server.origins).
         chosen = kernel_name or self.replay_origins.kernel_for(path, _kernelspec_of(recorded))
+        if kernel_name is None and self.replay_origins.kernel_for(path, None) is None:
+            refused = unseen_docker_record(  # the file's word alone: never the host for Docker
+                notebook, recorded.metadata, chosen or self.kernel_names["local"],
+                self.kernel_names.get("docker"),
+            )  # fmt: skip
+            if refused is not None:
+                raise InvalidRequest(refused)
         kernel_name = chosen or self.kernel_names["local"]
         await self._check_kernelspec(kernel_name)
         kernel_manager = self.serverapp.kernel_manager

@@ -29,8 +29,6 @@ from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
     work,
 )
 
-pytestmark = pytest.mark.docker
-
 DEADLINE = 120.0
 
 
@@ -114,6 +112,7 @@ def test_a_docker_record_stripped_of_its_image_is_not_replayed_on_the_host(
     assert not marker.exists()
 
 
+@pytest.mark.docker
 def test_an_intact_docker_record_replays_in_its_image(
     recorded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -126,6 +125,7 @@ def test_an_intact_docker_record_replays_in_its_image(
     assert (path.parent / "where.txt").read_text().startswith("/opt/kernel/")
 
 
+@pytest.mark.docker
 def test_the_host_only_on_the_persons_word_and_the_console_says_so(
     recorded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,6 +139,7 @@ def test_the_host_only_on_the_persons_word_and_the_console_says_so(
     assert marker.read_text() == "ran on the host"
 
 
+@pytest.mark.docker
 def test_a_record_claiming_the_host_runs_in_docker_when_the_person_asks(
     work: Path,  # noqa: F811
     kernel_image: str,  # noqa: F811
@@ -165,6 +166,7 @@ def test_a_record_claiming_the_host_runs_in_docker_when_the_person_asks(
         where.unlink()
 
 
+@pytest.mark.docker
 def test_in_recorded_env_with_backend_docker_puts_the_recorded_pins_in_the_image(
     work: Path,  # noqa: F811
     kernel_image: str,  # noqa: F811
@@ -185,3 +187,44 @@ def test_in_recorded_env_with_backend_docker_puts_the_recorded_pins_in_the_image
     assert here["packages"] == {"six": "1.16.0"}
     assert not any(line.startswith("six ") for line in report.environment)
     assert os.path.exists(work / "r.ipynb")
+
+
+@pytest.mark.timeout(300)
+def test_rest_replay_of_a_docker_record_the_server_did_not_see_is_refused_on_the_host(
+    tmp_path: Path,
+) -> None:
+    """A server that has not seen the notebook run (restarted, or the file was copied in)
+    has only the file's word, the kernelspec included: a trace of Docker keeps it off the
+    host kernel until the request names one."""
+    import nbformat
+    import requests
+
+    from tests.server.server_helpers import JupyterProcess
+
+    marker = tmp_path / "marker.txt"
+    server_dir = tmp_path / "server"
+    with JupyterProcess(server_dir) as server:
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "P"}
+        nb.metadata["jupyter_exec"] = {"backend": "docker", "environment": {"backend": "local"}}
+        nb.cells = [nbformat.v4.new_code_cell(_attack_code(marker))]
+        (server.root / "box").mkdir()
+        nbformat.write(nb, server.root / "box" / "attack.ipynb")
+        before = (server.root / "box" / "attack.ipynb").read_bytes()
+
+        def post(body: dict[str, Any]) -> requests.Response:
+            return requests.post(
+                f"{server.url}/api/exec/replay", json=body, headers=server.headers, timeout=300
+            )
+
+        refused = post({"notebook": "box/attack.ipynb"})
+        assert refused.status_code == 400, refused.text
+        assert "was recorded in Docker (its session's backend is 'docker')" in refused.text
+        assert "kernel_name" in refused.text
+        assert not marker.exists()
+        assert not (server.root / "box" / "where.txt").exists()
+        assert (server.root / "box" / "attack.ipynb").read_bytes() == before
+        # The person's word, in the request: the host.
+        chosen = post({"notebook": "box/attack.ipynb", "kernel_name": "python3"})
+        assert chosen.status_code == 200, chosen.text
+        assert marker.read_text() == "ran on the host"
