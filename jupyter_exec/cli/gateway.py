@@ -19,6 +19,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from jupyter_exec.boundary.replies import printable
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import Subparsers, formatter, non_negative_int
 from jupyter_exec.exceptions import BackendError, InvalidArgument
@@ -249,7 +250,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     if len(remote_dirs) > 1:
         raise InvalidArgument(
             f"--remote-dir {args.remote_dir} is a different directory on each host "
-            f"({', '.join(sorted(remote_dirs))}): the kernelspec needs one path; give an "
+            f"({', '.join(printable(d) for d in sorted(remote_dirs))}): the kernelspec needs one "
+            "path; give an "
             "absolute --remote-dir that exists (or can be made) on every host"
         )
     if args.check_only:

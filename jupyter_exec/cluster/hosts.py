@@ -17,6 +17,11 @@ every failure into one sentence that says what to do:
 * the launcher, copied by SFTP to a content-addressed path under the remote
   dir, mode 0700 (:func:`install_launcher`).
 
+A host's answers are its word: read up to :data:`MAX_ANSWER_BYTES`, and whatever of
+them a person sees (its interpreter, package versions, error lines, home folder) goes
+through :func:`jupyter_exec.boundary.replies.printable` first, so an answer cannot
+drive the terminal (retitle it, erase a line, forge "ok").
+
 Errors: :class:`~jupyter_exec.exceptions.InvalidArgument` for a host the
 arguments should not have named, :class:`~jupyter_exec.exceptions.BackendError`
 for a host that cannot be used as it is; paramiko's and the socket layer's
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jupyter_exec.boundary.replies import printable
 from jupyter_exec.cluster.settings import launcher_name
 from jupyter_exec.exceptions import BackendError, InvalidArgument, MissingDependency
 
@@ -60,6 +66,9 @@ __all__ = [
 
 MIN_PYTHON = (3, 9)
 """The oldest interpreter the launcher and a current ipykernel run on."""
+
+MAX_ANSWER_BYTES = 64 << 10
+"""What the probe may print, on stdout and on stderr each (it prints about 300 bytes)."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds for the TCP connection, the SSH banner and the authentication, each."""
@@ -85,6 +94,7 @@ print(json.dumps({"version": list(sys.version_info[:3]), "executable": sys.execu
 
 _REQUIRED = ("ipykernel", "jupyter_client", "pyzmq")
 _CRYPTO = ("pycryptodomex", "cryptography")
+_ASKED = frozenset((*_REQUIRED, *_CRYPTO))
 
 
 @dataclass(frozen=True)
@@ -114,9 +124,12 @@ class HostReport:
     def line(self) -> str:
         """One line for a person: the host, its interpreter, the packages, the launcher."""
         version = ".".join(map(str, self.version))
-        packages = ", ".join(f"{name} {v}" for name, v in sorted(self.packages.items()))
-        where = f"; launcher {self.launcher}" if self.launcher else ""
-        return f"{self.target}  ok  Python {version} ({self.python}), {packages}{where}"
+        packages = ", ".join(
+            f"{printable(name, 60)} {printable(v, 60)}" for name, v in sorted(self.packages.items())
+        )
+        where = f"; launcher {printable(self.launcher)}" if self.launcher else ""
+        shown = printable(self.python)
+        return f"{printable(self.target)}  ok  Python {version} ({shown}), {packages}{where}"
 
 
 # -- which hosts ------------------------------------------------------------------------------
@@ -290,9 +303,16 @@ def connect(target: SSHTarget) -> Iterator[paramiko.SSHClient]:
 def _run(client: paramiko.SSHClient, target: SSHTarget, command: str) -> tuple[int, str, str]:
     with _ssh_errors(target):
         _stdin, stdout, stderr = client.exec_command(command, timeout=COMMAND_TIMEOUT)
-        out = stdout.read().decode("utf-8", "replace")
-        err = stderr.read().decode("utf-8", "replace")
-        return stdout.channel.recv_exit_status(), out, err
+        raw_out = stdout.read(MAX_ANSWER_BYTES + 1)
+        raw_err = stderr.read(MAX_ANSWER_BYTES + 1)
+        if len(raw_out) > MAX_ANSWER_BYTES or len(raw_err) > MAX_ANSWER_BYTES:
+            stdout.channel.close()  # the rest is never read (nor waited for)
+            raise BackendError(
+                f"{target}: the interpreter check printed more than {MAX_ANSWER_BYTES} bytes; "
+                "is --python a Python interpreter?"
+            )
+        status = stdout.channel.recv_exit_status()
+        return status, raw_out.decode("utf-8", "replace"), raw_err.decode("utf-8", "replace")
 
 
 # -- the checks -------------------------------------------------------------------------------
@@ -303,7 +323,7 @@ def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> Ho
     if not python or python != shlex.quote(python):
         raise InvalidArgument(f"--python must be a plain path or command name, not {python!r}")
     status, out, err = _run(client, target, f"{python} -c {shlex.quote(_PROBE)}")
-    detail = (err.strip() or out.strip()).splitlines()[-3:]
+    detail = [printable(line) for line in (err.strip() or out.strip()).splitlines()[-3:]]
     if status != 0:
         raise BackendError(
             f"{target}: the interpreter {python!r} did not run (exit status {status})"
@@ -313,12 +333,14 @@ def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> Ho
     try:
         found = json.loads(out.strip().splitlines()[-1])
         version = tuple(int(v) for v in found["version"])
-        packages = {str(k): str(v) for k, v in dict(found["found"]).items()}
+        packages = {  # only what was asked: a host cannot add lines of its own
+            str(k): str(v)[:60] for k, v in dict(found["found"]).items() if k in _ASKED
+        }
         executable = str(found["executable"])
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise BackendError(
             f"{target}: {python!r} is not a Python interpreter jupyter-exec can use "
-            f"(it printed {out[:200]!r})"
+            f"(it printed {printable(out, 200)})"
         ) from exc
     if version[:2] < MIN_PYTHON:
         wanted = ".".join(map(str, MIN_PYTHON))
@@ -331,7 +353,7 @@ def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> Ho
         missing.append("cryptography (or pycryptodomex)")
     if missing:
         raise BackendError(
-            f"{target}: {python} ({executable}) has no {', '.join(missing)}; install "
+            f"{target}: {python} ({printable(executable)}) has no {', '.join(missing)}; install "
             f"{'them' if len(missing) > 1 else 'it'} there: {python} -m pip install "
             + " ".join(m.split(" ")[0] for m in missing)
         )
@@ -378,7 +400,7 @@ def install_launcher(
             for sub in ("kernels", "logs"):
                 _make_private_dir(sftp, posixpath.join(remote_dir, sub), target)
             with contextlib.suppress(OSError), sftp.open(path, "rb") as existing:
-                if existing.read() == source:
+                if existing.read(len(source) + 1) == source:
                     sftp.chmod(path, 0o700)
                     return path
             partial = f"{path}.partial"
@@ -408,6 +430,6 @@ def _make_private_dir(
         sftp.chmod(folder, 0o700)
         return
     if mode is None or not stat.S_ISDIR(mode):
-        raise BackendError(f"{target}: {folder} exists and is not a directory")
+        raise BackendError(f"{target}: {printable(folder)} exists and is not a directory")
     if chmod_existing:
         sftp.chmod(folder, 0o700)
