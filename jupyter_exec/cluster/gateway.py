@@ -4,7 +4,8 @@ The server runs as a child process, configured by a generated config file in a
 directory private to this run (0700: config, the one kernelspec, the runtime
 dir, an empty root dir), and by the environment gateway_provisioners reads at
 import (:func:`gateway_env`). The token reaches it through a file in that
-directory, read by the config file and removed once the server answers: never
+directory, read by the config file and removed once the server proves it read that config
+(:mod:`jupyter_exec.cluster.proof`; nothing else is sent before): never
 through its command line (``ps``) or its environment (which provisioners copy
 and log at debug level). The child runs in its own session, so a Ctrl-C in the
 terminal reaches only us; we forward SIGTERM, on which both servers shut every
@@ -29,11 +30,15 @@ What the generated config decides, and why:
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -43,7 +48,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +119,15 @@ class GatewayConfig:
         return f"http://{host}:{self.port}"
 
     @property
+    def local_ip(self) -> str:
+        """The address this process reaches the server on (a wildcard is reached on loopback)."""
+        if self.ip in ("0.0.0.0", ""):
+            return "127.0.0.1"
+        if self.ip == "::":
+            return "::1"
+        return self.ip
+
+    @property
     def local_url(self) -> str:
         """The URL this process polls for readiness (a wildcard is reached on loopback)."""
         host = self.ip
@@ -154,6 +168,27 @@ def response_ip(addresses: Sequence[str]) -> str:
     return source
 
 
+def port_is_taken(ip: str, port: int) -> bool:
+    """Whether another socket holds ``ip:port`` now (bound as the servers bind: SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((ip, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def refuse_taken_port(ip: str, port: int, what: str) -> None:
+    """A :class:`BackendError` naming the port when another process holds it."""
+    if port_is_taken(ip, port):
+        raise BackendError(
+            f"port {ip}:{port} ({what} port) is held by another process: refusing to start "
+            "(the token would go to whoever answers there); stop it or choose another --port"
+        )
+
+
 def free_port(ip: str = "127.0.0.1") -> int:
     """A port free on ``ip`` now (the server binds it a moment later)."""
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
@@ -190,6 +225,7 @@ class PrivateDirs:
 
     @property
     def token_file(self) -> Path:
+        """The token and the proof key (JSON), read by the config once; removed when ready."""
         return self.root / "token"
 
     @property
@@ -255,8 +291,35 @@ def _extension_names() -> list[str]:
     return sorted(names)
 
 
+def read_secrets(path: str) -> tuple[str, str]:
+    """(token, proof key) from the token file; runs in the server, from its config file.
+
+    Anything wrong (no file, not JSON, a key missing or empty) raises: the config's guard
+    then ends the server (a server must never start without them)."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    token, key = data["token"], data["proof_key"]
+    if not (isinstance(token, str) and token and isinstance(key, str) and len(key) >= 32):
+        raise ValueError(f"{path} does not hold a token and a proof key")
+    return token, key
+
+
+_CONFIG_GUARD = """\
+except BaseException as _error:  # traitlets would log it and start with its defaults
+    from jupyter_exec.cluster.proof import refuse_to_start
+    refuse_to_start(f"the generated config did not load ({type(_error).__name__}: {_error})")
+"""
+
+
 def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
-    """The server's config file (Python, as traitlets reads it); the token is read from a file."""
+    """The server's config file (Python, as traitlets reads it): fail closed.
+
+    The token and the proof key are read from the token file. Everything runs inside one
+    ``try``: any failure (no token file, an unreadable one, the response port held by
+    another process) ends the server with :data:`~jupyter_exec.cluster.proof.CONFIG_FAILED`
+    and its reason, where traitlets would log the error and start the server with its
+    defaults (Kernel Gateway's: no token, port 8888, every kernelspec of the machine).
+    """
     common: dict[str, Any] = {
         "KernelSpecManager.ensure_native_kernel": False,
         "KernelSpecManager.allowed_kernelspecs": [SPEC_NAME],
@@ -272,6 +335,7 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "KernelGatewayApp.port": config.port,
             "KernelGatewayApp.port_retries": 0,
             "KernelGatewayApp.default_kernel_name": SPEC_NAME,
+            "KernelGatewayApp.api": PROOF_MODULE,
             "KernelGatewayApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
             "KernelGatewayApp.kernel_manager_class": f"{_MANAGERS}.GatewayKernelManager",
             "JupyterWebsocketPersonality.list_kernels": True,
@@ -289,7 +353,10 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "ServerApp.terminals_enabled": False,
             "ServerApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
             "ServerApp.kernel_manager_class": f"{_MANAGERS}.ServerKernelManager",
-            "ServerApp.jpserver_extensions": {name: False for name in _extension_names()},
+            "ServerApp.jpserver_extensions": {
+                **{name: False for name in _extension_names()},
+                PROOF_MODULE: True,
+            },
             "MappingKernelManager.default_kernel_name": SPEC_NAME,
         }
         token_trait = "IdentityProvider.token"
@@ -299,14 +366,18 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
         )
     lines = [
         f'"""{app} configuration written by jupyter-exec gateway (private to one run)."""',
-        "from jupyter_exec.cluster.gateway import keep_token_out_of_logs",
-        "c = get_config()  # noqa: F821",
-        f"with open({str(dirs.token_file)!r}, encoding='utf-8') as _token:",
-        f"    c.{token_trait} = keep_token_out_of_logs(_token.read().strip())",
+        "try:",
+        "    from jupyter_exec.cluster.gateway import keep_token_out_of_logs, read_secrets",
+        "    from jupyter_exec.cluster.responses import BoundedResponseManager",
+        "    c = get_config()  # noqa: F821",
+        f"    _token, c.GatewayProof.key = read_secrets({str(dirs.token_file)!r})",
+        f"    c.{token_trait} = keep_token_out_of_logs(_token)",
     ]
     for key, value in {**common, **specific}.items():
-        lines.append(f"c.{key} = {value!r}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"    c.{key} = {value!r}")
+    # The response port, bound now: a port another process holds stops the start.
+    lines.append("    BoundedResponseManager.instance()")
+    return "\n".join(lines) + "\n" + _CONFIG_GUARD
 
 
 def keep_token_out_of_logs(token: str) -> str:
@@ -333,8 +404,18 @@ def keep_token_out_of_logs(token: str) -> str:
     return token
 
 
+PROOF_PATH = "/jupyter-exec/proof"
+"""The server's proof route (``proof.PROOF_PATH``, repeated for the same reason)."""
+
 _MANAGERS = "jupyter_exec.cluster.managers"
 """The server-side classes (imported by the server only: they need Kernel Gateway's package)."""
+
+PROOF_MODULE = "jupyter_exec.cluster.proof"
+"""The server's proof route: Kernel Gateway's API module, Jupyter Server's extension."""
+
+CONFIG_FAILED = 78
+"""The server's exit status when its config did not load (``proof.CONFIG_FAILED``; that
+module needs the servers' packages, so the value is repeated here and pinned by a test)."""
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -347,24 +428,36 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 class GatewayProcess:
-    """The server as a child process: written config, start, wait until it answers, stop."""
+    """The server as a child process: written config, start, wait until it proves it is ours.
+
+    Fail closed: the port must be free before the start (else nothing is started), the
+    server must prove it read our config (:mod:`jupyter_exec.cluster.proof`) before the token
+    is sent to it, and a server whose config did not load exits instead of serving.
+    """
 
     def __init__(self, config: GatewayConfig, dirs: PrivateDirs, python: str | None = None):
         self.config = config
         self.dirs = dirs
         self.python = python or sys.executable
         self.process: subprocess.Popen[bytes] | None = None
+        self._proof_key = secrets.token_hex(32)  # new for every start, in the token file only
 
     def argv(self) -> list[str]:
-        module = "kernel_gateway" if self.config.server == "kernel-gateway" else "jupyter_server"
-        return [self.python, "-m", module, f"--config={self.dirs.config_file}"]
+        config = f"--config={self.dirs.config_file}"
+        if self.config.server == "kernel-gateway":
+            # Also here, not only in the config: a Kernel Gateway whose config never loaded
+            # runs this API module without a proof key, and exits.
+            return [self.python, "-m", "kernel_gateway", f"--KernelGatewayApp.api={PROOF_MODULE}",
+                    config]  # fmt: skip
+        return [self.python, "-m", "jupyter_server", config]
 
     def start(self, env: Mapping[str, str]) -> None:
-        """Write the config and the token file, start the server (its log goes to our stderr)."""
+        """Check the port is free, write the config and the token file, start the server."""
+        refuse_taken_port(self.config.local_ip, self.config.port, f"the {self.config.server}'s")
         self.dirs.config_file.write_text(server_config(self.config, self.dirs), encoding="utf-8")
         fd = os.open(self.dirs.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(self.config.token)
+            json.dump({"token": self.config.token, "proof_key": self._proof_key}, out)
         self.process = subprocess.Popen(
             self.argv(),
             env=dict(env),
@@ -376,36 +469,86 @@ class GatewayProcess:
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Wait until the server answers with our kernelspec; then remove the token file."""
+        """Wait until the server proves it is ours, then until it serves our kernelspec with
+        the token; remove the token file either way.
+
+        Until the proof, nothing is sent but a random challenge. Any answer on the port that
+        is not the proof is another process (a server that could not bind the port exits):
+        a :class:`BackendError` naming the port, and the token is never sent.
+        """
         assert self.process is not None
+        deadline = time.monotonic() + timeout
+        try:
+            self._wait(self._proven, deadline, timeout)
+            self._wait(self._serves_our_kernelspec, deadline, timeout)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.dirs.token_file.unlink()
+
+    def _wait(self, check: Callable[[], bool], deadline: float, timeout: float) -> None:
+        assert self.process is not None
+        while True:
+            status = self.process.poll()
+            if status is not None:
+                raise BackendError(self._exit_reason(status))
+            if check():
+                return
+            if time.monotonic() > deadline:
+                raise BackendError(
+                    f"the {self.config.server} did not answer on {self.config.local_url} "
+                    f"within {timeout:g} s (its log is above)"
+                )
+            time.sleep(0.1)
+
+    def _exit_reason(self, status: int) -> str:
+        where = f"{self.config.local_ip}:{self.config.port}"
+        if status == CONFIG_FAILED:
+            return (
+                f"the {self.config.server} refused to start: its generated config did not "
+                "load (the reason is above)"
+            )
+        if port_is_taken(self.config.local_ip, self.config.port):
+            return (
+                f"port {where} is held by another process: the {self.config.server} could not "
+                "listen there and exited (nothing was sent to that process)"
+            )
+        return f"the {self.config.server} exited with status {status} while starting (log above)"
+
+    def _proven(self) -> bool:
+        """True once the port answers with the proof; False while nothing listens there."""
+        challenge = secrets.token_hex(16)
+        url = f"{self.config.local_url}{PROOF_PATH}?challenge={challenge}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read(256).decode("ascii", "replace").strip()
+        except urllib.error.HTTPError as exc:  # an answer, not ours
+            exc.close()
+            text = ""
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ConnectionRefusedError):
+                return False  # nothing listens yet: the server is still starting
+            text = ""
+        expected = hmac.new(self._proof_key.encode(), challenge.encode(), hashlib.sha256)
+        if hmac.compare_digest(text, expected.hexdigest()):
+            return True
+        raise BackendError(
+            f"port {self.config.local_ip}:{self.config.port} is answered by another process "
+            f"(it could not prove it is this {self.config.server}): refusing to send it the "
+            "token; stop that process or choose another --port"
+        )
+
+    def _serves_our_kernelspec(self) -> bool:
         request = urllib.request.Request(
             f"{self.config.local_url}/api/kernelspecs",
             headers={"Authorization": f"token {self.config.token}"},
         )
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                status = self.process.poll()
-                if status is not None:
-                    raise BackendError(
-                        f"the {self.config.server} exited with status {status} while starting "
-                        "(its log is above)"
-                    )
-                with (
-                    contextlib.suppress(urllib.error.URLError, OSError, ValueError),
-                    urllib.request.urlopen(request, timeout=2) as response,
-                ):
-                    if SPEC_NAME in json.load(response).get("kernelspecs", {}):
-                        return
-                if time.monotonic() > deadline:
-                    raise BackendError(
-                        f"the {self.config.server} did not answer on {self.config.local_url} "
-                        f"within {timeout:g} s (its log is above)"
-                    )
-                time.sleep(0.2)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                self.dirs.token_file.unlink()
+        with (
+            contextlib.suppress(urllib.error.URLError, OSError, ValueError),
+            urllib.request.urlopen(request, timeout=5) as response,
+        ):
+            return SPEC_NAME in json.load(response).get("kernelspecs", {})
+        return False
 
     def poll(self) -> int | None:
         """The server's exit status, or None while it runs."""

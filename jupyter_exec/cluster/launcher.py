@@ -21,7 +21,9 @@ The launch nonce: jupyter_exec's provisioner writes a one-time nonce to the SSH 
 stdin (never on a command line, which every user of the host can read), the startup command
 exports it as ``JUPYTER_EXEC_LAUNCH_NONCE``, and the launcher returns it inside the encrypted
 payload (and keeps it from the kernel). The gateway's public key is public, so anyone who can
-reach the response port can encrypt a payload; only the real launcher knows the nonce.
+reach the response port can encrypt a payload; only the real launcher knows the nonce. With a
+nonce, the report starts with a line of its own, ``jupyter-exec-response/1 <kernel id> <tag>``
+(:func:`response_tag`): jupyter_exec's gateway reads nothing from a connection before that line.
 
 The listener token is ``HMAC-SHA256(kernel key, LISTENER_TOKEN_CONTEXT)``: the gateway has the
 kernel's key from the connection info, so jupyter_exec's provisioner adds it to every request
@@ -32,7 +34,8 @@ share its address. Enterprise Gateway sends no token, so with EG's argument spel
 When the kernel exits the launcher closes its listener and exits at once, so the gateway's next
 poll (a connect to the listener) is refused and the death is seen. An explicit shutdown removes
 ``<work-root>/<kernel id>``; a crash or a restart (``{"shutdown": 1, "restart": true}``, sent by
-jupyter_exec's provisioner) keeps it, so files survive a restart on the same host.
+jupyter_exec's provisioner) keeps it, so files survive a restart on the same host. A launch that
+fails before its report removes the folder if it made it (a first start).
 
 Exit status: 0 after a shutdown or a kernel exit, 2 when the arguments are refused (with a
 message on stderr), 1 when the launch failed (the gateway could not be told, or the kernel
@@ -289,10 +292,28 @@ def listener_token(kernel_key: bytes) -> str:
     return hmac.new(kernel_key, LISTENER_TOKEN_CONTEXT, hashlib.sha256).hexdigest()
 
 
-def send_payload(host: str, port: int, payload: bytes, timeout: float = 10.0) -> None:
-    """Deliver the payload; the gateway reads until the connection closes."""
+RESPONSE_HEADER = "jupyter-exec-response/1"
+"""The first word of a report to jupyter_exec's gateway (its response port reads nothing else
+first): ``jupyter-exec-response/1 <kernel id> <tag>``, then the payload."""
+
+RESPONSE_TAG_CONTEXT = b"jupyter-exec response tag v1\n"
+
+
+def response_tag(nonce: str, kernel_id: str) -> str:
+    """The launch's tag on the response port: ``HMAC-SHA256(nonce, context + kernel id)``.
+
+    Sent in the clear, so it is derived from the nonce rather than the nonce itself: whoever
+    sees it can be read by the gateway once, never forge the nonce inside the payload."""
+    message = RESPONSE_TAG_CONTEXT + kernel_id.encode()
+    return hmac.new(nonce.encode(), message, hashlib.sha256).hexdigest()
+
+
+def send_payload(
+    host: str, port: int, payload: bytes, timeout: float = 10.0, header: bytes = b""
+) -> None:
+    """Deliver the payload (after ``header``); the gateway reads until the connection closes."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(payload)
+        sock.sendall(header + payload)
         sock.shutdown(socket.SHUT_WR)
 
 
@@ -318,18 +339,23 @@ class KernelDirs:
     work: Path
     tmp: Path
     connection_file: Path
+    created: bool = False
+    """This launch made ``root`` (a first start): a failed launch removes it. A restart's
+    folder (kept with the kernel's files) is never removed by a failed launch."""
 
     @classmethod
     def make(cls, work_root: Path, kernel_id: str) -> KernelDirs:
         work_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not work_root.is_dir():
             raise LaunchRefused(f"--work-root {work_root} is not a directory")
+        created = not os.path.lexists(work_root / kernel_id)
         root = _private_dir(work_root / kernel_id)
         return cls(
             root=root,
             work=_private_dir(root / "work"),
             tmp=_private_dir(root / "tmp"),
             connection_file=root / "kernel.json",
+            created=created,
         )
 
     def remove(self) -> None:
@@ -454,7 +480,15 @@ class Launcher:
             "kernel_id": opts.kernel_id,
             **({"launch_nonce": nonce} if nonce else {}),
         }
-        send_payload(opts.response_host, opts.response_port, encrypt_payload(info, opts.public_key))
+        # jupyter_exec's gateway reads a report only after its tag; Enterprise Gateway (no
+        # nonce) reads the bare payload.
+        header = (
+            f"{RESPONSE_HEADER} {opts.kernel_id} {response_tag(nonce, opts.kernel_id)}\n".encode()
+            if nonce
+            else b""
+        )
+        payload = encrypt_payload(info, opts.public_key)
+        send_payload(opts.response_host, opts.response_port, payload, header=header)
         self.log(
             f"kernel pid {self.kernel.pid} on {self.bind_ip} ports "
             f"{','.join(str(ports[name]) for name in KERNEL_PORTS)} listener {comm_port}, "
@@ -608,7 +642,8 @@ class Launcher:
         return 0
 
     def abort(self) -> None:
-        """The launch failed half-way: stop what was started; the work dir is kept."""
+        """The launch failed half-way: stop what was started; remove the kernel's folder if
+        this launch made it (a restart's folder, with the kernel's files, is kept)."""
         if self.kernel is not None and self.kernel.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.kernel.pid, signal.SIGKILL)
@@ -616,6 +651,8 @@ class Launcher:
         if self.listener is not None:
             self.listener.close()
         self.dirs.connection_file.unlink(missing_ok=True)
+        if self.dirs.created:
+            self.dirs.remove()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

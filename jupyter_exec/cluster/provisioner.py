@@ -22,6 +22,9 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   the gateway a kernel of their own); a launcher that never reported is stopped over SSH;
 * every listener request carries the launcher's listener token (an HMAC of the kernel's key,
   see ``launcher.listener_token``), so only the gateway can signal or stop a kernel;
+* the response port is ours (:class:`~jupyter_exec.cluster.responses.BoundedResponseManager`):
+  each launch tells it the tag its launcher's report must start with; a launch that gives up
+  (a timeout, a refused report) stops its launcher and removes the folder it made on the host;
 * requests to the listener are awaited, never a blocking connect in the event loop; with
   ``GP_SOCKET_TIMEOUT=0`` the gateway's response port stops blocking it too (see
   ``tests/cluster_hosts.Cluster.gateway_env``);
@@ -54,6 +57,7 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
 )
 
 from jupyter_exec.cluster.launcher import NONCE_ENV, listener_token
+from jupyter_exec.cluster.responses import BoundedResponseManager
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 
 __all__ = ["DistributedProvisioner"]
@@ -87,11 +91,15 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
     """Kernels on the hosts of ``remote_hosts`` over SSH, placed only where allowed."""
 
     def __init__(self, **kwargs: Any) -> None:
+        # Our manager, before the base class asks for gateway_provisioners' singleton (which
+        # then is ours): the response port served one connection at a time, without limits.
+        BoundedResponseManager.instance()
         super().__init__(**kwargs)
         self._restart_host: str | None = None
         self._avoid_host: str | None = None
         self._shutdown_delivered = False
         self._launch_nonce: str | None = None
+        self._fresh_launch = True
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Refuse a kernel id that is not a UUID before anything is sent anywhere: it names
@@ -173,6 +181,8 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         refuse_local_host(self.assigned_host)  # never the base class's local, SSH-less branch
         self.comm_port = 0  # a restart's old listener is gone; the new launcher reports its own
         self._launch_nonce = secrets.token_hex(16)
+        self._fresh_launch = self._restart_host != self.assigned_host
+        self.response_manager.expect(str(self.kernel_id), self._launch_nonce)
         command = f"IFS= read -r {NONCE_ENV}; export {NONCE_ENV}; " + self._build_startup_command(
             cmd, **kwargs
         )
@@ -206,9 +216,14 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
 
     async def kill(self, restart: bool = False) -> None:
         """Also stop a launcher that never reported (a launch timeout or a refused report):
-        without a listener port the base class would take it for dead and leave it running."""
+        without a listener port the base class would take it for dead and leave it running.
+        Once it is gone, the folder a first launch made on the host is removed too (a
+        restart's folder holds the kernel's files and stays)."""
         if self.comm_port <= 0 and self.pid > 0 and self.ip:
-            command = f"kill -TERM {int(self.pid)}"
+            self.response_manager.forget(str(self.kernel_id))
+            command = _stop_launcher_command(
+                int(self.pid), self._kernel_dir() if self._fresh_launch else None
+            )
             try:
                 await asyncio.to_thread(self._rsh, self.ip, command)
             except Exception as exc:  # paramiko's errors, or the base's RuntimeError: logged
@@ -263,16 +278,36 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         self._shutdown_delivered = False
         await super().cleanup(restart=restart)
 
+    def _kernel_dir(self) -> PurePosixPath | None:
+        """``<work-root>/<kernel id>`` on the kernel's host (None: no ``--work-root``)."""
+        root = work_root_of(list(self.kernel_spec.argv))
+        return None if root is None else root / str(uuid.UUID(str(self.kernel_id)))
+
     async def _remove_kernel_dir(self) -> None:
         """``rm -rf <work-root>/<kernel id>`` on the kernel's host, for a launcher that is gone."""
-        root = work_root_of(list(self.kernel_spec.argv))
-        if root is None:
+        kernel_dir = self._kernel_dir()
+        if kernel_dir is None:
             return
-        kernel_dir = root / str(uuid.UUID(str(self.kernel_id)))
         try:
             await asyncio.to_thread(self._rsh, self.ip, f"rm -rf -- {shlex.quote(str(kernel_dir))}")
         except Exception as exc:  # paramiko's errors, or the base's RuntimeError: only logged
             self.log.warning("Kernel %s: could not remove %s: %s", self.kernel_id, kernel_dir, exc)
+
+
+STOP_WAIT = 5.0
+"""Seconds a launcher that never reported gets to exit after SIGTERM before its folder goes."""
+
+
+def _stop_launcher_command(pid: int, kernel_dir: PurePosixPath | None) -> str:
+    """SIGTERM to the launcher; with ``kernel_dir``: wait until it is gone, then remove it."""
+    command = f"kill -TERM {pid} 2>/dev/null"
+    if kernel_dir is None:
+        return command
+    tries = int(STOP_WAIT / 0.1)
+    return (
+        f"{command}; i=0; while kill -0 {pid} 2>/dev/null && [ $i -lt {tries} ]; "
+        f"do sleep 0.1; i=$((i+1)); done; rm -rf -- {shlex.quote(str(kernel_dir))}"
+    )
 
 
 def work_root_of(argv: list[str]) -> PurePosixPath | None:
