@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.engine.session import OutputCallback
+from jupyter_exec.engine.session import Backend, OutputCallback
 from jupyter_exec.exceptions import JupyterExecError, NotebookError
 from jupyter_exec.models import Execution
 from jupyter_exec.notebook.recorder import read_notebook
@@ -146,6 +146,7 @@ class Work:
                 until=until,
                 timeout=self.timeout if timeout is None else timeout,
                 kernel_name=kernel_name,
+                backend=_backend_of(kernel_name, self.kernel_names),  # its folder's trust
                 kernel_manager=kernel_manager.get_kernel(kernel_id),
                 startup_timeout=self.startup_timeout,
             )
@@ -167,6 +168,13 @@ class Work:
             recorder = entry.session.recorder
             if recorder is not None and entry.notebook == path and recorder.resync():
                 log.info("jupyter-exec: restored agent cells in %s after a save", api_path)
+
+
+def _backend_of(kernel_name: str, kernel_names: dict[str, str]) -> Backend:
+    """The backend a server kernelspec runs on (``docker`` for a Docker one), which sets the
+    trust level of the replay's folder (:mod:`jupyter_exec.boundary.folders`)."""
+    docker = kernel_name == kernel_names.get("docker") or kernel_name.endswith("-docker")
+    return "docker" if docker else "local"
 
 
 def _kernelspec_of(notebook: Any) -> str | None:
