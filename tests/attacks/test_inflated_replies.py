@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_exec import AsyncSession, CheckpointError
+from jupyter_exec import CheckpointError
 from jupyter_exec.state.generations import signed_on_disk
 from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION
 from jupyter_exec.state.kernel_calls import ask, user_names
