@@ -262,8 +262,10 @@ async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
     gateway_side: GatewaySide,  # noqa: F811
 ) -> None:
     """The attacker answers for a kernel that is starting, before its launcher does (here the
-    launcher is held back 2 s by a shell in front of it). The gateway refuses the forgery (it
-    lacks the launch nonce), the start fails, and the real launcher is stopped over SSH."""
+    launcher is held back 2 s by a shell in front of it), with the report's tag as an observer
+    of the wire would have it (read here from the gateway: without it the response port reads
+    nothing at all). The gateway refuses the forgery (it lacks the launch nonce), the start
+    fails, and the real launcher is stopped over SSH."""
     from gateway_provisioners.response_manager import ResponseManager
 
     spec = gateway_side.spec()
@@ -273,9 +275,10 @@ async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
     host, port = manager.response_address.rsplit(":", 1)
     start = asyncio.ensure_future(km.start_kernel(env={"KERNEL_REMOTE_HOST": "127.0.0.2"}))
     deadline = time.monotonic() + 30
-    while km.kernel_id not in manager._response_registry:
+    while km.kernel_id not in manager._tags:
         assert time.monotonic() < deadline, "the launch never registered"
         await asyncio.sleep(0.01)
+    tag = manager._tags[km.kernel_id]
     forged = {
         **{name: 1 for name in ("shell_port", "iopub_port", "stdin_port", "hb_port")},
         "control_port": 1,
@@ -284,8 +287,9 @@ async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
         "comm_port": 1,
         "kernel_id": km.kernel_id,
     }
+    header = f"{launcher_module.RESPONSE_HEADER} {km.kernel_id} {tag}\n".encode()
     with socket.create_connection((host, int(port))) as attacker:
-        attacker.sendall(_forged_payload(forged, manager.public_key))
+        attacker.sendall(header + _forged_payload(forged, manager.public_key))
     with pytest.raises(RuntimeError, match="was not sent by its launcher"):
         await start
     assert gateway_side.cluster.wait_no_kernel_processes(km.kernel_id, timeout=5) == []
