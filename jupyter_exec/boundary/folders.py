@@ -21,9 +21,10 @@ changes nothing, and no path is resolved here.
 Claims of one trust level may overlap: local sessions are the user's own code
 (they always could share a folder), and Docker or remote sessions sharing one
 (an E2B sandbox's contexts, an agent's kernels of other languages) are one
-untrusted party as far as the host is concerned. Only live claims count: a
-folder an untrusted kernel used and left is not remembered here (the REST
-server never reuses its per-session folders; see docs/security.md).
+untrusted party as far as the host is concerned. Only live claims count here;
+a folder an untrusted kernel used and left is remembered for this process, and
+the front ends that hand folders out by name refuse it to a local session
+(:func:`refuse_if_lent`). The REST server never reuses its per-session folders.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Literal
 
 from jupyter_exec.exceptions import WorkDirError, WorkDirShared
 
-__all__ = ["FolderClaim", "Trust", "claim", "claimed", "trust_of"]
+__all__ = ["FolderClaim", "Trust", "claim", "claimed", "refuse_if_lent", "trust_of"]
 
 Trust = Literal["host", "kernel"]
 """``host``: a local kernel, the user's own process. ``kernel``: a Docker or remote
@@ -99,6 +100,9 @@ class FolderClaim:
 
 _LOCK = threading.Lock()
 _CLAIMS: list[FolderClaim] = []
+_LENT: dict[tuple[int, int], str] = {}
+"""Every folder an untrusted session held in this process, and who: for front ends that hand
+a folder out again by name (:func:`refuse_if_lent`)."""
 
 
 def _who(trust: Trust) -> str:
@@ -131,7 +135,32 @@ def claim(folder: str | os.PathLike[str], trust: Trust, session: str) -> FolderC
                     "other runs, or rewrite its notebook); give each session its own folder"
                 )
         _CLAIMS.append(new)
+        if trust == "kernel":
+            _LENT.setdefault(chain[0], f"{session} in {path}")
     return new
+
+
+def refuse_if_lent(folder: str | os.PathLike[str], session: str) -> None:
+    """Refuse ``folder`` for a local session when a Docker or remote session held it, or a
+    folder around it, earlier in this process (closed since: what its kernel left there
+    stays). For front ends that hand out folders by name (``<root>/<name>``): the session
+    manager, so the MCP server too, and the REST extension's named work dirs.
+
+    Only what this process saw: a folder lent before a restart is not known here.
+    """
+    path = Path(folder).absolute()
+    try:
+        chain = _chain(path)
+    except OSError:
+        return  # not there yet: nothing was left in it
+    with _LOCK:
+        for ident in chain:
+            if ident in _LENT:
+                raise WorkDirShared(
+                    f"{session} cannot work in {path}: {_LENT[ident]} held it (or a folder "
+                    "around it) before, and what that kernel left there must never run on "
+                    "the host; give the local session a folder of its own"
+                )
 
 
 def claimed() -> list[FolderClaim]:

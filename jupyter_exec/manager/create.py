@@ -14,6 +14,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.boundary.folders import refuse_if_lent, trust_of
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import KernelStartError
 from jupyter_exec.manager.adopt import adopt
@@ -31,6 +32,8 @@ async def create_entry(
 ) -> Entry:
     """A started session ``name`` in ``<root>/<name>`` with ``opts``, and how it was made."""
     target = root / name
+    if trust_of(backend) == "host":  # a name a Docker session had: its folder is not the host's
+        refuse_if_lent(target, f"session {name!r} ({backend})")
     session_name = incarnation(target, name, opts)
     key = PoolKey.of(opts)
     pool = pools.get(key) if pools is not None else None

@@ -33,7 +33,7 @@ from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
 from jupyter_exec.boundary.folders import claim as claim_folder
-from jupyter_exec.boundary.folders import trust_of
+from jupyter_exec.boundary.folders import refuse_if_lent, trust_of
 from jupyter_exec.boundary.naming import default_session_name, validate_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.backends import language_kernelspec
@@ -172,6 +172,8 @@ class Creation:
         else:
             folder = self.root.resolve(work_dir)
             self._refuse_registry(folder)
+            if backend == "local":  # never a folder a Docker kernel had: what it left stays
+                refuse_if_lent(folder, f"session {name or '(new)'!r} ({backend})")
             self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
@@ -238,6 +240,8 @@ class Creation:
         folder = self.saved.notebook_path(saved).parent
         await self._check_kernelspec(saved.kernel_name)
         backend = cast("Backend", saved.backend)
+        if backend == "local":
+            refuse_if_lent(folder, f"session {saved.name!r} ({backend})")
         launch = _Launch(
             backend,
             saved.kernel_name,
@@ -347,9 +351,8 @@ class Creation:
         (:mod:`jupyter_exec.boundary.folders`): no kernel starts in a folder that
         crosses a trust line."""
         # Held from before the kernel starts; the session holds its own claim once started.
-        claim = claim_folder(
-            folder, trust_of(launch.backend), f"session {name!r} ({launch.backend})"
-        )
+        who = f"session {name!r} ({launch.backend})"
+        claim = claim_folder(folder, trust_of(launch.backend), who)
         try:
             return await self._start_claimed(session_id, folder, name, launch)
         finally:

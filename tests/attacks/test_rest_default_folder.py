@@ -138,3 +138,22 @@ def test_a_local_server_kernel_never_runs_a_launcher_planted_in_its_folder(
     model = new_session(server, name="later", work_dir="left")
     assert run(server, model["id"], "import pandas\npandas.__file__")["text"].count("site-packages")
     assert not marker.exists()
+
+
+def test_a_folder_a_docker_session_left_is_refused_to_a_local_session(
+    server: JupyterProcess, tmp_path: Path
+) -> None:
+    """A named folder outlives its Docker session: what the kernel left there (a launcher,
+    a ``helper.py`` the next session's code imports) never meets a local kernel."""
+    marker = tmp_path / "PWNED"
+    boxed = new_session(server, name="boxed", backend="docker", work_dir="shared")
+    payload = f"open({str(marker)!r}, 'w').write('ran')\n"
+    code = f"open('helper.py', 'w').write({payload!r})"
+    assert run(server, boxed["id"], code)["status"] == "ok"
+    assert call(server, "DELETE", f"sessions/{boxed['id']}")[0] == 204
+    running = {k["id"] for k in kernels(server)}
+    status, error = call(server, "POST", "sessions", {"name": "host", "work_dir": "shared"})
+    assert (status, error["error"]) == (400, "WorkDirShared"), error
+    assert "'boxed' (docker)" in error["message"]
+    assert {k["id"] for k in kernels(server)} == running
+    assert not marker.exists()

@@ -177,3 +177,35 @@ async def test_a_sessions_state_is_its_users_alone(tmp_path: Path) -> None:
     assert any(p.startswith("objects/") for p in files), modes
     assert set(folders.values()) == {0o700}, folders
     assert set(files.values()) == {0o600}, files
+
+
+@pytest.mark.docker
+async def test_a_name_a_docker_session_had_is_never_a_local_sessions_folder(
+    tmp_path: Path,
+    kernel_image: str,  # noqa: F811
+) -> None:
+    """The session manager (and so the MCP server) names folders ``<root>/<name>``: a
+    Docker session plants code in ``box``, closes, and ``box`` is asked for again as local."""
+    from jupyter_exec import AsyncSessionManager
+
+    marker = tmp_path / "PWNED"
+    root = tmp_path / "root"
+    async with AsyncSessionManager(root_dir=str(root)) as manager:
+        boxed = await manager.session(
+            "box", backend="docker", docker={"image": kernel_image}, timeout=DEADLINE
+        )
+        payload = f"open({str(marker)!r}, 'w').write('ran')\n"
+        planted = await boxed.execute(
+            "for name in ('ipykernel_launcher.py', 'pandas.py', 'helper.py'):\n"
+            f"    open(name, 'w').write({payload!r})\n"
+        )
+        assert planted.error is None, planted.error
+        await manager.close_session("box")
+        with pytest.raises(WorkDirShared) as refused:
+            await manager.session("box", timeout=DEADLINE)
+        assert "'box' (docker)" in str(refused.value)
+        assert "'box' (local)" in str(refused.value)
+        # Another name is a new folder, and serves.
+        fresh = await manager.session("fresh", timeout=DEADLINE)
+        assert (await fresh.execute("1 + 1")).text == "2"
+    assert not marker.exists()
