@@ -142,8 +142,11 @@ def choose(
         return Where("local", f"--python given{noted}")
     if backend is not None:
         made = _made(record, backend) if in_recorded_env else None
-        return _placed(backend, f"--backend {backend} given{noted if backend != 'docker' else ''}",
-                       made, session_kwargs)  # fmt: skip
+        why = f"--backend {backend} given{noted if backend != 'docker' else ''}"
+        recorded_id = recorded_image_id(record) if in_recorded_env else None
+        if isinstance(made, DockerEnv) and recorded_id and made.image != recorded_id:
+            why += f"; the recorded image {_shown(recorded_id)} is not here, so the kernel image"
+        return _placed(backend, why, made, session_kwargs)
     if not traces:
         made = _made(record, "local") if in_recorded_env else None
         return Where("local", "no --backend given and the record names no Docker", made)

@@ -57,7 +57,7 @@ def recorded(work: Path, kernel_image: str, tmp_path: Path) -> tuple[Path, Path]
         name="dock",
         docker={"image": kernel_image},
         timeout=DEADLINE,
-    ) as session:  # type: ignore[arg-type]
+    ) as session:
         assert session.execute(_attack_code(marker)).stdout == "done\n"
     assert not marker.exists()  # (the container has no such folder)
     (work / "where.txt").unlink()
@@ -228,3 +228,28 @@ def test_rest_replay_of_a_docker_record_the_server_did_not_see_is_refused_on_the
         chosen = post({"notebook": "box/attack.ipynb", "kernel_name": "python3"})
         assert chosen.status_code == 200, chosen.text
         assert marker.read_text() == "ran on the host"
+
+
+@pytest.mark.docker
+def test_a_recorded_image_that_is_gone_runs_in_the_kernel_image_when_docker_is_asked(
+    recorded: tuple[Path, Path],
+    kernel_image: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, marker = recorded
+    gone = "sha256:" + "0" * 64
+
+    def forge(metadata: dict[str, Any]) -> None:
+        metadata["jupyter_exec"]["environment"]["docker_image"]["id"] = gone
+
+    _edit(path, forge)
+    code = main(["replay", str(path), "--in-recorded-env", "--backend", "docker"])
+    err = capsys.readouterr().err
+    assert code in (0, 1), err  # (the image id differs: reported, not an error)
+    assert err.splitlines()[0] == (
+        f"replaying in Docker (image {kernel_image}): --backend docker given; "
+        f"the recorded image '{gone}' is not here, so the kernel image"
+    )
+    assert f"Docker image: {gone} recorded" in err
+    assert not marker.exists()
+    assert (path.parent / "where.txt").read_text().startswith("/opt/kernel/")
