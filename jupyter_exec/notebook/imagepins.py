@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from jupyter_exec.engine.environments import DockerEnv, default_cache_dir
 from jupyter_exec.engine.venvs import locked
 from jupyter_exec.exceptions import ImageError, KernelStartError
 
-__all__ = ["MOUNT", "pinned_image"]
+__all__ = ["MOUNT", "PinnedImage", "pinned_image"]
 
 MOUNT = "/opt/jx-pins"
 """Where the pinned packages are mounted in the kernel container (first on PYTHONPATH)."""
@@ -60,6 +61,13 @@ _PYTHON_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
 _MACHINE_RE = re.compile(r"[a-z0-9_]{1,20}")
 _GLIBC_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
 _PIP_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class PinnedImage(DockerEnv):
+    """A Docker environment with the recorded pins its image lacked mounted in (``added``)."""
+
+    added: tuple[str, ...] = ()
 
 
 def _probe(image: str, names: list[str]) -> dict[str, Any]:
@@ -172,9 +180,10 @@ def pinned_image(image: str, pins: tuple[str, ...], cache_dir: str | None = None
     with locked(folder):
         if not folder.is_dir():
             _install(folder, missing, target)
-    return DockerEnv(
+    return PinnedImage(
         image=image,
         options={"volumes": [f"{folder}:{MOUNT}:ro"], "env": {"PYTHONPATH": MOUNT}},
+        added=tuple(missing),
     )
 
 

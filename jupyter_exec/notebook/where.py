@@ -25,6 +25,7 @@ from typing import Any
 
 from jupyter_exec.engine.environments import DockerEnv, Environment
 from jupyter_exec.exceptions import NotebookError
+from jupyter_exec.notebook.imagepins import PinnedImage
 
 __all__ = ["KERNEL_IMAGE_PYTHON", "Where", "choose", "docker_traces"]
 
@@ -146,6 +147,8 @@ def choose(
         recorded_id = recorded_image_id(record) if in_recorded_env else None
         if isinstance(made, DockerEnv) and recorded_id and made.image != recorded_id:
             why += f"; the recorded image {_shown(recorded_id)} is not here, so the kernel image"
+        if isinstance(made, PinnedImage) and made.added:
+            why += f"; the recorded pins it lacks mounted in: {', '.join(made.added)}"
         return _placed(backend, why, made, session_kwargs)
     if not traces:
         made = _made(record, "local") if in_recorded_env else None

@@ -170,7 +170,7 @@ def test_a_record_claiming_the_host_runs_in_docker_when_the_person_asks(
 def test_in_recorded_env_with_backend_docker_puts_the_recorded_pins_in_the_image(
     work: Path,  # noqa: F811
     kernel_image: str,  # noqa: F811
-    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A host notebook's pins, rebuilt in Docker: the replay reports each recorded version."""
     with Session(work_dir=work, name="pins", timeout=DEADLINE) as session:
@@ -187,6 +187,15 @@ def test_in_recorded_env_with_backend_docker_puts_the_recorded_pins_in_the_image
     assert here["packages"] == {"six": "1.16.0"}
     assert not any(line.startswith("six ") for line in report.environment)
     assert os.path.exists(work / "r.ipynb")
+    # The CLI says where, why, and which pins it added (the cached folder, second time).
+    code = main(["replay", str(path), "--in-recorded-env", "--backend", "docker"])
+    err = capsys.readouterr().err
+    assert code in (0, 1), err
+    assert err.splitlines()[0] == (
+        f"replaying in Docker (image {kernel_image}): --backend docker given; "
+        "the recorded pins it lacks mounted in: six==1.16.0"
+    )
+    assert "six 1.16.0 recorded" not in err
 
 
 @pytest.mark.timeout(300)
