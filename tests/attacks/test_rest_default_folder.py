@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restart_helpers import call, kernels, new_session, run
-from server_helpers import JupyterProcess, install_docker_kernelspec
 
 from tests.docker.conftest import docker_client, kernel_image  # noqa: F401  (fixtures)
+from tests.server.restart_helpers import call, kernels, new_session, run
+from tests.server.server_helpers import JupyterProcess, install_docker_kernelspec
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -43,7 +43,7 @@ sorted(os.listdir("."))
 
 
 def folder_of(server: JupyterProcess, model: dict[str, Any]) -> Path:
-    return server.root / model["work_dir"]
+    return server.root / str(model["work_dir"])
 
 
 @pytest.fixture
