@@ -185,6 +185,30 @@ def test_a_squatter_that_wins_the_race_after_the_check_is_never_sent_the_token(
         assert not gateway.dirs.token_file.exists()
 
 
+def test_a_process_squatting_the_response_port_makes_the_server_refuse_to_start(
+    loopback_cluster: Cluster,  # noqa: F811
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The squatter takes the response port the command chose: launchers would report the
+    kernels' connection info to it. The server says which port and does not start."""
+    token = secrets.token_urlsafe(32)
+    port = free_port()
+    with _gateway_process(loopback_cluster, port, token) as gateway:
+        env = gateway_env(gateway.config, gateway.dirs, _environ(loopback_cluster))
+        response_port = int(env["GP_RESPONSE_PORT"])
+        with socket.create_server(("127.0.0.1", response_port)) as squatter:
+            gateway.start(env)  # the server logs to this process's stderr (captured)
+            with pytest.raises(BackendError, match="refused to start"):
+                gateway.wait_ready(timeout=START_TIMEOUT)
+            squatter.settimeout(0.1)
+            with pytest.raises(TimeoutError):
+                squatter.accept()  # nothing was sent to it
+        text = capfd.readouterr().err
+        assert f"response port 127.0.0.1:{response_port} is held by another process" in text
+        assert token not in text
+    assert not port_is_taken("127.0.0.1", port)
+
+
 @pytest.mark.parametrize("broken", ["token file missing", "token file garbage", "no config"])
 def test_a_server_whose_config_cannot_load_exits_instead_of_serving_with_defaults(
     loopback_cluster: Cluster,  # noqa: F811
