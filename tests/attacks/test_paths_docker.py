@@ -161,9 +161,10 @@ def test_f1_a_mount_swapped_after_the_check_is_caught_by_inode(engine: Any, tmp_
     swapped_in.mkdir()
     with pin_dir(pinned_dir) as pinned:
         identity = pinned.identity()
-    container = engine.containers.run(
+    as_kernel = f"{os.geteuid()}:{os.getegid()}"  # as a kernel runs here: a non-root host sees
+    container = engine.containers.run(  # the mounts of its own uid's processes only
         TEST_IMAGE, ["sleep", "120"], detach=True, labels={LABEL: "1"}, network_mode="none",
-        volumes={str(swapped_in): {"bind": "/work", "mode": "rw"}},
+        volumes={str(swapped_in): {"bind": "/work", "mode": "rw"}}, user=as_kernel,
     )  # fmt: skip
     try:
         with pytest.raises(WorkDirError, match="replaced"):
@@ -175,7 +176,7 @@ def test_f1_a_mount_swapped_after_the_check_is_caught_by_inode(engine: Any, tmp_
             container.remove(force=True)
     honest = engine.containers.run(
         TEST_IMAGE, ["sleep", "120"], detach=True, labels={LABEL: "1"}, network_mode="none",
-        volumes={str(pinned_dir): {"bind": "/work", "mode": "rw"}},
+        volumes={str(pinned_dir): {"bind": "/work", "mode": "rw"}}, user=as_kernel,
     )  # fmt: skip
     try:
         check_mounted(engine, honest.id, "/work", identity)  # the pinned folder: kept

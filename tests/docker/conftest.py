@@ -145,7 +145,7 @@ StartKernel = Callable[..., Awaitable[Kernel]]
 def make_work_dir(base: Path, owner: tuple[int, int] | None = OWNER) -> Path:
     work_dir = base / "work"
     work_dir.mkdir()
-    if owner is not None:
+    if owner is not None and os.geteuid() == 0:  # not root: ours, and the kernel runs as us
         os.chown(work_dir, *owner)
     return work_dir
 
