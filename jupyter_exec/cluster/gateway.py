@@ -259,6 +259,8 @@ def gateway_env(
             "JUPYTER_PATH": str(dirs.data),
             "JUPYTER_RUNTIME_DIR": str(dirs.runtime),
             "JUPYTER_PLATFORM_DIRS": "1",
+            # A config file that raises stops the server (traitlets' default: log, go on).
+            "TRAITLETS_APPLICATION_RAISE_CONFIG_FILE_ERROR": "1",
             "GP_SSH_PORT": str(config.ssh_port),
             "GP_REMOTE_USER": config.ssh_user,
             "GP_RESPONSE_IP": response_ip(config.addresses),
@@ -306,8 +308,11 @@ def read_secrets(path: str) -> tuple[str, str]:
 
 _CONFIG_GUARD = """\
 except BaseException as _error:  # traitlets would log it and start with its defaults
-    from jupyter_exec.cluster.proof import refuse_to_start
-    refuse_to_start(f"the generated config did not load ({type(_error).__name__}: {_error})")
+    import os as _os, sys as _sys  # nothing of ours: the failure may be an import of ours
+    print(f"[jupyter-exec gateway] the generated config did not load "
+          f"({{type(_error).__name__}}: {{_error}}): the server does not start",
+          file=_sys.stderr, flush=True)
+    _os._exit({status})
 """
 
 
@@ -377,7 +382,7 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
         lines.append(f"    c.{key} = {value!r}")
     # The response port, bound now: a port another process holds stops the start.
     lines.append("    BoundedResponseManager.instance()")
-    return "\n".join(lines) + "\n" + _CONFIG_GUARD
+    return "\n".join(lines) + "\n" + _CONFIG_GUARD.format(status=CONFIG_FAILED)
 
 
 def keep_token_out_of_logs(token: str) -> str:
