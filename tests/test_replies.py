@@ -1,7 +1,8 @@
 """The one reader of kernels' and hosts' answers (:mod:`jupyter_exec.boundary.replies`),
 without a kernel: what IPython shows for a str of JSON is read back exactly; anything
 else (another literal, a nested repr, an oversized or malformed answer) is no answer,
-found in time linear in what was sent."""
+found in time linear in what was sent. And the message around it
+(:mod:`jupyter_exec.engine.receiver`): too long, or too many containers, is a note, unparsed."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from jupyter_client.session import Session
 
 from jupyter_exec.boundary.replies import (
     MAX_CONTAINERS,
@@ -21,6 +23,8 @@ from jupyter_exec.boundary.replies import (
     printable,
     quoted_str,
 )
+from jupyter_exec.engine.receiver import MAX_CONTAINERS as MAX_MESSAGE_CONTAINERS
+from jupyter_exec.engine.receiver import _deserialize
 
 
 def reply(text: Any, status: str = "ok") -> dict[str, Any]:
@@ -151,3 +155,47 @@ def test_printable_escapes_what_drives_a_terminal_and_keeps_unicode() -> None:
     assert "\\x9b" in shown
     assert printable("café 名前 ✓") == "café 名前 ✓"
     assert printable("x" * 1000, limit=10) == "x" * 10 + "..."
+
+
+# -- the message itself, before jupyter_client's JSON parser --------------------------------
+
+
+def _frames(session: Session, kind: str, content: dict[str, Any]) -> list[bytes]:
+    parts = session.serialize(session.msg(kind, content))
+    _, frames = session.feed_identities(parts)
+    return [f if isinstance(f, bytes) else f.bytes for f in frames]
+
+
+def test_a_message_of_too_many_containers_becomes_a_note_unparsed() -> None:
+    sender, receiver = Session(key=b"k"), Session(key=b"k")
+    flood: list[list[int]] = [[] for _ in range(MAX_MESSAGE_CONTAINERS + 1)]
+    frames = _frames(sender, "display_data", {"data": {"application/json": flood}})
+    started = time.perf_counter()
+    msg = _deserialize(receiver, frames)
+    assert time.perf_counter() - started < 1.0
+    note = msg["content"]["data"]["text/plain"]
+    assert "output removed" in note
+    assert "JSON arrays and objects" in note
+    assert msg["msg_type"] == "display_data"
+
+
+def test_a_message_past_the_read_limit_becomes_a_note_and_one_under_it_is_read() -> None:
+    sender, receiver = Session(key=b"k"), Session(key=b"k")
+    text = "x" * 5000
+    frames = _frames(sender, "stream", {"name": "stdout", "text": text})
+    assert _deserialize(receiver, frames, limit=10_000)["content"]["text"] == text
+    frames = _frames(sender, "stream", {"name": "stdout", "text": text})
+    refused = _deserialize(receiver, frames, limit=1000)["content"]
+    assert refused["name"] == "stderr"
+    assert "the limit is 1,000 bytes" in refused["text"]
+    reply = _frames(sender, "execute_reply", {"status": "ok", "user_expressions": {"r": text}})
+    assert _deserialize(receiver, reply, limit=1000)["content"] == {}  # no answer at all
+
+
+def test_a_message_of_ordinary_large_data_is_read_whole() -> None:
+    sender, receiver = Session(key=b"k"), Session(key=b"k")
+    image = "iVBORw0KGgo" * 400_000  # ~4.4 MB of base64: no containers to count
+    points = {"x": list(range(200_000)), "y": list(range(200_000))}
+    content = {"data": {"image/png": image, "application/json": points}, "metadata": {}}
+    msg = _deserialize(receiver, _frames(sender, "display_data", content))
+    assert msg["content"] == content

@@ -117,14 +117,15 @@ def too_deep(value: Any, limit: int = MAX_OUTPUT_DEPTH) -> bool:
 _CONTAINERS = (dict, list, tuple)
 
 
-def placeholder_content(kind: str) -> dict[str, Any]:
-    """The content of a ``kind`` message whose own content was too deep to read at all."""
+def placeholder_content(kind: str, note: str = TOO_DEEP) -> dict[str, Any]:
+    """The content of a ``kind`` message whose own content could not be read at all (too
+    deep, or past the receiver's bounds): ``note`` says why."""
     if kind == "stream":
-        return {"name": "stderr", "text": TOO_DEEP + "\n"}
+        return {"name": "stderr", "text": note + "\n"}
     if kind == "error":
-        return {"ename": "OutputTooDeep", "evalue": TOO_DEEP, "traceback": [TOO_DEEP]}
+        return {"ename": "OutputTooDeep", "evalue": note, "traceback": [note]}
     if kind in _DISPLAY_KINDS:
-        return {"data": {"text/plain": TOO_DEEP}, "metadata": {}}
+        return {"data": {"text/plain": note}, "metadata": {}}
     return {}
 
 

@@ -5,6 +5,14 @@ a different reason to change: how fast and how safely one message is taken
 from a zmq socket (signature checked, replays refused, no date parsing),
 against how a kernel is started and stopped. Gateway kernels, which have no
 zmq socket, are read through their channel's own ``get_msg``.
+
+A kernel's message is bounded before it is parsed: content longer than the read limit
+(``$JUPYTER_EXEC_MAX_READ_MB``, 256 MiB by default) or holding more than
+:data:`MAX_CONTAINERS` JSON arrays and objects becomes a note naming the limit, as a
+content nested too deep does. Parsing costs the host about three times a message's bytes,
+and up to 33 times for one made of empty containers (``[[],[],...]``): the count keeps
+that under 100 MB whatever a Docker kernel sends. The other frames (header, parent,
+metadata) are a few hundred bytes; past :data:`MAX_HEADER_BYTES` the message is malformed.
 """
 
 from __future__ import annotations
@@ -16,9 +24,15 @@ from typing import Any
 import zmq
 from jupyter_client.adapter import adapt
 
+from jupyter_exec.boundary.paths import read_limit
 from jupyter_exec.engine.outputs import placeholder_content
 
-__all__ = ["Receiver"]
+__all__ = ["MAX_CONTAINERS", "MAX_HEADER_BYTES", "Receiver"]
+
+MAX_CONTAINERS = 1 << 20
+"""JSON arrays and objects one message's content may hold (each costs ~80 bytes parsed)."""
+MAX_HEADER_BYTES = 1 << 20
+"""Bytes of a message's header, parent header or metadata frame."""
 
 
 class Receiver:
@@ -40,11 +54,12 @@ class Receiver:
         if self._zmq:
             self._socket: zmq.Socket[bytes] = zmq.Socket.shadow(socket.underlying)
             self._session = channel.session
+            self._limit = read_limit()
 
     def _take(self) -> dict[str, Any]:
         frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
         _, parts = self._session.feed_identities(frames)
-        return _deserialize(self._session, parts)
+        return _deserialize(self._session, parts, self._limit)
 
     async def get(self, timeout: float) -> dict[str, Any]:
         """The next message; raises ``queue.Empty`` after ``timeout`` seconds."""
@@ -63,12 +78,13 @@ class Receiver:
         raise queue.Empty
 
 
-def _deserialize(session: Any, parts: list[bytes]) -> dict[str, Any]:
+def _deserialize(session: Any, parts: list[bytes], limit: int | None = None) -> dict[str, Any]:
     """``Session.deserialize`` without turning header dates into datetimes.
 
     The signature is checked (and remembered against replays) exactly as
     jupyter_client does. Content nested too deep for the JSON parser (a kernel
-    can send any bytes) becomes a note naming the limit instead of an error
+    can send any bytes), longer than ``limit`` (default: the read limit) or made of
+    too many containers becomes a note naming the limit instead of an error
     that would end the cell (see :func:`jupyter_exec.engine.outputs.placeholder_content`).
     Only the date parsing, a third of the client's work per message and never
     needed here (timings are kept as the ISO text the kernel sent), is left out.
@@ -85,19 +101,29 @@ def _deserialize(session: Any, parts: list[bytes]) -> dict[str, Any]:
         if not hmac.compare_digest(signature, session.sign(parts[1:5])):
             raise ValueError(f"invalid signature: {signature!r}")
     unpack = session.unpack
+    if len(parts[1]) > MAX_HEADER_BYTES or len(parts[2]) > MAX_HEADER_BYTES:
+        raise ValueError("malformed message: its header is larger than any kernel sends")
     try:
         header = unpack(parts[1])
         parent = unpack(parts[2])
     except RecursionError:
         raise ValueError("malformed message: its header is nested too deep") from None
     try:
-        metadata = unpack(parts[3])
+        metadata = unpack(parts[3]) if len(parts[3]) <= MAX_HEADER_BYTES else {}
     except RecursionError:
         metadata = {}
-    try:
-        content = unpack(parts[4])
-    except RecursionError:  # a kernel's JSON nested past what can be parsed: a note instead
-        content = placeholder_content(str(header.get("msg_type")))
+    body = parts[4]
+    limit = read_limit() if limit is None else limit
+    kind = str(header.get("msg_type"))
+    if len(body) > limit or (  # "[]" is two bytes: a shorter body cannot hold too many
+        len(body) > 2 * MAX_CONTAINERS and body.count(b"[") + body.count(b"{") > MAX_CONTAINERS
+    ):
+        content = placeholder_content(kind, _too_large(len(body), limit))
+    else:
+        try:
+            content = unpack(body)
+        except RecursionError:  # a kernel's JSON nested past what can be parsed: a note
+            content = placeholder_content(kind)
     message = {
         "header": header,
         "msg_id": header["msg_id"],
@@ -110,3 +136,11 @@ def _deserialize(session: Any, parts: list[bytes]) -> dict[str, Any]:
     if not str(header.get("version", "5")).startswith("5"):  # another protocol: adapt it
         return dict(adapt(message))
     return message
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (
+        f"[output removed: the kernel sent a message of {size:,} bytes; the limit is "
+        f"{limit:,} bytes (JUPYTER_EXEC_MAX_READ_MB) and {MAX_CONTAINERS:,} JSON arrays "
+        "and objects]"
+    )

@@ -13,6 +13,10 @@ linear time), then JSON with bounded containers. Each test checks that the host'
 grows by less than 64 MB plus what the kernel sent, that the event loop kept ticking, that
 the session still answers, and that nothing the attacker said was taken (no generation
 signed, no changed names noted, no environment recorded).
+
+The message around an answer is bounded too (:mod:`jupyter_exec.engine.receiver`): an
+output made of more JSON arrays and objects than any output holds (each costs the host ~80
+bytes parsed, 33 times its text) becomes a note, never parsed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_exec import CheckpointError
+from jupyter_exec.engine.receiver import MAX_CONTAINERS
 from jupyter_exec.state.generations import signed_on_disk
 from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION
 from jupyter_exec.state.kernel_calls import ask, user_names
@@ -49,12 +54,16 @@ MAX_STALL = 1.5
 """Seconds the host's event loop may go without running another task (it was 20 s)."""
 
 SHAPES = {
-    "repr": "'[' + '[],' * (N // 3) + '[]]'",
-    "quoted": "repr('[' + '[],' * (N // 3) + '[]]')",
+    "tuple": "repr((0,) * (N // 3))",
+    "quoted": "repr(__import__('json').dumps('a' * N))",
+    "brackets": "'[' + '[],' * (N // 3) + '[]]'",
     "deep": "repr('[' * (N // 2) + ']' * (N // 2))",
 }
-"""The answer's text/plain, as kernel code (``N``: its size): a list's repr, the same as a
-str literal (what a str of JSON looks like, only larger), a str of JSON nested too deep."""
+"""The answer's text/plain, as kernel code (``N``: its size): a tuple's repr (what
+``literal_eval`` inflated most), a str of JSON (what an answer looks like, only larger),
+a list's repr and a str of JSON nested too deep (both so full of containers that the
+receiver takes the whole reply for none)."""
+READ_BY_THE_RECEIVER = frozenset({"brackets", "deep"})
 
 
 def inflate(shape: str) -> str:
@@ -141,16 +150,19 @@ async def test_inflated_answers_cost_the_host_nothing_and_are_not_taken(
         environment = json.loads(notebook.read_text())["metadata"]["jupyter_exec"]["environment"]
         assert environment.get("interpreter")  # the honest report was recorded
 
-        await in_kernel(session, inflate(shape))
+        await kernel.run_silent(inflate(shape), time.monotonic() + DEADLINE)
         with peak_growth() as growth:
             async with ticking() as stalls:
                 attacked = await session.execute("import json\nz = 3\nprint('still here')")
-                with pytest.raises(CheckpointError, match="could not be read"):
+                with pytest.raises(CheckpointError, match="could not"):
                     await ask(kernel, "", CHANGED_EXPRESSION, DEADLINE)
                 assert await user_names(kernel) == ()
         assert stalls[0] < MAX_STALL, f"the event loop stalled for {stalls[0]:.1f} s"
-        assert attacked.error is None
         assert attacked.stdout == "still here\n"
+        if shape in READ_BY_THE_RECEIVER:  # its reply was a note: the cell's status unknown
+            assert attacked.error is not None
+        else:
+            assert attacked.error is None
 
         # Nothing the kernel said was taken: no generation signed, no names noted, the
         # environment (a new module imported) not recorded.
@@ -171,5 +183,39 @@ async def test_inflated_answers_cost_the_host_nothing_and_are_not_taken(
         assert await value(session, "(x, y, z, w)") == (1, 2, 3, 4)
         assert set(await user_names(kernel)) >= {"x", "y", "z", "w"}
         assert [g.number for g in await flush(session)][: len(signed)] == signed
+    finally:
+        await session.close()
+
+
+@pytest.mark.docker
+async def test_a_message_made_of_containers_is_never_parsed(
+    kernel_image: str,  # noqa: F811
+    work: Path,  # noqa: F811
+) -> None:
+    session = await docker_session(work, "structured", kernel_image, DEADLINE)
+    try:
+        kernel = session._kernel
+        assert kernel is not None
+        await session.execute("x = 1")
+        signed = [g.number for g in await flush(session)]
+        count = MAX_CONTAINERS + 200_000  # 3.6 MB of "[],", past the receiver's count
+        with peak_growth() as growth:
+            async with ticking() as stalls:
+                shown = await session.execute(
+                    f"from IPython.display import display\n"
+                    f"display({{'application/json': [[] for _ in range({count})]}}, raw=True)\n"
+                    "print('after')"
+                )
+                answered = await session.execute("z = 3")
+        assert stalls[0] < MAX_STALL, f"the event loop stalled for {stalls[0]:.1f} s"
+        assert growth[0] < HEADROOM + 3 * 3 * count, f"the host grew by {growth[0] >> 20} MB"
+        assert shown.stdout == "after\n"
+        (note,) = [r.text or "" for r in shown.results]
+        assert "output removed" in note
+        assert "JSON arrays and objects" in note
+        assert answered.error is None
+        assert len(session._state.durable.generations.signed) >= len(signed)
+        await session.execute("w = 4")
+        assert await value(session, "(x, z, w)") == (1, 3, 4)
     finally:
         await session.close()
