@@ -167,10 +167,12 @@ class Creation:
         kernel_name = kernel_name or self.kernel_names[backend]
         if borrowed is None:
             await self._check_kernelspec(kernel_name)
+        made = work_dir is None  # a folder this request made goes again if it starts nothing
         if work_dir is None:  # a folder of its own, never one another session used
             folder, name = self._own_folder(name)
         else:
             folder = self.root.resolve(work_dir)
+            made = not os.path.lexists(folder)
             self._refuse_registry(folder)
             if backend == "local":  # never a folder a Docker kernel had: what it left stays
                 refuse_if_lent(folder, f"session {name or '(new)'!r} ({backend})")
@@ -191,10 +193,10 @@ class Creation:
             # The manager checks its limits before start() runs: no kernel for a refused session.
             await self.manager.add(session_id, start, backend=backend)
         except SessionLimitError as exc:
-            self._drop_own_folder(folder, own=work_dir is None)
+            self._drop_own_folder(folder, own=made)
             raise self._limit_reached(exc) from None
         except BaseException:
-            self._drop_own_folder(folder, own=work_dir is None)
+            self._drop_own_folder(folder, own=made)
             raise
         finally:
             self._reserved.discard(notebook)
@@ -315,8 +317,9 @@ class Creation:
         return parent / name, name
 
     def _drop_own_folder(self, folder: Path, *, own: bool) -> None:
-        """Remove the folder :meth:`_own_folder` made for a session that did not start,
-        if nothing was written there (what a kernel wrote stays, to be looked at)."""
+        """Remove the folder this request made (:meth:`_own_folder`, or a work dir that was not
+        there) for a session that did not start, if nothing was written there (what a kernel
+        wrote stays, to be looked at)."""
         if not own:
             return
         with (

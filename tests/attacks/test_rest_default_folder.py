@@ -96,6 +96,7 @@ def test_a_docker_session_in_or_around_a_local_sessions_folder_is_refused(
     victim = local["work_dir"]
     notebook = server.root / local["notebook"]["path"]
     before = notebook.read_bytes()
+    listing = sorted(os.listdir(server.root / victim))
     running = {k["id"] for k in kernels(server)}
 
     work_dir = {"same": victim, "inside": f"{victim}/sub", "around": "jupyter-exec", "root": ""}
@@ -110,6 +111,7 @@ def test_a_docker_session_in_or_around_a_local_sessions_folder_is_refused(
         assert named in error["message"], (named, error["message"])
     assert {k["id"] for k in kernels(server)} == running  # no kernel started
     assert notebook.read_bytes() == before
+    assert sorted(os.listdir(server.root / victim)) == listing  # not even an empty folder
     assert run(server, local["id"], "y")["text"] == "2"
 
 
