@@ -10,11 +10,13 @@ import ast
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from jupyter_client.session import Session
 
+from jupyter_exec import AsyncSession
 from jupyter_exec.boundary.replies import (
     MAX_CONTAINERS,
     answer,
@@ -25,6 +27,8 @@ from jupyter_exec.boundary.replies import (
 )
 from jupyter_exec.engine.receiver import MAX_CONTAINERS as MAX_MESSAGE_CONTAINERS
 from jupyter_exec.engine.receiver import _deserialize
+from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION
+from jupyter_exec.state.kernel_calls import DONE_EXPRESSION, ask, user_names
 
 
 def reply(text: Any, status: str = "ok") -> dict[str, Any]:
@@ -199,3 +203,17 @@ def test_a_message_of_ordinary_large_data_is_read_whole() -> None:
     content = {"data": {"image/png": image, "application/json": points}, "metadata": {}}
     msg = _deserialize(receiver, _frames(sender, "display_data", content))
     assert msg["content"] == content
+
+
+# -- a real kernel's answers, non-ASCII names included ----------------------------------------
+
+
+async def test_a_kernels_answers_carry_non_ascii_names_through_json(tmp_path: Path) -> None:
+    async with AsyncSession(work_dir=tmp_path, name="names") as session:
+        kernel = session._kernel
+        assert kernel is not None
+        await session.execute("café = 1\n名前 = 2\nplain = 3")
+        assert {"café", "名前", "plain"} <= set(await user_names(kernel))
+        changed = await ask(kernel, "", CHANGED_EXPRESSION, 30.0)  # the last cell's
+        assert {"café", "名前", "plain"} <= set(changed)
+        assert await ask(kernel, "", DONE_EXPRESSION, 30.0) == 1
