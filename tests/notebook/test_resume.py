@@ -36,7 +36,7 @@ CELLS = [
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("recording")
     # save_state=False: these tests hold the resume that runs every recorded cell again
-    # (tests/test_generations.py holds the one that starts from the saved state).
+    # (tests/state/test_generations.py holds the one that starts from the saved state).
     with Session(work_dir=root, name="analysis", timeout=60, save_state=False) as session:
         for code in CELLS:
             session.execute(code)

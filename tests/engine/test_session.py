@@ -572,7 +572,7 @@ def test_timeout_of_a_cell_that_ignores_sigint_restarts_the_kernel(
     fresh_session: MakeSession, read_notebook: ReadNotebook
 ) -> None:
     # save_state=False: this holds the restart of a kernel with nothing to come back from
-    # (tests/test_generations.py holds the state coming back).
+    # (tests/state/test_generations.py holds the state coming back).
     s = fresh_session(interrupt_grace=1.0, save_state=False)
     s.execute("lost = 1")
     started = time.monotonic()

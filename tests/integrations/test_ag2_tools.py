@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = Path(__file__).with_name("scripts") / "ag2x_drive.py"
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).parents[1] / "scripts" / "ag2x_drive.py"
 CACHE = Path(os.environ.get("JUPYTER_EXEC_TEST_CACHE", Path.home() / ".cache/jupyter-exec-tests"))
 AG2_REQUIREMENT = "ag2>=1,<2"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_mcp import PNG_MAGIC, _is_error, _stdio, _texts
+from tests.mcp.test_mcp import PNG_MAGIC, _is_error, _stdio, _texts
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.languages]
 

@@ -42,7 +42,7 @@ from jupyter_exec.notebook.replay import (
     replay_async,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def run_cli(*argv: str) -> int:

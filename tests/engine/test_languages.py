@@ -167,7 +167,7 @@ def test_the_languages_dockerfile_ships_beside_the_kernel_image() -> None:
     assert "ARG BASE_IMAGE" in dockerfile
     assert "DENO_DIR=/tmp/" in dockerfile  # Deno's cache on the tmpfs of a read-only root
     assert (folder / "deno_kernel.py").is_file()
-    setup = (Path(__file__).parents[1] / "setup.cfg").read_text()
+    setup = (Path(__file__).parents[2] / "setup.cfg").read_text()
     for shipped in ("languages/Dockerfile", "languages/deno_kernel.py", "ir-docker/kernel.json"):
         assert f"kernels/{shipped}" in setup
 

@@ -1,7 +1,7 @@
 """AG2 1.x's ``Sandbox`` protocol on a session, driven by a real AG2 1.x agent in its own venv.
 
 AG2 1.x cannot share a venv with the AG2 0.x the test extra installs; the
-venv is the one ``tests/test_ag2_tools.py`` makes (cached, built once).
+venv is the one ``tests/integrations/test_ag2_tools.py`` makes (cached, built once).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from test_ag2_tools import ag2x_python  # noqa: F401 - the fixture making AG2 1.x's venv
 
-SCRIPT = Path(__file__).with_name("scripts") / "ag2x_sandbox_drive.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "ag2x_sandbox_drive.py"
 
 pytestmark = pytest.mark.timeout(900)
 
