@@ -222,7 +222,7 @@ async def test_a_kernels_answers_carry_non_ascii_names_through_json(tmp_path: Pa
 def test_nothing_in_the_package_literal_evals_what_it_reads() -> None:
     """The rule holds for code written later: no ``literal_eval`` call anywhere in the package
     (a kernel's or a host's text is read by :mod:`jupyter_exec.boundary.replies` alone)."""
-    package = Path(__file__).resolve().parent.parent / "jupyter_exec"
+    package = Path(__file__).resolve().parents[2] / "jupyter_exec"
     found = []
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
