@@ -202,7 +202,8 @@ async def test_a_forged_payload_on_the_response_port_starts_or_redirects_no_kern
     from gateway_provisioners.response_manager import ResponseManager
 
     kernel = await cluster_kernel()
-    manager = ResponseManager.instance()
+    # Ours, whichever test of the module runs first (the gateway, too, makes ours first).
+    manager = BoundedResponseManager.instance()
     host, port = manager.response_address.rsplit(":", 1)
     before = kernel.km.get_connection_info()
     processes = len(kernel.side.cluster.kernel_processes())
@@ -266,12 +267,13 @@ async def test_a_forged_payload_racing_a_launch_is_refused_and_leaves_nothing(
     of the wire would have it (read here from the gateway: without it the response port reads
     nothing at all). The gateway refuses the forgery (it lacks the launch nonce), the start
     fails, and the real launcher is stopped over SSH."""
-    from gateway_provisioners.response_manager import ResponseManager
+    from jupyter_exec.cluster.responses import BoundedResponseManager
 
     spec = gateway_side.spec()
     spec.argv = ["/bin/sh", "-c", 'sleep 2; exec "$0" "$@"', *spec.argv]
     km = AsyncKernelManager(kernel_name="cluster-test", kernel_spec_manager=OneSpec(spec))
-    manager = ResponseManager.instance()
+    # Ours, whichever test of the module runs first (the gateway, too, makes ours first).
+    manager = BoundedResponseManager.instance()
     host, port = manager.response_address.rsplit(":", 1)
     start = asyncio.ensure_future(km.start_kernel(env={"KERNEL_REMOTE_HOST": "127.0.0.2"}))
     deadline = time.monotonic() + 30
