@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from jupyter_exec import AsyncSession
-from jupyter_exec.state.generations import Generation, state_folder
+from jupyter_exec.state.generations import Generation, LoadedGeneration, state_folder
 
 DEADLINE = 60.0
 
@@ -39,13 +41,35 @@ async def kill_kernel(session: AsyncSession) -> None:
         await asyncio.sleep(0.02)
 
 
+@contextlib.asynccontextmanager
+async def alone(session: AsyncSession) -> AsyncIterator[None]:
+    """The session's kernel channel to this test alone, as a cell has it.
+
+    A silent request waits for its own reply and drops any other; the session's idle signer
+    asks the kernel too while no cell runs. A test that talks to the kernel beside it without
+    the session's lock can lose its reply to the signer (and wait out its deadline for
+    nothing): every helper here takes the lock, as the session's own callers do.
+    """
+    async with session._lock:
+        yield
+
+
 async def flush(session: AsyncSession) -> list[Generation]:
     """Wait for the kernel's writer, have the host sign what it wrote; the signed ones."""
     kernel = session._kernel
     assert kernel is not None
     generations = session._state.durable.generations
-    await generations.flush(session, kernel)
+    async with alone(session):
+        await generations.flush(session, kernel)
     return list(generations.signed)
+
+
+async def load(session: AsyncSession, made: Generation) -> LoadedGeneration:
+    """Load generation ``made`` into the session's kernel (checked first), the channel alone."""
+    kernel = session._kernel
+    assert kernel is not None
+    async with alone(session):
+        return await session._state.durable.generations.load(session, kernel, made)
 
 
 async def value(session: AsyncSession, expression: str) -> Any:
@@ -54,9 +78,10 @@ async def value(session: AsyncSession, expression: str) -> Any:
 
     kernel = session._kernel
     assert kernel is not None
-    content = await kernel.run_silent(
-        "", time.monotonic() + DEADLINE, expressions={"v": f"repr({expression})"}
-    )
+    async with alone(session):
+        content = await kernel.run_silent(
+            "", time.monotonic() + DEADLINE, expressions={"v": f"repr({expression})"}
+        )
     assert content is not None
     found = content["user_expressions"]["v"]
     assert found["status"] == "ok", found
@@ -71,7 +96,8 @@ async def in_kernel(session: AsyncSession, code: str) -> None:
     """Run ``code`` silently in the kernel, as the kernel itself (nothing recorded)."""
     kernel = session._kernel
     assert kernel is not None
-    content = await kernel.run_silent(code, time.monotonic() + DEADLINE)
+    async with alone(session):
+        content = await kernel.run_silent(code, time.monotonic() + DEADLINE)
     assert content is not None
     assert content.get("status") == "ok", content
 

@@ -199,11 +199,10 @@ async def test_a_forged_payload_on_the_response_port_starts_or_redirects_no_kern
     """The gateway's public key is public (it is on every launcher's command line): a payload
     encrypted with it, or garbage, sent to the response port moves no running kernel and
     starts none."""
-    from gateway_provisioners.response_manager import ResponseManager
+    from jupyter_exec.cluster.responses import BoundedResponseManager
 
     kernel = await cluster_kernel()
-    # Ours, whichever test of the module runs first (the gateway, too, makes ours first).
-    manager = BoundedResponseManager.instance()
+    manager = BoundedResponseManager.instance()  # the one the gateway made for that kernel
     host, port = manager.response_address.rsplit(":", 1)
     before = kernel.km.get_connection_info()
     processes = len(kernel.side.cluster.kernel_processes())

@@ -34,7 +34,7 @@ from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
     no_container_left_behind,
     work,
 )
-from tests.generation_helpers import docker_session, flush, in_kernel, value
+from tests.generation_helpers import docker_session, flush, in_kernel, load, value
 
 DEADLINE = 120.0
 PAYLOAD = "b\"cposix\\nsystem\\n(S'touch pwned'\\ntR.\""
@@ -94,7 +94,7 @@ async def test_docker_kernel_forged_generation_is_refused_by_a_local_kernel(
         assert kernel is not None
         await victim.execute("x = 'mine'")
         with pytest.raises(CheckpointError, match="written by a Docker kernel"):
-            await victim._state.durable.generations.load(victim, kernel, forged)
+            await load(victim, forged)
         assert await value(victim, "x") == "mine"
     finally:
         await victim.close()
@@ -116,7 +116,6 @@ async def test_docker_kernel_planted_signature_manifest_link_and_fifo_are_refuse
     try:
         kernel = session._kernel
         assert kernel is not None
-        generations = session._state.durable.generations
         await session.execute("x = 41")
         await session.execute("x += 1")
         [*_, newest] = await flush(session)
@@ -141,7 +140,7 @@ with open(os.path.join(root, 'signed', '90.json'), 'w') as f:
         # The signed manifest swapped after signing: its sha256 differs.
         await in_kernel(session, forge(newest.number, newest.cells, report=False))
         with pytest.raises(CheckpointError, match="not the manifest the host signed"):
-            await generations.load(session, kernel, newest)
+            await load(session, newest)
         assert await value(session, "x") == 42
     finally:
         await session.close()
@@ -157,7 +156,6 @@ async def test_docker_kernel_swapped_or_linked_object_and_fifo_manifest_are_refu
     try:
         kernel = session._kernel
         assert kernel is not None
-        generations = session._state.durable.generations
         await session.execute("x = 'kept'")
         await session.execute("y = 1")
         [*_, newest] = await flush(session)
@@ -174,7 +172,7 @@ path = os.path.join(sys.modules['_jupyter_exec_generations']._root(), 'objects',
             "os.replace(path + '.n', path)",
         )
         with pytest.raises(CheckpointError, match="not loaded"):
-            await generations.load(session, kernel, newest)
+            await load(session, newest)
         # Or for bytes of the same size, one changed: the hash refuses it.
         await in_kernel(
             session,
@@ -183,14 +181,14 @@ path = os.path.join(sys.modules['_jupyter_exec_generations']._root(), 'objects',
             "open(path, 'wb').write(data)",
         )
         with pytest.raises(CheckpointError, match="does not match its hash"):
-            await generations.load(session, kernel, newest)
+            await load(session, newest)
         # A link in its place (to a file of the same size): never followed.
         await in_kernel(
             session,
             "import sys\n" + swap + "os.unlink(path)\nos.symlink('/etc/hostname', path)",
         )
         with pytest.raises(CheckpointError, match="not loaded"):
-            await generations.load(session, kernel, newest)
+            await load(session, newest)
         # A FIFO for the manifest: refused on the host without blocking on it.
         fifo = f"""
 import os, sys
@@ -201,7 +199,7 @@ os.mkfifo(os.path.join(root, 'gen-{newest.number}.json'))
         await in_kernel(session, fifo)
         started = time.monotonic()
         with pytest.raises(CheckpointError, match="cannot be read"):
-            await generations.load(session, kernel, newest)
+            await load(session, newest)
         assert time.monotonic() - started < 10
         assert await value(session, "(x, y)") == ("kept", 1)
     finally:
@@ -242,7 +240,7 @@ g.done.append([{newest.number}, hashlib.sha256(data).hexdigest(), 1])
         await session.execute("y = 2")
         grown = next(g for g in await flush(session) if g.number == newest.number)
         with pytest.raises(CheckpointError, match="past the session's state budget"):
-            await session._state.durable.generations.load(session, kernel, grown)
+            await load(session, grown)
         assert await value(session, "(x, y)") == (1, 2)
     finally:
         await session.close()
