@@ -52,26 +52,41 @@ async def rerun(
     return failed
 
 
-def later_cells(session: StateHost, cells: int) -> tuple[int, list[tuple[int, str]]]:
-    """How many cells the record holds, and the code of those from the ``cells``-th on
-    that count (not undone): what runs again on top of a state after ``cells`` cells."""
+UNFINISHED = frozenset({"timeout", "died"})
+"""Recorded statuses of cells that never completed: a timed-out cell was interrupted (run
+again, it would take as long again, or forever) and a cell whose kernel died would kill the
+restarted one. Neither runs again: the state is that of the last completed cell."""
+
+
+def later_cells(session: StateHost, cells: int) -> tuple[int, list[tuple[int, str]], list[str]]:
+    """How many cells the record holds; the code of those from the ``cells``-th on that
+    count (not undone, completed): what runs again on top of a state after ``cells`` cells;
+    and the cells left out because they never completed (``cell N: timeout``)."""
     recording = session._recording
     recorder = recording.recorder if recording is not None else None
     if recorder is None:
-        return cells, []
+        return cells, [], []
     found = list(recorder.cells)
-    todo = [
-        (i, "".join(c.get("source", "")))
-        for i, c in enumerate(found)
-        if i >= cells and c.get("cell_type") == "code" and not is_undone(c)
-    ]
-    return len(found), todo
+    todo: list[tuple[int, str]] = []
+    unfinished: list[str] = []
+    for i, c in enumerate(found):
+        if i < cells or c.get("cell_type") != "code" or is_undone(c):
+            continue
+        status = ((c.get("metadata") or {}).get("jupyter_exec") or {}).get("status")
+        if status in UNFINISHED:
+            unfinished.append(f"cell {i + 1}: {status}")
+        else:
+            todo.append((i, "".join(c.get("source", ""))))
+    return len(found), todo, unfinished
 
 
-def rerun_words(todo: Sequence[Any], failed: Sequence[str]) -> str:
-    """How a recovery's source names the cells it ran again."""
+def rerun_words(todo: Sequence[Any], failed: Sequence[str], unfinished: Sequence[str]) -> str:
+    """How a recovery's source names the cells it ran again (and those it did not)."""
     words = f", then {len(todo)} recorded cell(s) run again" if todo else ""
-    return words + (f" ({'; '.join(failed)})" if failed else "")
+    words += f" ({'; '.join(failed)})" if failed else ""
+    if unfinished:
+        words += f"; not run again, never completed: {'; '.join(unfinished)}"
+    return words
 
 
 async def recover_generation(
@@ -80,7 +95,7 @@ async def recover_generation(
     """Load ``made`` into the restarted ``kernel`` (None: none is signed yet, start empty)
     and run the recorded cells after it; whether the state came back (False: the caller
     falls back to a checkpoint)."""
-    done, todo = later_cells(session, made.cells if made is not None else 0)
+    done, todo, unfinished = later_cells(session, made.cells if made is not None else 0)
     if made is None and not todo:
         return False
     generations = state.durable.generations
@@ -99,9 +114,10 @@ async def recover_generation(
     lost = {n: f"not saved: {why}" for n, why in skipped.items() if n not in names}
     if made is None:
         source = "the recorded cells run again (no saved state was signed yet)"
+        source += rerun_words((), failed, unfinished)
     else:
         source = f"generation {made.number} of {state_folder(session.name)}"
-        source += rerun_words(todo, failed)
+        source += rerun_words(todo, failed, unfinished)
     state.durable.rewound(done)
     state._recovered(source, done, names, lost, session)
     return True

@@ -96,6 +96,32 @@ async def test_kill_9_after_a_cell_the_next_cells_see_every_completed_cell(
     assert nb.cells[3].metadata["jupyter_exec"]["recovered"]["names"]
 
 
+async def test_a_cell_that_timed_out_is_not_run_again_when_a_later_cell_kills_the_kernel(
+    sessions: Any, work_dir: Path
+) -> None:
+    """A timed-out cell never completed: run again on the restarted kernel it would take as
+    long again (the death was reported after the whole cell's time), and its half-done
+    effects are not the last completed cell's state. It is named as not run again."""
+    session = await sessions(name="late")
+    await session.execute("x = 1")
+    slow = await session.execute(
+        "import os, time\n"
+        "if os.path.exists('started'):\n"
+        "    ran_again = True\n"
+        "else:\n"
+        "    open('started', 'w').close()\n"
+        "    time.sleep(600)\n",
+        timeout=1,
+    )
+    assert slow.status == "timeout"
+    assert (work_dir / "started").exists()
+    died = await session.execute("import os; os._exit(1)")
+    assert died.status == "died"
+    assert died.recovered is not None
+    assert "not run again, never completed: cell 2: timeout" in died.recovered.source
+    assert await value(session, "(x, 'ran_again' in globals())") == (1, False)
+
+
 async def test_kill_9_during_a_cell_keeps_the_completed_cells_names(sessions: Any) -> None:
     session = await sessions(name="during")
     await session.execute("kept = 'yes'")
