@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from jupyter_exec.boundary.replies import printable  # what a kernel sent, shown to a person
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.network.rules import normalise_host
 
@@ -82,11 +83,6 @@ class Head:
             for line in self.lines
             if line.partition(":")[0].lower() == wanted
         ]
-
-
-def printable(text: str) -> str:
-    """``text`` safe to put in a reason phrase or a log line: one line, at most 300 characters."""
-    return "".join(c if c.isprintable() and c not in "\r\n" else "?" for c in text)[:300]
 
 
 async def read_head(reader: asyncio.StreamReader, timeout: float) -> Head:
