@@ -13,7 +13,7 @@ the server extension's) is started with:
 * ``PYTHONSAFEPATH=1`` in its environment (Python 3.11+): nothing is put
   before the standard library and site-packages while ipykernel, IPython
   and their dependencies load, and IPython adds no ``''`` either;
-* :data:`AFTER_START` as IPython's ``code_to_run``: once the kernel is up,
+* :data:`STARTUP` as its ``PYTHONSTARTUP`` file: once the kernel is up,
   before any cell, the working directory goes to the *end* of ``sys.path``
   (so ``import mymodule`` of the user's own file still works, and never
   shadows an installed package) and ``PYTHONSAFEPATH`` leaves the kernel's
@@ -29,23 +29,16 @@ kernel ever shares a local session's folder (:mod:`jupyter_exec.boundary.folders
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["AFTER_START", "MARK", "is_ipykernel", "safe_python"]
+__all__ = ["MARK", "STARTUP", "is_ipykernel", "safe_python"]
 
 MARK = "JUPYTER_EXEC_SAFEPATH"
 """Set beside ``PYTHONSAFEPATH`` when jupyter-exec (not the person) set it."""
 
-_CODE = (
-    "import os, sys\\n"
-    f"if os.environ.pop('{MARK}', '') == '1':\\n"
-    "    os.environ.pop('PYTHONSAFEPATH', None)\\n"
-    "    here = os.getcwd()\\n"
-    "    sys.path[:] = [p for p in sys.path if p not in ('', here)] + ['']\\n"
-)
-AFTER_START = f'exec("{_CODE}", {{}})'
-"""Run by IPython once the kernel is up: the cwd last on ``sys.path``, the variable gone.
-
-In a fresh namespace, so the user's sees no name from it (and no cell number is used)."""
+STARTUP = str(Path(__file__).with_name("safepath_startup.py"))
+"""The kernel's ``PYTHONSTARTUP``: the cwd last on ``sys.path``, the variables gone, then the
+startup file the kernel was given before, if any (:mod:`jupyter_exec.engine.safepath_startup`)."""
 
 
 def is_ipykernel(argv: Sequence[str]) -> bool:
@@ -60,4 +53,7 @@ def safe_python(env: dict[str, str]) -> list[str]:
         return []  # the person's own choice: the working directory is never searched
     env["PYTHONSAFEPATH"] = "1"
     env[MARK] = "1"
-    return [f"--IPKernelApp.code_to_run={AFTER_START}"]
+    if env.get("PYTHONSTARTUP"):  # (an E2B sandbox's): ours runs it next
+        env["JUPYTER_EXEC_STARTUP_NEXT"] = env["PYTHONSTARTUP"]
+    env["PYTHONSTARTUP"] = STARTUP
+    return []

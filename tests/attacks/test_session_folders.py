@@ -147,7 +147,8 @@ def test_the_launch_alone_never_imports_from_the_working_directory(tmp_path: Pat
     marker = tmp_path / "PWNED"
     plant(tmp_path, marker)
     env = dict(os.environ)
-    assert safe_python(env)
+    assert safe_python(env) == []
+    assert env["PYTHONSAFEPATH"] == "1"
     done = subprocess.run(
         [sys.executable, "-m", "ipykernel_launcher", "--help"],
         cwd=tmp_path,
