@@ -37,6 +37,12 @@ OutputCallback = Callable[[dict[str, Any]], Awaitable[None] | None]
 """Called with each output as it arrives (an nbformat output dict, a stream chunk,
 or a ``clear_output`` / ``update_display_data`` event); may be a coroutine function."""
 
+DENO_FENCE = (
+    'await Deno.jupyter.broadcast("display_data", '
+    '{data: {"text/plain": ""}, metadata: {}, transient: {}})'
+)
+"""The fence cell for kernels that publish outputs after idle (:meth:`CellRunner._fence`)."""
+
 Outcome = Literal["idle", "timeout", "died", "restarted", "closed"]
 
 
@@ -229,12 +235,15 @@ class CellRunner:
     ) -> None:
         """Collect what a kernel published for ``msg_id`` after its idle status.
 
-        A kernel handles one request at a time and IOPub keeps its order, so
-        everything the cell still had to publish comes before the busy status of
-        a ``kernel_info_request`` sent now: outputs of ``msg_id`` are taken until
-        that request's idle status. No waiting on the clock.
+        Deno sends a cell's status messages itself but its results and displays through a
+        queue that drains on its own time, so a request's idle status proves nothing about
+        them (a ``kernel_info_request`` fence lost results under load). The fence is a
+        silent cell that puts a marker through that same queue: once the marker is on
+        IOPub, everything the cell queued before it is too. No waiting on the clock.
         """
-        fence = self.kernel.kc.kernel_info()
+        fence = self.kernel.kc.execute(
+            DENO_FENCE, silent=True, store_history=False, allow_stdin=False
+        )
         deadline = time.monotonic() + 10.0
         while (remaining := deadline - time.monotonic()) > 0:
             try:
@@ -244,12 +253,11 @@ class CellRunner:
                     return
                 continue
             parent = msg["parent_header"].get("msg_id")
+            kind = msg["header"]["msg_type"]
             if parent == fence:
-                if msg["header"]["msg_type"] == "status" and (
-                    msg["content"].get("execution_state") == "idle"
-                ):
+                if kind in ("display_data", "error"):  # the marker (or no way to send one)
                     return
-            elif parent == msg_id and msg["header"]["msg_type"] != "status":
+            elif parent == msg_id and kind != "status":
                 events = builder.feed(msg)
                 if on_output is not None:
                     for event in events:
