@@ -36,6 +36,7 @@ from jupyter_exec.engine.interpreters import (
     resolve_python,
 )
 from jupyter_exec.engine.languages import install_hint, language_of_kernel
+from jupyter_exec.engine.mailbox import Mailbox
 from jupyter_exec.engine.receiver import Receiver
 from jupyter_exec.engine.safepath import safe_python
 from jupyter_exec.exceptions import (
@@ -105,6 +106,8 @@ class KernelHandle:
     spec: KernelSpec | None = None
     iopub: Receiver = field(init=False)
     shell: Receiver = field(init=False)
+    replies: Mailbox = field(init=False)
+    """The shell replies, each to the request it answers (every reader of shell goes here)."""
     stream_guard: bool | None = field(default=None, init=False)
     """Whether the in-kernel stream guard is active (None: not tried since the kernel started)."""
     environment_capture: bool | None = field(default=None, init=False)
@@ -119,6 +122,7 @@ class KernelHandle:
     def __post_init__(self) -> None:
         self.iopub = Receiver(self.kc.iopub_channel)
         self.shell = Receiver(self.kc.shell_channel)
+        self.replies = Mailbox(self.shell, QUIET_POLL)
 
     @property
     def kernel_id(self) -> str:
@@ -204,16 +208,14 @@ class KernelHandle:
         ``died``, the kernel is watched while quiet, and its death raises
         :class:`KernelNotAliveError` with that message rather than waiting out the deadline.
         """
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                msg = await self.shell.get(min(QUIET_POLL, remaining))
-            except queue.Empty:
-                if died is not None and not await self.is_alive():
-                    raise KernelNotAliveError(died) from None
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                return dict(msg["content"])
-        return None
+
+        async def quiet() -> bool:
+            if died is not None and not await self.is_alive():
+                raise KernelNotAliveError(died)
+            return False
+
+        msg = await self.replies.reply(msg_id, deadline, quiet)
+        return None if msg is None else dict(msg["content"])
 
     async def run_silent(
         self,

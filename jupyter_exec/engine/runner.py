@@ -265,18 +265,15 @@ class CellRunner:
 
     async def _shell_reply(self, msg_id: str, timing: dict[str, str]) -> dict[str, Any]:
         """The execute_reply (normally already queued when IOPub goes idle)."""
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            try:
-                msg = await self.kernel.shell.get(QUIET_POLL)
-            except queue.Empty:
-                if self._closing() or not await self.kernel.is_alive():
-                    break
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                timing["shell.execute_reply"] = _iso(msg["header"].get("date"))
-                return dict(msg["content"])
-        return {"status": "error"}
+
+        async def quiet() -> bool:
+            return self._closing() or not await self.kernel.is_alive()
+
+        msg = await self.kernel.replies.reply(msg_id, time.monotonic() + 10.0, quiet)
+        if msg is None:
+            return {"status": "error"}
+        timing["shell.execute_reply"] = _iso(msg["header"].get("date"))
+        return dict(msg["content"])
 
     async def _stop_runaway(
         self,

@@ -346,6 +346,9 @@ class AsyncSession(StateMethods):
         if self._closed:
             return
         self._closed = True
+        # A cell cut short by this close leaves its kernel busy: nothing new to sign, and a
+        # flush would only wait for that cell (it was CLOSE_FLUSH seconds per close).
+        cut_short = self._running is not None
         if self._running is not None and self._running[1] is not asyncio.current_task():
             with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
                 await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
@@ -355,7 +358,7 @@ class AsyncSession(StateMethods):
                 with contextlib.suppress(Exception, asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(signer), CLOSE_WAIT)
             signer.cancel()
-        if self._kernel is not None and self._running is None:  # the last cell's state
+        if self._kernel is not None and not cut_short:  # the last cell's state
             await self._state.before_close(self, self._kernel)
         kernel, self._kernel = self._kernel, None
         if self._recording is not None:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from jupyter_exec import (
     SessionManager,
     StorageError,
 )
+from jupyter_exec.state.session_state import CLOSE_FLUSH
 
 ReadNotebook = Callable[[Path], nbformat.NotebookNode]
 MakeSession = Callable[..., Session]
@@ -80,7 +82,11 @@ async def test_close_from_another_task_records_the_running_cell(
     printed = asyncio.Event()
     task = asyncio.create_task(s.execute(LONG_CELL, on_output=lambda event: printed.set()))
     await asyncio.wait_for(printed.wait(), 60)
+    started = time.monotonic()
     await s.close()
+    # The cut-short cell keeps its kernel busy: close asks it nothing (it waited CLOSE_FLUSH
+    # for the cell's state, which the cell never made).
+    assert time.monotonic() - started < CLOSE_FLUSH
     with pytest.raises(SessionClosedError) as info:
         await task
     assert info.value.execution is not None
