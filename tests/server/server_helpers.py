@@ -95,11 +95,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def installed_extensions(python: Path) -> list[str]:
+    """The server extensions the environment of ``python`` enables (its config.d files).
+
+    A REST test's server runs ours alone unless it asks for the others: JupyterLab's and
+    the language-server one's start-up probes (node, npm, R) cost a second of CPU per
+    server and are not what these tests are about; the JupyterLab tests keep them all.
+    """
+    names: list[str] = []
+    folder = python.absolute().parent.parent / "etc" / "jupyter" / "jupyter_server_config.d"
+    for path in sorted(folder.glob("*.json")):
+        enabled = json.loads(path.read_text()).get("ServerApp", {}).get("jpserver_extensions")
+        names += [name for name, on in (enabled or {}).items() if on]
+    return names
+
+
 class JupyterProcess:
     """A real ``jupyter server`` / ``jupyter lab`` subprocess, isolated under ``workdir``.
 
     Its own config, runtime, data and IPython dirs (nothing leaks from ``~/.jupyter``),
     a known token, loopback only; stopped (by its pid) on exit, log kept in ``workdir``.
+    ``jupyter server`` runs our extension alone, ``jupyter lab`` every installed one
+    (``other_extensions`` says otherwise).
     """
 
     def __init__(
@@ -111,6 +128,7 @@ class JupyterProcess:
         token: str = "test-token",
         env: dict[str, str] | None = None,
         enable_extension: bool = True,
+        other_extensions: bool | None = None,
     ) -> None:
         import sys
 
@@ -127,6 +145,12 @@ class JupyterProcess:
             "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
             "--allow-root", f"--ServerApp.root_dir={self.root}", *args,
         ]  # fmt: skip
+        if not (app == "lab" if other_extensions is None else other_extensions):
+            self.argv += [
+                f"--ServerApp.jpserver_extensions={name}=False"
+                for name in installed_extensions(python)
+                if name.split(".")[0] != "jupyter_exec"
+            ]
         self.env = {
             **os.environ,
             "JUPYTER_CONFIG_DIR": str(workdir / "config"),
