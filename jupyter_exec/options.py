@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from jupyter_exec.boundary.naming import check_text, validate_name
-from jupyter_exec.engine.languages import canonical_language, kernel_for
+from jupyter_exec.engine.languages import language_record
 from jupyter_exec.engine.outputs import DEFAULT_MAX_STREAM_CHARS
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.network.policy import NetworkPolicy
@@ -424,29 +424,30 @@ def _host(options: SessionOptions) -> None:
 def _language(options: SessionOptions) -> None:
     """Settle ``language`` to its canonical name and ``kernel_name`` to its kernel; refuse a
     ``kernel_name`` or ``python`` that says otherwise."""
-    language = canonical_language(options.language)
-    kernel = kernel_for(language)
+    record = language_record(options.language)
+    kernel = record.kernel
     if options.kernel_name not in (kernel, "python3"):
         raise InvalidArgument(
             f"language={options.language!r} runs the kernel {kernel!r}, but kernel_name="
             f"{options.kernel_name!r} was given too: give one of them"
         )
-    if options.python is not None and language != "python":
+    if options.python is not None and not record.interpreter:
         raise InvalidArgument(
             f"python= names a Python interpreter; language={options.language!r} runs "
             f"the {kernel!r} kernel: drop one of them"
         )
-    if language == "java" and options.backend == "docker":
+    if record.docker is None and options.backend == "docker":
+        why = record.no_docker_why.format(container="a network-less container")
         raise InvalidArgument(
-            "language='java' runs on this machine's kernel only for now (JJava speaks TCP, "
-            "which a network-less container does not have): use backend='local'"
+            f"language={record.name!r} runs on this machine's kernel only for now ({why}): "
+            "use backend='local'"
         )
-    if options.undo_steps and language != "python":
+    if options.undo_steps and not record.undo:
         raise InvalidArgument(
             f"undo_steps needs a Python kernel (undo is Python run inside the kernel); "
             f"language={options.language!r} has no undo: drop undo_steps"
         )
-    object.__setattr__(options, "language", language)
+    object.__setattr__(options, "language", record.name)
     object.__setattr__(options, "kernel_name", kernel)
 
 

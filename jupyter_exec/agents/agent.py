@@ -47,10 +47,13 @@ from pathlib import Path
 from typing import Literal
 
 from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, save_block
-from jupyter_exec.agents.kernels import LanguageKernels
+from jupyter_exec.agents.kernels import KERNEL_LANGUAGES, LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, denied_connections, exit_code, render
 from jupyter_exec.engine.cancel import execute_to_the_end
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
+from jupyter_exec.engine.languages import language_record
 from jupyter_exec.engine.outputs import strip_ansi
+from jupyter_exec.engine.scripts import SCRIPT_LANGUAGES, script_of
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError, WorkDirError
 from jupyter_exec.models import Execution, ScriptResult
@@ -304,10 +307,15 @@ def _combine(done: Sequence[BlockResult], total: int) -> AgentResult:
 
 # -- stateless: each block its own process ----------------------------------------------------
 
-SCRIPT_POLICY: Mapping[str, bool] = {"python": True, "sh": True}
-"""Languages run as processes by default; every other block is saved only."""
+SCRIPT_POLICY: Mapping[str, bool] = dict.fromkeys(SCRIPT_LANGUAGES, True)
+"""Languages run as processes by default (those whose records have a ``script``: python,
+sh); every other block is saved only."""
 
-_SUFFIXES = {"python": ".py", "sh": ".sh", "javascript": ".js", "js": ".js", "typescript": ".ts"}
+_SUFFIXES = {
+    **{record.tag: record.suffix for record in LANGUAGE_RECORDS.values()},
+    **{name: language_record(name).suffix for name in KERNEL_LANGUAGES},
+}
+"""A saved block's file suffix by its language (others: ``.<language>``)."""
 
 
 def _script_name(block: CodeBlock) -> str:
@@ -348,7 +356,7 @@ def _script_text(
 
 def _record_script(session: AsyncSession, block: CodeBlock, result: ScriptResult) -> None:
     """The run as a notebook cell that runs the same file again: ``!python <file>``."""
-    program = "python" if block.language == "python" else "bash"
+    program = script_of(block.language).program
     _record_process(session, f"!{program} {_relative(result.path, session.work_dir)}", result)
 
 

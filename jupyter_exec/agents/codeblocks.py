@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.boundary.paths import write_bytes
+from jupyter_exec.engine.language_records import record_of_tag
 from jupyter_exec.engine.languages import normalise_language
 from jupyter_exec.engine.store import confined_path, writable_path
 from jupyter_exec.exceptions import WorkDirError
@@ -188,9 +189,9 @@ def cell_source(block: CodeBlock) -> str:
     cwd, its container), so ``pip install x`` in a shell block makes ``import
     x`` work in the next Python block, and the recorded notebook replays as is.
     """
-    if block.language == "sh":
-        return "%%bash\n" + block.code
-    return block.code
+    record = record_of_tag(block.language)
+    magic = record.ipython_magic if record is not None else ""
+    return f"{magic}\n{block.code}" if magic else block.code
 
 
 def save_block(block: CodeBlock, work_dir: str | os.PathLike[str]) -> Path | None:

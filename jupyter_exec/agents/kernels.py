@@ -20,25 +20,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from jupyter_exec.engine.languages import kernel_for
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Language
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
 
 __all__ = ["KERNEL_LANGUAGES", "LanguageKernels"]
 
-KERNEL_LANGUAGES: dict[str, str] = {
-    **{name: kernel_for(name) for name in ("r", "javascript", "typescript", "java")},
-    "js": kernel_for("javascript"),
-    "ts": kernel_for("typescript"),
+_RECORDS: dict[str, Language] = {
+    name: record
+    for record in LANGUAGE_RECORDS.values()
+    if record.agent_kernel
+    for name in (record.tag, *record.other_names)
 }
+
+KERNEL_LANGUAGES: dict[str, str] = {name: record.kernel for name, record in _RECORDS.items()}
 """A block's language (as :func:`~jupyter_exec.agents.codeblocks.normalise_language`
-gives it) -> the kernelspec that runs it. The one place a fence picks a kernel."""
+gives it, or a record's other name: ``js``, ``ts``) -> the kernelspec that runs it. The
+one place a fence picks a kernel: the languages whose records say ``agent_kernel``."""
 
 
 def _key(language: str) -> str:
-    """One kernel per kernelspec: ``js``, ``javascript``, ``ts`` and ``typescript`` blocks share
-    one Deno kernel (Deno runs both; a value defined in one is there for the next)."""
-    return language if language in ("r", "java") else "javascript"
+    """One kernel per kernelspec, named after the first language it runs: ``js``,
+    ``javascript``, ``ts`` and ``typescript`` blocks share one Deno kernel, ``javascript``
+    (Deno runs both; a value defined in one is there for the next)."""
+    kernel = _RECORDS[language].kernel
+    return next(r.name for r in LANGUAGE_RECORDS.values() if r.kernel == kernel)
 
 
 class LanguageKernels:

@@ -30,9 +30,16 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from jupyter_exec.cli.options import Subparsers, formatter
-from jupyter_exec.engine.languages import LANGUAGE_KERNELS, LANGUAGES, canonical_language
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
+from jupyter_exec.engine.languages import (
+    LANGUAGE_KERNELS,
+    LANGUAGES,
+    canonical_language,
+    language_record,
+)
 from jupyter_exec.exceptions import InvalidArgument, MissingDependency
 
 __all__ = [
@@ -83,7 +90,7 @@ def add_kernels_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         "languages",
         nargs="*",
         metavar="LANGUAGE",
-        help=f"any of {', '.join(lang for lang in LANGUAGES if lang != 'python')}",
+        help=f"any of {', '.join(r.name for r in LANGUAGE_RECORDS.values() if not r.bundled)}",
     )
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
@@ -140,21 +147,14 @@ def install_docker_kernelspecs(args: argparse.Namespace) -> int:
 
 def install_language(language: str, *, user: bool, prefix: str | None) -> Path:
     """Install ``language``'s kernel and its kernelspec; the kernelspec's folder."""
-    language = canonical_language(language)
-    if language == "python":
+    record = language_record(language)
+    if record.bundled:
         raise InvalidArgument(
             "Python's kernel (ipykernel) comes with jupyter-exec; name r, bash, javascript "
             "or typescript"
         )
-    if language == "bash":
-        _install_bash(user=user, prefix=prefix)
-    elif language == "r":
-        _install_r(user=user, prefix=prefix)
-    elif language == "java":
-        _install_java(user=user, prefix=prefix)
-    else:
-        _install_deno(user=user, prefix=prefix)
-    return _installed_at(LANGUAGE_KERNELS[language], user=user, prefix=prefix)
+    _INSTALLERS[record.kernel](user=user, prefix=prefix)
+    return _installed_at(record.kernel, user=user, prefix=prefix)
 
 
 def _run(argv: Sequence[str], what: str, env: dict[str, str] | None = None) -> None:
@@ -308,6 +308,20 @@ def _install_deno(*, user: bool, prefix: str | None) -> None:
         written = Path(home, ".local", "share", "jupyter", "kernels", "deno")
         # Deno stops a running cell on an interrupt_request; a SIGINT ends the whole kernel.
         _install_spec(written, "deno", user=user, prefix=prefix, interrupt_mode="message")
+
+
+class _Installer(Protocol):
+    def __call__(self, *, user: bool, prefix: str | None) -> None: ...
+
+
+_INSTALLERS: dict[str, _Installer] = {
+    "ir": _install_r,
+    "bash": _install_bash,
+    "deno": _install_deno,
+    "java": _install_java,
+}
+"""Each kernelspec's installer, by the kernelspec's name (a language's record names its
+kernel; JavaScript and TypeScript share Deno's)."""
 
 
 def _installed_at(kernel: str, *, user: bool, prefix: str | None) -> Path:

@@ -25,6 +25,7 @@ import docker.errors
 
 from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.docker.resources import dockerfile_dir
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.exceptions import ImageError, InvalidArgument
 
 __all__ = [
@@ -42,8 +43,13 @@ DEFAULT_IMAGE = "jupyter-exec/kernel:latest"
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 LANGUAGES_IMAGE = "jupyter-exec/kernel:languages"
 """The kernel image with every other language's kernel (R, Bash, Deno) added."""
-IMAGE_LANGUAGES = ("r", "bash", "javascript", "typescript")
-"""The languages whose kernels ``kernels/languages/Dockerfile`` can add."""
+IMAGE_LANGUAGES = tuple(
+    record.name
+    for record in LANGUAGE_RECORDS.values()
+    if record.docker is not None and record.docker.languages_image
+)
+"""The languages whose kernels ``kernels/languages/Dockerfile`` can add (their records say
+so: ``docker.languages_image``)."""
 
 LineSink = Callable[[str], None]
 

@@ -35,6 +35,7 @@ from jupyter_exec.engine.interpreters import (
     kernel_spec_for_python,
     resolve_python,
 )
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.engine.languages import install_hint, language_of_kernel
 from jupyter_exec.engine.mailbox import Mailbox
 from jupyter_exec.engine.receiver import Receiver
@@ -143,7 +144,8 @@ class KernelHandle:
         """Whether the kernel may publish a cell's outputs after its idle status (Deno's
         does, now and then, for the ``execute_result``): a cell then waits for a fence."""
         implementation = str(self.kernel_info.get("implementation") or "").lower()
-        return "deno" in implementation or self.language in ("typescript", "javascript")
+        record = LANGUAGE_RECORDS.get(self.language)
+        return "deno" in implementation or (record is not None and record.late_outputs)
 
     @property
     def runs_ipython(self) -> bool:
@@ -153,7 +155,8 @@ class KernelHandle:
 
         The one place that decides it, from what the kernel says about itself."""
         implementation = self.kernel_info.get("implementation")
-        return self.language == "python" and implementation in ("ipython", None)
+        record = LANGUAGE_RECORDS.get(self.language)
+        return record is not None and record.cell_state and implementation in ("ipython", None)
 
     def process_alive(self) -> bool:
         """Whether the kernel process runs: a cheap local check (no round trip) where possible."""
@@ -402,7 +405,7 @@ def _no_such_kernel(kernel_name: str) -> str:
     """What to say when ``kernel_name`` is not installed: what is, and how to install it."""
     installed = ", ".join(sorted(KernelSpecManager().find_kernel_specs())) or "none"
     language = language_of_kernel(kernel_name)
-    if language is None or language == "python":
+    if language is None or LANGUAGE_RECORDS[language].bundled:
         how = f"{sys.executable} -m ipykernel install --user"
     else:
         how = install_hint(language)

@@ -10,13 +10,16 @@ answer, so it lives here, below all of them::
     kernel_for(language)            ─► the kernelspec that runs it (python3, ir, bash, deno, java)
 
 JavaScript and TypeScript share one kernel, Deno's, which runs both. Java's is JJava
-(PyPI's ``jjava``, on a JDK), on this machine only for now.
+(PyPI's ``jjava``, on a JDK), on this machine only for now. What each language is
+lives in its record (:mod:`jupyter_exec.engine.language_records`); the tables here
+are views of those records, kept for the modules that read them.
 """
 
 from __future__ import annotations
 
 import re
 
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Language, record_of_tag
 from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = [
@@ -25,30 +28,22 @@ __all__ = [
     "canonical_language",
     "install_hint",
     "installed_languages",
+    "is_default_language",
     "kernel_for",
     "language_of_kernel",
+    "language_record",
     "normalise_language",
 ]
 
-LANGUAGES: tuple[str, ...] = ("python", "r", "bash", "javascript", "typescript", "java")
+LANGUAGES: tuple[str, ...] = tuple(LANGUAGE_RECORDS)
 """The languages a session can be asked for by name (``Session(language=...)``)."""
 
-LANGUAGE_KERNELS: dict[str, str] = {
-    "python": "python3",
-    "r": "ir",
-    "bash": "bash",
-    "javascript": "deno",
-    "typescript": "deno",
-    "java": "java",
-}
+LANGUAGE_KERNELS: dict[str, str] = {name: r.kernel for name, r in LANGUAGE_RECORDS.items()}
 """Each language's kernelspec name, as its own installer names it."""
 
-_PYTHON = frozenset({"python", "py", "python3", "ipython", "ipython3", "pycon"})
-_SHELL = frozenset({"sh", "bash", "shell", "console", "zsh", "shell-session"})
-_R = frozenset({"r", "rscript", "ir"})
-_JAVASCRIPT = frozenset({"javascript", "js", "node", "nodejs", "mjs"})
-_TYPESCRIPT = frozenset({"typescript", "ts", "deno", "tsx"})
-_JAVA = frozenset({"java", "jshell", "jjava"})
+_TAGS: dict[str, str] = {
+    alias: record.tag for record in LANGUAGE_RECORDS.values() for alias in record.aliases
+}
 _SHELL_HINT_RE = re.compile(
     r"^\s*(\$ |pip |apt(-get)? |ls\b|cd |echo |cat |mkdir |curl |wget |git )"
 )
@@ -63,18 +58,8 @@ def normalise_language(tag: str, code: str = "") -> str:
     """``python`` / ``sh`` / ``r`` / ``javascript`` / ``typescript`` / ``java`` for the names people
     use for them (other tags as given, lowercased); inferred when ``tag`` is empty."""
     word = _word(tag)
-    if word in _PYTHON:
-        return "python"
-    if word in _SHELL:
-        return "sh"
-    if word in _R:
-        return "r"
-    if word in _JAVASCRIPT:
-        return "javascript"
-    if word in _TYPESCRIPT:
-        return "typescript"
-    if word in _JAVA:
-        return "java"
+    if word in _TAGS:
+        return _TAGS[word]
     if word:
         return word
     first = next((line for line in code.splitlines() if line.strip()), "")
@@ -82,10 +67,9 @@ def normalise_language(tag: str, code: str = "") -> str:
 
 
 def install_hint(language: str) -> str:
-    """The command that installs ``language``'s kernel (empty for Python, which ships)."""
-    if language == "python":
-        return "pip install ipykernel"
-    return f"jupyter-exec kernels install {language}"
+    """The command that installs ``language``'s kernel (named exactly: no alias)."""
+    record = LANGUAGE_RECORDS.get(language)
+    return record.install_hint if record is not None else f"jupyter-exec kernels install {language}"
 
 
 def canonical_language(name: object) -> str:
@@ -96,15 +80,28 @@ def canonical_language(name: object) -> str:
     """
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgument(f"language must be one of {', '.join(LANGUAGES)}, not {name!r}")
-    word = normalise_language(name)
-    word = "bash" if word == "sh" else word
-    if word not in LANGUAGE_KERNELS or len(name.split()) != 1:
+    record = record_of_tag(normalise_language(name))
+    if record is None or len(name.split()) != 1:
+        others = " ".join(r.name for r in LANGUAGE_RECORDS.values() if not r.bundled)
         raise InvalidArgument(
             f"unknown language {name[:40]!r}: use one of {', '.join(LANGUAGES)} (installed "
             f"here: {', '.join(installed_languages()) or 'none'}; install the others' kernels "
-            "with: jupyter-exec kernels install r bash javascript typescript java)"
+            f"with: jupyter-exec kernels install {others})"
         )
-    return word
+    return record.name
+
+
+def language_record(name: object) -> Language:
+    """The record of the language ``name`` means (aliases accepted, as
+    :func:`canonical_language` takes them; anything else is refused as it refuses it)."""
+    return LANGUAGE_RECORDS[canonical_language(name)]
+
+
+def is_default_language(language: str | None) -> bool:
+    """Whether ``language`` (exactly as given: no alias) is the one a session runs unless
+    told, or None; a session of any other language runs that language's own kernel."""
+    record = LANGUAGE_RECORDS.get(language) if language is not None else None
+    return language is None or (record is not None and record.default)
 
 
 def installed_languages() -> list[str]:
@@ -127,11 +124,10 @@ def kernel_for(language: str) -> str:
 def language_of_kernel(kernel_name: str, spec_language: str | None = None) -> str | None:
     """The language a kernelspec runs, from its name or its ``language`` field (None: not
     one of ours)."""
-    for language, name in LANGUAGE_KERNELS.items():
-        if kernel_name == name and language != "javascript":
-            return language
+    for record in LANGUAGE_RECORDS.values():
+        if kernel_name == record.kernel and record.owns_kernel:
+            return record.name
     if spec_language:
-        word = normalise_language(spec_language)
-        word = "bash" if word == "sh" else word
-        return word if word in LANGUAGE_KERNELS else None
+        found = record_of_tag(normalise_language(spec_language))
+        return found.name if found is not None else None
     return None

@@ -21,32 +21,47 @@ from typing import Any
 from jupyter_exec.boundary.naming import script_file_name
 from jupyter_exec.boundary.paths import write_bytes
 from jupyter_exec.engine.interpreters import kernel_interpreter
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Script, record_of_tag
 from jupyter_exec.engine.store import confined_path, writable_path
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.models import ScriptResult
 
-__all__ = ["SCRIPT_LANGUAGES", "TIMEOUT_EXIT_CODE", "run_script", "script_path"]
+__all__ = ["SCRIPT_LANGUAGES", "TIMEOUT_EXIT_CODE", "run_script", "script_of", "script_path"]
 
 TIMEOUT_EXIT_CODE = 124
 """Exit code of a script killed at its timeout (as with coreutils ``timeout``)."""
 
-SCRIPT_LANGUAGES = {"python": ".py", "sh": ".sh"}
+SCRIPT_LANGUAGES = {
+    record.tag: record.script.suffix
+    for record in LANGUAGE_RECORDS.values()
+    if record.script is not None
+}
+"""The code blocks' languages (``python``, ``sh``) that run as scripts -> their files' suffix."""
+
+
+def script_of(language: str) -> Script:
+    """How a script of ``language`` (a code block's tag, as ``normalise_language`` gives it)
+    runs, from its language's record; ``ValueError`` for a language without scripts."""
+    record = record_of_tag(language)
+    if record is None or record.script is None:
+        choices = " or ".join(repr(tag) for tag in SCRIPT_LANGUAGES)
+        raise ValueError(f"unsupported script language {language!r}: use {choices}")
+    return record.script
 
 
 def script_path(
     work_dir: Path, folder: str, number: int, language: str, filename: str | None
 ) -> Path:
     """Where a script goes: ``filename`` (confined to the work dir), or a numbered default."""
-    if language not in SCRIPT_LANGUAGES:
-        raise ValueError(f"unsupported script language {language!r}: use 'python' or 'sh'")
-    relative = filename or f"{folder}/{script_file_name(number, SCRIPT_LANGUAGES[language])}"
+    suffix = script_of(language).suffix
+    relative = filename or f"{folder}/{script_file_name(number, suffix)}"
     return confined_path(work_dir, relative)
 
 
-def _interpreter(language: str, kernel_argv: list[str]) -> list[str]:
-    if language == "sh":
-        return ["bash"]
-    return [str(kernel_interpreter(kernel_argv))]
+def _interpreter(script: Script, kernel_argv: list[str]) -> list[str]:
+    if script.own_interpreter:
+        return [str(kernel_interpreter(kernel_argv))]
+    return [script.program]
 
 
 async def _run_local(
@@ -86,13 +101,14 @@ async def run_script(
     """Write ``code`` to ``path`` and run it in the session's environment."""
     path = writable_path(work_dir, path.relative_to(work_dir.absolute()))
     write_bytes(work_dir.absolute(), path.relative_to(work_dir.absolute()), code.encode("utf-8"))
-    interpreter = _interpreter(language, kernel_argv)
+    script = script_of(language)
+    interpreter = _interpreter(script, kernel_argv)
     started = time.monotonic()
     run_in_container = getattr(provisioner, "run_command", None)
     if run_in_container is not None:
         mount = str(getattr(provisioner, "work_mount", "/work")).rstrip("/")
         inside = f"{mount}/{path.relative_to(work_dir.absolute()).as_posix()}"
-        argv = ["python" if language == "python" else "bash", inside]
+        argv = [script.program, inside]
         code_, output = await run_in_container(argv, timeout=timeout)
         timed_out = code_ == TIMEOUT_EXIT_CODE  # the in-container watchdog says so itself
     else:

@@ -33,6 +33,7 @@ from typing import Any
 
 from jupyter_exec.boundary.naming import validate_name
 from jupyter_exec.engine.environments import DockerEnv, Environment
+from jupyter_exec.engine.languages import is_default_language
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import (
     InvalidArgument,
@@ -204,7 +205,7 @@ class SessionRegistry:
         if name not in self.manager:
             environment = self._environment_for(backend)
             options = await self._options_for(environment)
-            if language not in (None, "python"):  # its own kernel, not the environment's Python
+            if not is_default_language(language):  # its own kernel, not the environment's Python
                 options = {k: v for k, v in options.items() if k != "python"}
                 options["language"] = language
             try:

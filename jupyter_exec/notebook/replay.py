@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
-from jupyter_exec.engine.languages import kernel_for, language_of_kernel
+from jupyter_exec.engine.languages import is_default_language, kernel_for, language_of_kernel
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.notebook import envdiff
@@ -90,7 +90,7 @@ def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]
     if wanted in KernelSpecManager().find_kernel_specs():
         return str(wanted)
     language = spec.get("language") or (nb.metadata.get("language_info") or {}).get("name")
-    if language not in (None, "", "python"):
+    if language and not is_default_language(str(language)):
         raise NotebookError(
             f"the notebook's kernel {wanted!r} ({language}) is not installed here; "
             "install it or pass kernel_name (--kernel)"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyter_exec.boundary.naming import backup_notebook_name, safe_name
 from jupyter_exec.boundary.paths import Folder
-from jupyter_exec.engine.languages import language_of_kernel
+from jupyter_exec.engine.languages import is_default_language, language_of_kernel
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.notebook.meta import is_undone, notebook_metadata
 from jupyter_exec.notebook.recorder import new_cell_id
@@ -72,7 +72,7 @@ def _language_of(path: Path) -> dict[str, str]:
     except (OSError, ValueError, AttributeError):
         return {}
     language = language_of_kernel(str(spec.get("name") or "")) if isinstance(spec, dict) else None
-    return {"language": language} if language not in (None, "python") else {}
+    return {} if is_default_language(language) else {"language": str(language)}
 
 
 async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:

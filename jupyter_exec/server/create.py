@@ -37,7 +37,12 @@ from jupyter_exec.boundary.folders import refuse_if_lent, trust_of
 from jupyter_exec.boundary.naming import default_session_name, validate_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.backends import language_kernelspec
-from jupyter_exec.engine.languages import canonical_language, install_hint, language_of_kernel
+from jupyter_exec.engine.languages import (
+    install_hint,
+    is_default_language,
+    language_of_kernel,
+    language_record,
+)
 from jupyter_exec.engine.safepath import is_ipykernel, safe_python
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import (
@@ -472,19 +477,19 @@ class Creation:
         """The kernelspec of ``language`` on ``backend`` (``ir``, ``bash-docker``...); a
         ``kernel_name`` that says otherwise, or undo for a language without it, is a 400."""
         try:
-            canonical = canonical_language(language)
+            record = language_record(language)
         except InvalidArgument as exc:
             raise InvalidRequest(str(exc)) from None
         where = backend or "local"
-        wanted = language_kernelspec(canonical, where)
-        if canonical == "python":  # the server's own choice of Python kernelspec
+        wanted = language_kernelspec(record.name, where)
+        if record.default:  # the server's own choice of Python kernelspec
             wanted = self.kernel_names.get(where, wanted)
         if kernel_name is not None and kernel_name != wanted:
             raise InvalidRequest(
                 f"'language' {language!r} runs the kernelspec {wanted!r}, but 'kernel_name' "
                 f"{kernel_name!r} was given too: give one of them"
             )
-        if undo_steps and canonical != "python":
+        if undo_steps and not record.undo:
             raise InvalidRequest(
                 f"'undo_steps' needs a Python kernel; {language!r} has no undo: drop it"
             )
@@ -497,7 +502,7 @@ class Creation:
             hint = ""
             if kernel_name == self.kernel_names.get("docker") or kernel_name.endswith("-docker"):
                 hint = "; install jupyter-exec's kernelspecs with `jupyter-exec kernels install`"
-            elif language not in (None, "python"):
+            elif language is not None and not is_default_language(language):
                 hint = f"; install it with `{install_hint(language)}`"
             raise InvalidRequest(
                 f"no kernelspec named {kernel_name!r} on this server "

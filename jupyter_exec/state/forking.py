@@ -43,6 +43,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
 from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, OneSpec, _ipc_base, describe_exit
+from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.state.inkernel_fork import PID_EXPRESSION, fork_code
 
@@ -252,7 +253,8 @@ def check_forkable(handle: KernelHandle) -> None:
         raise ForkError("only a kernel running on this machine can be forked")
     language = handle.kernel_info.get("language_info", {}).get("name")
     implementation = handle.kernel_info.get("implementation")
-    if language != "python" or implementation not in ("ipython", None):
+    record = LANGUAGE_RECORDS.get(language) if isinstance(language, str) else None
+    if record is None or not record.fork or implementation not in ("ipython", None):
         raise ForkError(
             f"only IPython kernels can be forked (this one is {implementation or language!r})"
         )
