@@ -7,8 +7,10 @@ the connection through.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import time
 from pathlib import Path
 
 import paramiko
@@ -116,9 +118,29 @@ def test_orphans_of_the_hosts_are_listed_and_reaped(loopback_cluster: Cluster) -
         pid = int(stdout.read().decode().strip())
     finally:
         client.close()
-    listed = cluster.kernel_processes(kernel_id)
-    assert [p.pid for p in listed] == [pid]
-    assert pid in [p.pid for p in psutil.Process(cluster.reaper_pid).children(recursive=True)]
-    assert cluster.kernel_processes("00000000-0000-0000-0000-000000000000") == []
-    os.kill(pid, 9)
+    try:
+        # ``$!`` is known at the fork; the KERNEL_ID the shell exported is in the child's
+        # environment only once it has run nohup. Wait for that, never for the clock.
+        assert _exec_done(pid, "sleep"), f"the orphan {pid} never ran sleep"
+        listed = cluster.kernel_processes(kernel_id)
+        assert [p.pid for p in listed] == [pid]
+        assert pid in [p.pid for p in psutil.Process(cluster.reaper_pid).children(recursive=True)]
+        assert cluster.kernel_processes("00000000-0000-0000-0000-000000000000") == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # never left for the next test to find
+            os.kill(pid, 9)
     assert cluster.wait_no_kernel_processes(kernel_id) == []
+
+
+def _exec_done(pid: int, program: str, timeout: float = 30.0) -> bool:
+    """Whether process ``pid`` came to run ``program`` within ``timeout`` (its command line
+    changes at the exec; the poll only spaces out the looks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if program in psutil.Process(pid).cmdline():
+                return True
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return False
+        time.sleep(0.02)
+    return False
