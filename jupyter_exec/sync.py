@@ -1,23 +1,23 @@
 """Session: the blocking face of AsyncSession.
 
-Every call is forwarded to the AsyncSession running on one private event loop
-in a daemon thread. That keeps a single implementation (no hand-copied twin),
-and works where the caller already runs a loop (inside Jupyter, inside an
-async web app) - which ``asyncio.run`` per call would not.
+Every call is forwarded to the AsyncSession running on the event loop thread
+all blocking front ends share (:mod:`jupyter_exec.engine.loop_thread`). That
+keeps a single implementation (no hand-copied twin), and works where the
+caller already runs a loop (inside Jupyter, inside an async web app) - which
+``asyncio.run`` per call would not.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import os
-import threading
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
+from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.engine.session import AsyncSession, OutputCallback
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
@@ -36,90 +36,6 @@ from jupyter_exec.state.session_state import Checkpoint
 __all__ = ["Session"]
 
 T = TypeVar("T")
-
-
-class _LoopThread:
-    """One event loop in a daemon thread, shared by every blocking session."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def loop(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None or cls._loop.is_closed():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="jupyter-exec-loop", daemon=True
-                )
-                thread.start()
-                cls._loop = loop
-            return cls._loop
-
-    @classmethod
-    def run(
-        cls,
-        coro: Coroutine[Any, Any, T],
-        on_interrupt: Callable[[], Coroutine[Any, Any, Any]]
-        | Coroutine[Any, Any, Any]
-        | None = None,
-    ) -> T:
-        """Run ``coro`` on the loop thread and return its result in the caller's thread.
-
-        ``on_interrupt`` (a coroutine function, or a coroutine) runs if the
-        caller is interrupted (Ctrl-C) while waiting.
-        """
-        loop = cls.loop()
-        call = _Call(coro)
-        loop.call_soon_threadsafe(call.start)
-        try:
-            return call.result()
-        except KeyboardInterrupt:
-            # Ctrl-C in the caller's thread: stop the cell in the kernel too.
-            if on_interrupt is not None:
-                stop = on_interrupt if isinstance(on_interrupt, Coroutine) else on_interrupt()
-                on_interrupt = None
-                asyncio.run_coroutine_threadsafe(stop, loop).result(timeout=10)
-            raise
-        finally:
-            if isinstance(on_interrupt, Coroutine):
-                on_interrupt.close()  # not needed: never awaited
-
-
-class _Call(Generic[T]):
-    """A coroutine run on the loop thread, its outcome handed back the moment it is known.
-
-    Leaner than ``run_coroutine_threadsafe`` on the hot path: the caller is
-    woken from inside the coroutine's last step, not one loop iteration
-    later through chained futures.
-    """
-
-    __slots__ = ("_coro", "_done", "_error", "_task", "_value")
-
-    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
-        self._coro = coro
-        self._done = threading.Lock()  # held until the outcome is known: the cheapest wake-up
-        self._done.acquire()
-        self._error: BaseException | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    async def _run(self) -> None:
-        try:
-            self._value = await self._coro
-        except BaseException as exc:  # handed to the caller's thread, raised there
-            self._error = exc
-        finally:
-            self._done.release()
-
-    def result(self) -> T:
-        self._done.acquire()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        return self._value
 
 
 class _ClosedAtExit(weakref.WeakSet[T]):
@@ -262,7 +178,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
         return self._async
 
     def start(self) -> Session:
-        _LoopThread.run(self._async.start())
+        run_blocking(self._async.start())
         _open_sessions.add(self)
         return self
 
@@ -273,7 +189,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
         on_output: OutputCallback | None = None,
     ) -> Execution:
         """Run ``code`` (see :meth:`AsyncSession.execute`); ``on_output`` runs on our loop."""
-        return _LoopThread.run(
+        return run_blocking(
             self._async.execute(code, timeout=timeout, on_output=on_output),
             on_interrupt=self._async.interrupt,
         )
@@ -287,7 +203,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
     ) -> ScriptResult:
         """Run ``code`` as a new process in the session's environment; see
         :meth:`AsyncSession.run_script`."""
-        return _LoopThread.run(self._async.run_script(code, language, filename, timeout))
+        return run_blocking(self._async.run_script(code, language, filename, timeout))
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
         """Append a cell that was not executed; see :meth:`AsyncSession.record_cell`."""
@@ -295,18 +211,18 @@ class Session(contextlib.AbstractContextManager["Session"]):
 
     def fork(self, n: int = 1, name: str | None = None) -> list[Session]:
         """``n`` new sessions from this one's live state; see :meth:`AsyncSession.fork`."""
-        forks = _LoopThread.run(self._async.fork(n, name))
+        forks = run_blocking(self._async.fork(n, name))
         made = [Session.from_async(child) for child in forks]
         _open_sessions.update(made)
         return made
 
     def undo(self, n: int = 1) -> None:
         """Go back to the state before the last ``n`` cells; see :meth:`AsyncSession.undo`."""
-        _LoopThread.run(self._async.undo(n))
+        run_blocking(self._async.undo(n))
 
     def checkpoint(self, name: str | None = None) -> Checkpoint:
         """Remember the current state; see :meth:`AsyncSession.checkpoint`."""
-        return _LoopThread.run(self._async.checkpoint(name))
+        return run_blocking(self._async.checkpoint(name))
 
     def restore(
         self,
@@ -316,20 +232,20 @@ class Session(contextlib.AbstractContextManager["Session"]):
         trust_origin: bool = False,
     ) -> None:
         """Go back to a checkpoint (or load one from disk); see :meth:`AsyncSession.restore`."""
-        _LoopThread.run(self._async.restore(checkpoint, force=force, trust_origin=trust_origin))
+        run_blocking(self._async.restore(checkpoint, force=force, trust_origin=trust_origin))
 
     def checkpoints(self) -> list[Checkpoint]:
         """This session's checkpoints, oldest first."""
         return self._async.checkpoints()
 
     def interrupt(self) -> None:
-        _LoopThread.run(self._async.interrupt())
+        run_blocking(self._async.interrupt())
 
     def restart(self) -> None:
-        _LoopThread.run(self._async.restart())
+        run_blocking(self._async.restart())
 
     def close(self) -> None:
-        _LoopThread.run(self._async.close())
+        run_blocking(self._async.close())
         _open_sessions.discard(self)
 
     @property
@@ -364,7 +280,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
 
     @property
     def is_alive(self) -> bool:
-        return _LoopThread.run(self._async.check_alive())
+        return run_blocking(self._async.check_alive())
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

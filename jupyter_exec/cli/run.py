@@ -8,7 +8,6 @@ or SIGHUP leaves a valid notebook holding every cell that ran.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import os
@@ -38,9 +37,10 @@ from jupyter_exec.cli.options import (
 )
 from jupyter_exec.cli.restore import add_restore, find_checkpoint, restore_into
 from jupyter_exec.cli.resume import add_resume, check_resumable, resume_session, resumed_line
+from jupyter_exec.engine.loop_thread import LOOP_THREAD
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.models import Execution
-from jupyter_exec.sync import Session, _LoopThread
+from jupyter_exec.sync import Session
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
 
@@ -155,7 +155,7 @@ def _started(kwargs: dict[str, Any], session: Session | None = None) -> Session:
         finally:
             settled.set()
 
-    future = asyncio.run_coroutine_threadsafe(start(), _LoopThread.loop())
+    future = LOOP_THREAD.submit(start())
     try:
         future.result()
     except KeyboardInterrupt:
@@ -174,15 +174,12 @@ def _execute(session: Session, source: str, printer: _Printer) -> Execution:
     session is closed, so the notebook holds every cell that ran.
     """
     live = session.async_session
-    loop = _LoopThread.loop()
-    future = asyncio.run_coroutine_threadsafe(
-        live.execute(source, on_output=printer.on_output), loop
-    )
+    future = LOOP_THREAD.submit(live.execute(source, on_output=printer.on_output))
     try:
         return future.result()
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(live.interrupt(), loop).result(INTERRUPT_WAIT)
+            LOOP_THREAD.submit(live.interrupt()).result(INTERRUPT_WAIT)
             future.result(INTERRUPT_WAIT)
         raise
 

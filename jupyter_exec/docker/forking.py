@@ -26,7 +26,6 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
@@ -34,19 +33,19 @@ from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.docker.options import CONTAINER_CONF_DIR, CONTAINER_RUN_DIR
 from jupyter_exec.docker.rundir import CONF_DIR, MAX_SOCKET_PATH, SOCKET_DIR
+from jupyter_exec.engine.provisioning import ContainerProvisioner
 from jupyter_exec.exceptions import ForkError
 
 __all__ = ["child_connection", "control_socket", "host_pid"]
 
 
-def child_connection(provisioner: Any, km: AsyncKernelManager) -> tuple[str, Path]:
+def child_connection(provisioner: ContainerProvisioner, km: AsyncKernelManager) -> tuple[str, Path]:
     """Point ``km`` at new sockets of the container; write the container's connection file.
 
     Returns the file's path in the container (for the fork request) and on the
     host (to remove it when the child is gone).
     """
-    run_dir: Path | None = getattr(provisioner, "_run_dir", None)
-    user = getattr(provisioner, "_kernel_user", None)
+    run_dir, user = provisioner.run_dir, provisioner.kernel_user
     if run_dir is None or user is None:
         raise ForkError("the Docker kernel has no run dir: it is not running")
     tag = f"f{secrets.token_hex(4)}"
@@ -66,25 +65,25 @@ def child_connection(provisioner: Any, km: AsyncKernelManager) -> tuple[str, Pat
     return f"{CONTAINER_CONF_DIR}/{name}", run_dir / CONF_DIR / name
 
 
-def control_socket(provisioner: Any) -> tuple[str, Path]:
+def control_socket(provisioner: ContainerProvisioner) -> tuple[str, Path]:
     """A new path for a snapshot's socket in the kernel's sockets folder: (container, host)."""
-    run_dir: Path | None = getattr(provisioner, "_run_dir", None)
+    run_dir = provisioner.run_dir
     if run_dir is None:
         raise ForkError("the Docker kernel has no run dir: it is not running")
     name = f"f{secrets.token_hex(4)}.snap"
     return f"{CONTAINER_RUN_DIR}/{name}", run_dir / SOCKET_DIR / name
 
 
-def host_pid(provisioner: Any, container_pid: int) -> int:
+def host_pid(provisioner: ContainerProvisioner, container_pid: int) -> int:
     """The host's pid for process ``container_pid`` of the provisioner's container.
 
     Blocking (an engine call and a scan of ``/proc``): run it in a thread.
     """
-    container_id = getattr(provisioner, "_container_id", None)
+    container_id = provisioner.container_id
     if not container_id:
         raise ForkError("the Docker kernel's container is gone")
     with docker_errors("inspecting the kernel container"):
-        state = provisioner._client().api.inspect_container(container_id)["State"]
+        state = provisioner.docker_client().api.inspect_container(container_id)["State"]
     init = int(state.get("Pid") or 0)
     try:
         namespace = os.readlink(f"/proc/{init}/ns/pid")

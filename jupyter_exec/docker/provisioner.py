@@ -94,6 +94,31 @@ class DockerProvisioner(KernelProvisionerBase, DockerTraits):  # type: ignore[me
 
     _pinned: Folder | None = None
 
+    # -- what the rest of jupyter-exec reads (engine.provisioning.ContainerProvisioner) --------
+    @property
+    def image_tag(self) -> str:
+        """The image the container was started from (empty before the launch)."""
+        return self._image_tag
+
+    @property
+    def container_id(self) -> str | None:
+        """The running container's id (None: none started, or removed)."""
+        return self._container_id
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The host's run dir: the kernel's sockets (``s``) and connection files (``c``)."""
+        return self._run_dir
+
+    @property
+    def kernel_user(self) -> KernelUser | None:
+        """The uid and gid the kernel runs as (chosen at launch)."""
+        return self._kernel_user
+
+    def docker_client(self) -> docker.DockerClient:
+        """A client of the engine that runs the container (``docker_host``)."""
+        return self._client()
+
     # -- helpers ---------------------------------------------------------------------------
     def _forget_pin(self) -> None:
         pinned, self._pinned = self._pinned, None

@@ -105,7 +105,7 @@ def configure_connection(km: Any, run_dir: Path, user: KernelUser) -> KernelConn
     key = info.get("key", b"")
     info["key"] = key.decode() if isinstance(key, bytes) else key
     info["ip"] = f"{CONTAINER_RUN_DIR}/k"
-    info["kernel_name"] = getattr(km, "kernel_name", "")
+    info["kernel_name"] = km.kernel_name  # a jupyter_client KernelManager's trait
     owner = (user.uid, user.gid) if os.geteuid() == 0 and not user.mapped else None
     with Folder.open(run_dir, CONF_DIR) as folder:
         folder.write_atomic("kernel.json", [json.dumps(info).encode()], mode=0o400, owner=owner)

@@ -126,14 +126,13 @@ async def docker_image(kernel: KernelHandle) -> dict[str, str] | None:
     provisioner = container_of(kernel)
     if provisioner is None:
         return None
-    tag = str(getattr(provisioner, "_image_tag", "") or "")
-    container_id = getattr(provisioner, "_container_id", None)
-    client_of = getattr(provisioner, "_client", None)
-    if container_id is None or client_of is None:
+    tag = str(provisioner.image_tag or "")
+    container_id = provisioner.container_id
+    if container_id is None:
         return {"tag": tag} if tag else None
 
     def ask() -> str:
-        client = client_of()
+        client = provisioner.docker_client()
         return str(client.containers.get(container_id).attrs.get("Image", ""))
 
     try:

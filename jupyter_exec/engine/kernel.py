@@ -38,6 +38,11 @@ from jupyter_exec.engine.interpreters import (
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.engine.languages import install_hint, language_of_kernel
 from jupyter_exec.engine.mailbox import Mailbox
+from jupyter_exec.engine.provisioning import (
+    ExitDescriber,
+    RemoteManager,
+    kernel_process,
+)
 from jupyter_exec.engine.receiver import Receiver
 from jupyter_exec.engine.safepath import safe_python
 from jupyter_exec.exceptions import (
@@ -75,12 +80,11 @@ async def describe_exit(km: AsyncKernelManager) -> str:
     an OOM kill from ``docker kill``): its ``async exit_description()`` wins.
     """
     provisioner = km.provisioner
-    describe = getattr(provisioner, "exit_description", None)
-    if describe is not None:
-        told = await describe()
+    if isinstance(provisioner, ExitDescriber):
+        told = await provisioner.exit_description()
         if told:
             return str(told)
-    process = getattr(provisioner, "process", None)
+    process = kernel_process(provisioner)
     code = process.poll() if process is not None else None
     if code is None:
         return "the kernel stopped answering"
@@ -137,7 +141,7 @@ class KernelHandle:
     @property
     def remote(self) -> bool:
         """Whether the kernel runs behind a Jupyter server or gateway, away from the work dir."""
-        return getattr(self.km, "remote", False) is True
+        return isinstance(self.km, RemoteManager) and self.km.remote is True
 
     @property
     def late_outputs(self) -> bool:
@@ -160,7 +164,7 @@ class KernelHandle:
 
     def process_alive(self) -> bool:
         """Whether the kernel process runs: a cheap local check (no round trip) where possible."""
-        process = getattr(self.km.provisioner, "process", None)
+        process = kernel_process(self.km.provisioner)
         if process is not None:
             return bool(process.poll() is None)
         return bool(self.km.has_kernel)

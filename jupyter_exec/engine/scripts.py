@@ -16,12 +16,12 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from jupyter_exec.boundary.naming import script_file_name
 from jupyter_exec.boundary.paths import write_bytes
 from jupyter_exec.engine.interpreters import kernel_interpreter
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Script, record_of_tag
+from jupyter_exec.engine.provisioning import ContainerProvisioner
 from jupyter_exec.engine.store import confined_path, writable_path
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.models import ScriptResult
@@ -95,21 +95,21 @@ async def run_script(
     work_dir: Path,
     kernel_argv: list[str],
     kernel_env: dict[str, str],
-    provisioner: Any,
+    provisioner: object,
     timeout: float | None,
 ) -> ScriptResult:
-    """Write ``code`` to ``path`` and run it in the session's environment."""
+    """Write ``code`` to ``path`` and run it in the session's environment (in the container of
+    a :class:`~jupyter_exec.engine.provisioning.ContainerProvisioner`, else on this machine)."""
     path = writable_path(work_dir, path.relative_to(work_dir.absolute()))
     write_bytes(work_dir.absolute(), path.relative_to(work_dir.absolute()), code.encode("utf-8"))
     script = script_of(language)
     interpreter = _interpreter(script, kernel_argv)
     started = time.monotonic()
-    run_in_container = getattr(provisioner, "run_command", None)
-    if run_in_container is not None:
-        mount = str(getattr(provisioner, "work_mount", "/work")).rstrip("/")
+    if isinstance(provisioner, ContainerProvisioner):
+        mount = str(provisioner.work_mount).rstrip("/")
         inside = f"{mount}/{path.relative_to(work_dir.absolute()).as_posix()}"
         argv = [script.program, inside]
-        code_, output = await run_in_container(argv, timeout=timeout)
+        code_, output = await provisioner.run_command(argv, timeout=timeout)
         timed_out = code_ == TIMEOUT_EXIT_CODE  # the in-container watchdog says so itself
     else:
         env = {**os.environ, **kernel_env}

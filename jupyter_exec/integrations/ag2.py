@@ -38,10 +38,11 @@ from jupyter_exec.agents.codeblocks import CodeBlock, extract_code_blocks, norma
 from jupyter_exec.agents.kernels import LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.exceptions import InvalidArgument, WorkDirNotFound
 from jupyter_exec.integrations import require
 from jupyter_exec.network import NetworkPolicy
-from jupyter_exec.sync import Session, _LoopThread
+from jupyter_exec.sync import Session
 
 __all__ = ["MarkdownBlockExtractor", "SessionCodeExecutor", "SessionCommandLineExecutor"]
 
@@ -221,7 +222,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
             self._kernels = LanguageKernels(live)
         blocks = [to_code_block(b) for b in code_blocks]
         style: Literal["model", "ag2"] = "model" if self.rich_output else "ag2"
-        result = _LoopThread.run(
+        result = run_blocking(
             run_blocks(
                 live,
                 blocks,
@@ -243,7 +244,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         if self._session is not None:
             self._session.restart()
         if self._kernels is not None:
-            _LoopThread.run(self._kernels.restart())
+            run_blocking(self._kernels.restart())
 
     # -- the session ------------------------------------------------------------------------
 
@@ -274,7 +275,7 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
         """Stop the kernels (the work dir and notebooks stay). Idempotent."""
         kernels, self._kernels = self._kernels, None
         if kernels is not None:
-            _LoopThread.run(kernels.close())
+            run_blocking(kernels.close())
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -316,7 +317,7 @@ class SessionCommandLineExecutor(SessionCodeExecutor):
         """Save and run each block as its own process; stop at the first that fails."""
         live = self.session.async_session
         blocks = [to_code_block(b) for b in code_blocks]
-        result = _LoopThread.run(
+        result = run_blocking(
             run_script_blocks(
                 live,
                 blocks,

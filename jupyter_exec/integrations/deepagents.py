@@ -43,9 +43,10 @@ from typing import Any
 
 from jupyter_exec.agents.agent import run_command
 from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.integrations import optional_base, require
 from jupyter_exec.models import ScriptResult
-from jupyter_exec.sync import Session, _LoopThread
+from jupyter_exec.sync import Session
 
 __all__ = ["JupyterSandbox"]
 
@@ -150,15 +151,13 @@ class JupyterSandbox(_sandbox_base()):  # type: ignore[misc]
         """
         limit = self.timeout if timeout is None else (None if timeout == 0 else float(timeout))
         live = self.session.async_session
-        result: ScriptResult = _LoopThread.run(run_command(live, command, timeout=limit))
+        result: ScriptResult = run_blocking(run_command(live, command, timeout=limit))
         return _protocol().ExecuteResponse(output=result.output, exit_code=result.exit_code)
 
     def _python(self, code: str) -> Any:
         """Run a file-transfer helper (not recorded: the agent's commands are); its JSON result."""
         live = self.session.async_session
-        result: ScriptResult = _LoopThread.run(
-            live.run_script(code, "python", timeout=self.timeout)
-        )
+        result: ScriptResult = run_blocking(live.run_script(code, "python", timeout=self.timeout))
         result.path.unlink(missing_ok=True)
         if result.exit_code != 0:
             return None, result.output.strip() or f"exit code {result.exit_code}"

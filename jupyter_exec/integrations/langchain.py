@@ -37,9 +37,8 @@ import base64
 import contextlib
 import hashlib
 import os
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from jupyter_exec.agents.agent import BlockResult, run_block
 from jupyter_exec.agents.codeblocks import CodeBlock, normalise_language
@@ -47,13 +46,12 @@ from jupyter_exec.agents.kernels import LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.boundary.naming import safe_name
 from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.loop_thread import LOOP_THREAD, run_blocking
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.integrations import require
-from jupyter_exec.sync import _LoopThread
 
 __all__ = ["DEFAULT_DESCRIPTION", "JupyterSessions", "python_tool"]
 
-T = TypeVar("T")
 
 DEFAULT_DESCRIPTION = (
     "Run Python code in a stateful Jupyter kernel. Variables, imports and files persist "
@@ -152,17 +150,17 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
         ``language``: ``python`` (the default), ``bash``/``sh`` (a ``%%bash`` cell of
         the Python kernel), or ``r``/``js``/``ts``/``java``, run in the thread's stateful kernel
         of that language, started on first use."""
-        return _LoopThread.run(self._run(code, thread_id, language))
+        return run_blocking(self._run(code, thread_id, language))
 
     async def arun(
         self, code: str, thread_id: str | None = None, language: str = "python"
     ) -> BlockResult:
         """:meth:`run` from any event loop (the session runs on jupyter-exec's loop)."""
-        return await _on_session_loop(self._run(code, thread_id, language))
+        return await LOOP_THREAD.run_here(self._run(code, thread_id, language))
 
     def session(self, thread_id: str | None = None) -> AsyncSession:
         """The (started) session of ``thread_id``: its ``work_dir``, ``notebook_path``, ..."""
-        return _LoopThread.run(self._session(self._key(thread_id)))
+        return run_blocking(self._session(self._key(thread_id)))
 
     @property
     def thread_ids(self) -> list[str | None]:
@@ -171,11 +169,11 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
 
     def close(self) -> None:
         """Stop every kernel. Idempotent."""
-        _LoopThread.run(self.aclose_here())
+        run_blocking(self.aclose_here())
 
     async def aclose(self) -> None:
         """:meth:`close` from an event loop."""
-        await _on_session_loop(self.aclose_here())
+        await LOOP_THREAD.run_here(self.aclose_here())
 
     async def aclose_here(self) -> None:
         """Stop every kernel (to be awaited on jupyter-exec's loop)."""
@@ -188,17 +186,6 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-async def _on_session_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` on jupyter-exec's loop thread, from whichever loop the caller is on."""
-    loop = _LoopThread.loop()
-    try:
-        if asyncio.get_running_loop() is loop:
-            return await coro
-    except RuntimeError:  # pragma: no cover - always called from a coroutine
-        pass
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 def _thread_id(config: Any) -> str | None:

@@ -41,10 +41,11 @@ from jupyter_exec.agents.agent import BlockResult, run_block
 from jupyter_exec.agents.codeblocks import CodeBlock
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, render
 from jupyter_exec.engine.environments import Environment, parse_environment
+from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.integrations import optional_base, require
 from jupyter_exec.models import Execution
-from jupyter_exec.sync import Session, _LoopThread
+from jupyter_exec.sync import Session
 
 __all__ = ["JupyterExecutor"]
 
@@ -149,7 +150,7 @@ class JupyterExecutor(_remote_executor_base()):  # type: ignore[misc]
         smolagents = require("smolagents", "smolagents", "JupyterExecutor")
         live = self.session.async_session
         block = CodeBlock.from_code(code, "python")
-        result: BlockResult = _LoopThread.run(
+        result: BlockResult = run_blocking(
             run_block(live, block, timeout=self.timeout, max_output_chars=self.max_output_chars),
             on_interrupt=live.interrupt(),
         )

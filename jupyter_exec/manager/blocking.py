@@ -17,10 +17,11 @@ import warnings
 from types import FrameType
 from typing import Any
 
+from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.manager.aio import AsyncSessionManager, SessionInfo
 from jupyter_exec.models import Execution
-from jupyter_exec.sync import Session, _ClosedAtExit, _LoopThread
+from jupyter_exec.sync import Session, _ClosedAtExit
 
 __all__ = ["SessionManager"]
 
@@ -53,7 +54,7 @@ class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
         self._async = AsyncSessionManager(**traits)
         self._wrappers: dict[str, Session] = {}
         self._previous_sigterm: Any = None
-        _LoopThread.run(self._async.start())
+        run_blocking(self._async.start())
         _open_managers.add(self)
         if handle_sigterm is not False:
             self._install_sigterm(explicit=handle_sigterm is True)
@@ -69,7 +70,7 @@ class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
 
     def session(self, name: str, **options: Any) -> Session:
         """The session called ``name``, created with ``options`` if there is none."""
-        session = _LoopThread.run(self._async.session(name, **options))
+        session = run_blocking(self._async.session(name, **options))
         wrapper = self._wrappers.get(name)
         if wrapper is None or wrapper.async_session is not session:
             wrapper = self._wrappers[name] = _wrap(session)
@@ -100,7 +101,7 @@ class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
     def close_session(self, name: str) -> None:
         """Close session ``name``: its kernel stops; work dir and notebook stay."""
         self._wrappers.pop(name, None)
-        _LoopThread.run(self._async.close_session(name))
+        run_blocking(self._async.close_session(name))
 
     def close(self, name: str | None = None) -> None:
         """Close the manager: every session and every pooled kernel. Idempotent.
@@ -121,16 +122,16 @@ class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
 
     def cull_idle(self) -> builtins.list[str]:
         """Close sessions idle past ``cull_idle_timeout`` now; returns their names."""
-        return _LoopThread.run(self._async.cull_idle())
+        return run_blocking(self._async.cull_idle())
 
     def wait_for_pools(self, timeout: float = 120.0) -> None:
         """Block until every warm pool is full."""
-        _LoopThread.run(self._async.wait_for_pools(timeout))
+        run_blocking(self._async.wait_for_pools(timeout))
 
     def shutdown(self) -> None:
         """Close every session and stop every pooled kernel. Idempotent (same as ``close()``)."""
         self._wrappers.clear()
-        _LoopThread.run(self._async.shutdown())
+        run_blocking(self._async.shutdown())
         _open_managers.discard(self)
         self._restore_sigterm()
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from jupyter_exec.engine.languages import kernel_for
 from jupyter_exec.engine.launch import network_of
+from jupyter_exec.engine.provisioning import WorkDirFollower, relaunch_args
 from jupyter_exec.network.policy import NetworkPolicy
 
 __all__ = ["KernelPool", "PoolKey", "WarmKernel", "follow_rename"]
@@ -161,12 +162,11 @@ def follow_rename(km: Any, folder: Path) -> None:
     jupyter_client keeps the launch arguments for restarts; a restart must not
     try to start in the old, now missing path.
     """
-    launch_args = getattr(km, "_launch_args", None)
-    if isinstance(launch_args, dict) and "cwd" in launch_args:
-        launch_args["cwd"] = str(folder)
-    hook = getattr(getattr(km, "provisioner", None), "work_dir_moved", None)
-    if callable(hook):
-        hook(folder)
+    launched = relaunch_args(km)
+    if launched is not None and "cwd" in launched:
+        launched["cwd"] = str(folder)
+    if isinstance(km.provisioner, WorkDirFollower):
+        km.provisioner.work_dir_moved(folder)
 
 
 async def discard(warm: WarmKernel) -> None:

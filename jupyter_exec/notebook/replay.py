@@ -31,7 +31,6 @@ judged is :mod:`jupyter_exec.notebook.judge`; this module is the driver that run
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import itertools
 import os
@@ -44,6 +43,7 @@ from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
 from jupyter_exec.engine.languages import is_default_language, kernel_for, language_of_kernel
+from jupyter_exec.engine.loop_thread import LOOP_THREAD
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.notebook import envdiff
@@ -361,8 +361,6 @@ def replay(notebook: str | os.PathLike[str], **kwargs: Any) -> ReplayReport:
 
     Ctrl-C cancels the replay and shuts its kernel down before re-raising.
     """
-    from jupyter_exec.sync import _LoopThread
-
     finished = threading.Event()
 
     async def guarded() -> ReplayReport:
@@ -371,7 +369,7 @@ def replay(notebook: str | os.PathLike[str], **kwargs: Any) -> ReplayReport:
         finally:
             finished.set()
 
-    future = asyncio.run_coroutine_threadsafe(guarded(), _LoopThread.loop())
+    future = LOOP_THREAD.submit(guarded())
     try:
         return future.result()
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jupyter_exec.boundary.naming import files_folder, notebook_name, validate_name
 from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.provisioning import kernel_process
 from jupyter_exec.engine.recording import Recording
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError
 from jupyter_exec.network.shared import shared
@@ -172,8 +173,8 @@ def writing_files(kernel: KernelHandle, work_dir: Path, skip: tuple[str, ...] = 
     Files in the folders ``skip`` names are jupyter-exec's own (the per-cell state's
     writer, whose files a fork never writes: its child starts a writer of its own).
     """
-    process = getattr(kernel.km.provisioner, "process", None)
-    pid = getattr(process, "pid", None)
+    process = kernel_process(kernel.km.provisioner)
+    pid = process.pid if process is not None else None
     if not isinstance(pid, int) or in_docker(kernel):
         return []
     # Trusted origin: compared with the kernel's own /proc fd links (real paths), not opened.

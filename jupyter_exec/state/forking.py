@@ -44,6 +44,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
 from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, OneSpec, _ipc_base, describe_exit
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
+from jupyter_exec.engine.provisioning import ContainerProvisioner, ProcessProvisioner, relaunch_args
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.state.inkernel_fork import PID_EXPRESSION, fork_code
 
@@ -132,7 +133,7 @@ class AdoptedProvisioner(KernelProvisionerBase):
     process: ForeignProcess | None = None
     leftovers: list[Path] = []
     """Files to remove at cleanup besides the manager's own (a container's connection file)."""
-    container: Any = None
+    container: ContainerProvisioner | None = None
     """For a kernel in a Docker container: the provisioner of the container's first kernel."""
 
     def adopt(self, pid: int, connection_info: KernelConnectionInfo) -> None:
@@ -247,8 +248,9 @@ def check_forkable(handle: KernelHandle) -> None:
         name = metadata["kernel_provisioner"].get("provisioner_name", "?")
         if not in_docker(handle):
             raise ForkError(f"forking a kernel run by the {name!r} provisioner is not supported")
-    elif getattr(handle.km, "transport", None) not in ("ipc", "tcp") or not hasattr(
-        handle.km.provisioner, "process"
+    elif not isinstance(handle.km.provisioner, ProcessProvisioner) or _transport(handle) not in (
+        "ipc",
+        "tcp",
     ):
         raise ForkError("only a kernel running on this machine can be forked")
     language = handle.kernel_info.get("language_info", {}).get("name")
@@ -258,6 +260,16 @@ def check_forkable(handle: KernelHandle) -> None:
         raise ForkError(
             f"only IPython kernels can be forked (this one is {implementation or language!r})"
         )
+
+
+def _transport(handle: KernelHandle) -> str | None:
+    """The ZMQ transport of ``handle``'s kernel (None: it has none we connect to directly).
+
+    A probe by necessity: ``transport`` is a trait of jupyter_client's kernel managers, which
+    remote managers (a server's or gateway's kernel, reached over a websocket) lack.
+    """
+    transport = getattr(handle.km, "transport", None)
+    return transport if isinstance(transport, str) else None
 
 
 def kernel_deadline(timeout: float) -> float:
@@ -275,7 +287,7 @@ def in_docker(handle: KernelHandle) -> bool:
     return container_of(handle) is not None
 
 
-def container_of(handle: KernelHandle) -> Any:
+def container_of(handle: KernelHandle) -> ContainerProvisioner | None:
     """The Docker provisioner whose container runs ``handle`` (None: not in our Docker).
 
     For a fork or a snapshot's kernel in a container, the provisioner of the
@@ -289,7 +301,9 @@ def container_of(handle: KernelHandle) -> Any:
     spec = handle.spec
     metadata = (spec.metadata or {}) if spec is not None else {}
     named = metadata.get("kernel_provisioner", {}).get("provisioner_name")
-    return provisioner if named == PROVISIONER_NAME and hasattr(provisioner, "_run_dir") else None
+    if named == PROVISIONER_NAME and isinstance(provisioner, ContainerProvisioner):
+        return provisioner
+    return None
 
 
 async def run_fork_request(handle: KernelHandle, code: str, deadline: float) -> int:
@@ -333,16 +347,16 @@ async def fork_kernel(
     deadline = time.monotonic() + timeout
     container = container_of(handle)
     docker = container is not None
-    parent_launch = getattr(handle.km, "_launch_args", None)
+    parent_launch = relaunch_args(handle.km)
     km = child_manager(
         handle.spec,
         cwd,
         local=not docker,
-        launch_args=dict(parent_launch) if isinstance(parent_launch, dict) else None,
+        launch_args=dict(parent_launch) if parent_launch is not None else None,
     )
     leftovers: list[Path] = []
     try:
-        if docker:
+        if container is not None:
             from jupyter_exec.docker.forking import child_connection, host_pid
 
             connection_file, host_copy = child_connection(container, km)
@@ -370,7 +384,7 @@ async def adopt_kernel(
     deadline: float,
     *,
     leftovers: list[Path] | None = None,
-    container: Any = None,
+    container: ContainerProvisioner | None = None,
 ) -> KernelHandle:
     """Drive process ``pid``, serving ``km``'s connection file, as a ready ``KernelHandle``.
 

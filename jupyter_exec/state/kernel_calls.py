@@ -40,8 +40,7 @@ def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
     """The backend that runs ``kernel``, as the host knows it (never as the kernel says)."""
     docker = container_of(kernel)
     if docker is not None:
-        image = getattr(docker, "_image_tag", "") or getattr(docker, "image", "")
-        return {"backend": "docker", "image": str(image or "")}
+        return {"backend": "docker", "image": str(docker.image_tag or docker.image or "")}
     manager = type(kernel.km)
     if manager.__module__.startswith(("jupyter_exec.remote", "jupyter_server.gateway")):
         return {"backend": "remote"}
@@ -55,12 +54,11 @@ def kernel_folders(session: StateHost, kernel: KernelHandle) -> list[Path]:
     if docker is not None:
         from jupyter_exec.docker.options import parse_volume
 
-        for text in getattr(docker, "volumes", None) or ():
+        for text in docker.volumes or ():
             with contextlib.suppress(ValueError):
                 folders.append(Path(parse_volume(str(text)).source))
-        proxy = getattr(docker, "network_proxy", "")
-        if proxy:
-            folders.append(Path(proxy))
+        if docker.network_proxy:
+            folders.append(Path(docker.network_proxy))
     return folders
 
 

@@ -89,7 +89,8 @@ class RecoveryMixin:
         newest = self.durable.generations.newest()
         if newest is not None and newest.cells > point.cell_index:
             return False  # the per-cell state on disk is newer
-        if container_of(old) is old.km.provisioner and await old.is_alive():
+        first: object = old.km.provisioner  # the container's own, not a fork's in it
+        if container_of(old) is first and await old.is_alive():
             return False  # a container's first kernel, running away: only a restart stops it
         lost = self._changed_after(session, point.cell_index)
         if checkpoint is None:

@@ -40,6 +40,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.engine.kernel import KernelHandle, _ipc_base
+from jupyter_exec.engine.provisioning import ContainerProvisioner, relaunch_args
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
 from jupyter_exec.state.forking import (
     DEFAULT_FORK_TIMEOUT,
@@ -66,7 +67,7 @@ class Snapshot:
     taken: float = field(default_factory=time.time)
     launch_args: dict[str, Any] | None = None
     """How the kernel it was taken from was launched: what a restart of its kernels reuses."""
-    docker: Any = None
+    docker: ContainerProvisioner | None = None
     """For a Docker kernel's snapshot: that kernel's provisioner (the container it lives in)."""
     process: ForeignProcess = field(init=False)
 
@@ -104,12 +105,12 @@ async def take_snapshot(handle: KernelHandle, *, timeout: float = DEFAULT_FORK_T
         with contextlib.suppress(OSError):
             control.unlink()
         raise
-    launch = getattr(handle.km, "_launch_args", None)
+    launch = relaunch_args(handle.km)
     return Snapshot(
         pid=pid,
         control=control,
         spec=handle.spec,
-        launch_args=dict(launch) if isinstance(launch, dict) and docker is None else None,
+        launch_args=dict(launch) if launch is not None and docker is None else None,
         docker=docker,
     )
 

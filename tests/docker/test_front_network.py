@@ -23,10 +23,10 @@ from jupyter_exec import AsyncSession, NetworkPolicy
 from jupyter_exec.agents.agent import run_block, run_command
 from jupyter_exec.agents.codeblocks import CodeBlock
 from jupyter_exec.engine.environments import DockerEnv
+from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.integrations.ag2 import SessionCodeExecutor
 from jupyter_exec.integrations.ag2_sandbox import JupyterSandbox as AG2Sandbox
 from jupyter_exec.integrations.deepagents import JupyterSandbox
-from jupyter_exec.sync import _LoopThread
 from tests.tls_servers import answering, http_server
 
 pytestmark = pytest.mark.docker
@@ -249,7 +249,7 @@ def test_every_adapter_tells_the_model(kernel_image: str, tmp_path: Path, web_po
         finally:
             await box.aclose()
 
-    ran = _LoopThread.run(shell())
+    ran = run_blocking(shell())
     assert ran.output == f"refused 403\n{line}\n"
     assert [(c.host, c.decision) for c in ran.connections] == [("evil.test", "denied")]
 
