@@ -39,7 +39,7 @@ SAMPLE_LAUNCH = {
     "KERNEL_LANGUAGE": "python",
     "RESPONSE_ADDRESS": "10.1.2.3:8877",
     "PUBLIC_KEY": "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA",
-    "PORT_RANGE": "40000..40999",
+    "PORT_RANGE": "40000..41000",
 }
 """A launch environment as Enterprise Gateway hands it to ``launch_kubernetes.py``."""
 

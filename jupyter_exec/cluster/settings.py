@@ -127,8 +127,10 @@ class DeploySettings:
     gateway_ip: str = "127.0.0.1"
     """The address Enterprise Gateway's HTTP listens on (``EG_IP``): loopback by default."""
     gateway_port: int = 8888
-    port_range: tuple[int, int] = (40000, 40999)
-    """The ports kernels bind (``--port-range``); the NetworkPolicy opens only these."""
+    port_range: tuple[int, int] = (40000, 41000)
+    """The ports kernels bind (``--port-range``); the NetworkPolicy opens only these.
+    Enterprise Gateway and gateway_provisioners count a range as ``high - low`` and
+    refuse one under 1000 (``GP_MIN_PORT_RANGE_SIZE``), so the default spans 1001 ports."""
     authorized_users: tuple[str, ...] = ()
     unauthorized_users: tuple[str, ...] = ("root",)
     transport_encryption: str = "auto"
@@ -238,8 +240,10 @@ class DeploySettings:
         low, high = self.port_range
         if not (type(low) is int and type(high) is int and low >= 1024 and high < 65536):
             raise _refuse("port_range", self.port_range, "two ports from 1024 to 65535")
-        if high - low < 999:
-            raise _refuse("port_range", self.port_range, "the gateways want at least 1000 ports")
+        if high - low < 1000:  # the gateways' own arithmetic: 40000..40999 is 999 to them
+            raise _refuse(
+                "port_range", self.port_range, "the gateways want high - low of at least 1000"
+            )
         object.__setattr__(self, "port_range", (low, high))
 
     def _check_resources(self) -> None:

@@ -93,7 +93,7 @@ def test_distributed_kernelspec_takes_enterprise_gateways_placeholders_and_remot
         "kernel_id": kernel_id,
         "response_address": "127.0.0.1:8877",
         "public_key": "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8A",
-        "port_range": "40000..40999",
+        "port_range": "40000..41000",
     }
     launched = substitute(argv, values)
     # the launcher's content-addressed name, where `jupyter-exec gateway --check-only` puts it
@@ -104,7 +104,7 @@ def test_distributed_kernelspec_takes_enterprise_gateways_placeholders_and_remot
         "--RemoteProcessProxy.kernel-id": kernel_id,
         "--RemoteProcessProxy.response-address": "127.0.0.1:8877",
         "--RemoteProcessProxy.public-key": values["public_key"],
-        "--RemoteProcessProxy.port-range": "40000..40999",
+        "--RemoteProcessProxy.port-range": "40000..41000",
         "--work-root": "/var/tmp/jupyter-exec/kernels",
     }
     # EG joins the argv with spaces into the SSH command line, unquoted: it must split back.
@@ -132,7 +132,7 @@ def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out:
     assert env["EG_RESPONSE_IP"] == "127.0.0.1"
     assert env["EG_RESPONSE_ADDR_ANY"] == "False"
     assert env["EG_UNAUTHORIZED_USERS"] == "root"
-    assert env["EG_PORT_RANGE"] == "40000..40999"
+    assert env["EG_PORT_RANGE"] == "40000..41000"
     assert "EG_AUTH_TOKEN" not in env  # never a secret in a file
 
 
@@ -207,7 +207,7 @@ def test_pod_runs_the_launcher_with_the_contracts_arguments(tmp_path: Path) -> N
         "KERNEL_ID": SAMPLE_LAUNCH["KERNEL_ID"],
         "RESPONSE_ADDRESS": "10.1.2.3:8877",
         "PUBLIC_KEY": "KEY",
-        "PORT_RANGE": "40000..40999",
+        "PORT_RANGE": "40000..41000",
         "TRANSPORT_ENCRYPTION": "",
         "JUPYTER_EXEC_POD_IP": "10.1.9.9",
         "RECORD": str(record),
@@ -219,7 +219,7 @@ def test_pod_runs_the_launcher_with_the_contracts_arguments(tmp_path: Path) -> N
         "--kernel-id": SAMPLE_LAUNCH["KERNEL_ID"],
         "--response-address": "10.1.2.3:8877",
         "--public-key": "KEY",
-        "--port-range": "40000..40999",
+        "--port-range": "40000..41000",
         "--transport-encryption": "",
         "--ip": "10.1.9.9",
         "--gateway-ip": "10.1.2.3",
@@ -242,7 +242,7 @@ def test_network_policy_lets_only_the_gateway_reach_kernel_pods(out: Path) -> No
     gateway = source["podSelector"]["matchLabels"]
     assert gateway == {"gateway-selector": "enterprise-gateway"}  # the chart's gateway pod
     assert not gateway.items() <= pod_labels.items()  # a kernel pod is never "the gateway"
-    assert ingress["ports"] == [{"protocol": "TCP", "port": 40000, "endPort": 40999}]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 40000, "endPort": 41000}]
     [egress] = spec["egress"]
     assert egress["to"] == [source]
     assert egress["ports"] == [{"protocol": "TCP", "port": 8877}]
@@ -254,7 +254,7 @@ def test_kernel_gateway_env_puts_kernels_in_the_guarded_namespace(out: Path) -> 
     policy = load_yaml(out / "kubernetes/networkpolicy.yaml")
     assert env["GP_NAMESPACE"] == pod["metadata"]["namespace"] == policy["metadata"]["namespace"]
     assert env["GP_SHARED_NAMESPACE"] == "True"
-    assert env["GP_PORT_RANGE"] == "40000..40999"
+    assert env["GP_PORT_RANGE"] == "40000..41000"
     assert env["GP_RESPONSE_PORT"] == "8877"
     assert env["GP_UNAUTHORIZED_USERS"] == "root"
     head = (out / "kubernetes/gateway-provisioners/kernel-gateway.env").read_text()
@@ -285,7 +285,8 @@ def test_kubernetes_kernelspecs_use_each_gateways_placeholders(out: Path) -> Non
     registered = {e.name for e in entry_points(group="jupyter_client.kernel_provisioners")}
     assert provisioner["provisioner_name"] in registered  # gateway_provisioners' own name
     assert provisioner["config"]["image_name"] == "jupyter-exec/kernel:latest"
-    assert provisioner["config"]["port_range"] == "40000..40999"
+    assert provisioner["config"]["port_range"] == "40000..41000"
+    assert _gateway_provisioners_accepts(provisioner["config"]["port_range"])
     assert {m for a in gp["argv"] for m in PLACEHOLDER.findall(a)} == GP_PLACEHOLDERS
     assert "curve" in gp["metadata"]["supported_encryption"]  # transport encryption: auto
     # gateway_provisioners renders the template next to its own launcher, copied beside it.
@@ -351,7 +352,7 @@ def test_helm_values_use_the_charts_keys_and_these_kernelspecs(out: Path) -> Non
     assert values["service"]["type"] == "ClusterIP"
     assert [p["port"] for p in values["service"]["ports"]] == [8888, 8877]  # http, response
     assert all(isinstance(v, str) for v in values["deployment"]["extraEnv"].values())
-    assert values["deployment"]["extraEnv"]["EG_PORT_RANGE"] == "40000..40999"
+    assert values["deployment"]["extraEnv"]["EG_PORT_RANGE"] == "40000..41000"
     dockerfile = (out / "kubernetes/kernelspecs.Dockerfile").read_text()
     assert f"COPY enterprise-gateway/{KERNEL} /kernels/{KERNEL}" in dockerfile
     assert "FROM elyra/enterprise-gateway:3.3.0 AS gateway" in dockerfile
@@ -454,3 +455,29 @@ def test_the_gateway_command_writes_the_files_instead_of_starting_a_gateway(
     assert main([*argv, "--write", "helm", "--out", str(again)]) == EXIT_USAGE
     assert "response_ip" in capsys.readouterr().err
     assert not again.exists()
+
+
+def _gateway_provisioners_accepts(port_range: str) -> bool:
+    """gateway_provisioners' own check of a port range (the one a start runs first), applied
+    to ``port_range``: 40000..40999 was refused there, and every kernel start failed."""
+    from types import SimpleNamespace
+
+    from gateway_provisioners.remote_provisioner import RemoteProvisionerBase
+
+    def refuse(error: Exception) -> None:
+        raise error
+
+    owner = SimpleNamespace(port_range=port_range, log_and_raise=refuse)
+    try:
+        RemoteProvisionerBase._validate_port_range(owner)
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_default_port_range_is_one_the_gateways_accept() -> None:
+    settings = DeploySettings()
+    assert _gateway_provisioners_accepts(settings.port_range_text)
+    assert not _gateway_provisioners_accepts("40000..40999")  # the old default, refused there
+    with pytest.raises(InvalidArgument, match="at least 1000"):
+        DeploySettings(port_range=(40000, 40999))
