@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import hmac
 import socket
 from typing import Any
 
 from gateway_provisioners import response_manager as _gp  # type: ignore[import-untyped]
 
+from jupyter_exec.boundary import ports
 from jupyter_exec.cluster.launcher import RESPONSE_HEADER, response_tag
 from jupyter_exec.exceptions import BackendError
 
@@ -75,18 +75,12 @@ class BoundedResponseManager(_gp.ResponseManager):  # type: ignore[misc]
     def _prepare_response_socket(self) -> None:
         ip = _gp.local_ip if _gp.response_ip is None else _gp.response_ip
         port = int(_gp.desired_response_port)
-        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((ip, port))
-            sock.listen(128)
-        except OSError as exc:
-            sock.close()
-            taken = exc.errno == errno.EADDRINUSE
+            sock = ports.listen(ip, port)
+        except ports.PortUnavailable as exc:
             raise BackendError(
                 f"the gateway's response port {ip}:{port} "
-                + ("is held by another process" if taken else f"cannot be bound: {exc}")
+                + ("is held by another process" if exc.taken else f"cannot be bound: {exc.reason}")
                 + ": refusing to start (launchers would report to it)"
             ) from exc
         sock.setblocking(False)

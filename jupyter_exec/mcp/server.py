@@ -49,7 +49,6 @@ sessions in :mod:`jupyter_exec.mcp.sessions`, the tools in
 from __future__ import annotations
 
 import contextlib
-import errno
 import hmac
 import importlib
 import ipaddress
@@ -61,6 +60,7 @@ import sys
 from typing import Any
 
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.boundary import ports
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.mcp.sessions import SessionRegistry
 from jupyter_exec.mcp.tools import _sdk, build_server
@@ -273,17 +273,11 @@ def bind(host: str, port: int) -> socket.socket:
     Bound here rather than by uvicorn, which logs a taken port and exits the
     process: the command line says it in one line, naming the port and ``--port``.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        why = "is taken by another program" if exc.errno == errno.EADDRINUSE else (
-            f"cannot be listened on ({exc.strerror or exc})")  # fmt: skip
+        return ports.listen(host, port)
+    except ports.PortUnavailable as exc:
+        why = "is taken by another program" if exc.taken else (
+            f"cannot be listened on ({exc.reason})")  # fmt: skip
         raise InvalidArgument(
             f"port {port} on {host} {why}: choose another with --port N"
         ) from None
-    return sock
