@@ -135,6 +135,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 token=token,
             ),
             registry.close_all,
+            registry.busy,
         )
     )
     return EXIT_OK

@@ -30,9 +30,6 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
 )
 """The signals handled like Ctrl-C (SIGHUP does not exist on Windows)."""
 
-CANCEL_GRACE = 10.0
-"""Seconds a cancelled server gets to unwind before the cleanup runs anyway."""
-
 
 class Stopped(KeyboardInterrupt):
     """The process was asked to stop by ``signum``; cleanup runs as for Ctrl-C."""
@@ -67,14 +64,26 @@ def stop_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+SETTLE_POLL = 0.05
+"""Seconds between looks at whether the cancelled cells have ended."""
+CELL_GRACE = 10.0
+"""Seconds a cell running at the signal gets to end its own way (interrupted, its
+traceback recorded) before the cleanup closes its session anyway."""
+
+
 async def serve_until_stopped(
-    serve: Coroutine[Any, Any, T], cleanup: Callable[[], Awaitable[None]]
+    serve: Coroutine[Any, Any, T],
+    cleanup: Callable[[], Awaitable[None]],
+    busy: Callable[[], bool] | None = None,
 ) -> T | None:
     """Run ``serve``; on SIGINT, SIGTERM or SIGHUP stop it, run ``cleanup`` and raise Stopped.
 
-    ``cleanup`` runs on every exit path, once. A server whose transport does
-    not unwind at once (a thread blocked reading stdin) gets
-    :data:`CANCEL_GRACE` seconds; the cleanup does not wait longer for it.
+    ``cleanup`` runs on every exit path, once. On a signal it runs as soon as the
+    cancelled server has unwound or ``busy`` (cells in flight) says nothing runs any more,
+    whichever comes first, and at most :data:`CELL_GRACE` seconds after the signal: a
+    transport blocked in a thread (the stdio reader waits on stdin, which the client keeps
+    open) never unwinds, and waiting for it cost every stop 10 s, the whole of
+    ``docker stop``'s grace before its SIGKILL.
     """
     loop = asyncio.get_running_loop()
     stop: asyncio.Future[int] = loop.create_future()
@@ -91,16 +100,24 @@ async def serve_until_stopped(
                 installed.append(sig)
     task: asyncio.Future[T] = asyncio.ensure_future(serve)
     waiting: set[asyncio.Future[Any]] = {task, stop}
+    cleaned = False
     try:
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if not stop.done():
             return task.result()
         task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        deadline = loop.time() + CELL_GRACE
+        while not task.done() and loop.time() < deadline:
+            await asyncio.wait({task}, timeout=SETTLE_POLL)  # handlers see the cancellation
+            if busy is not None and not busy():
+                break  # each cancelled cell has ended its own way (interrupted, recorded)
+        cleaned = True
+        await cleanup()
         raise Stopped(stop.result())
     finally:
         try:
-            await cleanup()
+            if not cleaned:
+                await cleanup()
         finally:
             for sig in installed:
                 # Ignored, not defaulted, until the process ends: a repeat must not kill

@@ -368,6 +368,10 @@ class SessionRegistry:
         self.existing(name)
         await self.manager.close_session(name)  # its entry goes too (manager.on_forget)
 
+    def busy(self) -> bool:
+        """Whether any session is running a cell (a stop lets it end its own way first)."""
+        return any(info.busy for info in self.manager.list())
+
     async def close_all(self) -> None:
         """Close every session and stop the pool's kernels."""
         if self._pool_task is not None:
