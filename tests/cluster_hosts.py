@@ -200,7 +200,9 @@ def _keygen(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text(encoding="ascii").strip()
 
 
-def _sshd_config(base: Path, hosts: Sequence[str], port: int, user: str, host_home: Path) -> str:
+def _sshd_config(
+    base: Path, hosts: Sequence[str], port: int, user: str, host_home: Path, sftp: bool = True
+) -> str:
     listen = "".join(f"ListenAddress {host}:{port}\n" for host in hosts)
     return (
         listen + f"HostKey {base / 'ssh_host_ed25519_key'}\n"
@@ -221,8 +223,7 @@ def _sshd_config(base: Path, hosts: Sequence[str], port: int, user: str, host_ho
         "MaxSessions 100\n"
         "LogLevel VERBOSE\n"
         # The hosts' HOME: kernels' IPython history and Jupyter runtime files stay in the cluster.
-        f"SetEnv HOME={host_home}\n"
-        "Subsystem sftp internal-sftp\n"
+        f"SetEnv HOME={host_home}\n" + ("Subsystem sftp internal-sftp\n" if sftp else "")
     )
 
 
@@ -237,8 +238,11 @@ def _listening(hosts: Sequence[str], port: int) -> bool:
     return True
 
 
-def start_cluster(base: Path, hosts: Sequence[str] = HOSTS, attempts: int = 5) -> Cluster:
-    """Start sshd on ``hosts`` under a subreaper, with everything it needs in ``base``."""
+def start_cluster(
+    base: Path, hosts: Sequence[str] = HOSTS, attempts: int = 5, *, sftp: bool = True
+) -> Cluster:
+    """Start sshd on ``hosts`` under a subreaper, with everything it needs in ``base``
+    (``sftp=False``: an sshd offering no SFTP subsystem, as some hardened hosts do)."""
     if not os.access(SSHD, os.X_OK):
         raise ClusterUnavailable(f"{SSHD} is missing: run scripts/provision-cluster")
     if not Path("/run/sshd").is_dir():
@@ -264,7 +268,7 @@ def start_cluster(base: Path, hosts: Sequence[str] = HOSTS, attempts: int = 5) -
         if port == 22 or not _port_free_on_all(port, hosts):
             continue
         config = base / "sshd_config"
-        config.write_text(_sshd_config(base, hosts, port, user, host_home), encoding="ascii")
+        config.write_text(_sshd_config(base, hosts, port, user, host_home, sftp), encoding="ascii")
         known = "".join(f"[{host}]:{port} {key_type} {key_data}\n" for host in hosts)
         (ssh_dir / "known_hosts").write_text(known, encoding="ascii")
         check = subprocess.run(

@@ -368,11 +368,26 @@ def launcher_source() -> bytes:
 def remote_home(client: paramiko.SSHClient, target: SSHTarget) -> str:
     """The absolute directory the SSH user logs in to (where relative remote paths start)."""
     with _ssh_errors(target):
-        sftp = client.open_sftp()
+        sftp = _open_sftp(client, target)
         try:
             return str(sftp.normalize("."))
         finally:
             sftp.close()
+
+
+def _open_sftp(client: paramiko.SSHClient, target: SSHTarget) -> paramiko.SFTPClient:
+    """An SFTP session on the host; a host whose sshd offers none is told so in one sentence
+    (paramiko only says "Channel closed.", the sshd's refusal of the subsystem)."""
+    import paramiko
+
+    try:
+        return client.open_sftp()
+    except paramiko.SSHException as exc:
+        raise BackendError(
+            f"{target}: the host's sshd offers no SFTP, which installs the launcher there: "
+            "enable it in the host's sshd_config (Subsystem sftp internal-sftp, or the "
+            f"sftp-server path of its OpenSSH) and reload sshd ({exc})"
+        ) from exc
 
 
 def absolute_remote_dir(remote_dir: str, home: str) -> str:
@@ -394,7 +409,7 @@ def install_launcher(
     """
     path = posixpath.join(remote_dir, launcher_name(source))
     with _ssh_errors(target):
-        sftp = client.open_sftp()
+        sftp = _open_sftp(client, target)
         try:
             _make_private_dir(sftp, remote_dir, target, chmod_existing=False)
             for sub in ("kernels", "logs"):

@@ -17,7 +17,15 @@ import paramiko
 import psutil
 import pytest
 
-from tests.cluster_hosts import Cluster
+from jupyter_exec.cluster.hosts import (
+    SSHTarget,
+    connect,
+    install_launcher,
+    launcher_source,
+    remote_home,
+)
+from jupyter_exec.exceptions import BackendError
+from tests.cluster_hosts import Cluster, start_cluster
 
 
 def _connect(client: paramiko.SSHClient, cluster: Cluster, host: str) -> None:
@@ -144,3 +152,22 @@ def _exec_done(pid: int, program: str, timeout: float = 30.0) -> bool:
             return False
         time.sleep(0.02)
     return False
+
+
+def test_a_host_whose_sshd_offers_no_sftp_is_told_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher goes to a host by SFTP: an sshd without the subsystem is named as the
+    cause and the fix, not paramiko's "Channel closed." (an sshd of its own, on 127.0.0.4)."""
+    cluster = start_cluster(tmp_path / "no-sftp", hosts=("127.0.0.4",), sftp=False)
+    try:
+        monkeypatch.setenv("HOME", str(cluster.home))  # the gateway side's keys and known_hosts
+        target = SSHTarget("127.0.0.4", "127.0.0.4", cluster.port, cluster.user)
+        with connect(target) as client:
+            with pytest.raises(BackendError, match="offers no SFTP") as info:
+                install_launcher(client, target, str(cluster.remote_dir), launcher_source())
+            assert "Subsystem sftp" in str(info.value)
+            with pytest.raises(BackendError, match="offers no SFTP"):
+                remote_home(client, target)
+    finally:
+        cluster.stop()
