@@ -77,10 +77,14 @@ class Recording:
         # display_id -> (cell index, output number in the cell, the output dict in the record)
         self._displays: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
 
+    def next_index(self) -> int:
+        """The index the next cell will have: in the notebook, or in the cells run without one."""
+        return len(self.recorder) if self.recorder is not None else self.cells_run
+
     async def begin(self, kernel: KernelHandle, *, write: bool, max_chars: int) -> Cell:
         """A new cell to run: its index, its output builder and, when writing, its spill file
         and the request that the kernel's stream guard keep a flood back."""
-        index = len(self.recorder) if self.recorder is not None else self.cells_run
+        index = self.next_index()
         self.cells_run += 1
         spill = SafeSpill(FileSpill(self.store, index)) if write else None
         network = getattr(kernel, "network", None)  # (a scripted test kernel has none)

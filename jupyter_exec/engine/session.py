@@ -6,13 +6,16 @@ lives in its own module::
     SessionOptions  every option, validated, with its help          [options.py]
     launch_kernel   the kernel for those options (local, interpreter,
                     Docker, remote, given, from an environment)       [launch.py]
+    the kernel      its handle, execution lock and generation: one owner  [core.py]
+                    its views; restart, replace, adopt, a lost kernel [kernel_methods.py]
     execute(code) ─► CellRunner: send it, collect IOPub into nbformat
                      outputs, enforce the deadline, notice death     [runner.py]
                   ─► Recording: output files, display updates across
                      cells, the notebook cell, files the code wrote  [recording.py]
                   ─► the caller's Execution, a copy of what was recorded [models.py]
+                  around them, the session's declared hooks          [hooks.py]
     fork / undo / checkpoint / restore: copy-on-write forks and
-                    snapshots of the kernel                           [state.py]
+                    snapshots of the kernel, and the state's hooks     [state/]
 
 Executions on one session are queued (an asyncio.Lock is FIFO), never
 interleaved. Local kernels run with the rights of this process: they are for
@@ -27,19 +30,24 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from jupyter_exec.boundary.folders import FolderClaim, trust_of
 from jupyter_exec.boundary.folders import claim as claim_folder
 from jupyter_exec.boundary.naming import check_encodable, files_folder
 from jupyter_exec.engine import remote_files
-from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
+from jupyter_exec.engine.core import KernelSlot
+from jupyter_exec.engine.hooks import CellCall, Hooks, KernelEvent
+from jupyter_exec.engine.idle import IdleSigner
+from jupyter_exec.engine.inflight import Cell
+from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel
+from jupyter_exec.engine.kernel_methods import KernelMethods
 from jupyter_exec.engine.languages import normalise_language
 from jupyter_exec.engine.launch import launch_kernel, resolve_environment
 from jupyter_exec.engine.recording import Recording
-from jupyter_exec.engine.runner import CellRunner, OutputCallback
+from jupyter_exec.engine.runner import CellRun, CellRunner, OutputCallback
 from jupyter_exec.engine.workdir import prepare_paths, remove_made
-from jupyter_exec.exceptions import BackendError, KernelNotAliveError, SessionClosedError
+from jupyter_exec.exceptions import BackendError, SessionClosedError
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.notebook.meta import notebook_metadata
 from jupyter_exec.notebook.recorder import NotebookRecorder, read_notebook
@@ -55,22 +63,20 @@ from jupyter_exec.options import (
     SessionOptions,
     options_from,
 )
+from jupyter_exec.state.cellhooks import StateHooks
 from jupyter_exec.state.session_state import SessionState, StateMethods
 
 __all__ = ["AsyncSession", "Backend", "OutputCallback"]
 
 log = logging.getLogger("jupyter_exec")
 
+S = TypeVar("S", bound="AsyncSession")
+
 CLOSE_WAIT = 10.0
 """Seconds ``close()`` waits for a running cell to record itself before stopping the kernel."""
-IDLE_SIGN_FIRST = 0.05
-IDLE_SIGN_MOST = 1.0
-IDLE_SIGN_FOR = 600.0
-"""An idle session asks for its last cell's state after 50 ms, then at doubling intervals up
-to a second, for at most ten minutes (a write of many GB); each ask is one silent request."""
 
 
-class AsyncSession(StateMethods):
+class AsyncSession(KernelMethods, StateMethods):
     """A stateful kernel session whose every execution is recorded as a notebook cell.
 
     Takes the fields of :class:`~jupyter_exec.options.SessionOptions` as
@@ -121,19 +127,24 @@ class AsyncSession(StateMethods):
         self._work_dir: Path | None = None
         self._name: str | None = None
         self._notebook_path: Path | None = None
-        self._kernel: KernelHandle | None = None
+        self._slot = KernelSlot()  # the kernel, the execution lock, the generation
         self._recording: Recording | None = None
         self._folder: FolderClaim | None = None
-        self._lock = asyncio.Lock()
-        self._signer: asyncio.Future[None] | None = None
-        self._signing = False
         self._last_activity = time.monotonic()
         self._closed = False
-        self._generation = 0  # bumped by every restart, so a waiting execute notices
         # While a cell runs: a future done once it is recorded, and the task running it.
         self._running: tuple[asyncio.Future[None], asyncio.Task[Any] | None] | None = None
         self._resume: tuple[int | None] | None = None  # (until,) when resuming a notebook
         self._state = SessionState(self._options.undo_steps, self._options.checkpoint_every)
+        self._idle = IdleSigner(  # the last cell's state signed while no cell runs
+            self._slot,
+            self._state.unsigned_generation,
+            lambda kernel: self._state.sign_written(self, kernel),
+            lambda: self._closed,
+        )
+        self.hooks = Hooks()
+        """The session's per-cell hooks (:mod:`jupyter_exec.engine.hooks`); its state first."""
+        self.hooks.add(StateHooks(self._state, self))
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
         self.resumed_cells: list[int] = []
@@ -192,27 +203,6 @@ class AsyncSession(StateMethods):
         return self._recording.recorder if self._recording is not None else None
 
     @property
-    def kernel_id(self) -> str | None:
-        return self._kernel.kernel_id if self._kernel else None
-
-    @property
-    def language_info(self) -> dict[str, Any]:
-        return dict(self._kernel.kernel_info.get("language_info", {})) if self._kernel else {}
-
-    @property
-    def language(self) -> str:
-        """What the session runs: ``python``, ``r``, ``bash``, ``javascript`` or ``typescript``
-        as asked (``language=``), else the kernel's own ``language_info.name`` once started."""
-        if self._options.language is not None:
-            return self._options.language
-        return self._kernel.language if self._kernel is not None else ""
-
-    @property
-    def is_alive(self) -> bool:
-        """Whether the kernel process is running (a cheap check for local kernels)."""
-        return self._kernel is not None and not self._closed and self._kernel.process_alive()
-
-    @property
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
         return self._closed
@@ -221,16 +211,12 @@ class AsyncSession(StateMethods):
     def busy(self) -> bool:
         """Whether an execution is running or queued on this session (the idle session's
         short ask for its saved state does not count)."""
-        return self._running is not None or (self._lock.locked() and not self._signing)
+        return self._running is not None or (self._slot.is_locked() and not self._idle.signing)
 
     @property
     def last_activity(self) -> float:
         """``time.monotonic()`` when the last execution ended (or the session started)."""
         return self._last_activity
-
-    async def check_alive(self) -> bool:
-        """Ask the backend whether the kernel is alive (accurate for every backend)."""
-        return self._kernel is not None and not self._closed and await self._kernel.is_alive()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._kernel else "not started")
@@ -239,14 +225,14 @@ class AsyncSession(StateMethods):
 
     @classmethod
     def resume(
-        cls,
+        cls: type[S],
         notebook: str | os.PathLike[str],
         *,
         until: int | None = None,
         work_dir: str | os.PathLike[str] | None = None,
         name: str | None = None,
         **kwargs: Any,
-    ) -> AsyncSession:
+    ) -> S:
         """A session that continues a recorded notebook (started by ``async with`` / ``start()``).
 
         On start, the notebook's code cells (the first ``until`` of them, if
@@ -258,7 +244,9 @@ class AsyncSession(StateMethods):
         """
         from jupyter_exec.notebook.resume import for_notebook
 
-        return for_notebook(cls, notebook, until, work_dir, name, kwargs)
+        session = for_notebook(cls, notebook, until, work_dir, name, kwargs)
+        session._resume = (until,)
+        return session
 
     async def start(self) -> AsyncSession:
         """Make the work dir and notebook and start the kernel (idempotent; undone if it fails)."""
@@ -289,22 +277,23 @@ class AsyncSession(StateMethods):
         self._folder = claim_folder(
             work_dir, trust_of(self.backend), f"session {name!r} ({self.backend})"
         )
-        self._kernel = await launch_kernel(self._options, work_dir)
+        kernel = await launch_kernel(self._options, work_dir)
+        self._slot.place(kernel)
         if self._options.host is not None:  # the gateway placed it where it was asked?
-            await remote_files.check_host(self._kernel, self._options.host)
-        if self._kernel.network is not None:  # what a network policy's ask is told
-            self._kernel.network.session = name
+            await remote_files.check_host(kernel, self._options.host)
+        if kernel.network is not None:  # what a network policy's ask is told
+            kernel.network.session = name
         self._recording = Recording(work_dir, files_folder(name), self._notebook_path)
         if recorded is not None and self._resume is not None:
             from jupyter_exec.notebook.resume import rebuild
 
             await rebuild(self, recorded, self._resume[0])
         elif self._notebook_path is not None:
-            metadata = notebook_metadata(self._kernel, self._options, name)
+            metadata = notebook_metadata(kernel, self._options, name)
             self._recording.adopt(self.recorder_class(self._notebook_path, metadata))
 
     async def _undo_start(self, made: list[Path]) -> None:
-        kernel, self._kernel = self._kernel, None
+        kernel = self._slot.place(None)
         if kernel is not None:
             with contextlib.suppress(Exception):
                 await kernel.shutdown(kernel=self._options.shuts_down_kernel)
@@ -352,15 +341,12 @@ class AsyncSession(StateMethods):
         if self._running is not None and self._running[1] is not asyncio.current_task():
             with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
                 await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
-        signer = self._signer
-        if signer is not None and not signer.done():  # an idle ask in flight ends first
-            if self._lock.locked() and self._running is None:
-                with contextlib.suppress(Exception, asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(signer), CLOSE_WAIT)
-            signer.cancel()
-        if self._kernel is not None and not cut_short:  # the last cell's state
-            await self._state.before_close(self, self._kernel)
-        kernel, self._kernel = self._kernel, None
+        await self._idle.finish(CLOSE_WAIT, cell_running=self._running is not None)
+        last = self._slot.kernel
+        if last is not None and not cut_short:  # the last cell's state
+            dead = self._slot.known_dead(last)
+            await self.hooks.before_close(KernelEvent(last, "the session closes", dead))
+        kernel = self._slot.place(None)
         if self._recording is not None:
             self._recording.close()
         try:
@@ -368,7 +354,7 @@ class AsyncSession(StateMethods):
                 await kernel.shutdown(kernel=self._options.shuts_down_kernel)
         finally:
             try:
-                await self._state.close(self._options.shuts_down_kernel)
+                await self.hooks.after_close(self._options.shuts_down_kernel)
             finally:
                 self._release_folder()
         log.info("session %s closed; notebook %s", self._name, self._notebook_path)
@@ -378,27 +364,6 @@ class AsyncSession(StateMethods):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def _live_kernel(self) -> KernelHandle:
-        if self._closed:
-            raise SessionClosedError("the session is closed")
-        if self._kernel is None:
-            raise KernelNotAliveError(
-                "the session has not been started (use `async with` or start())"
-            )
-        return self._kernel
-
-    async def interrupt(self) -> None:
-        """Interrupt the running cell (KeyboardInterrupt in the kernel); state is kept."""
-        await interrupt_kernel(self._live_kernel())
-
-    async def restart(self, note: str = "restarted by request") -> None:
-        """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
-        kernel = await self._state.restartable(self, self._live_kernel())
-        self._generation += 1
-        await restart_kernel(kernel, self._options.startup_timeout)
-        assert self._recording is not None
-        self._recording.restart_note = note
 
     async def run_script(
         self,
@@ -445,11 +410,10 @@ class AsyncSession(StateMethods):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
         check_encodable(code, "the code")
         self._live_kernel()
-        async with self._lock:
+        async with self._slot.locked():
             kernel = self._live_kernel()
             self._running = (asyncio.get_running_loop().create_future(), asyncio.current_task())
             try:
-                await self._state.before_cell(self, kernel)
                 execution = await self._execute(
                     kernel, code, self.timeout if timeout is None else timeout, on_output
                 )
@@ -462,7 +426,7 @@ class AsyncSession(StateMethods):
                 self._running[0].set_result(None)
                 self._running = None
                 self._last_activity = time.monotonic()
-        self._sign_when_idle(kernel)
+        self._idle.after_cell(kernel)
         if execution.status == "cancelled":
             if self._recording is not None:  # closed from within the cell (on_output): tidy up
                 self._recording.close()
@@ -473,29 +437,11 @@ class AsyncSession(StateMethods):
             )
         return execution
 
-    def _sign_when_idle(self, kernel: KernelHandle) -> None:
-        """While no cell runs, ask the kernel now and then for the state its writer finished,
-        so the last cell's state is signed (and so survives a kill) without a next cell."""
-        if self._signer is not None and not self._signer.done():
-            return
-        if self._state.unsigned_generation(kernel):
-            self._signer = asyncio.ensure_future(self._poll_writer(kernel))
-
-    async def _poll_writer(self, kernel: KernelHandle) -> None:
-        delay, waited = IDLE_SIGN_FIRST, 0.0
-        while waited < IDLE_SIGN_FOR and self._state.unsigned_generation(kernel):
-            await asyncio.sleep(delay)
-            waited += delay
-            delay = min(delay * 2, IDLE_SIGN_MOST)
-            if self._closed or self._lock.locked() or self._kernel is not kernel:
-                return  # a cell runs (its reply signs), or the kernel is another
-            async with self._lock:
-                if self._kernel is kernel and not self._closed:
-                    self._signing = True
-                    try:
-                        await self._state.sign_written(self, kernel)
-                    finally:
-                        self._signing = False
+    async def replay_cell(self, code: str) -> Execution:
+        """Run ``code`` recording nothing (no files, no notebook cell): a resume re-running
+        a notebook's cells to rebuild the kernel's state. In turn with other cells."""
+        async with self._slot.locked():
+            return await self._execute(self._live_kernel(), code, self.timeout, None, record=False)
 
     async def _execute(
         self,
@@ -506,49 +452,52 @@ class AsyncSession(StateMethods):
         *,
         record: bool = True,
     ) -> Execution:
-        """Run one cell: the runner, then the recording (``record=False``: a resume, no writes)."""
+        """Run one cell: the hooks before it, the runner, the recording, the hooks after it
+        (``record=False``: a resume's cell, written nowhere)."""
         recording = self._recording
         assert recording is not None
-        cell = await recording.begin(kernel, write=record, max_chars=self._options.max_output_chars)
+        call = CellCall(code, kernel, recording.next_index(), record, self._slot, on_output)
+        execution: Execution | None = None
+        try:
+            await self.hooks.before_cell(call)
+            cell = await recording.begin(
+                kernel, write=record, max_chars=self._options.max_output_chars
+            )
+            call.index = cell.index
+            run = await self._run(call, cell, timeout)
+            await self.hooks.after_reply(call, run)
+            execution = recording.record(code, cell, run, time.monotonic() - call.started)
+        finally:
+            execution = await self.hooks.after_record(call, execution)
+        assert execution is not None  # (the hooks return None only for a cell that raised)
+        if call.problem is not None:  # a remote file that could not be written here
+            call.problem._attach(execution)
+            raise call.problem
+        return execution
+
+    async def _run(self, call: CellCall, cell: Cell, timeout: float | None) -> CellRun:
+        """The runner on the cell; then a remote kernel's files brought home."""
+        recording = self._recording
+        assert recording is not None
         runner = CellRunner(
-            kernel,
+            call.kernel,
             interrupt_grace=self._options.interrupt_grace,
             restart=self._restart_in_cell,
-            generation=lambda: self._generation,
+            generation=lambda: self._slot.generation,
             closing=lambda: self._closed,
         )
-        started = time.monotonic()
-        expressions = {
-            **self._state.cell_expressions(kernel, cell.index if record else None),
-            **cell.expressions,
-        }
+        call.started = time.monotonic()
+        expressions = {**call.expressions, **cell.expressions}
         try:
             run = await runner.run(
-                code, cell.builder, timeout, on_output, cell.metadata, expressions
+                call.code, cell.builder, timeout, call.on_output, cell.metadata, expressions
             )
-            failure = await recording.bring_home(kernel, cell, run)
+            call.problem = await recording.bring_home(call.kernel, cell, run)
         except BaseException:
             cell.abandon()
             raise
-        run.error = self._state.explain_recovery(run.error)
-        try:
-            execution = self._state.annotate(
-                recording.record(code, cell, run, time.monotonic() - started)
-            )
-            if failure is not None:  # a remote file that could not be written here
-                failure._attach(execution)
-                raise failure
-        finally:
-            self._state.after_record(self, cell.index if record else None)
-        await self._state.after_cell(self, kernel, run, cell.index)
-        return execution
-
-    async def _restart_in_cell(self, note: str) -> None:
-        """The runner's restart (a dead or runaway kernel): with undo snapshots kept, the
-        state from before the cell comes back instead of an empty kernel."""
-        if not await self._state.recover(self):
-            await self.restart(note)
-            await self._state.recover_from_disk(self)
+        call.run = run
+        return run
 
 
 if TYPE_CHECKING:

@@ -45,21 +45,19 @@ def for_notebook(
     name: str | None,
     options: dict[str, Any],
 ) -> S:
-    """An unstarted session of class ``cls`` set to resume ``notebook`` when it starts."""
+    """An unstarted session of class ``cls`` for ``notebook`` (the engine sets it to resume)."""
     if until is not None and until < 0:
         raise InvalidArgument(f"until must be >= 0, not {until}")
     path = Path(notebook).expanduser().absolute()
     if not {"language", "kernel_name", "python", "kernel_manager"} & set(options):
         options = {**options, **_language_of(path)}
-    session = cls(
+    return cls(
         path.parent if work_dir is None else work_dir,
         notebook=path,
         name=name or safe_name(path.stem),
         overwrite=True,
         **options,
     )
-    session._resume = (until,)
-    return session
 
 
 def _language_of(path: Path) -> dict[str, str]:
@@ -84,7 +82,7 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     cut after that cell, so it stays a faithful, replayable account.
     """
     path = session.notebook_path
-    kernel = session._kernel
+    kernel = session.kernel_slot.kernel
     recording = session._recording
     assert path is not None
     assert kernel is not None
@@ -120,9 +118,7 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     code_cells = [nb.cells[i] for i in positions]
     number = {p: n for n, p in enumerate(_code_positions(nb.cells), start=1)}
     for position, cell in zip(positions, code_cells, strict=True):
-        session.resumed.append(
-            await session._execute(kernel, cell.source, session.timeout, None, record=False)
-        )
+        session.resumed.append(await session.replay_cell(cell.source))
         session.resumed_cells.append(number.get(position, 0))
     failed = [n for n, e in zip(session.resumed_cells, session.resumed, strict=True) if not e.ok]
     metadata = dict(nb.metadata)

@@ -55,7 +55,6 @@ from jupyter_exec.exceptions import (
     WorkDirError,
 )
 from jupyter_exec.network import NetworkPolicy
-from jupyter_exec.notebook.resume import for_notebook
 from jupyter_exec.options import MAX_UNDO_STEPS
 from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
@@ -391,7 +390,7 @@ class Creation:
             session = (
                 ServerAsyncSession(work_dir=folder, name=name, **options)
                 if launch.resumed_from is None  # a session from before a restart: resumed
-                else for_notebook(ServerAsyncSession, notebook, None, folder, name, options)
+                else ServerAsyncSession.resume(notebook, work_dir=folder, name=name, **options)
             )
             session.network_proxy = proxy
             await session.start()

@@ -17,8 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.engine.session import AsyncSession, Backend, OutputCallback
-from jupyter_exec.models import Execution
+from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.server import live
 from jupyter_exec.server.activity import KernelActivity
@@ -55,40 +54,22 @@ class ServerAsyncSession(AsyncSession):
         self.activity = KernelActivity(self.server_kernel)
         self.network_proxy: NetworkProxy | None = None
         """The proxy of a Docker kernel with a network policy (set before start)."""
+        self.hooks.add(live.LiveCells(self))  # after the state's: it sees the final record
 
     async def start(self) -> ServerAsyncSession:
         await super().start()
-        if self.network_proxy is not None and self._kernel is not None:
+        kernel = self.kernel_slot.kernel
+        if self.network_proxy is not None and kernel is not None:
             # What records each cell's connections and redacts the policy's secrets.
-            self._kernel.network = self.network_proxy
+            kernel.network = self.network_proxy
         if not self.activity.start():
             log.info("jupyter-exec: kernel messages cannot be watched; using the server's state")
         return self
 
-    async def _execute(
-        self,
-        kernel: Any,
-        code: str,
-        timeout: float | None,
-        on_output: OutputCallback | None,
-        *,
-        record: bool = True,
-    ) -> Execution:
-        """One cell, shown live in the notebook a person has open (see server/live.py)."""
-
-        def run(output: OutputCallback | None) -> Awaitable[Execution]:
-            return super(ServerAsyncSession, self)._execute(
-                kernel, code, timeout, output, record=record
-            )
-
-        if not record:  # a resume re-running recorded cells: nothing to show
-            return await run(on_output)
-        return await live.run_cell(self, code, on_output, run)
-
     @property
     def handle(self) -> KernelHandle | None:
         """The kernel serving the session now (a fork's, an undo's, or the first one)."""
-        return self._kernel
+        return self.kernel_slot.kernel
 
     def rebind(self, server_kernel: Any) -> None:
         """The server's manager of the kernel now serving the session: watch that one."""

@@ -29,15 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.engine.hooks import CellCall, CellHooks
 from jupyter_exec.notebook.runorder import PersonRun, match_runs
 from jupyter_exec.server.livecell import ORIGIN, LiveCell, update_cell
 from jupyter_exec.server.recorder import MergingRecorder
 
 if TYPE_CHECKING:
-    from jupyter_exec.engine.session import OutputCallback
     from jupyter_exec.models import Execution
 
 
@@ -269,42 +268,54 @@ def watch_person_runs(session: Any) -> None:
     swaps its kernel (a new kernel client, a new session id in its headers).
     """
     recorder = session.recorder
-    kernel = getattr(session, "_kernel", None)
+    kernel = session.kernel_slot.kernel
     own = getattr(getattr(getattr(kernel, "kc", None), "session", None), "session", None)
     if isinstance(recorder, MergingRecorder) and isinstance(own, str):
         session.activity.watch_runs(own, recorder.person_ran)
 
 
-async def run_cell(
-    session: Any,
-    code: str,
-    on_output: OutputCallback | None,
-    run: Callable[[OutputCallback | None], Awaitable[Execution]],
-) -> Execution:
-    """Run one agent cell (``run``), shown live in the shared document if a room holds it."""
-    recorder = session.recorder
-    if not isinstance(recorder, MergingRecorder):
-        return await run(on_output)
-    recorder.cell_started()
-    cell: LiveCell | None = None
-    try:
+class LiveCells(CellHooks):
+    """A server session's hook: each agent cell shown live in the shared document, if a
+    room holds the notebook, and the run order told when an agent cell starts and ends.
+
+    Registered by :class:`~jupyter_exec.server.entry.ServerAsyncSession`; the cells
+    a resume re-runs are written nowhere, so they are not shown either.
+    """
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self._recorder: MergingRecorder | None = None
+        self._cell: LiveCell | None = None
+
+    async def before_cell(self, cell: CellCall) -> None:
+        recorder = self.session.recorder
+        if not cell.recorded or not isinstance(recorder, MergingRecorder):
+            return
+        recorder.cell_started()
+        self._recorder = recorder
         live = recorder.live
         doc = await live.refresh() if isinstance(live, LiveNotebook) else None
         if isinstance(live, LiveNotebook) and doc is not None:
             from jupyter_exec.notebook.recorder import new_cell_id
 
-            cell = LiveCell.place(live, doc, code, new_cell_id(), session.options.max_output_chars)
-            recorder.next_cell_id = cell.id
-            on_output = cell.wrap(on_output)
+            options = self.session.options
+            self._cell = LiveCell.place(
+                live, doc, cell.code, new_cell_id(), options.max_output_chars
+            )
+            recorder.next_cell_id = self._cell.id
+            cell.on_output = self._cell.wrap(cell.on_output)
+
+    async def after_record(self, cell: CellCall, execution: Execution | None) -> Execution | None:
+        recorder, self._recorder = self._recorder, None
+        shown, self._cell = self._cell, None
+        if recorder is None:
+            return execution
         try:
-            execution = await run(on_output)
-        except BaseException:
-            if cell is not None:
-                cell.abandon()
-            raise
-        if cell is not None:
-            cell.finish()  # recorded: the document holds its final outputs already
+            if shown is not None and (execution is None or cell.problem is not None):
+                shown.abandon()  # the cell raises: it is not shown as a finished cell
+            elif shown is not None:
+                shown.finish()  # recorded: the document holds its final outputs already
+        finally:
+            recorder.next_cell_id = None
+            recorder.cell_finished()
         return execution
-    finally:
-        recorder.next_cell_id = None
-        recorder.cell_finished()

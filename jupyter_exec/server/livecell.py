@@ -1,6 +1,6 @@
 """A running agent cell in a shared notebook: placed when it starts, outputs as they come.
 
-:class:`LiveCell` is what :func:`jupyter_exec.server.live.run_cell` puts in the
+:class:`LiveCell` is what the hook :class:`jupyter_exec.server.live.LiveCells` puts in the
 shared document of an open notebook for each agent cell; the helpers below
 turn recorded cells and outputs into the document's types (pycrdt maps, with
 stream text as growable text), and are used by :class:`~.live.LiveNotebook`

@@ -35,7 +35,7 @@ def refuse_other_languages(
     The kernel's own ``runs_ipython`` decides, as it does for the stream guard
     and durable state; a session not started yet is left to the call itself.
     """
-    kernel = session._kernel
+    kernel = session.kernel_slot.kernel
     if kernel is None or not kernel.kernel_info or kernel.runs_ipython:
         return
     raise error(

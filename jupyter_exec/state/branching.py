@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, TypeVar
 from jupyter_exec.boundary.naming import files_folder, notebook_name, validate_name
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.provisioning import kernel_process
-from jupyter_exec.engine.recording import Recording
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError
 from jupyter_exec.network.shared import shared
 from jupyter_exec.notebook.meta import fork_metadata, note_state_change
@@ -60,7 +59,7 @@ async def fork_session(session: S, n: int, name: str | None) -> list[S]:
         validate_name(name)
         if name == session.name:
             raise InvalidArgument(f"a fork needs a name of its own, not the parent's ({name!r})")
-    async with session._lock:
+    async with session.kernel_slot.locked():
         kernel = await running_kernel(session, "fork")
         work_dir = session.work_dir
         names = _fork_names(session, n, name)
@@ -140,13 +139,8 @@ def _adopt_fork(parent: S, handle: KernelHandle, name: str, writing: list[str]) 
         options = options.replace(notebook=False)
     child = type(parent)(options=options)
     work_dir = parent.work_dir
-    child._work_dir = work_dir
-    child._name = name
-    child._kernel = handle
     path = work_dir / notebook_name(name) if parent.notebook_path is not None else None
-    child._notebook_path = path
-    recording = Recording(work_dir, files_folder(name), path)
-    child._recording = recording
+    recording = child.adopt_kernel(handle, work_dir, path)
     parent_recording = parent._recording
     if path is not None and parent_recording is not None and parent_recording.recorder is not None:
         recorder = parent_recording.recorder

@@ -4,18 +4,22 @@
 does). The state modules take a :class:`StateHost` wherever they work on "the
 session", which keeps the dependency one way: the engine imports the state
 machinery, and the state machinery knows the engine only as this shape. The
-underscored members are the engine's own bookkeeping that undo, restore and
-recovery have to change in step with it (the live kernel, the recording, the
-execution lock, the restart counter).
+kernel, its execution lock and its generation belong to the session's
+:class:`~jupyter_exec.engine.core.KernelSlot`; the state machinery reads them
+there and replaces the kernel only through the session's declared methods
+(``replace_kernel``, ``adopt_kernel``), never by writing the session's fields.
+The underscored members left are only read: the recording, and the live kernel
+(or why there is none).
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from jupyter_exec.engine.core import KernelSlot
+    from jupyter_exec.engine.hooks import Replacement
     from jupyter_exec.engine.kernel import KernelHandle
     from jupyter_exec.engine.recording import Recording
     from jupyter_exec.notebook.recorder import NotebookRecorder
@@ -28,10 +32,12 @@ __all__ = ["ForkHost", "StateHost"]
 class StateHost(Protocol):
     """A running session, as forks, undo, checkpoints and recovery see it."""
 
-    _kernel: KernelHandle | None
     _recording: Recording | None
-    _lock: asyncio.Lock
-    _generation: int
+
+    @property
+    def kernel_slot(self) -> KernelSlot:
+        """The session's kernel, execution lock and generation (their one owner)."""
+        ...
 
     @property
     def recorder_class(self) -> type[NotebookRecorder]:
@@ -62,21 +68,27 @@ class StateHost(Protocol):
 
     async def restart(self, note: str = ...) -> None: ...
 
+    async def replace_kernel(self, new: KernelHandle, reason: Replacement) -> KernelHandle | None:
+        """Make ``new`` serve the session; the kernel it replaced, for the caller to retire."""
+        ...
+
 
 class ForkHost(StateHost, Protocol):
     """A session that can be forked: its class makes the children, which it then wires up.
 
     A fork is a new session of the parent's class around a kernel the engine
-    did not start, so the state machinery sets the few fields a start would
-    have set (its work dir, name and notebook).
+    did not start: ``adopt_kernel`` makes it a started session, as a start would.
     """
 
     _state: SessionState
-    _work_dir: Path | None
-    _name: str | None
-    _notebook_path: Path | None
 
     def __init__(self, *, options: SessionOptions) -> None: ...
+
+    def adopt_kernel(
+        self, kernel: KernelHandle, work_dir: Path, notebook_path: Path | None
+    ) -> Recording:
+        """Become a started session around ``kernel``; its recording, to seed."""
+        ...
 
     @property
     def files_dir(self) -> Path: ...

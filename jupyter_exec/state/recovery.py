@@ -35,6 +35,7 @@ from jupyter_exec.state.reload import recover_generation
 from jupyter_exec.state.snapshots import drop
 
 if TYPE_CHECKING:
+    from jupyter_exec.engine.hooks import Replacement
     from jupyter_exec.state.durable import DurableState
     from jupyter_exec.state.host import StateHost
 
@@ -59,7 +60,7 @@ class RecoveryMixin:
     """Set by a recovery during a cell; reported with that cell and the next, then cleared."""
     _recovered_next: StateRecovery | None = None
 
-    async def _switch(self, session: StateHost, point: Any) -> None:
+    async def _switch(self, session: StateHost, point: Any, reason: Replacement) -> None:
         raise NotImplementedError
 
     async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool:
@@ -72,7 +73,7 @@ class RecoveryMixin:
         when there is none, or a checkpoint on disk is newer (the caller restarts, then
         :meth:`recover_from_disk`)."""
         self.points = [p for p in self.points if p.snapshot.alive]
-        old = session._kernel
+        old = session.kernel_slot.kernel
         candidates: list[tuple[Any, str | None]] = []
         if self.undo_steps > 0:
             candidates += [(p, None) for p in self.points]
@@ -96,7 +97,7 @@ class RecoveryMixin:
         if checkpoint is None:
             self.points.remove(point)
         try:
-            await self._switch(session, point)
+            await self._switch(session, point, "recover")
         except ForkError as exc:
             log.warning("session %s: no recovery from the snapshot: %s", session.name, exc)
             return False
@@ -108,9 +109,10 @@ class RecoveryMixin:
         for each in later:
             await drop(each.snapshot)
         self.durable.rewound(point.cell_index)
-        assert session._kernel is not None
+        now = session.kernel_slot.kernel
+        assert now is not None
         source = "snapshot" if checkpoint is None else f"checkpoint {checkpoint!r}"
-        names = await user_names(session._kernel)
+        names = await user_names(now)
         self._recovered(source, point.cell_index, names, lost, session)
         return True
 
@@ -118,7 +120,7 @@ class RecoveryMixin:
         """After a restart for a death: load the newest signed generation (and run the
         recorded cells after it again), or the latest checkpoint this session wrote."""
         latest = self.durable.latest()
-        kernel = session._kernel
+        kernel = session.kernel_slot.kernel
         if kernel is None:
             return
         generations = self.durable.generations

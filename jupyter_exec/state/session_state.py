@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary.naming import validate_name
+from jupyter_exec.engine.hooks import Replacement
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.runner import CellRun
 from jupyter_exec.exceptions import (
@@ -165,7 +166,8 @@ class SessionState(RecoveryMixin):
         """Note the names the cell changed; take an automatic checkpoint when one is due."""
         self.durable.after_cell(index, run.user_expressions)
         self.durable.generations.after_cell(session, kernel, run.user_expressions)
-        if run.status not in ("ok", "error") or session.closed or kernel is not session._kernel:
+        serving = session.kernel_slot.kernel
+        if run.status not in ("ok", "error") or session.closed or kernel is not serving:
             return
         needed = bool(self.points or self.checkpoints)
         if run.status == "error" and self.durable.expressions(kernel, needed):  # reply had none
@@ -195,7 +197,7 @@ class SessionState(RecoveryMixin):
     async def undo(self, session: StateHost, n: int) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidArgument(f"undo(n): n must be a whole number of cells >= 1, not {n!r}")
-        async with session._lock:
+        async with session.kernel_slot.locked():
             session._live_kernel()
             if self.undo_steps <= 0:
                 raise InvalidArgument(
@@ -216,7 +218,7 @@ class SessionState(RecoveryMixin):
                     "cells; cells already undone, or after a restored checkpoint, do not count)"
                 )
             point = self.points[-n]
-            await self._switch(session, point)
+            await self._switch(session, point, "undo")
             gone, self.points = self.points[-n:], self.points[:-n]
             for each in gone:
                 await drop(each.snapshot)
@@ -238,7 +240,7 @@ class SessionState(RecoveryMixin):
                     f"a checkpoint named {name!r} exists; choose another name "
                     f"(taken: {', '.join(sorted(taken))})"
                 )
-        async with session._lock:
+        async with session.kernel_slot.locked():
             kernel = await running_kernel(session, "checkpoint")
             if name is None:
                 taken = self._taken_names(session)
@@ -338,11 +340,11 @@ class SessionState(RecoveryMixin):
         force: bool = False,
         trust_origin: bool = False,
     ) -> None:
-        async with session._lock:
+        async with session.kernel_slot.locked():
             session._live_kernel()
             made, point = self._resolve(session, checkpoint)
             if point is not None and point.snapshot.alive:
-                await self._switch(session, point)
+                await self._switch(session, point, "restore")
                 keep = set(point.undo_serials)
                 gone = [p for p in self.points if p.serial not in keep]
                 self.points = [p for p in self.points if p.serial in keep]
@@ -396,7 +398,7 @@ class SessionState(RecoveryMixin):
 
     # -- switching kernels ------------------------------------------------------------
 
-    async def _switch(self, session: StateHost, point: _Point) -> None:
+    async def _switch(self, session: StateHost, point: _Point, reason: Replacement) -> None:
         """Start a kernel from ``point``'s snapshot, make it the session's, retire the old one."""
         old = session._live_kernel()
         new = await start_from(point.snapshot, cwd=session.work_dir)
@@ -405,8 +407,7 @@ class SessionState(RecoveryMixin):
             raise SessionClosedError("the session was closed while its state was being restored")
         new.stream_guard = old.stream_guard
         new.network = shared(old.network)  # the session's proxy, still closed by its owner
-        session._kernel = new
-        session._generation += 1
+        await session.replace_kernel(new, reason)
         await self._retire(session, old)
         recording = session._recording
         if recording is not None and recording.recorder is not None:
@@ -426,19 +427,19 @@ class SessionState(RecoveryMixin):
         with contextlib.suppress(Exception):
             await old.shutdown(now=True)
 
-    async def restartable(self, session: StateHost, kernel: KernelHandle) -> KernelHandle:
-        """The kernel a restart should restart: for a Docker session serving a fork, its first
-        kernel (a fork in the container cannot restart; the container's kernel can)."""
+    async def restartable(self, session: StateHost, kernel: KernelHandle) -> None:
+        """Before ``kernel`` restarts: forget what the restarted process will not have, and
+        for a Docker session serving a fork, put its first kernel back in the session's
+        place to restart instead (a fork in the container cannot restart; that one can)."""
         self.durable.installed = None  # the restarted process has none of it
         self.durable.generations.installed = None
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
-            return kernel
+            return
         self.root = None
-        session._kernel = root
+        session.kernel_slot.swap(root)  # (the restart that follows counts its generation)
         with contextlib.suppress(Exception):
             await kernel.shutdown(now=True)
-        return root
 
     def unsigned_generation(self, kernel: KernelHandle) -> bool:
         """Whether the last cell's state is handed to the kernel's writer but not signed."""
