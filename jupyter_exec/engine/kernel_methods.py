@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary.naming import files_folder
+from jupyter_exec.engine.core import KernelSlot  # at run time: the API pages resolve the type
 from jupyter_exec.engine.hooks import Hooks, KernelChange, KernelEvent, Replacement
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.engine.recording import Recording
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError, SessionClosedError
 
 if TYPE_CHECKING:
-    from jupyter_exec.engine.core import KernelSlot
     from jupyter_exec.options import SessionOptions
 
 __all__ = ["KernelMethods"]
