@@ -37,7 +37,7 @@ from jupyter_exec.cli.options import (
 )
 from jupyter_exec.cli.restore import add_restore, find_checkpoint, restore_into
 from jupyter_exec.cli.resume import add_resume, check_resumable, resume_session, resumed_line
-from jupyter_exec.engine.loop_thread import LOOP_THREAD
+from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.models import Execution
 from jupyter_exec.sync import Session
@@ -157,7 +157,7 @@ def _started(kwargs: dict[str, Any], session: Session | None = None) -> Session:
 
     future = LOOP_THREAD.submit(start())
     try:
-        future.result()
+        wait_for_future(future)
     except KeyboardInterrupt:
         future.cancel()  # the start undoes itself: kernel shut down, folders it made removed
         settled.wait(INTERRUPT_WAIT)
@@ -176,7 +176,7 @@ def _execute(session: Session, source: str, printer: _Printer) -> Execution:
     live = session.async_session
     future = LOOP_THREAD.submit(live.execute(source, on_output=printer.on_output))
     try:
-        return future.result()
+        return wait_for_future(future)
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
             LOOP_THREAD.submit(live.interrupt()).result(INTERRUPT_WAIT)

@@ -18,16 +18,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeAlias, TypeVar
 
-__all__ = ["LOOP_THREAD", "LoopThread", "run_blocking"]
+__all__ = ["LOOP_THREAD", "LoopThread", "run_blocking", "wait_for_future"]
 
 T = TypeVar("T")
 
 OnInterrupt: TypeAlias = Callable[[], Coroutine[Any, Any, Any]] | Coroutine[Any, Any, Any]
 """What runs on the loop when the waiting caller is interrupted: a coroutine function or a
 coroutine."""
+
+SIGNAL_CHECK = 0.25
+"""Seconds a waiting caller sleeps at most between looks for a signal. The kernel may hand
+a process's SIGTERM or Ctrl-C to any thread; one that lands on the loop thread sets Python's
+flag but does not wake the main thread out of a lock wait, so a wait without a bound never
+ran the handler (a stop during a kernel's start hung until the start ended)."""
 
 INTERRUPT_WAIT = 10.0
 """Seconds the caller waits for ``on_interrupt`` to finish before re-raising Ctrl-C."""
@@ -133,13 +140,32 @@ class _Call(Generic[T]):
             self._done.release()
 
     def result(self, timeout: float | None, loop: asyncio.AbstractEventLoop) -> T:
-        if not self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
-            loop.call_soon_threadsafe(self.cancel)  # after start: the calls keep their order
-            raise TimeoutError(f"the call did not finish within {timeout} s")
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        while not self._done.acquire(timeout=_next_look(deadline)):
+            if deadline is not None and time.monotonic() >= deadline:
+                loop.call_soon_threadsafe(self.cancel)  # after start: the calls keep order
+                raise TimeoutError(f"the call did not finish within {timeout} s")
         if self._error is not None:
             error, self._error = self._error, None
             raise error
         return self._value
+
+
+def _next_look(deadline: float | None) -> float:
+    """How long a wait may block before Python looks for a signal again."""
+    if deadline is None:
+        return SIGNAL_CHECK
+    return max(0.0, min(SIGNAL_CHECK, deadline - time.monotonic()))
+
+
+def wait_for_future(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    """``future.result(timeout)`` that a signal interrupts at once, whichever thread the
+    kernel delivered it to (see :data:`SIGNAL_CHECK`)."""
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    while True:
+        done, _ = concurrent.futures.wait([future], timeout=_next_look(deadline))
+        if done or (deadline is not None and time.monotonic() >= deadline):
+            return future.result(timeout=0)
 
 
 LOOP_THREAD = LoopThread()

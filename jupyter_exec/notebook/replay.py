@@ -43,7 +43,7 @@ from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
 from jupyter_exec.engine.languages import is_default_language, kernel_for, language_of_kernel
-from jupyter_exec.engine.loop_thread import LOOP_THREAD
+from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.notebook import envdiff
@@ -371,7 +371,7 @@ def replay(notebook: str | os.PathLike[str], **kwargs: Any) -> ReplayReport:
 
     future = LOOP_THREAD.submit(guarded())
     try:
-        return future.result()
+        return wait_for_future(future)
     except KeyboardInterrupt:
         future.cancel()
         finished.wait(15)

@@ -85,3 +85,50 @@ def test_submit_hands_back_a_future_that_cancels_the_coroutine() -> None:
     future = LOOP_THREAD.submit(asyncio.sleep(30))
     future.cancel()
     assert future.cancelled()
+
+
+class _Signalled(Exception):
+    pass
+
+
+def test_a_signal_the_kernel_hands_to_the_loop_thread_still_stops_the_waiting_caller() -> None:
+    """A process-directed signal may land on any thread; one on the loop thread must still
+    reach the main thread's handler while it waits (a stop during a kernel's start hung)."""
+    import signal
+
+    from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
+
+    ended = threading.Event()
+    running: list[asyncio.Task[None]] = []
+
+    async def long_wait() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        running.append(task)
+        try:
+            await asyncio.sleep(120)
+        finally:
+            ended.set()
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Signalled
+
+    loop = LOOP_THREAD.loop  # started, if no test started it yet
+    loop_thread = next(t for t in threading.enumerate() if t.name == "jupyter-exec-loop")
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        for wait in (
+            lambda: LOOP_THREAD.run_blocking(long_wait()),
+            lambda: wait_for_future(LOOP_THREAD.submit(long_wait())),
+        ):
+            ended.clear()
+            timer = threading.Timer(0.5, signal.pthread_kill, (loop_thread.ident, signal.SIGUSR1))
+            timer.start()
+            with pytest.raises(_Signalled):
+                wait()
+            assert not ended.is_set()  # raised while the call still ran, not at its end
+            timer.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        for task in running:
+            loop.call_soon_threadsafe(task.cancel)
