@@ -17,7 +17,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+from jupyter_exec import AsyncSession
 
 
 @dataclass
@@ -228,3 +231,14 @@ def _message(parent: str, msg_type: str, content: dict[str, Any]) -> dict[str, A
         "metadata": {},
         "content": content,
     }
+
+
+def scripted(table: dict[str, Sequence[Event]]) -> FakeKernelManager:
+    """A kernel answering each code in ``table``; any other code prints nothing."""
+    return FakeKernelManager(lambda code: table.get(code, []))
+
+
+async def started(km: FakeKernelManager, work_dir: Path, **options: Any) -> AsyncSession:
+    """A started ``AsyncSession`` named ``fake`` on ``km`` (a 30 s timeout unless given)."""
+    options.setdefault("timeout", 30)
+    return await AsyncSession(work_dir=work_dir, name="fake", kernel_manager=km, **options).start()

@@ -81,5 +81,6 @@ class Mailbox:
             return None
         finally:
             self._reading = False
-            woken, self._turn = self._turn, asyncio.Event()
-            woken.set()
+            if len(self._asked) > 1:  # someone else waits for a reply or its turn: wake them
+                woken, self._turn = self._turn, asyncio.Event()
+                woken.set()

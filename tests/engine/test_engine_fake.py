@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 from fake_kernel import (
-    Event,
     FakeKernelManager,
     Hang,
     Reply,
     Say,
     display,
     error,
+    scripted,
+    started,
     stream,
     update,
 )
@@ -32,16 +33,6 @@ from jupyter_exec.engine.kernel import _launch_or_undo
 ReadNotebook = Callable[[Path], nbformat.NotebookNode]
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def scripted(table: dict[str, Sequence[Event]]) -> FakeKernelManager:
-    """A kernel answering each code in ``table``; any other code prints nothing."""
-    return FakeKernelManager(lambda code: table.get(code, []))
-
-
-async def started(km: FakeKernelManager, work_dir: Path, **options: Any) -> AsyncSession:
-    options.setdefault("timeout", 30)
-    return await AsyncSession(work_dir=work_dir, name="fake", kernel_manager=km, **options).start()
 
 
 def texts(cell: Any) -> list[Any]:

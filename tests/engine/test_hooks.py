@@ -9,28 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_kernel import Event, FakeKernelManager, Hang, stream
+from fake_kernel import Hang, scripted, started, stream
 
-from jupyter_exec import AsyncSession, Execution
+from jupyter_exec import Execution
 from jupyter_exec.engine.core import KernelSlot
 from jupyter_exec.engine.hooks import CellCall, CellHooks, KernelChange, KernelEvent
 from jupyter_exec.engine.runner import CellRun
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def scripted(table: dict[str, Sequence[Event]]) -> FakeKernelManager:
-    return FakeKernelManager(lambda code: table.get(code, []))
-
-
-async def started(km: FakeKernelManager, work_dir: Path, **options: Any) -> AsyncSession:
-    options.setdefault("timeout", 30)
-    return await AsyncSession(work_dir=work_dir, name="fake", kernel_manager=km, **options).start()
 
 
 class Seen(CellHooks):
