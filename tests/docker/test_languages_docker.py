@@ -194,6 +194,9 @@ def test_python_only_features_are_refused_in_docker_too(r_docker: Session) -> No
         r_docker.fork()
     with pytest.raises(CheckpointError, match="needs an IPython kernel"):
         r_docker.checkpoint()
+    # A cell decides the stream guard: run one here, not rely on another test of the module
+    # running first on this worker (the fixture is made again by each xdist worker).
+    assert r_docker.execute("1").ok
     kernel = r_docker._async._kernel
     assert kernel is not None
     assert kernel.stream_guard is False
