@@ -32,7 +32,7 @@ from e2b_code_interpreter import Sandbox
 from jupyter_exec.boundary.paths import pin_dir
 from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.launch import check_mounted
-from jupyter_exec.docker.reap import LABEL
+from jupyter_exec.docker.reap import L_PID, LABEL
 from jupyter_exec.e2b import E2BConfig
 from jupyter_exec.exceptions import DockerUnavailable, WorkDirError
 
@@ -60,17 +60,22 @@ def engine() -> Iterator[Any]:
     client.close()
 
 
-def _mount_sources(engine: Any) -> set[str]:
-    """Every host folder mounted into a jupyter-exec kernel container right now."""
-    return {
-        mount["Source"]
-        for container in engine.containers.list(all=True, filters={"label": f"{LABEL}=1"})
-        for mount in container.attrs.get("Mounts", [])
-    }
+def _listed(engine: Any, owner: int | None) -> list[Any]:
+    """The kernel containers started by process ``owner`` (every one when None).
+
+    Scoped to the server under attack: the suite runs on several workers at once, and another
+    worker's session starting or ending a container is not this attack's doing."""
+    wanted = [f"{LABEL}=1"] + ([] if owner is None else [f"{L_PID}={owner}"])
+    return list(engine.containers.list(all=True, ignore_removed=True, filters={"label": wanted}))
 
 
-def _kernel_containers(engine: Any) -> set[str]:
-    return {c.id for c in engine.containers.list(all=True, filters={"label": f"{LABEL}=1"})}
+def _mount_sources(engine: Any, owner: int) -> set[str]:
+    """Every host folder mounted into a kernel container of process ``owner`` right now."""
+    return {m["Source"] for c in _listed(engine, owner) for m in c.attrs.get("Mounts", [])}
+
+
+def _kernel_containers(engine: Any, owner: int | None = None) -> set[str]:
+    return {c.id for c in _listed(engine, owner)}
 
 
 def _host_target() -> str:
@@ -108,7 +113,9 @@ def test_f1_e2b_context_cwd_through_planted_link(
     assert planted.text == "/", planted
     assert Path(e2b_docker.root, "debug_sandbox_id", "esc").is_symlink()
     target = _host_target()
-    containers, mounted = _kernel_containers(engine), _mount_sources(engine)
+    owner = os.getpid()  # the E2B server runs in this process
+    containers, mounted = _kernel_containers(engine, owner), _mount_sources(engine, owner)
+    assert containers  # the sandbox's own: the scope is the right one
     for cwd in (f"/home/user/esc{target}", "/home/user/esc/etc", "/home/user/esc"):
         with pytest.raises(SandboxException) as refused:
             sandbox.create_code_context(cwd=cwd)
@@ -116,9 +123,9 @@ def test_f1_e2b_context_cwd_through_planted_link(
         assert "/home/user/esc: it is a symbolic link" in str(refused.value)
         assert str(e2b_docker.root) not in str(refused.value)  # no host path to the client
     assert not os.path.lexists(target)
-    assert _kernel_containers(engine) == containers  # no kernel was started for it
-    assert _mount_sources(engine) == mounted
-    assert "/etc" not in _mount_sources(engine)
+    assert _kernel_containers(engine, owner) == containers  # no kernel was started for it
+    assert _mount_sources(engine, owner) == mounted
+    assert "/etc" not in _mount_sources(engine, owner)
     # A command's working directory takes the same check.
     with pytest.raises(InvalidArgumentException, match="symbolic link"):
         sandbox.commands.run("id", cwd="/home/user/esc/etc")
@@ -221,7 +228,9 @@ def test_f1_rest_docker_kernel_in_a_folder_reached_through_a_link(
         assert ran.status_code == 200, ran.text
         assert (server.root / "box" / "esc").is_symlink()
         target = _host_target()
-        containers, mounted = _kernel_containers(engine), _mount_sources(engine)
+        owner = server.proc.pid  # its provisioner starts the containers
+        containers, mounted = _kernel_containers(engine, owner), _mount_sources(engine, owner)
+        assert containers  # the session's own: the scope is the right one
         for work_dir in (f"box/esc{target}", "box/esc/etc"):
             refused = requests.post(
                 f"{api}/sessions",
@@ -262,8 +271,8 @@ def test_f1_rest_docker_kernel_in_a_folder_reached_through_a_link(
         assert kernels.status_code == 400, kernels.text
         assert "symbolic link" in kernels.json()["message"]
         assert not os.path.lexists(target)
-        assert _kernel_containers(engine) == containers
-        assert _mount_sources(engine) == mounted
-        assert "/etc" not in _mount_sources(engine)
+        assert _kernel_containers(engine, owner) == containers
+        assert _mount_sources(engine, owner) == mounted
+        assert "/etc" not in _mount_sources(engine, owner)
     finally:
         requests.delete(f"{api}/sessions/{session_id}", headers=server.headers, timeout=120)
