@@ -57,6 +57,34 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None]:
         report.longrepr = f"skipped under CI=true, where every test must run: {reason}"
 
 
+_FOLDER_TIME: dict[str, list[float]] = {}
+"""Seconds spent per test folder (setup, call and teardown), and the count of tests."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's time to its folder (under xdist the controller sees every worker's)."""
+    parts = report.nodeid.split("::")[0].split("/")
+    folder = "/".join(parts[:2])  # tests/engine, or tests/test_layout.py at the root
+    spent = _FOLDER_TIME.setdefault(folder, [0.0, 0])
+    spent[0] += report.duration
+    spent[1] += report.when == "call"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The time per folder, largest first: where a run's minutes go, in every run's output.
+
+    Summed over workers, so it is test time, not wall time (with two workers about twice the
+    wall clock); its use is the proportions, and a folder that grows between runs."""
+    if len(_FOLDER_TIME) < 2:
+        return
+    total = sum(t for t, _ in _FOLDER_TIME.values()) or 1.0
+    terminalreporter.write_sep("=", "test time per folder (summed over workers)")
+    for folder, (spent, count) in sorted(_FOLDER_TIME.items(), key=lambda kv: -kv[1][0]):
+        share = 100 * spent / total
+        terminalreporter.write_line(f"{spent:8.1f}s {share:5.1f}% {count:5d} tests  {folder}")
+    terminalreporter.write_line(f"{total:8.1f}s total")
+
+
 def read_valid_notebook(path: Path) -> nbformat.NotebookNode:
     """Read ``path`` as nbformat v4 and fail the test unless it validates."""
     text = path.read_text(encoding="utf-8")

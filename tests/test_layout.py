@@ -9,6 +9,7 @@ reach for a front end.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def _runtime_imports(tree: ast.AST, modules: set[str]) -> Iterator[str]:
         yield from _runtime_imports(node, modules)
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports at run time (parsed once per run; read, never changed)."""
     sources = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in sources.items():
