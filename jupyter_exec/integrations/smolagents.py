@@ -65,16 +65,24 @@ def _quiet_logger() -> Any:
 
 
 def _missing_modules(session: Session, names: list[str]) -> list[str]:
-    """Those of ``names`` (import names) the kernel's interpreter cannot import.
+    """Those of ``names`` the kernel's interpreter has neither as a module nor as a distribution.
 
-    Asked of a separate process of that interpreter, so the probe is not a
-    cell of the notebook; a remote kernel (no process of its own) is asked
-    in a cell.
+    smolagents names some requirements by distribution (it asks for ``pillow`` where the
+    module is ``PIL``), so a name counts as present when it imports or when a distribution
+    of that name is installed; either way no ``%pip install`` runs for it (pip's no-op still
+    takes seconds, past a short action timeout). Asked of a separate process of that
+    interpreter, so the probe is not a cell of the notebook; a remote kernel (no process of
+    its own) is asked in a cell.
     """
     probe = (
-        "import importlib.util as _u\n"
-        f"print(','.join(n for n in {names!r} if _u.find_spec(n) is None))\n"
-        "del _u"
+        "import importlib.metadata as _m, importlib.util as _u\n"
+        "def _has(n):\n"
+        "    try:\n"
+        "        return _u.find_spec(n) is not None or bool(_m.distribution(n))\n"
+        "    except (ImportError, ValueError):\n"
+        "        return False\n"
+        f"print(','.join(n for n in {names!r} if not _has(n)))\n"
+        "del _m, _u, _has"
     )
     try:
         script = session.run_script(probe, "python")
