@@ -40,6 +40,7 @@ SESSION_OPTIONS = (
     "kernel_name",
     "startup_timeout",
     "interrupt_grace",
+    "save_state",
 )
 """The session options ``replay`` takes as flags (see ``SessionOptions``)."""
 
@@ -58,12 +59,16 @@ examples:
   jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
   jupyter-exec replay out.ipynb --work-dir /tmp/scratch --output /tmp/scratch/again.ipynb
   jupyter-exec replay nb.ipynb --env venv --package pandas==2.2   in another environment
+  jupyter-exec replay nb.ipynb --save-state           also keep per-cell state (off by default)
 
 The replay is recorded to <work dir>/<stem>.replayed.ipynb (the original is never
 written); the work dir defaults to the notebook's folder. Before comparing,
 volatile text is normalised: memory addresses, uuids, temp names, dates and
 times, durations, tqdm rates, timeit loop counts, ipykernel file names
 (--list-rules shows them; --no-default-rules turns them off).
+
+A notebook in another language (its kernelspec or language_info) is refused
+with --python or --env (exit 2): it runs on its own kernel, or the one --kernel names.
 
 Where the cells run is yours to say: --backend (default local). A notebook
 whose record names Docker (its backend, image, kernelspec or interpreter) is
@@ -155,6 +160,9 @@ def add_replay_parser(subparsers: Subparsers) -> None:
             "work_dir": "the kernel's working directory (default: the notebook's folder, so "
             "relative paths resolve as when it was recorded)",
             "kernel_name": "the kernelspec to run (default: the notebook's own)",
+            "save_state": "save the kernel's namespace after every cell into the replay's work "
+            "dir (.<name>_state/), for a resume of the replayed notebook (default: off for a "
+            "replay)",
         },
         aliases={"kernel_name": ["--kernel"]},
     )

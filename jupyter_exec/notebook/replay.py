@@ -42,7 +42,12 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
-from jupyter_exec.engine.languages import is_default_language, kernel_for, language_of_kernel
+from jupyter_exec.engine.languages import (
+    is_default_language,
+    kernel_for,
+    language_of_kernel,
+    normalise_language,
+)
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
@@ -75,13 +80,39 @@ CellCallback = Callable[["CellResult"], Awaitable[None] | None]
 # -- the replay ------------------------------------------------------------------------
 
 
+def _language_of(nb: Any) -> str | None:
+    """The language a notebook's metadata says it is in (``kernelspec.language``, else
+    ``language_info.name``, else its kernelspec's name), normalised; None: not said."""
+    spec = nb.metadata.get("kernelspec") or {}
+    info = nb.metadata.get("language_info") or {}
+    said = (spec.get("language") if isinstance(spec, Mapping) else None) or (
+        info.get("name") if isinstance(info, Mapping) else None
+    )
+    if said:
+        return normalise_language(str(said))
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    return language_of_kernel(str(name)) if name else None
+
+
 def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]) -> str:
-    """The notebook's own kernel if installed, else python3 for Python notebooks."""
+    """The notebook's own kernel if installed, else python3 for Python notebooks.
+
+    A notebook in another language is never run in Python because ``python`` or an
+    ``environment`` (a Python one) was given: that is a :class:`NotebookError`.
+    """
     spec = nb.metadata.get("kernelspec") or {}
     wanted = spec.get("name")
     if session_kwargs.get("language"):
         return kernel_for(str(session_kwargs["language"]))
-    if not wanted or session_kwargs.get("python") or session_kwargs.get("environment") is not None:
+    python = session_kwargs.get("python") or session_kwargs.get("environment") is not None
+    language = _language_of(nb)
+    if python and language is not None and language != "python":
+        raise NotebookError(
+            f"the notebook is in {language} (its metadata's kernelspec / language_info), and "
+            "--python / --env run Python: replay it on its own kernel (drop --python and "
+            "--env, or name one with --kernel)"
+        )
+    if not wanted or python:
         return "python3"
     if session_kwargs.get("backend") == "docker":  # the image has python3, ir, bash and deno
         return str(wanted) if language_of_kernel(str(wanted)) else "python3"
@@ -160,6 +191,7 @@ async def replay_async(
     rtol: float = 0.0,
     runs: int = 1,
     in_recorded_env: bool = False,
+    save_state: bool = False,
     progress: TextIO | None = None,
     on_cell: CellCallback | None = None,
     **session_kwargs: Any,
@@ -204,6 +236,11 @@ async def replay_async(
         recorded image (else the kernel image) with the recorded pins, with
         ``backend="local"`` a cached venv with the recorded Python version and
         package versions, and without a backend whichever the record names.
+    save_state:
+        Save the kernel's namespace after every cell (``.<name>_state/`` in the replay's
+        work dir, for :meth:`Session.resume` of the replayed notebook), as a session's
+        ``save_state`` does. Off by default: a replay writes no per-cell state, and no
+        automatic checkpoints unless ``checkpoint_every`` is given.
     progress:
         A stream for the environment differences (first) and a one-line-per-cell
         progress display (e.g. ``sys.stderr``).
@@ -215,7 +252,8 @@ async def replay_async(
         ``kernel_manager=`` ...), with ``backend`` and ``timeout``.
 
     Raises :class:`~jupyter_exec.NotebookError` for a notebook that cannot be
-    read (not JSON, not a notebook, nbformat < 3, invalid) before any kernel starts.
+    read (not JSON, not a notebook, nbformat < 3, invalid), or one in another language
+    than Python given ``python=`` / ``environment=``, before any kernel starts.
     """
     started_at = datetime.now(timezone.utc).isoformat()
     clock = time.monotonic()
@@ -231,6 +269,8 @@ async def replay_async(
         else ImageTolerance(image_tolerance, pixel_threshold)
     )
     judging = _Judging(_rules(default_rules, rules), tolerance, rtol)
+    session_kwargs["save_state"] = save_state
+    session_kwargs.setdefault("checkpoint_every", None)  # a replay's state is kept only if asked
     source = Path(notebook).expanduser().absolute()
     nb = read_notebook(source)
     root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()

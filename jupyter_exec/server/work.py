@@ -105,6 +105,7 @@ class Work:
         until: int | None = None,
         timeout: float | None = None,
         kernel_name: str | None = None,
+        save_state: bool = False,
     ) -> dict[str, Any]:
         """Re-run a notebook under the root on a fresh server kernel; the report as JSON.
 
@@ -149,6 +150,7 @@ class Work:
                 backend=_backend_of(kernel_name, self.kernel_names),  # its folder's trust
                 kernel_manager=kernel_manager.get_kernel(kernel_id),
                 startup_timeout=self.startup_timeout,
+                save_state=save_state,
             )
         finally:
             await self._shutdown_kernel(kernel_id)
