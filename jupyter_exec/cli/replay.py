@@ -61,8 +61,12 @@ examples:
   jupyter-exec replay nb.ipynb --env venv --package pandas==2.2   in another environment
   jupyter-exec replay nb.ipynb --save-state           also keep per-cell state (off by default)
 
-The replay is recorded to <work dir>/<stem>.replayed.ipynb (the original is never
-written); the work dir defaults to the notebook's folder. Before comparing,
+The replay is recorded to <stem>.replayed.ipynb beside the notebook (or in
+--work-dir, or --output; the original is never written). Its cells run in a
+fresh copy of the notebook folder's files (links, special files and hidden
+folders are not copied): <stem>.replayed_work/ beside the replayed notebook,
+made anew by each replay, or --work-dir (never the notebook's own folder), so
+the recording's folder is never written by the cells. Before comparing,
 volatile text is normalised: memory addresses, uuids, temp names, dates and
 times, durations, tqdm rates, timeit loop counts, ipykernel file names
 (--list-rules shows them; --no-default-rules turns them off).
@@ -101,7 +105,7 @@ def add_replay_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--html",
         action="store_true",
-        help="also write the HTML report to <work dir>/<stem>.replay.html",
+        help="also write the HTML report to <stem>.replay.html beside the replayed notebook",
     )
     parser.add_argument(
         "--runs",
@@ -157,8 +161,9 @@ def add_replay_parser(subparsers: Subparsers) -> None:
         SESSION_OPTIONS,
         defaults={"kernel_name": None},
         helps={
-            "work_dir": "the kernel's working directory (default: the notebook's folder, so "
-            "relative paths resolve as when it was recorded)",
+            "work_dir": "the kernel's working directory, never the notebook's folder; the "
+            "notebook folder's files are copied into it first (default: a fresh "
+            "<stem>.replayed_work/ beside the replayed notebook)",
             "kernel_name": "the kernelspec to run (default: the notebook's own)",
             "save_state": "save the kernel's namespace after every cell into the replay's work "
             "dir (.<name>_state/), for a resume of the replayed notebook (default: off for a "
@@ -247,7 +252,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if report_path is not None:
         _write_report(report, report_path)
     if args.html:
-        html_path = (report.work_dir or Path.cwd()) / f"{report.notebook.stem}.replay.html"
+        beside = report.output.parent if report.output is not None else Path.cwd()
+        html_path = beside / f"{report.notebook.stem}.replay.html"
         _write_report(report, html_path)
         print(f"HTML report: {html_path}", file=sys.stderr)
     print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)

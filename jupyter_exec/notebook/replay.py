@@ -51,7 +51,7 @@ from jupyter_exec.engine.languages import (
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
-from jupyter_exec.notebook import envdiff
+from jupyter_exec.notebook import envdiff, inputs
 from jupyter_exec.notebook.compare import (
     DEFAULT_RULES,
     ImageTolerance,
@@ -159,6 +159,52 @@ def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | 
     return path
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    return a == b or (a.exists() and b.exists() and os.path.samefile(a, b))
+
+
+def _run_folders(
+    source: Path, given: Path | None, target: Path, second: Path, runs: int
+) -> list[Path]:
+    """The folder each run of the replay runs in (see ``work_dir``), never the recording's."""
+    if given is not None and _same_folder(given, source.parent):
+        raise NotebookError(
+            f"a replay never runs in the recording's folder {source.parent}: it would meet the "
+            "files the recording left and change them; leave out work_dir (--work-dir) for a "
+            "fresh copy of its inputs beside the replayed notebook, or name another folder"
+        )
+    first = inputs.run_folder_for(target) if given is None else given
+    return [first, inputs.run_folder_for(second)][:runs]
+
+
+def _prepare(
+    source: Path,
+    folders: Sequence[Path],
+    given: Path | None,
+    copy: bool,
+    records: set[Path],
+    written: frozenset[str],
+) -> list[str]:
+    """Make each run folder and copy the recording's inputs into it; the copy's warnings."""
+    warnings: list[str] = []
+    for number, folder in enumerate(folders):
+        if given is not None and number == 0:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise NotebookError(f"cannot make the work dir {folder}: {exc}") from None
+        else:
+            inputs.fresh_run_folder(folder)
+        if copy:
+            ours = (*records, *(inputs.run_folder_for(r) for r in records), *folders)
+            skip = frozenset(p.name for p in ours if p.parent == source.parent)
+            copied = inputs.copy_inputs(
+                source.parent, folder, skip_names=skip, skip_dirs=folders, written=written
+            )
+            warnings.extend(w for w in copied.warnings() if w not in warnings)
+    return warnings
+
+
 def _note_in_notebook(session: AsyncSession, source: Path, report: ReplayReport) -> None:
     ours = dict(session.notebook_metadata.get("jupyter_exec") or {})
     ours["replay"] = {
@@ -192,6 +238,7 @@ async def replay_async(
     runs: int = 1,
     in_recorded_env: bool = False,
     save_state: bool = False,
+    copy_inputs: bool = True,
     progress: TextIO | None = None,
     on_cell: CellCallback | None = None,
     **session_kwargs: Any,
@@ -201,11 +248,17 @@ async def replay_async(
     Parameters
     ----------
     work_dir:
-        The kernel's working directory (default: the notebook's folder, so the
-        cells' relative paths resolve as when it was recorded).
+        The kernel's working directory, never the notebook's own folder (default: a fresh
+        ``<output stem>_work/`` beside the replayed notebook, made anew by every replay).
+        The inputs of the notebook's folder are copied into it first (see
+        :mod:`jupyter_exec.notebook.inputs`), so the cells' relative paths resolve as when
+        it was recorded and their side effects meet the files the recording started from.
     output:
-        Where the replay is recorded (default ``<work_dir>/<stem>.replayed.ipynb``);
-        the original notebook is never written.
+        Where the replay is recorded (default ``<work_dir>/<stem>.replayed.ipynb`` when
+        ``work_dir`` is given, else ``<stem>.replayed.ipynb`` beside the notebook); the
+        original notebook is never written.
+    copy_inputs:
+        False: run in ``work_dir`` as it is (a folder you filled); nothing is copied.
     until:
         Replay only the first ``until`` non-empty code cells; the rest are skipped.
     rules, default_rules:
@@ -273,8 +326,10 @@ async def replay_async(
     session_kwargs.setdefault("checkpoint_every", None)  # a replay's state is kept only if asked
     source = Path(notebook).expanduser().absolute()
     nb = read_notebook(source)
-    root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
-    target = _output_path(source, root, output)
+    given = None if work_dir is None else Path(work_dir).expanduser().absolute()
+    target = _output_path(source, source.parent if given is None else given, output)
+    second_target = target.with_name(f"{target.stem}-run2.ipynb")
+    runs_in = _run_folders(source, given, target, second_target, runs)
     record = envdiff.recorded(nb.metadata)
     if in_recorded_env and record is None:
         raise NotebookError(
@@ -319,7 +374,10 @@ async def replay_async(
             if inspect.isawaitable(outcome):
                 await outcome
 
-    def session_for(path: Path) -> _ReplaySession:
+    written = inputs.written_by_record(nb.metadata)
+    warnings.extend(_prepare(source, runs_in, given, copy_inputs, {target, second_target}, written))
+
+    def session_for(path: Path, root: Path) -> _ReplaySession:
         return _ReplaySession(
             root,
             kernel_name,
@@ -332,7 +390,7 @@ async def replay_async(
         )
 
     bar = None if progress is None else _Progress(progress, len(to_run))
-    session = session_for(target)
+    session = session_for(target, runs_in[0])
     async with session:
         found: list[str] = []
         if record is not None:
@@ -349,7 +407,7 @@ async def replay_async(
         if record is not None:
             extra["environment"]["here"] = now
         if runs == 2:
-            second = session_for(target.with_name(f"{target.stem}-run2.ipynb"))
+            second = session_for(second_target, runs_in[1])
             if progress is not None:
                 progress.write("replaying again to tell nondeterministic cells apart\n")
             async with second:
