@@ -193,9 +193,11 @@ class Recording:
             )
 
         recorded_index: int | None = None
+        changed = self.tracker.changes()  # before the cell is saved: its record names them
         if write and self.recorder is not None:
             self._note_environment(run, cell.redactor)
             self._note_host(cell.host)
+            self._note_written(changed)
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
@@ -224,9 +226,6 @@ class Recording:
                     recorded_index = len(self.recorder) - 1
                     failure = failure or exc
 
-        changed = self.tracker.changes()
-        if write:
-            self._note_written(changed)
         seen = set(saved)
         execution = Execution(
             code=code,
