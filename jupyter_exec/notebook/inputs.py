@@ -192,8 +192,7 @@ def _copy_file(src: Folder, dst: Folder, name: str, st: os.stat_result) -> None:
         # A file already there is unlinked first (never written through), a link refused.
         out = dst.create(name, mode=(stat.S_IMODE(st.st_mode) & 0o755) | 0o600)
         try:
-            for block in _chunks(fd, st.st_size):
-                write_all(out, (block,))
+            _copy_bytes(fd, out, st.st_size)
         finally:
             os.close(out)
     except OSError as exc:
@@ -202,6 +201,25 @@ def _copy_file(src: Folder, dst: Folder, name: str, st: os.stat_result) -> None:
         raise StorageError(f"cannot copy {dst.path / name}: {exc}", exc.errno or errno.EIO) from exc
     finally:
         os.close(fd)
+
+
+def _copy_bytes(fd: int, out: int, size: int) -> None:
+    """At most ``size`` bytes of ``fd`` into ``out``: in the kernel (``copy_file_range``: no
+    copy through this process, a reflink where the file system has them), else read/write."""
+    left = size
+    copy_range = getattr(os, "copy_file_range", None)
+    while copy_range is not None and left > 0:
+        try:
+            sent = copy_range(fd, out, min(left, 1 << 30))
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            break
+        if sent == 0:
+            return
+        left -= sent
+    for block in _chunks(fd, left):
+        write_all(out, (block,))
 
 
 def _chunks(fd: int, size: int) -> Iterator[bytes]:
