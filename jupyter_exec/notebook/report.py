@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import Any, Literal, TextIO
 
-if TYPE_CHECKING:
-    from jupyter_exec.notebook.compare import Masked
+from jupyter_exec.notebook.compare import Masked  # at run time: the API docs resolve it
 
 __all__ = ["CellResult", "CellStatus", "ReplayReport"]
 
