@@ -244,6 +244,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             cell.error_before and f"error in the record: {cell.error_before}",
             cell.error_now and f"error now: {cell.error_now}",
             *cell.notes,
+            *(f"mask {m.describe()}" for m in cell.masked),
         ):
             if line:
                 print(line)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
+import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
+from jupyter_exec.engine.language_records import record_of_tag
 from jupyter_exec.engine.languages import (
     is_default_language,
     kernel_for,
@@ -107,10 +109,11 @@ def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]
     python = session_kwargs.get("python") or session_kwargs.get("environment") is not None
     language = _language_of(nb)
     if python and language is not None and language != "python":
+        known = record_of_tag(language)
         raise NotebookError(
-            f"the notebook is in {language} (its metadata's kernelspec / language_info), and "
-            "--python / --env run Python: replay it on its own kernel (drop --python and "
-            "--env, or name one with --kernel)"
+            f"the notebook is in {known.title if known else language} (its metadata's "
+            "kernelspec / language_info), and --python / --env / --in-recorded-env run "
+            "Python: replay it on its own kernel (drop them, or name one with --kernel)"
         )
     if not wanted or python:
         return "python3"
@@ -198,9 +201,14 @@ def _prepare(
         if copy:
             ours = (*records, *(inputs.run_folder_for(r) for r in records), *folders)
             skip = frozenset(p.name for p in ours if p.parent == source.parent)
-            copied = inputs.copy_inputs(
-                source.parent, folder, skip_names=skip, skip_dirs=folders, written=written
-            )
+            try:
+                copied = inputs.copy_inputs(
+                    source.parent, folder, skip_names=skip, skip_dirs=folders, written=written
+                )
+            except NotebookError:
+                if given is None or number > 0:  # a run folder of ours: not left half full
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
             warnings.extend(w for w in copied.warnings() if w not in warnings)
     return warnings
 

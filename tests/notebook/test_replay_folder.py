@@ -119,3 +119,32 @@ def test_a_given_work_dir_gets_the_inputs_and_hidden_folders_stay_behind(
     assert (work / "data" / "input.csv").exists()
     assert not (work / ".private").exists()
     assert not (work / ".files_state").exists()  # the recording's own state stays too
+
+
+def test_copy_inputs_false_runs_in_the_folder_as_you_filled_it(
+    recorded: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "filled"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "input.csv").write_text("a,b\n9,9\n")
+    report = replay(recorded, work_dir=work, copy_inputs=False, timeout=60)
+    assert [c.status for c in report.cells] == ["same", "same", "different"]
+    assert "+a,b" not in report.cells[2].diff  # same header, only the row differs
+    assert "+9,9" in report.cells[2].diff
+    names = {p.name for p in work.iterdir()}
+    assert {"data", "files.replayed.ipynb", "log.txt", "x.txt"} <= names
+    assert "files.ipynb" not in names  # nothing was copied
+
+
+def test_a_folder_too_large_to_copy_is_refused_before_any_kernel(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_exec.notebook import inputs
+
+    monkeypatch.setattr(inputs, "MAX_INPUT_FILES", 1)  # files.ipynb and input.csv
+    before = _listing(recorded.parent)
+    with pytest.raises(NotebookError, match="too much to copy for a replay"):
+        replay(recorded, output=recorded.parent.parent / "big" / "r.ipynb", timeout=60)
+    assert _listing(recorded.parent) == before
+    assert not (recorded.parent.parent / "big" / "r.ipynb").exists()
+    assert not (recorded.parent.parent / "big" / "r_work").exists()  # not left half full
