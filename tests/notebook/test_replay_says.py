@@ -40,7 +40,7 @@ def test_a_notebook_in_another_language_is_refused_with_python(
 ) -> None:
     path = _notebook(tmp_path / "other.ipynb", metadata, 'echo "hi"')
     before = sorted(p.name for p in tmp_path.iterdir())
-    with pytest.raises(NotebookError, match=r"the notebook is in (Bash|R) \(.*run Python"):
+    with pytest.raises(NotebookError, match=r"the notebook is in (bash|R) \(.*run Python"):
         replay(path, python=sys.executable, timeout=30)
     with pytest.raises(NotebookError, match="run Python"):
         replay(path, environment="python", timeout=30)
@@ -51,7 +51,7 @@ def test_the_cli_refuses_it_with_exit_2(tmp_path: Path) -> None:
     path = _notebook(tmp_path / "script.ipynb", FOREIGN["bash (kernelspec)"], 'echo "hi"')
     done = run_cli("replay", str(path), "--python", sys.executable, "-q")
     assert done.returncode == 2, done.stderr
-    assert "the notebook is in Bash (" in done.stderr
+    assert "the notebook is in bash (" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "script.replayed.ipynb").exists()
 
