@@ -58,6 +58,7 @@ MAX_INPUT_BYTES = 4 << 30
 MAX_DEPTH = 32
 """Folders deeper than this below the recording's folder are not copied."""
 _CHUNK = 1 << 20
+_AS_ROOT = os.geteuid() == 0
 
 
 @dataclass
@@ -124,12 +125,16 @@ def copy_inputs(
     skip_names: frozenset[str] = frozenset(),
     skip_dirs: Sequence[Path] = (),
     written: frozenset[str] = frozenset(),
+    own_dest: bool = False,
 ) -> Copied:
     """Copy the inputs in ``source`` into the existing folder ``dest`` (see the module docstring).
 
     ``skip_names`` are top-level entries of ``source`` left out (the replay's own record),
     ``skip_dirs`` folders left out wherever they are (``dest`` always is), ``written`` the
     files (relative POSIX paths) the recording's cells created (:func:`written_by_record`).
+    ``own_dest``: ``dest`` is the replay's own new folder; run as root, it is given to the owner
+    of ``source``, as every copy is to its original's owner, so a Docker kernel (which runs as
+    the work dir's owner) runs as the uid the recording's did and may write what it could.
     A file already in
     ``dest`` under a copied name is replaced. Raises :class:`~jupyter_exec.NotebookError`
     when ``source`` holds too much to copy, or a link stands where a folder is made.
@@ -137,6 +142,9 @@ def copy_inputs(
     copied = Copied()
     try:
         with Folder.open(source) as src, Folder.open(dest) as dst:
+            if own_dest and _AS_ROOT:
+                top = os.fstat(src.fd)
+                dst.chown(top.st_uid, top.st_gid)
             skip_ids = {dst.identity()}
             for folder in skip_dirs:
                 with contextlib.suppress(OSError):
@@ -170,6 +178,8 @@ def _copy_folder(
             if name.startswith(".") or depth >= MAX_DEPTH or (st.st_dev, st.st_ino) in skip.ids:
                 continue
             with src.sub(name) as inner, dst.sub(name, create=True) as out:
+                if _AS_ROOT:
+                    out.chown(st.st_uid, st.st_gid)
                 _copy_folder(inner, out, where / name, depth + 1, copied, skip)
         elif stat.S_ISREG(st.st_mode):
             copied.files += 1
@@ -192,6 +202,8 @@ def _copy_file(src: Folder, dst: Folder, name: str, st: os.stat_result) -> None:
         # A file already there is unlinked first (never written through), a link refused.
         out = dst.create(name, mode=(stat.S_IMODE(st.st_mode) & 0o755) | 0o600)
         try:
+            if _AS_ROOT:
+                os.fchown(out, st.st_uid, st.st_gid)
             _copy_bytes(fd, out, st.st_size)
         finally:
             os.close(out)

@@ -203,7 +203,12 @@ def _prepare(
             skip = frozenset(p.name for p in ours if p.parent == source.parent)
             try:
                 copied = inputs.copy_inputs(
-                    source.parent, folder, skip_names=skip, skip_dirs=folders, written=written
+                    source.parent,
+                    folder,
+                    skip_names=skip,
+                    skip_dirs=folders,
+                    written=written,
+                    own_dest=given is None or number > 0,
                 )
             except NotebookError:
                 if given is None or number > 0:  # a run folder of ours: not left half full

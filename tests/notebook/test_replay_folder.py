@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,28 @@ def test_a_folder_too_large_to_copy_is_refused_before_any_kernel(
     assert _listing(recorded.parent) == before
     assert not (recorded.parent.parent / "big" / "r.ipynb").exists()
     assert not (recorded.parent.parent / "big" / "r_work").exists()  # not left half full
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files away needs root")
+def test_run_as_root_the_copy_belongs_to_the_owner_of_the_original(tmp_path: Path) -> None:
+    """A Docker kernel runs as its work dir's owner: the copy's owner is the recording's."""
+    from jupyter_exec.notebook.inputs import copy_inputs
+
+    source, dest = tmp_path / "rec", tmp_path / "run"
+    (source / "data").mkdir(parents=True)
+    (source / "data" / "in.csv").write_text("a\n")
+    (source / "mine.txt").write_text("root's\n")
+    for path in (source, source / "data", source / "data" / "in.csv"):
+        os.chown(path, 1000, 1000)
+    dest.mkdir()
+    copy_inputs(source, dest, own_dest=True)
+    owners = {
+        str(p.relative_to(tmp_path)): (p.stat().st_uid, p.stat().st_gid)
+        for p in (dest, dest / "data", dest / "data" / "in.csv", dest / "mine.txt")
+    }
+    assert owners == {
+        "run": (1000, 1000),
+        "run/data": (1000, 1000),
+        "run/data/in.csv": (1000, 1000),
+        "run/mine.txt": (0, 0),
+    }
