@@ -20,7 +20,10 @@ differences that survive it count::
                                        the same meaning makes it *equivalent*,
                                        with the rules that made it so as reasons
 
-The masks (normalisation rules) that changed either side are reported too.
+The masks (normalisation rules) that changed either side are reported too, with the texts
+each hid (:class:`Masked`). A mask hides one token: a match that reaches across a line break
+or a column gap is left as it is, so ``std 0.87`` above ``min -1.9`` is never read as the
+duration "0.87 min"; and a cell is the same only when its masks line up one for one.
 Tracebacks are not compared (they name cell numbers and file paths); the
 error's name and value are.
 """
