@@ -40,6 +40,7 @@ SESSION_OPTIONS = (
     "kernel_name",
     "startup_timeout",
     "interrupt_grace",
+    "save_state",
 )
 """The session options ``replay`` takes as flags (see ``SessionOptions``)."""
 
@@ -58,12 +59,20 @@ examples:
   jupyter-exec replay sim.ipynb --normalize 'seed=\\d+' --normalize 'id: \\w+=>id: <id>'
   jupyter-exec replay out.ipynb --work-dir /tmp/scratch --output /tmp/scratch/again.ipynb
   jupyter-exec replay nb.ipynb --env venv --package pandas==2.2   in another environment
+  jupyter-exec replay nb.ipynb --save-state           also keep per-cell state (off by default)
 
-The replay is recorded to <work dir>/<stem>.replayed.ipynb (the original is never
-written); the work dir defaults to the notebook's folder. Before comparing,
+The replay is recorded to <stem>.replayed.ipynb beside the notebook (or in
+--work-dir, or --output; the original is never written). Its cells run in a
+fresh copy of the notebook folder's files (links, special files and hidden
+folders are not copied): <stem>.replayed_work/ beside the replayed notebook,
+made anew by each replay, or --work-dir (never the notebook's own folder), so
+the recording's folder is never written by the cells. Before comparing,
 volatile text is normalised: memory addresses, uuids, temp names, dates and
 times, durations, tqdm rates, timeit loop counts, ipykernel file names
 (--list-rules shows them; --no-default-rules turns them off).
+
+A notebook in another language (its kernelspec or language_info) is refused
+with --python or --env (exit 2): it runs on its own kernel, or the one --kernel names.
 
 Where the cells run is yours to say: --backend (default local). A notebook
 whose record names Docker (its backend, image, kernelspec or interpreter) is
@@ -96,7 +105,7 @@ def add_replay_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--html",
         action="store_true",
-        help="also write the HTML report to <work dir>/<stem>.replay.html",
+        help="also write the HTML report to <stem>.replay.html beside the replayed notebook",
     )
     parser.add_argument(
         "--runs",
@@ -152,9 +161,13 @@ def add_replay_parser(subparsers: Subparsers) -> None:
         SESSION_OPTIONS,
         defaults={"kernel_name": None},
         helps={
-            "work_dir": "the kernel's working directory (default: the notebook's folder, so "
-            "relative paths resolve as when it was recorded)",
+            "work_dir": "the kernel's working directory, never the notebook's folder; the "
+            "notebook folder's files are copied into it first (default: a fresh "
+            "<stem>.replayed_work/ beside the replayed notebook)",
             "kernel_name": "the kernelspec to run (default: the notebook's own)",
+            "save_state": "save the kernel's namespace after every cell into the replay's work "
+            "dir (.<name>_state/), for a resume of the replayed notebook (default: off for a "
+            "replay)",
         },
         aliases={"kernel_name": ["--kernel"]},
     )
@@ -231,6 +244,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             cell.error_before and f"error in the record: {cell.error_before}",
             cell.error_now and f"error now: {cell.error_now}",
             *cell.notes,
+            *(f"mask {m.describe()}" for m in cell.masked),
         ):
             if line:
                 print(line)
@@ -239,7 +253,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if report_path is not None:
         _write_report(report, report_path)
     if args.html:
-        html_path = (report.work_dir or Path.cwd()) / f"{report.notebook.stem}.replay.html"
+        beside = report.output.parent if report.output is not None else Path.cwd()
+        html_path = beside / f"{report.notebook.stem}.replay.html"
         _write_report(report, html_path)
         print(f"HTML report: {html_path}", file=sys.stderr)
     print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)

@@ -56,6 +56,9 @@ from jupyter_exec.state.forking import container_of
 
 __all__ = ["Recording"]
 
+MAX_WRITTEN_NOTED = 1000
+"""Most created files named in a notebook's ``jupyter_exec.written``."""
+
 
 class Recording:
     """Everything a session writes for its cells, and the bookkeeping across cells."""
@@ -190,9 +193,11 @@ class Recording:
             )
 
         recorded_index: int | None = None
+        changed = self.tracker.changes()  # before the cell is saved: its record names them
         if write and self.recorder is not None:
             self._note_environment(run, cell.redactor)
             self._note_host(cell.host)
+            self._note_written(changed)
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)
@@ -221,7 +226,6 @@ class Recording:
                     recorded_index = len(self.recorder) - 1
                     failure = failure or exc
 
-        changed = self.tracker.changes()
         seen = set(saved)
         execution = Execution(
             code=code,
@@ -262,6 +266,25 @@ class Recording:
         ours = dict(self.recorder.metadata.get("jupyter_exec") or {})
         ours["environment"] = {**(ours.get("environment") or {}), "docker_image": image}
         self.recorder.set_metadata("jupyter_exec", ours)
+
+    def _note_written(self, changed: list[Path]) -> None:
+        """The work-dir files the cells created (absent when the session started), in the
+        notebook metadata (``jupyter_exec.written``): a replay leaves them out of the copy of
+        the inputs it runs in, so ``%%file`` says "Writing" again, as recorded."""
+        if self.recorder is None:
+            return
+        root = self.tracker.root
+        fresh = [
+            p.relative_to(root).as_posix()
+            for p in changed
+            if str(p) not in self.tracker.initial and p.is_relative_to(root)
+        ]
+        ours = dict(self.recorder.metadata.get("jupyter_exec") or {})
+        written = [w for w in ours.get("written") or [] if isinstance(w, str)]
+        new = [w for w in fresh if w not in written]
+        if new and len(written) < MAX_WRITTEN_NOTED:
+            ours["written"] = [*written, *new][:MAX_WRITTEN_NOTED]
+            self.recorder.set_metadata("jupyter_exec", ours)
 
     def _note_environment(self, run: CellRun, redactor: Redactor | None) -> None:
         """What the kernel's environment capture reported with this cell, into the metadata

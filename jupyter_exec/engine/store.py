@@ -199,6 +199,8 @@ class WorkDirTracker:
         self.skip_dirs = {str(p.absolute()) for p in skip_dirs}
         self.max_entries = max_entries
         self._last: Snapshot = self.scan()
+        self.initial: frozenset[str] = frozenset(self._last)
+        """The files there when the session started (a replay copies those, not the rest)."""
 
     def scan(self) -> Snapshot:
         snapshot: Snapshot = {}

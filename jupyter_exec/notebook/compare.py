@@ -20,7 +20,10 @@ differences that survive it count::
                                        the same meaning makes it *equivalent*,
                                        with the rules that made it so as reasons
 
-The masks (normalisation rules) that changed either side are reported too.
+The masks (normalisation rules) that changed either side are reported too, with the texts
+each hid (:class:`Masked`). A mask hides one token: a match that reaches across a line break
+or a column gap is left as it is, so ``std 0.87`` above ``min -1.9`` is never read as the
+duration "0.87 min"; and a cell is the same only when its masks line up one for one.
 Tracebacks are not compared (they name cell numbers and file paths); the
 error's name and value are.
 """
@@ -33,7 +36,7 @@ import contextlib
 import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +58,7 @@ __all__ = [
     "TABLE_RTOL",
     "Comparison",
     "ImageTolerance",
+    "Masked",
     "Rule",
     "compare_outputs",
     "normalize",
@@ -72,7 +76,76 @@ class Rule:
     example: str = ""
 
     def apply(self, text: str) -> str:
-        return self.pattern.sub(self.replacement, text)
+        """``text`` with this rule's one-token matches masked (see :func:`normalize`)."""
+        return self.pattern.sub(_masker(self, None), text)
+
+
+Hit = tuple[str, str]
+"""One masked token: (the rule's name, the text it hid)."""
+
+_MORE_THAN_A_TOKEN = re.compile(r"[\n\r\t\v\f]| {2}")
+"""A mask never reaches across a line break or a column gap (a tab, two spaces): what lies
+beyond is another value (``std 0.87`` above ``min -1.9`` in a printed ``describe()``)."""
+
+
+def _masker(rule: Rule, hits: list[Hit] | None) -> Callable[[re.Match[str]], str]:
+    """The replacement function of ``rule``: one token masked, and noted in ``hits``."""
+
+    def mask(match: re.Match[str]) -> str:
+        found = match.group(0)
+        if not found or _MORE_THAN_A_TOKEN.search(found):
+            return found
+        if hits is not None:
+            hits.append((rule.name, found))
+        return match.expand(rule.replacement)
+
+    return mask
+
+
+@dataclass(frozen=True)
+class Masked:
+    """What one mask hid in a cell, on each side: the rule's name and the texts it replaced.
+
+    So a ``same`` that a mask made same can be read back: ``duration`` hid ``1.2 s`` in the
+    record and ``0.9 s`` in the replay. At most :data:`MAX_MASKED_SHOWN` texts per side are
+    kept, each cut to :data:`MAX_MASKED_CHARS` characters.
+    """
+
+    rule: str
+    recorded: tuple[str, ...] = ()
+    replayed: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "recorded": list(self.recorded), "replayed": list(self.replayed)}
+
+    def describe(self) -> str:
+        """``duration hid '1.2 s' (recorded) / '0.9 s' (replayed)``."""
+
+        def shown(texts: tuple[str, ...]) -> str:
+            return ", ".join(repr(t) for t in texts) or "nothing"
+
+        return (
+            f"{self.rule} hid {shown(self.recorded)} (recorded) / {shown(self.replayed)} (replayed)"
+        )
+
+
+MAX_MASKED_SHOWN = 5
+MAX_MASKED_CHARS = 80
+
+
+def _masked(rules: Sequence[Rule], old: Sequence[Hit], new: Sequence[Hit]) -> tuple[Masked, ...]:
+    def texts(hits: Sequence[Hit], name: str) -> tuple[str, ...]:
+        found = dict.fromkeys(
+            t if len(t) <= MAX_MASKED_CHARS else t[: MAX_MASKED_CHARS - 1] + "…"
+            for n, t in hits
+            if n == name
+        )
+        return tuple(found)[:MAX_MASKED_SHOWN]
+
+    names = {n for n, _ in old} | {n for n, _ in new}
+    return tuple(
+        Masked(r.name, texts(old, r.name), texts(new, r.name)) for r in rules if r.name in names
+    )
 
 
 def _rule(name: str, pattern: str, replacement: str, example: str, flags: int = 0) -> Rule:
@@ -109,14 +182,14 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "address",
-        r"\b0x[0-9a-f]{8,16}\b",
+        r"(?<=\bat )0x[0-9a-f]{8,16}\b",
         "0x<addr>",
         "<Foo object at 0x7f3a2c1d0e80> -> <Foo object at 0x<addr>>",
         re.IGNORECASE,
     ),
     _rule(
         "tempfile",
-        r"\btmp[a-z0-9_]{8}\b",
+        r"(?<=[/\\])tmp[a-z0-9_]{8}\b",
         "tmp<random>",
         "/tmp/tmpk2j4_x9q/data.csv -> /tmp/tmp<random>/data.csv",
     ),
@@ -140,7 +213,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "tqdm",
-        r"(?:\d+(?:\.\d+)?\s?(?:[kMG]?(?:it|B)/s|s/it)|\?it/s)"
+        r"(?:\d+(?:\.\d+)?[ ]?(?:[kMG]?(?:it|B)/s|s/it)|\?it/s)"
         r"|\[\d+:\d{2}(?::\d{2})?<(?:\d+:\d{2}(?::\d{2})?|\?)",
         "<rate>",
         "100%|####| 50/50 [00:01<00:00, 41.3it/s] -> 100%|####| 50/50 <rate>, <rate>]",
@@ -153,7 +226,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "duration",
-        rf"\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\s?{_DURATION_UNITS}(?![\w/])",
+        rf"\b\d+(?:\.\d+)?(?:e[-+]?\d+)?[ ]?{_DURATION_UNITS}(?![\w/])",
         "<duration>",
         "Wall time: 1.23 s / took 15ms / 3.2 µs ± 41 ns -> Wall time: <duration> / ...",
     ),
@@ -176,20 +249,31 @@ def parse_rule(text: str, name: str | None = None) -> Rule:
     return Rule(name or f"user:{pattern}", compiled, replacement if sep else "<normalized>")
 
 
-def normalize(text: str, rules: Iterable[Rule], used: set[str] | None = None) -> str:
+def normalize(
+    text: str,
+    rules: Iterable[Rule],
+    used: set[str] | None = None,
+    hits: list[Hit] | None = None,
+) -> str:
     """``text`` with ANSI codes removed and every rule applied in order.
 
-    ``used`` collects the names of the rules that changed something (the masks a
-    report lists per cell).
+    A rule masks one token at a time: a match that reaches across a line break or a
+    column gap (a tab, two spaces) is left as it is, whatever the rule's pattern
+    (a user's too), so a mask never hides the value beside its token. ``used``
+    collects the names of the rules that masked something (the masks a report lists
+    per cell), ``hits`` each masked token, in order.
     """
     text = strip_ansi(text)
     for rule in rules:
-        if used is None:
-            text = rule.apply(text)
+        if used is None and hits is None:
+            text = rule.pattern.sub(_masker(rule, None), text)
             continue
-        text, count = rule.pattern.subn(rule.replacement, text)
-        if count:
+        found: list[Hit] = []
+        text = rule.pattern.sub(_masker(rule, found), text)
+        if found and used is not None:
             used.add(rule.name)
+        if hits is not None:
+            hits.extend(found)
     return text
 
 
@@ -206,6 +290,8 @@ class Comparison:
     """Why outputs that differ as text mean the same (set only then), e.g. SVG attribute order."""
     masks: tuple[str, ...] = field(default=())
     """The normalisation rules (masks) that changed the text of either side."""
+    masked: tuple[Masked, ...] = field(default=())
+    """What each of those masks hid, on each side (:class:`Masked`)."""
 
     @property
     def verdict(self) -> Literal["same", "equivalent", "different"]:
@@ -253,7 +339,12 @@ def _xml_mime(mime: str) -> bool:
 
 
 def _render_value(
-    mime: str, value: Any, rules: Sequence[Rule], used: set[str] | None, meaning: bool
+    mime: str,
+    value: Any,
+    rules: Sequence[Rule],
+    used: set[str] | None,
+    meaning: bool,
+    hits: list[Hit] | None = None,
 ) -> _Block:
     kind, rule = TEXT, None
     if is_json(mime):
@@ -262,19 +353,24 @@ def _render_value(
                 value = json.loads(value)
         text = json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False, default=str)
         kind, rule = JSON, "JSON by value"
-        return _Block("", normalize(text, rules, used).splitlines(), kind, rule)
+        return _Block("", normalize(text, rules, used, hits).splitlines(), kind, rule)
     text = _text(value)
+    canon: list[str] | None = None
     if meaning and _xml_mime(mime) and (canon := canonical_xml(text)) is not None:
         rule = SVG_RULE if mime == "image/svg+xml" else XML_RULE
-        return _Block("", [normalize(line, rules, used) for line in canon], kind, rule)
-    if meaning and mime == "text/html" and (tokens := canonical_html(text)) is not None:
-        lines, table = tokens
+    elif meaning and mime == "text/html" and (tokens := canonical_html(text)) is not None:
+        canon, table = tokens
         kind, rule = (TABLE, TABLE_RULE) if table else (TEXT, HTML_RULE)
-        return _Block("", [normalize(line, rules, used) for line in lines], kind, rule)
+    if canon is not None:
+        # The canonical forms keep their line breaks until the masks ran (a mask never
+        # crosses one); only then is all whitespace one space.
+        lines = [_SPACE_RE.sub(" ", normalize(line, rules, used, hits)) for line in canon]
+        return _Block("", lines, kind, rule)
+    text = normalize(text, rules, used, hits)
     if mime in ("text/html", "image/svg+xml"):
         # Whitespace between tags is layout; one tag per line makes the diff readable.
         text = _HTML_GAP_RE.sub(">\n<", _SPACE_RE.sub(" ", text.strip()))
-    return _Block("", normalize(text, rules, used).splitlines(), kind, rule)
+    return _Block("", text.splitlines(), kind, rule)
 
 
 @dataclass
@@ -297,11 +393,13 @@ def canonical(
     *,
     used: set[str] | None = None,
     meaning: bool = False,
+    hits: list[Hit] | None = None,
 ) -> _Canonical:
     """The comparable form of a cell's outputs (see the module docstring).
 
     ``meaning`` canonicalises SVG/XML/HTML by their parsed form
-    (:mod:`jupyter_exec.notebook.meaning`); ``used`` collects the masks applied.
+    (:mod:`jupyter_exec.notebook.meaning`); ``used`` collects the masks applied,
+    ``hits`` what each masked.
     """
     streams: dict[str, list[str]] = {}
     rich: list[_Block] = []
@@ -325,17 +423,18 @@ def canonical(
                     rich.append(_Block(f"{label} <image>", []))
                     images.append((label, mime, _decode(data[mime])))
                 else:
-                    block = _render_value(mime, data[mime], rules, used, meaning)
+                    block = _render_value(mime, data[mime], rules, used, meaning, hits)
                     block.head = label
                     rich.append(block)
         elif kind == "error":
             ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
             errors.append(
-                _Block("[error]", normalize(f"{ename}: {evalue}", rules, used).splitlines())
+                _Block("[error]", normalize(f"{ename}: {evalue}", rules, used, hits).splitlines())
             )
     blocks = [
         _Block(
-            f"[{name}]", normalize(_terminal_text("".join(streams[name])), rules, used).splitlines()
+            f"[{name}]",
+            normalize(_terminal_text("".join(streams[name])), rules, used, hits).splitlines(),
         )
         for name in sorted(streams)
     ]
@@ -422,8 +521,10 @@ def compare_outputs(
     tolerance = image_tolerance or ImageTolerance()
     before, after = list(before), list(after)
     used: set[str] = set()
-    old = canonical(before, rules, used=used)
-    new = canonical(after, rules, used=used)
+    old_hits: list[Hit] = []
+    new_hits: list[Hit] = []
+    old = canonical(before, rules, used=used, hits=old_hits)
+    new = canonical(after, rules, used=used, hits=new_hits)
     notes: list[str] = []
     old_images = {(label, mime): data for label, mime, data in old.images}
     for label, mime, data in new.images:
@@ -432,11 +533,16 @@ def compare_outputs(
             if why is not None:
                 notes.append(f"{label} {why}")
     masks = tuple(r.name for r in rules if r.name in used)
+    masked = _masked(rules, old_hits, new_hits)
     if old.lines == new.lines:
-        return Comparison(same=not notes, notes=tuple(notes), masks=masks)
+        # Same only when nothing but masked tokens differ: the masks line up one for one
+        # (a literal "<duration>" in one output is not the other's masked "1.2 s").
+        if [n for n, _ in old_hits] != [n for n, _ in new_hits]:
+            notes.append("the masks do not line up: " + "; ".join(m.describe() for m in masked))
+        return Comparison(same=not notes, notes=tuple(notes), masks=masks, masked=masked)
     meant = (
-        canonical(before, rules, used=used, meaning=True),
-        canonical(after, rules, meaning=True, used=used),
+        canonical(before, rules, used=used, meaning=True, hits=old_hits),
+        canonical(after, rules, used=used, meaning=True, hits=new_hits),
     )
     reasons = () if notes else _equivalent(old, new, meant, rtol)
     masks = tuple(r.name for r in rules if r.name in used)
@@ -446,4 +552,5 @@ def compare_outputs(
         notes=tuple(notes),
         reasons=reasons,
         masks=masks,
+        masked=_masked(rules, old_hits, new_hits),
     )

@@ -175,6 +175,7 @@ def _cell(cell: CellResult) -> str:
         facts.append(f"error now: {cell.error_now}")
     if cell.masks:
         facts.append(f"masks applied: {', '.join(cell.masks)}")
+    facts.extend(f"mask {m.describe()}" for m in cell.masked)
     if facts:
         parts.append("<ul>" + "".join(f"<li>{_e(f)}</li>" for f in facts) + "</ul>")
     if cell.cell_type == "code" and status != "skipped":

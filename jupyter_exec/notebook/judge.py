@@ -73,6 +73,7 @@ def _judge(
         notes=tuple(notes),
         reasons=comparison.reasons if status == "equivalent" else (),
         masks=comparison.masks,
+        masked=comparison.masked,
         recorded=tuple(recorded),
         replayed=tuple(outputs),
         error_before=before,

@@ -46,7 +46,6 @@ SVG_RULE = "SVG canonical form (attribute order, whitespace, comments)"
 HTML_RULE = "HTML canonical form (attribute order, whitespace, comments)"
 TABLE_RULE = "DataFrame HTML by cell values"
 
-_SPACE_RE = re.compile(r"\s+")
 _TAG_GAP_RE = re.compile(r">(?=<)")
 
 
@@ -58,7 +57,18 @@ def canonical_xml(text: str) -> list[str] | None:
         canon = ET.canonicalize(text.strip(), strip_text=True)
     except (ET.ParseError, ValueError):
         return None
-    return [_SPACE_RE.sub(" ", part) for part in _TAG_GAP_RE.sub(">\n", canon).splitlines()]
+    # Whitespace inside a line is collapsed by the caller, after its masks ran.
+    return _TAG_GAP_RE.sub(">\n", canon).splitlines()
+
+
+def _soft_space(text: str) -> str:
+    """Text with its whitespace kept as it is, but for the ends.
+
+    The caller masks volatile tokens first (:func:`jupyter_exec.notebook.compare.normalize`),
+    then collapses every run of whitespace to one space: a mask never reaches across a line
+    break or a column gap, so ``std 0.87`` above ``min -1.9`` keeps its value.
+    """
+    return text.strip()
 
 
 class _Tokens(HTMLParser):
@@ -75,7 +85,7 @@ class _Tokens(HTMLParser):
         self._style = 0  # inside pandas' <style scoped>
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        pairs = sorted((k, _SPACE_RE.sub(" ", v or "").strip()) for k, v in attrs)
+        pairs = sorted((k, _soft_space(v or "")) for k, v in attrs)
         if tag == "style" and any(k == "scoped" for k, _ in pairs):
             self._style += 1
             return
@@ -97,7 +107,7 @@ class _Tokens(HTMLParser):
             return
         if self._depth:
             if tag in ("td", "th") and self._cell is not None and self._row is not None:
-                self._row.append(_SPACE_RE.sub(" ", "".join(self._cell)).strip())
+                self._row.append(_soft_space("".join(self._cell)))
                 self._cell = None
             elif tag == "tr" and self._row is not None:
                 self.rows.append("| " + " | ".join(self._row) + " |")
@@ -117,7 +127,7 @@ class _Tokens(HTMLParser):
             return
         if self._depth:
             return
-        text = _SPACE_RE.sub(" ", data).strip()
+        text = _soft_space(data)
         if text:
             self.tokens.append(text)
 

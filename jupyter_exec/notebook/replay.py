@@ -34,6 +34,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
+import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -42,11 +43,17 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from jupyter_exec.boundary.naming import replayed_notebook_name, safe_name
-from jupyter_exec.engine.languages import is_default_language, kernel_for, language_of_kernel
+from jupyter_exec.engine.language_records import record_of_tag
+from jupyter_exec.engine.languages import (
+    is_default_language,
+    kernel_for,
+    language_of_kernel,
+    normalise_language,
+)
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
-from jupyter_exec.notebook import envdiff
+from jupyter_exec.notebook import envdiff, inputs
 from jupyter_exec.notebook.compare import (
     DEFAULT_RULES,
     ImageTolerance,
@@ -75,13 +82,40 @@ CellCallback = Callable[["CellResult"], Awaitable[None] | None]
 # -- the replay ------------------------------------------------------------------------
 
 
+def _language_of(nb: Any) -> str | None:
+    """The language a notebook's metadata says it is in (``kernelspec.language``, else
+    ``language_info.name``, else its kernelspec's name), normalised; None: not said."""
+    spec = nb.metadata.get("kernelspec") or {}
+    info = nb.metadata.get("language_info") or {}
+    said = (spec.get("language") if isinstance(spec, Mapping) else None) or (
+        info.get("name") if isinstance(info, Mapping) else None
+    )
+    if said:
+        return normalise_language(str(said))
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    return language_of_kernel(str(name)) if name else None
+
+
 def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]) -> str:
-    """The notebook's own kernel if installed, else python3 for Python notebooks."""
+    """The notebook's own kernel if installed, else python3 for Python notebooks.
+
+    A notebook in another language is never run in Python because ``python`` or an
+    ``environment`` (a Python one) was given: that is a :class:`NotebookError`.
+    """
     spec = nb.metadata.get("kernelspec") or {}
     wanted = spec.get("name")
     if session_kwargs.get("language"):
         return kernel_for(str(session_kwargs["language"]))
-    if not wanted or session_kwargs.get("python") or session_kwargs.get("environment") is not None:
+    python = session_kwargs.get("python") or session_kwargs.get("environment") is not None
+    language = _language_of(nb)
+    if python and language is not None and language != "python":
+        known = record_of_tag(language)
+        raise NotebookError(
+            f"the notebook is in {known.title if known else language} (its metadata's "
+            "kernelspec / language_info), and --python / --env / --in-recorded-env run "
+            "Python: replay it on its own kernel (drop them, or name one with --kernel)"
+        )
+    if not wanted or python:
         return "python3"
     if session_kwargs.get("backend") == "docker":  # the image has python3, ir, bash and deno
         return str(wanted) if language_of_kernel(str(wanted)) else "python3"
@@ -128,6 +162,62 @@ def _output_path(source: Path, work_dir: Path, output: str | os.PathLike[str] | 
     return path
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    return a == b or (a.exists() and b.exists() and os.path.samefile(a, b))
+
+
+def _run_folders(
+    source: Path, given: Path | None, target: Path, second: Path, runs: int
+) -> list[Path]:
+    """The folder each run of the replay runs in (see ``work_dir``), never the recording's."""
+    if given is not None and _same_folder(given, source.parent):
+        raise NotebookError(
+            f"a replay never runs in the recording's folder {source.parent}: it would meet the "
+            "files the recording left and change them; leave out work_dir (--work-dir) for a "
+            "fresh copy of its inputs beside the replayed notebook, or name another folder"
+        )
+    first = inputs.run_folder_for(target) if given is None else given
+    return [first, inputs.run_folder_for(second)][:runs]
+
+
+def _prepare(
+    source: Path,
+    folders: Sequence[Path],
+    given: Path | None,
+    copy: bool,
+    records: set[Path],
+    written: frozenset[str],
+) -> list[str]:
+    """Make each run folder and copy the recording's inputs into it; the copy's warnings."""
+    warnings: list[str] = []
+    for number, folder in enumerate(folders):
+        if given is not None and number == 0:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise NotebookError(f"cannot make the work dir {folder}: {exc}") from None
+        else:
+            inputs.fresh_run_folder(folder)
+        if copy:
+            ours = (*records, *(inputs.run_folder_for(r) for r in records), *folders)
+            skip = frozenset(p.name for p in ours if p.parent == source.parent)
+            try:
+                copied = inputs.copy_inputs(
+                    source.parent,
+                    folder,
+                    skip_names=skip,
+                    skip_dirs=folders,
+                    written=written,
+                    own_dest=given is None or number > 0,
+                )
+            except NotebookError:
+                if given is None or number > 0:  # a run folder of ours: not left half full
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise
+            warnings.extend(w for w in copied.warnings() if w not in warnings)
+    return warnings
+
+
 def _note_in_notebook(session: AsyncSession, source: Path, report: ReplayReport) -> None:
     ours = dict(session.notebook_metadata.get("jupyter_exec") or {})
     ours["replay"] = {
@@ -160,6 +250,8 @@ async def replay_async(
     rtol: float = 0.0,
     runs: int = 1,
     in_recorded_env: bool = False,
+    save_state: bool = False,
+    copy_inputs: bool = True,
     progress: TextIO | None = None,
     on_cell: CellCallback | None = None,
     **session_kwargs: Any,
@@ -169,11 +261,17 @@ async def replay_async(
     Parameters
     ----------
     work_dir:
-        The kernel's working directory (default: the notebook's folder, so the
-        cells' relative paths resolve as when it was recorded).
+        The kernel's working directory, never the notebook's own folder (default: a fresh
+        ``<output stem>_work/`` beside the replayed notebook, made anew by every replay).
+        The inputs of the notebook's folder are copied into it first (see
+        :mod:`jupyter_exec.notebook.inputs`), so the cells' relative paths resolve as when
+        it was recorded and their side effects meet the files the recording started from.
     output:
-        Where the replay is recorded (default ``<work_dir>/<stem>.replayed.ipynb``);
-        the original notebook is never written.
+        Where the replay is recorded (default ``<work_dir>/<stem>.replayed.ipynb`` when
+        ``work_dir`` is given, else ``<stem>.replayed.ipynb`` beside the notebook); the
+        original notebook is never written.
+    copy_inputs:
+        False: run in ``work_dir`` as it is (a folder you filled); nothing is copied.
     until:
         Replay only the first ``until`` non-empty code cells; the rest are skipped.
     rules, default_rules:
@@ -204,6 +302,11 @@ async def replay_async(
         recorded image (else the kernel image) with the recorded pins, with
         ``backend="local"`` a cached venv with the recorded Python version and
         package versions, and without a backend whichever the record names.
+    save_state:
+        Save the kernel's namespace after every cell (``.<name>_state/`` in the replay's
+        work dir, for :meth:`Session.resume` of the replayed notebook), as a session's
+        ``save_state`` does. Off by default: a replay writes no per-cell state, and no
+        automatic checkpoints unless ``checkpoint_every`` is given.
     progress:
         A stream for the environment differences (first) and a one-line-per-cell
         progress display (e.g. ``sys.stderr``).
@@ -215,7 +318,8 @@ async def replay_async(
         ``kernel_manager=`` ...), with ``backend`` and ``timeout``.
 
     Raises :class:`~jupyter_exec.NotebookError` for a notebook that cannot be
-    read (not JSON, not a notebook, nbformat < 3, invalid) before any kernel starts.
+    read (not JSON, not a notebook, nbformat < 3, invalid), or one in another language
+    than Python given ``python=`` / ``environment=``, before any kernel starts.
     """
     started_at = datetime.now(timezone.utc).isoformat()
     clock = time.monotonic()
@@ -231,10 +335,14 @@ async def replay_async(
         else ImageTolerance(image_tolerance, pixel_threshold)
     )
     judging = _Judging(_rules(default_rules, rules), tolerance, rtol)
+    session_kwargs["save_state"] = save_state
+    session_kwargs.setdefault("checkpoint_every", None)  # a replay's state is kept only if asked
     source = Path(notebook).expanduser().absolute()
     nb = read_notebook(source)
-    root = source.parent if work_dir is None else Path(work_dir).expanduser().absolute()
-    target = _output_path(source, root, output)
+    given = None if work_dir is None else Path(work_dir).expanduser().absolute()
+    target = _output_path(source, source.parent if given is None else given, output)
+    second_target = target.with_name(f"{target.stem}-run2.ipynb")
+    runs_in = _run_folders(source, given, target, second_target, runs)
     record = envdiff.recorded(nb.metadata)
     if in_recorded_env and record is None:
         raise NotebookError(
@@ -279,7 +387,10 @@ async def replay_async(
             if inspect.isawaitable(outcome):
                 await outcome
 
-    def session_for(path: Path) -> _ReplaySession:
+    written = inputs.written_by_record(nb.metadata)
+    warnings.extend(_prepare(source, runs_in, given, copy_inputs, {target, second_target}, written))
+
+    def session_for(path: Path, root: Path) -> _ReplaySession:
         return _ReplaySession(
             root,
             kernel_name,
@@ -292,7 +403,7 @@ async def replay_async(
         )
 
     bar = None if progress is None else _Progress(progress, len(to_run))
-    session = session_for(target)
+    session = session_for(target, runs_in[0])
     async with session:
         found: list[str] = []
         if record is not None:
@@ -309,7 +420,7 @@ async def replay_async(
         if record is not None:
             extra["environment"]["here"] = now
         if runs == 2:
-            second = session_for(target.with_name(f"{target.stem}-run2.ipynb"))
+            second = session_for(second_target, runs_in[1])
             if progress is not None:
                 progress.write("replaying again to tell nondeterministic cells apart\n")
             async with second:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from jupyter_exec.notebook.compare import Masked  # at run time: the API docs resolve it
+
 __all__ = ["CellResult", "CellStatus", "ReplayReport"]
 
 CellStatus = Literal[
@@ -67,6 +69,9 @@ class CellResult:
     """Why an ``equivalent`` cell counts as the same, e.g. SVG attribute order."""
     masks: tuple[str, ...] = ()
     """The normalisation rules (masks) that changed this cell's text before comparing."""
+    masked: tuple[Masked, ...] = ()
+    """What each of those masks hid, in the record and in the replay (the rule's name and
+    the texts), so a ``same`` a mask made can be checked by a person."""
     recorded: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
     """The recorded outputs (for the HTML report; not in :meth:`to_dict`)."""
     replayed: tuple[Mapping[str, Any], ...] = field(default=(), repr=False, compare=False)
@@ -97,6 +102,7 @@ class CellResult:
             "duration": self.duration,
             "reasons": list(self.reasons),
             "masks": list(self.masks),
+            "masked": [m.to_dict() for m in self.masked],
         }
 
 
@@ -194,8 +200,17 @@ class ReplayReport:
             lines.extend(f"- {note}" for note in c.notes)
             if c.masks:
                 lines.append(f"- masks applied: {', '.join(c.masks)}")
+            lines.extend(f"- mask {m.describe()}" for m in c.masked)
             if c.diff:
                 lines += ["", "```diff", c.diff, "```"]
+        hidden = [(c, m) for c in self.cells if c.ok for m in c.masked if m.recorded != m.replayed]
+        if hidden:
+            lines += ["", "## What the masks hid", ""]
+            lines += ["| cell | status | rule | recorded | replayed |", "|---|---|---|---|---|"]
+            for c, m in hidden:
+                cells = (", ".join(f"`{t}`" for t in side) for side in (m.recorded, m.replayed))
+                recorded, replayed = (t.replace("|", "\\|") for t in cells)
+                lines.append(f"| {c.number} | {c.status} | {m.rule} | {recorded} | {replayed} |")
         return "\n".join(lines) + "\n"
 
 

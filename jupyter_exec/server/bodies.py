@@ -94,6 +94,7 @@ REPLAY: Fields = {
     "until": Field("integer"),
     "timeout": Field("number"),
     "kernel_name": Field("string"),
+    "save_state": Field("boolean"),
 }
 FORK: Fields = {"n": Field("integer"), "name": Field("string", nullable=True)}
 UNDO: Fields = {"n": Field("integer")}

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary.naming import replayed_notebook_name
 from jupyter_exec.engine.session import Backend, OutputCallback
 from jupyter_exec.exceptions import JupyterExecError, NotebookError
 from jupyter_exec.models import Execution
@@ -105,16 +106,19 @@ class Work:
         until: int | None = None,
         timeout: float | None = None,
         kernel_name: str | None = None,
+        save_state: bool = False,
     ) -> dict[str, Any]:
         """Re-run a notebook under the root on a fresh server kernel; the report as JSON.
 
         The kernel comes from the server's kernel manager (so it is visible, and
         runs on the gateway if there is one) and is shut down afterwards. The
-        replay is recorded beside the notebook as ``<stem>.replayed.ipynb``.
+        replay is recorded beside the notebook as ``<stem>.replayed.ipynb`` and runs in
+        ``<stem>.replayed_work/``, a fresh copy of the notebook folder's inputs.
         Without ``kernel_name``, the kernelspec is the one the server saw run
         the notebook (or its Docker work dir), before the file's own
         (:mod:`~jupyter_exec.server.origins`).
         """
+        from jupyter_exec.notebook.inputs import fresh_run_folder, run_folder_for
         from jupyter_exec.notebook.replay import replay_async  # imported on use: it is a big module
         from jupyter_exec.notebook.where import unseen_docker_record
 
@@ -139,16 +143,23 @@ class Work:
         kernel_name = chosen or self.kernel_names["local"]
         await self._check_kernelspec(kernel_name)
         kernel_manager = self.serverapp.kernel_manager
-        kernel_id = await self._start_server_kernel(kernel_name, path.parent)
+        # Never in the notebook's folder: a fresh one beside it, which the replay fills with
+        # a copy of the folder's inputs before the first cell (notebook.inputs).
+        output = path.with_name(replayed_notebook_name(path.stem))
+        run = fresh_run_folder(run_folder_for(output))
+        kernel_id = await self._start_server_kernel(kernel_name, run)
         try:
             report = await replay_async(
                 path,
                 until=until,
                 timeout=self.timeout if timeout is None else timeout,
                 kernel_name=kernel_name,
+                work_dir=run,
+                output=output,
                 backend=_backend_of(kernel_name, self.kernel_names),  # its folder's trust
                 kernel_manager=kernel_manager.get_kernel(kernel_id),
                 startup_timeout=self.startup_timeout,
+                save_state=save_state,
             )
         finally:
             await self._shutdown_kernel(kernel_id)

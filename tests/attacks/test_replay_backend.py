@@ -104,6 +104,7 @@ def test_a_docker_record_stripped_of_its_image_is_not_replayed_on_the_host(
     assert "--backend local" in err
     assert not marker.exists()
     assert not (path.parent / "where.txt").exists()  # no cell ran anywhere
+    assert not (path.parent / "dock.replayed_work").exists()  # no run folder made either
     assert not (path.parent / "dock.replayed.ipynb").exists()
     assert path.read_bytes() == before
     # Without --in-recorded-env the same: the host only on the person's word.
@@ -122,7 +123,8 @@ def test_an_intact_docker_record_replays_in_its_image(
     assert err.splitlines()[0].startswith("replaying in Docker (image sha256:")
     assert "no --backend given; the record names Docker" in err
     assert not marker.exists()
-    assert (path.parent / "where.txt").read_text().startswith("/opt/kernel/")
+    ran_in = path.parent / "dock.replayed_work"  # a fresh copy of the folder, not the folder
+    assert (ran_in / "where.txt").read_text().startswith("/opt/kernel/")
 
 
 @pytest.mark.docker
@@ -161,7 +163,7 @@ def test_a_record_claiming_the_host_runs_in_docker_when_the_person_asks(
             f"replaying in Docker (image {kernel_image}): --backend docker given"
         )
         assert not marker.exists()
-        where = work / "where.txt"
+        where = work / "host.replayed_work" / "where.txt"  # the replay's own copy of the folder
         assert where.read_text().startswith("/opt/kernel/")  # written in the container's work dir
         where.unlink()
 
@@ -232,6 +234,7 @@ def test_rest_replay_of_a_docker_record_the_server_did_not_see_is_refused_on_the
         assert "kernel_name" in refused.text
         assert not marker.exists()
         assert not (server.root / "box" / "where.txt").exists()
+        assert not (server.root / "box" / "attack.replayed_work").exists()
         assert (server.root / "box" / "attack.ipynb").read_bytes() == before
         # The person's word, in the request: the host.
         chosen = post({"notebook": "box/attack.ipynb", "kernel_name": "python3"})
@@ -261,4 +264,5 @@ def test_a_recorded_image_that_is_gone_runs_in_the_kernel_image_when_docker_is_a
     )
     assert f"Docker image: {gone} recorded" in err
     assert not marker.exists()
-    assert (path.parent / "where.txt").read_text().startswith("/opt/kernel/")
+    ran_in = path.parent / "dock.replayed_work"
+    assert (ran_in / "where.txt").read_text().startswith("/opt/kernel/")

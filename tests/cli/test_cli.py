@@ -760,7 +760,8 @@ def test_replay_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     process = _start("replay", str(path), "--timeout", "0", "-q")
-    wait_for(lambda: (tmp_path / "started").exists() or process.poll() is not None, "the cell")
+    started = tmp_path / "nb.replayed_work" / "started"  # its own folder, not the notebook's
+    wait_for(lambda: started.exists() or process.poll() is not None, "the cell")
     kernels = _kernels(process)
     status, err = _stop(process, signal.SIGTERM)
     assert status == 128 + signal.SIGTERM, err

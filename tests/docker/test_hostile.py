@@ -216,15 +216,18 @@ def test_replay_output_and_report(
         "nbformat_minor": 5,
     }  # fmt: skip
     (work / "nb.ipynb").write_text(json.dumps(nb))
+    again = work / "again"  # the kernel's folder, where the record goes by default
     with pytest.raises(NotebookError, match="symbolic link"):
         asyncio.run(
-            replay_async(work / "nb.ipynb", backend="docker", docker={"image": kernel_image})
+            replay_async(
+                work / "nb.ipynb", work_dir=again, backend="docker", docker={"image": kernel_image}
+            )
         )
     assert outside.unchanged()
-    assert (work / "report.md").is_symlink()  # planted by the replayed cell
+    assert (again / "report.md").is_symlink()  # planted by the replayed cell
     report = asyncio.run(replay_async(work / "nb.ipynb", output=tmp_path / "elsewhere.ipynb"))
     with pytest.raises(StorageError, match=r"report\.md"):
-        _write_report(report, work / "report.md")
+        _write_report(report, again / "report.md")
     assert outside.unchanged()
 
 

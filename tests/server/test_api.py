@@ -192,3 +192,23 @@ async def test_replay_a_recorded_notebook(api, jp_fetch, session, root: Path) ->
     status, error = await api("POST", "replay", body={"notebook": "broken.ipynb"})
     assert (status, error["error"]) == (400, "InvalidRequest")
     assert "not valid JSON" in error["message"]
+
+
+async def test_a_rest_replay_runs_in_its_own_folder_and_saves_state_only_when_asked(
+    api, session, root: Path
+) -> None:
+    sid = session["id"]
+    code = "%%file made.txt\nhello"
+    assert (await api("POST", "sessions", sid, "execute", body={"code": code}))[0] == 200
+    folder = root / "jupyter-exec" / "agent"
+    run = folder / "agent.replayed_work"
+    for asked in (None, True):
+        body: dict[str, Any] = {"notebook": session["notebook"]["path"]}
+        if asked is not None:
+            body["save_state"] = asked
+        status, report = await api("POST", "replay", body=body, request_timeout=120)
+        assert status == 200, report
+        assert report["reproduced"] is True, [c["diff"] for c in report["cells"]]
+        assert report["work_dir"] == "jupyter-exec/agent/agent.replayed_work"
+        assert (run / "made.txt").read_text() == "hello\n"
+        assert (run / ".agent.replayed_state").is_dir() is bool(asked)
