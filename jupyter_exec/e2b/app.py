@@ -39,6 +39,7 @@ from jupyter_exec.e2b.auth import (
     SMALL_BODY,
     RouteAuth,
 )
+from jupyter_exec.e2b.limits import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
 from jupyter_exec.e2b.sandboxes import Sandboxes, sandbox_options
 from jupyter_exec.e2b.web import LOOPBACK_NAMES, E2BHandler
 from jupyter_exec.exceptions import InvalidArgument
@@ -48,16 +49,8 @@ __all__ = ["CODE_PORT", "ENVD_PORT", "ROUTES", "E2BConfig", "E2BServer", "is_loo
 
 log = logging.getLogger("jupyter_exec.e2b")
 
-CODE_PORT = 49999
-"""The code interpreter's port in the SDK's debug mode."""
-ENVD_PORT = 49983
-"""envd's port in the SDK's debug mode."""
 REAP_INTERVAL = 5.0
 """Seconds between two looks for sandboxes past their timeout."""
-MAX_UPLOAD = 1 << 30
-"""The files route's default body limit (1 GiB); every other route takes far less."""
-MAX_SANDBOX_TIMEOUT = 86_400.0
-"""The longest timeout a client may give a sandbox: 24 hours, E2B's own maximum."""
 
 _SANDBOX = r"(?P<sandbox_id>[A-Za-z0-9._-]+)"
 _CONTEXT = r"(?P<context_id>[A-Za-z0-9._-]+)"
