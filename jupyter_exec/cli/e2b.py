@@ -8,7 +8,6 @@ runs it until a signal, after which every sandbox's kernels are stopped
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import os
 import secrets
@@ -110,6 +109,8 @@ def api_key_from(args: argparse.Namespace) -> tuple[str, bool]:
 
 def cmd_e2b(args: argparse.Namespace) -> int:
     """Run the server until a signal stops it."""
+    import asyncio
+
     from jupyter_exec.e2b import E2BConfig, E2BServer
 
     api_key, made = api_key_from(args)
