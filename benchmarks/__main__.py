@@ -22,6 +22,7 @@ import benchmarks.nbclient_cases
 import benchmarks.network_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
+import benchmarks.startup_cases
 import benchmarks.state_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
 from benchmarks.scale_cases import SCALE_CASES
@@ -31,6 +32,7 @@ for _name, _func in SCALE_CASES:
 
 # Imported for their @case registrations, in table order.
 _ = (
+    benchmarks.startup_cases,
     benchmarks.cases,
     benchmarks.nbclient_cases,
     benchmarks.docker_cases,

@@ -25,7 +25,15 @@ from jupyter_exec.exceptions import (
 )
 from jupyter_exec.network.policy import Connection
 
-__all__ = ["CellError", "Execution", "Result", "ScriptResult", "StateRecovery", "Status"]
+__all__ = [
+    "TIMEOUT_EXIT_CODE",
+    "CellError",
+    "Execution",
+    "Result",
+    "ScriptResult",
+    "StateRecovery",
+    "Status",
+]
 
 Status = Literal["ok", "error", "timeout", "died", "cancelled"]
 """How an execution ended: normally, with an exception, past its timeout, with a dead
@@ -276,6 +284,10 @@ class Execution:
         if self.error is not None:
             parts.append(self.error.traceback or str(self.error))
         return "\n".join(parts)
+
+
+TIMEOUT_EXIT_CODE = 124
+"""Exit code of a script killed at its timeout (as with coreutils ``timeout``)."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_CHECKPOINT_EVERY",
     "DEFAULT_INTERRUPT_GRACE",
     "DEFAULT_MAX_OUTPUT_CHARS",
+    "DEFAULT_PRELOAD",
     "DEFAULT_STARTUP_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "DEFAULT_UNDO_STEPS",
@@ -73,6 +74,11 @@ an object past it is not stored (named, with the reason) and old generations are
 
 MAX_UNDO_STEPS = 100
 """The most snapshots a session may keep for undo (each is a process)."""
+
+DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
+"""What a zygote (a manager's pool of forked kernels) imports unless told otherwise: the usual
+data-analysis stack. Here, beside the sessions' defaults, so a command line shows it without
+loading the manager."""
 
 PathArg = str | os.PathLike[str]
 

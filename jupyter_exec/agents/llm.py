@@ -39,9 +39,8 @@ from jupyter_exec.boundary.naming import output_file_name
 from jupyter_exec.boundary.paths import write_bytes
 from jupyter_exec.engine.mime import MODEL_IMAGES
 from jupyter_exec.engine.outputs import strip_ansi
-from jupyter_exec.engine.scripts import TIMEOUT_EXIT_CODE
 from jupyter_exec.engine.store import confined_path
-from jupyter_exec.models import Execution, Result
+from jupyter_exec.models import TIMEOUT_EXIT_CODE, Execution, Result
 from jupyter_exec.network import Connection, NetworkPolicy
 
 __all__ = [

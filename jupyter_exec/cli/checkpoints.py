@@ -14,11 +14,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jupyter_exec.boundary.trust import TRUST_CLI_FLAG, origin_words
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import Subparsers, formatter
-from jupyter_exec.state.checkpoints import Checkpoint, on_disk
+
+if TYPE_CHECKING:
+    from jupyter_exec.state.checkpoints import Checkpoint
 
 __all__ = ["add_checkpoints_parser", "sessions_in"]
 
@@ -109,6 +112,8 @@ def _summary(checkpoint: Checkpoint) -> dict[str, object]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from jupyter_exec.state.checkpoints import on_disk
+
     found = [c for s in sessions_in(args.work_dir, args.session) for c in on_disk(args.work_dir, s)]
     if args.json:
         json.dump([_summary(c) for c in found], sys.stdout, indent=2)
@@ -133,6 +138,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from jupyter_exec.state.checkpoints import Checkpoint
+
     checkpoint = Checkpoint.load(args.path)  # CheckpointError: exits with its status
     env = checkpoint.environment
     libraries = ", ".join(f"{k} {v}" for k, v in sorted((env.get("libraries") or {}).items()))

@@ -8,7 +8,6 @@ runs it until a signal, after which every sandbox's kernels are stopped
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import os
 import secrets
@@ -32,6 +31,7 @@ from jupyter_exec.cli.options import (
     zygote_kwargs,
 )
 from jupyter_exec.cli.signals import serve_until_stopped
+from jupyter_exec.e2b.limits import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
 from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["KEY_ENV", "add_e2b_parser", "api_key_from"]
@@ -109,6 +109,8 @@ def api_key_from(args: argparse.Namespace) -> tuple[str, bool]:
 
 def cmd_e2b(args: argparse.Namespace) -> int:
     """Run the server until a signal stops it."""
+    import asyncio
+
     from jupyter_exec.e2b import E2BConfig, E2BServer
 
     api_key, made = api_key_from(args)
@@ -156,8 +158,6 @@ def cmd_e2b(args: argparse.Namespace) -> int:
 
 def add_e2b_parser(subparsers: Subparsers) -> None:
     """Register ``jupyter-exec e2b``."""
-    from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
-
     parser = subparsers.add_parser(
         "e2b",
         help="serve the E2B sandbox protocol (the e2b-code-interpreter SDK, unchanged)",

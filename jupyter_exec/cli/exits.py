@@ -13,7 +13,6 @@ import sys
 import traceback
 from typing import TextIO
 
-from jupyter_exec.engine.scripts import TIMEOUT_EXIT_CODE
 from jupyter_exec.exceptions import (
     CheckpointError,
     ExecutionError,
@@ -24,6 +23,7 @@ from jupyter_exec.exceptions import (
     SessionConflict,
     WorkDirError,
 )
+from jupyter_exec.models import TIMEOUT_EXIT_CODE
 
 __all__ = [
     "EXIT_FAILED",

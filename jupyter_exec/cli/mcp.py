@@ -9,7 +9,6 @@ stopped, notebooks saved, then exit status 128 + the signal.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,6 +92,8 @@ def _asking(policy: NetworkPolicy | None, args: argparse.Namespace, backend: str
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Run the MCP server until its client leaves (stdio) or a signal stops it."""
+    import asyncio
+
     from jupyter_exec.engine.environments import with_network
     from jupyter_exec.mcp.server import SessionRegistry, _check_loopback, new_token, serve
 

@@ -18,12 +18,14 @@ import argparse
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
-from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.network import NetworkPolicy
-from jupyter_exec.options import Backend, SessionOptions, option_fields
+from jupyter_exec.options import DEFAULT_PRELOAD, Backend, SessionOptions, option_fields
+
+if TYPE_CHECKING:  # the environments module finds interpreters: loaded when a command runs
+    from jupyter_exec.engine.environments import Environment
+    from jupyter_exec.network import NetworkPolicy
 
 __all__ = [
     "STATE_OPTIONS",
@@ -291,6 +293,8 @@ def with_environment(args: argparse.Namespace, kwargs: dict[str, Any]) -> dict[s
 
 def environment_from_args(args: argparse.Namespace) -> Environment:
     """The environment the flags of :func:`add_environment` describe."""
+    from jupyter_exec.engine.environments import parse_environment
+
     if getattr(args, "backend", None) == "remote":
         raise InvalidArgument(
             "--backend remote runs one session on a Jupyter server (jupyter-exec run --url ...); "
@@ -387,6 +391,8 @@ def network_policy_from_args(args: argparse.Namespace, backend: str | None) -> N
 
 def backend_of(kwargs: Mapping[str, Any]) -> str:
     """Where the session ``kwargs`` (after :func:`with_environment`) run a kernel."""
+    from jupyter_exec.engine.environments import Environment
+
     environment = kwargs.get("environment")
     if isinstance(environment, Environment):
         return environment.backend
@@ -395,8 +401,6 @@ def backend_of(kwargs: Mapping[str, Any]) -> str:
 
 def add_zygote(parser: argparse.ArgumentParser) -> None:
     """The zygote pool's flags (``AsyncSessionManager.zygote_size`` / ``zygote_preload``)."""
-    from jupyter_exec.manager.zygote import DEFAULT_PRELOAD
-
     group = parser.add_argument_group("zygote pool (local kernels)")
     group.add_argument(
         "--zygote-size",

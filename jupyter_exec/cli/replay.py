@@ -10,9 +10,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from jupyter_exec.boundary import paths as safefs
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     Subparsers,
@@ -25,10 +24,9 @@ from jupyter_exec.cli.options import (
     with_environment,
 )
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.notebook.compare import DEFAULT_RULES, ImageTolerance, parse_rule
-from jupyter_exec.notebook.htmlreport import render_html
-from jupyter_exec.notebook.replay import ReplayReport, replay
-from jupyter_exec.notebook.where import Where
+
+if TYPE_CHECKING:  # the replay itself (and its kernel) is loaded when the command runs
+    from jupyter_exec.notebook.replay import ReplayReport
 
 __all__ = ["add_replay_parser"]
 
@@ -177,11 +175,16 @@ def add_replay_parser(subparsers: Subparsers) -> None:
 
 
 def _print_rules(out: TextIO) -> None:
+    from jupyter_exec.notebook.compare import DEFAULT_RULES
+
     for rule in DEFAULT_RULES:
         out.write(f"{rule.name:15} {rule.pattern.pattern}\n{'':15} e.g. {rule.example}\n")
 
 
 def _write_report(report: ReplayReport, path: Path) -> None:
+    from jupyter_exec.boundary import paths as safefs
+    from jupyter_exec.notebook.htmlreport import render_html
+
     if path.suffix == ".json":
         text = json.dumps(report.to_dict(), indent=1) + "\n"
     elif path.suffix == ".html":
@@ -193,6 +196,10 @@ def _write_report(report: ReplayReport, path: Path) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Run ``jupyter-exec replay``: 0 reproduced, 1 differs; bad input raises (exit 2)."""
+    from jupyter_exec.notebook.compare import ImageTolerance, parse_rule
+    from jupyter_exec.notebook.replay import replay
+    from jupyter_exec.notebook.where import Where
+
     if args.list_rules:
         _print_rules(sys.stdout)
         return EXIT_OK

@@ -14,13 +14,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jupyter_exec.boundary.naming import checkpoints_folder
 from jupyter_exec.boundary.trust import TRUST_CLI_FLAG
 from jupyter_exec.cli.checkpoints import sessions_in
 from jupyter_exec.exceptions import CheckpointError, InvalidArgument
-from jupyter_exec.state.checkpoints import read_checkpoint
-from jupyter_exec.sync import Session
+
+if TYPE_CHECKING:
+    from jupyter_exec.sync import Session
 
 __all__ = ["add_restore", "find_checkpoint", "restore_into"]
 
@@ -102,6 +104,8 @@ def restore_into(
     session: Session, folder: Path, *, force: bool, quiet: bool, trust_origin: bool = False
 ) -> None:
     """Load ``folder`` into ``session`` (a :class:`CheckpointError` when it is refused)."""
+    from jupyter_exec.state.checkpoints import read_checkpoint
+
     session.restore(folder, force=force, trust_origin=trust_origin)
     if quiet:
         return

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.exceptions import InvalidArgument, NotebookError
-from jupyter_exec.notebook.recorder import read_notebook
-from jupyter_exec.sync import Session
+
+if TYPE_CHECKING:
+    from jupyter_exec.sync import Session
 
 __all__ = ["add_resume", "check_resumable", "resume_session", "resumed_line"]
 
@@ -42,6 +43,8 @@ def check_resumable(spec: str) -> Path:
 
     Checked before a kernel starts: the resume reads it again when it runs.
     """
+    from jupyter_exec.notebook.recorder import read_notebook
+
     if not spec.strip():
         raise InvalidArgument("--resume is empty: give the notebook a session recorded")
     path = Path(spec).expanduser()
@@ -57,6 +60,8 @@ def check_resumable(spec: str) -> Path:
 
 def resume_session(notebook: Path, kwargs: dict[str, Any]) -> Session:
     """An unstarted session that resumes ``notebook`` with the run's session options."""
+    from jupyter_exec.sync import Session
+
     options = {k: v for k, v in kwargs.items() if k not in ("work_dir", "name", "overwrite")}
     return Session.resume(
         notebook,

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.boundary.naming import safe_name
@@ -37,10 +37,11 @@ from jupyter_exec.cli.options import (
 )
 from jupyter_exec.cli.restore import add_restore, find_checkpoint, restore_into
 from jupyter_exec.cli.resume import add_resume, check_resumable, resume_session, resumed_line
-from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.models import Execution
-from jupyter_exec.sync import Session
+
+if TYPE_CHECKING:  # the session and its kernel machinery load when a run starts
+    from jupyter_exec.models import Execution
+    from jupyter_exec.sync import Session
 
 __all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
 
@@ -145,6 +146,9 @@ def _started(kwargs: dict[str, Any], session: Session | None = None) -> Session:
 
     ``session``: an unstarted one to start (a resumed session), else one made from ``kwargs``.
     """
+    from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
+    from jupyter_exec.sync import Session
+
     if session is None:
         session = Session(**kwargs, start=False)
     settled = threading.Event()
@@ -173,6 +177,8 @@ def _execute(session: Session, source: str, printer: _Printer) -> Execution:
     is given :data:`INTERRUPT_WAIT` seconds to reach the notebook before the
     session is closed, so the notebook holds every cell that ran.
     """
+    from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
+
     live = session.async_session
     future = LOOP_THREAD.submit(live.execute(source, on_output=printer.on_output))
     try:

@@ -13,7 +13,6 @@ of the three signals, cancels it, runs the cleanup, and raises
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
@@ -85,6 +84,8 @@ async def serve_until_stopped(
     open) never unwinds, and waiting for it cost every stop 10 s, the whole of
     ``docker stop``'s grace before its SIGKILL.
     """
+    import asyncio  # here: the command line's parser, which imports this module, needs none
+
     loop = asyncio.get_running_loop()
     stop: asyncio.Future[int] = loop.create_future()
 

@@ -18,15 +18,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-
-from jupyter_exec.docker.engine import docker_errors
 from jupyter_exec.docker.resources import dockerfile_dir
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.exceptions import ImageError, InvalidArgument
+
+if TYPE_CHECKING:  # the Docker SDK is loaded by the calls that talk to an engine, not by the
+    import docker  # names (the command line shows DEFAULT_BASE_IMAGE without it)
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
@@ -149,6 +148,8 @@ def _read(path: str) -> str:
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
     """True if ``tag`` names a local image."""
+    from jupyter_exec.docker.engine import docker_errors
+
     try:
         with docker_errors(f"looking up image {tag}"):
             client.images.get(tag)
@@ -159,6 +160,8 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
 
 def _stream_build(client: docker.DockerClient, on_line: LineSink, what: str, **kwargs: Any) -> str:
     """Run one ``build`` call, forwarding its log; return the image id."""
+    from jupyter_exec.docker.engine import docker_errors
+
     tail: deque[str] = deque(maxlen=30)
     image_id = ""
     with docker_errors(f"building {what}"):

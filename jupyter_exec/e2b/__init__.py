@@ -3,6 +3,7 @@
 jupyter-exec's own dependencies; the ``e2b`` extra adds the SDK, for its clients.
 
 * :mod:`~jupyter_exec.e2b.app` - :class:`E2BServer`: the tornado app, its ports, the engine;
+* :mod:`~jupyter_exec.e2b.limits` - its default ports and limits (what ``--help`` shows);
 * :mod:`~jupyter_exec.e2b.sandboxes` - sandboxes and code contexts as manager sessions;
 * :mod:`~jupyter_exec.e2b.auth` - which credential opens which route, decided in one place;
 * :mod:`~jupyter_exec.e2b.web` - Host/Origin checks, the credential, the bounded body, errors
@@ -20,6 +21,17 @@ jupyter-exec's own dependencies; the ``e2b`` extra adds the SDK, for its clients
   DataFrame's columns, PIL images shown as E2B shows them.
 """
 
-from jupyter_exec.e2b.app import CODE_PORT, ENVD_PORT, E2BConfig, E2BServer
+from typing import TYPE_CHECKING
+
+from jupyter_exec._lazy import lazy_names
+from jupyter_exec.e2b.limits import CODE_PORT, ENVD_PORT
+
+if TYPE_CHECKING:
+    from jupyter_exec.e2b.app import E2BConfig, E2BServer
 
 __all__ = ["CODE_PORT", "ENVD_PORT", "E2BConfig", "E2BServer"]
+
+if not TYPE_CHECKING:  # the server loads on first use: its command line needs only the limits
+    __getattr__, __dir__ = lazy_names(
+        __name__, {"E2BConfig": "jupyter_exec.e2b.app", "E2BServer": "jupyter_exec.e2b.app"}
+    )

@@ -27,7 +27,7 @@ from typing import Any
 from tornado.httpserver import HTTPServer
 from tornado.log import access_log
 from tornado.netutil import bind_sockets
-from tornado.web import Application, HTTPError, RequestHandler
+from tornado.web import Application, RequestHandler
 
 from jupyter_exec.e2b import api, code, envd
 from jupyter_exec.e2b.auth import (
@@ -39,7 +39,16 @@ from jupyter_exec.e2b.auth import (
     SMALL_BODY,
     RouteAuth,
 )
+from jupyter_exec.e2b.limits import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
 from jupyter_exec.e2b.sandboxes import Sandboxes, sandbox_options
+from jupyter_exec.e2b.unserved import (
+    NOT_SERVED,
+    UNSERVED_AUTH,
+    NotFoundHandler,
+    NotServedHandler,
+    pattern_of,
+    shown,
+)
 from jupyter_exec.e2b.web import LOOPBACK_NAMES, E2BHandler
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager
@@ -48,16 +57,8 @@ __all__ = ["CODE_PORT", "ENVD_PORT", "ROUTES", "E2BConfig", "E2BServer", "is_loo
 
 log = logging.getLogger("jupyter_exec.e2b")
 
-CODE_PORT = 49999
-"""The code interpreter's port in the SDK's debug mode."""
-ENVD_PORT = 49983
-"""envd's port in the SDK's debug mode."""
 REAP_INTERVAL = 5.0
 """Seconds between two looks for sandboxes past their timeout."""
-MAX_UPLOAD = 1 << 30
-"""The files route's default body limit (1 GiB); every other route takes far less."""
-MAX_SANDBOX_TIMEOUT = 86_400.0
-"""The longest timeout a client may give a sandbox: 24 hours, E2B's own maximum."""
 
 _SANDBOX = r"(?P<sandbox_id>[A-Za-z0-9._-]+)"
 _CONTEXT = r"(?P<context_id>[A-Za-z0-9._-]+)"
@@ -85,19 +86,11 @@ ROUTES: tuple[tuple[str, type[E2BHandler], RouteAuth], ...] = (
 The files route's body limit is the server's :attr:`E2BConfig.max_upload_bytes`."""
 
 
-class NotFoundHandler(E2BHandler):
-    """Any other path: 404 in the API's shape, its body never read."""
-
-    def get(self, *args: str) -> None:
-        raise HTTPError(404, f"no such route: {self.request.path}")
-
-    post = put = patch = delete = get
-
-
 def log_request(handler: RequestHandler) -> None:
     """tornado's access log line without the query: a file URL's signature is a credential."""
     status = handler.get_status()
-    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    refused = status < 500 or status == 501  # 501: a route E2B has that is not served here
+    level = logging.INFO if status < 400 else logging.WARNING if refused else logging.ERROR
     access_log.log(level, "%d %s %s (%s) %.2fms", status, handler.request.method,
                    handler.request.path, handler.request.remote_ip,
                    1000.0 * handler.request.request_time())  # fmt: skip
@@ -179,14 +172,21 @@ class E2BServer:
             if handler is envd.FilesHandler:
                 auth = RouteAuth(auth.opens_with, upload)
             handlers.append((pattern, handler, {"auth": auth}))
+        for written, _ in NOT_SERVED:  # after ROUTES: a route served wins
+            handlers.append((pattern_of(written), NotServedHandler, {"auth": UNSERVED_AUTH}))
         return Application(
             handlers,
             e2b_server=self,
             xsrf_cookies=False,
             log_function=log_request,
             default_handler_class=NotFoundHandler,
-            default_handler_args={"auth": RouteAuth(frozenset({PUBLIC}), 0)},
+            default_handler_args={"auth": UNSERVED_AUTH},
         )
+
+    @staticmethod
+    def routes_served() -> list[str]:
+        """Every route served, as a person reads it (what a 404 lists)."""
+        return [shown(pattern) for pattern, _, _ in ROUTES]
 
     async def start(self) -> E2BServer:
         """Listen on every port (0: a free one, see :attr:`ports`), then start the engine.

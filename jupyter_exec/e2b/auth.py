@@ -13,6 +13,8 @@ credential, and the handlers' base runs it for every request, from
     /process.*       sandbox token                   CODE_BODY
     /sandboxes...    API key                         SMALL_BODY
     /health          nothing (about the server); a sandbox it names: its token
+    any other path   API key or sandbox token        none: answered 404 or 501 from
+                                                     the headers (e2b/unserved.py)
 
 The credentials:
 
@@ -156,6 +158,12 @@ def _by_token(sandbox: Sandbox, request: Request) -> Grant | None:
     return None
 
 
+_KEY_WORDS = (
+    "the server's API key (X-API-KEY): set E2B_API_KEY to the key the server was given "
+    "(`jupyter-exec e2b` prints it)"
+)
+
+
 def decide(
     opens_with: frozenset[Credential],
     request: Request,
@@ -166,16 +174,15 @@ def decide(
 
     Only the credentials the route declares are looked at: a file signature
     on ``/execute``, or a sandbox's token on the API, is no credential there.
+    A route that declares several is opened by any of them.
     """
     if API_KEY in opens_with:
         if api_key is None or hmac.compare_digest(
             (request.header("X-API-KEY") or "").encode(), api_key.encode()
         ):
             return Grant(API_KEY)
-        raise Unauthorized(
-            "send the server's API key (X-API-KEY): set E2B_API_KEY to the key the server was "
-            "given (`jupyter-exec e2b` prints it)"
-        )
+        if opens_with == {API_KEY}:
+            raise Unauthorized(f"send {_KEY_WORDS}")
     sandbox_id = request.header("E2b-Sandbox-Id")
     if not sandbox_id and FILE_SIGNATURE in opens_with and request.query("signature"):
         for sandbox in sandboxes.every():  # a file URL names no sandbox: its signature does
@@ -198,7 +205,8 @@ def decide(
         raise Unauthorized(f"this request does not carry sandbox {sandbox_id!r}'s access token")
     if PUBLIC in opens_with:
         return Grant(PUBLIC)
+    either = f"{_KEY_WORDS}, or " if API_KEY in opens_with else ""
     raise Unauthorized(
-        "this route needs a sandbox's credentials: the E2b-Sandbox-Id header and its access "
-        "token (X-Access-Token), as the SDK sends them"
+        f"this route needs {either}a sandbox's credentials: the E2b-Sandbox-Id header and its "
+        "access token (X-Access-Token), as the SDK sends them"
     )

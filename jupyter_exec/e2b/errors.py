@@ -24,7 +24,15 @@ from jupyter_exec.exceptions import JupyterExecError, StorageError
 from jupyter_exec.server.errors import clip
 from jupyter_exec.server.errors import status_of as rest_status
 
-__all__ = ["SandboxGone", "Unauthorized", "connect_code", "error_message", "status_of"]
+__all__ = [
+    "EXPECTED",
+    "NotServed",
+    "SandboxGone",
+    "Unauthorized",
+    "connect_code",
+    "error_message",
+    "status_of",
+]
 
 
 class Unauthorized(JupyterExecError):
@@ -33,6 +41,17 @@ class Unauthorized(JupyterExecError):
 
 class SandboxGone(JupyterExecError):
     """The sandbox a request names does not exist (never made, killed, or timed out)."""
+
+
+class NotServed(JupyterExecError):
+    """A route of E2B's API that this server does not serve (yet): 501, saying what it is.
+
+    Not a 404: the SDK reads a 404 on a sandbox's route as "sandbox not found".
+    """
+
+
+EXPECTED = (SandboxGone, NotServed)
+"""5xx answers that are no failure of the server: answered, never logged as errors."""
 
 
 CONNECT_CODES = {
@@ -56,6 +75,8 @@ def status_of(exc: BaseException) -> int:
         return 401
     if isinstance(exc, SandboxGone):
         return 502
+    if isinstance(exc, NotServed):
+        return 501
     if isinstance(exc, HTTPError):
         return exc.status_code
     if isinstance(exc, TimeoutError) and isinstance(exc, JupyterExecError):

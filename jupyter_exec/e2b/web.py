@@ -13,6 +13,10 @@ Every request passes these steps, in this order, before a handler method runs:
   own access token, and only the files route takes a file URL's signature,
   for its one path and operation. The :class:`~jupyter_exec.e2b.auth.Grant`
   is :attr:`E2BHandler.grant`; :meth:`E2BHandler.sandbox` is its sandbox.
+* **A route that answers from the headers alone** (a path this server does
+  not serve: 404, or E2B's route for a feature it does not serve yet: 501,
+  :mod:`jupyter_exec.e2b.unserved`) answers now, once the credential is
+  checked; its body is never read, and a body sent with it closes the connection.
 * **The body**, read only now (``@stream_request_body``: tornado hands the
   body to :meth:`data_received` after ``prepare()``), and no larger than the
   route's limit: a declared ``Content-Length`` over it is refused (413)
@@ -38,7 +42,7 @@ from tornado.web import HTTPError, RequestHandler, stream_request_body
 
 from jupyter_exec.e2b.auth import Grant, Request, RouteAuth, decide, file_signature
 from jupyter_exec.e2b.errors import (
-    SandboxGone,
+    EXPECTED,
     Unauthorized,
     api_body,
     connect_code,
@@ -111,8 +115,16 @@ class E2BHandler(RequestHandler):
             raise HTTPError(403, f"requests from web pages at {origin!r} are refused")
         self.grant = decide(self.auth.opens_with, self._as_request(), self.server.sandboxes,
                             self.server.api_key)  # fmt: skip
+        refusal = self.refusal()
+        if refusal is not None:  # answered from the headers: the connection takes no body
+            self._cap_body(0)
+            raise refusal
         self._bound_body()
         self._admitted = True
+
+    def refusal(self) -> Exception | None:
+        """What a route that answers every request from its headers alone raises (404, 501)."""
+        return None
 
     def _as_request(self) -> Request:
         return Request(
@@ -121,12 +133,16 @@ class E2BHandler(RequestHandler):
             lambda name: self.get_query_argument(name, ""),
         )
 
+    def _cap_body(self, limit: int) -> None:
+        """Let the connection read at most ``limit`` bytes of the body: it closes past them."""
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            connection.set_max_body_size(limit)
+
     def _bound_body(self) -> None:
         """Let the connection read at most the route's limit; refuse a longer declared body."""
         limit = self.max_body()
-        connection = self.request.connection
-        if isinstance(connection, HTTP1Connection):
-            connection.set_max_body_size(limit)  # the connection closes past it
+        self._cap_body(limit)
         declared = self.request.headers.get("Content-Length", "0")
         if not declared.isdigit():
             raise InvalidArgument(f"Content-Length must be a number of bytes, not {declared!r}")
@@ -192,7 +208,7 @@ class E2BHandler(RequestHandler):
         exc_info = kwargs.get("exc_info")
         exc = exc_info[1] if exc_info else HTTPError(status_code)
         status = status_of(exc)
-        if status >= 500 and not isinstance(exc, SandboxGone):
+        if status >= 500 and not isinstance(exc, EXPECTED):
             log.error("E2B request %s %s failed", self.request.method, self.request.path,
                       exc_info=exc_info)  # fmt: skip
         self.set_status(status)
@@ -207,6 +223,6 @@ class E2BHandler(RequestHandler):
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         """Expected refusals are answered, not logged as server errors (write_error logs bugs)."""
-        if value is not None and status_of(value) >= 500 and not isinstance(value, SandboxGone):
+        if value is not None and status_of(value) >= 500 and not isinstance(value, EXPECTED):
             return  # write_error logs it with its traceback
         log.info("E2B %s %s: %s", self.request.method, self.request.path, value)

@@ -24,12 +24,9 @@ from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Script, recor
 from jupyter_exec.engine.provisioning import ContainerProvisioner
 from jupyter_exec.engine.store import confined_path, writable_path
 from jupyter_exec.exceptions import BackendError
-from jupyter_exec.models import ScriptResult
+from jupyter_exec.models import TIMEOUT_EXIT_CODE, ScriptResult
 
 __all__ = ["SCRIPT_LANGUAGES", "TIMEOUT_EXIT_CODE", "run_script", "script_of", "script_path"]
-
-TIMEOUT_EXIT_CODE = 124
-"""Exit code of a script killed at its timeout (as with coreutils ``timeout``)."""
 
 SCRIPT_LANGUAGES = {
     record.tag: record.script.suffix

@@ -7,11 +7,16 @@
 * :mod:`~jupyter_exec.manager.blocking` - :class:`SessionManager`, its blocking face.
 """
 
-from jupyter_exec.manager.aio import AsyncSessionManager, SessionInfo
-from jupyter_exec.manager.blocking import SessionManager
-from jupyter_exec.manager.pool import KernelPool, PoolKey
-from jupyter_exec.manager.zygote import Preload
-from jupyter_exec.manager.zygote_pool import ZygotePool
+from typing import TYPE_CHECKING
+
+from jupyter_exec._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from jupyter_exec.manager.aio import AsyncSessionManager, SessionInfo
+    from jupyter_exec.manager.blocking import SessionManager
+    from jupyter_exec.manager.pool import KernelPool, PoolKey
+    from jupyter_exec.manager.zygote import Preload
+    from jupyter_exec.manager.zygote_pool import ZygotePool
 
 __all__ = [
     "AsyncSessionManager",
@@ -22,3 +27,17 @@ __all__ = [
     "SessionManager",
     "ZygotePool",
 ]
+
+if not TYPE_CHECKING:  # each loaded on first use: a submodule's import does not load them all
+    __getattr__, __dir__ = lazy_names(
+        __name__,
+        {
+            "AsyncSessionManager": "jupyter_exec.manager.aio",
+            "KernelPool": "jupyter_exec.manager.pool",
+            "PoolKey": "jupyter_exec.manager.pool",
+            "Preload": "jupyter_exec.manager.zygote",
+            "SessionInfo": "jupyter_exec.manager.aio",
+            "SessionManager": "jupyter_exec.manager.blocking",
+            "ZygotePool": "jupyter_exec.manager.zygote_pool",
+        },
+    )

@@ -55,6 +55,7 @@ from jupyter_exec.exceptions import (
 )
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.starter import PooledKernelStarter
+from jupyter_exec.options import DEFAULT_PRELOAD
 from jupyter_exec.state import snapshots
 from jupyter_exec.state.forking import AdoptedProvisioner
 from jupyter_exec.state.snapshots import Snapshot, drop, start_from, take_snapshot
@@ -70,9 +71,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("jupyter_exec.manager")
-
-DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
-"""What a zygote imports unless told otherwise: the usual data-analysis stack."""
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 

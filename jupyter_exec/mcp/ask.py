@@ -14,7 +14,6 @@ time, no call running) is a denial whose reason the model reads.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -89,6 +88,8 @@ class ElicitingAsk:
             f"Code running in session {request.session!r} wants to connect to {where}, "
             "which the network policy neither allows nor denies. Allow it for this session?"
         )
+        import asyncio  # here: `jupyter-exec mcp --help` reads this module's default only
+
         try:
             answer = await asyncio.wait_for(context.elicit(message, _approval_form()), self.timeout)
         except asyncio.TimeoutError:

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import datetime, timezone
 from typing import Any
-
-from jupyter_server._tz import utcnow
 
 from jupyter_exec.engine.kernel import KernelHandle
 
@@ -73,7 +72,7 @@ def adopt(mkm: Any, handle: KernelHandle, kernel_name: str, notebook: str) -> st
     mkm._kernel_connections[kernel_id] = 0
     km.execution_state = "idle"
     km.reason = ""
-    km.last_activity = utcnow()
+    km.last_activity = datetime.now(timezone.utc)  # as jupyter_server's own utcnow()
     mkm._kernel_ports[kernel_id] = km.ports
     mkm.start_watching_activity(kernel_id)
     if not mkm._initialized_culler:

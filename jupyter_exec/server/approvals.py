@@ -27,14 +27,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.network import NetworkRequest
+from jupyter_exec.server.errors import ApprovalNotFound
 
 __all__ = ["ApprovalNotFound", "Approvals", "PendingApproval"]
-
-
-class ApprovalNotFound(InvalidArgument):
-    """No pending approval has that id (answered already, timed out, or never asked)."""
 
 
 @dataclass

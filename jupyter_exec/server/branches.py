@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 
-from jupyter_exec.exceptions import ForkError, InvalidArgument, SessionLimitError
+from jupyter_exec.exceptions import ForkError, SessionLimitError
 from jupyter_exec.server.adopt import adopt, forget, kernel_id_of
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
+from jupyter_exec.server.errors import CheckpointNotFound
 from jupyter_exec.state.branching import MAX_FORKS
 from jupyter_exec.state.session_state import Checkpoint
 
@@ -38,10 +39,6 @@ if TYPE_CHECKING:
     from jupyter_exec.server.paths import ServerRoot
 
 __all__ = ["Branches", "CheckpointNotFound"]
-
-
-class CheckpointNotFound(InvalidArgument):
-    """The session has no checkpoint of that name (a 404 over REST)."""
 
 
 class Branches:

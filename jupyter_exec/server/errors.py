@@ -13,6 +13,9 @@ client branches on it without parsing text; for refusals by Jupyter itself
 HTTP reason in one word (``Forbidden``, ``MethodNotAllowed``). A client's
 mistake is always a 4xx; a 5xx means the server could not do what was
 rightly asked (a kernel would not start, the disk is full) or a bug.
+
+The REST API's own refusals are declared here too (their modules re-export
+them), so the E2B server, which shares this table, loads no REST machinery.
 """
 
 from __future__ import annotations
@@ -39,10 +42,25 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.server.approvals import ApprovalNotFound
-from jupyter_exec.server.branches import CheckpointNotFound
 
-__all__ = ["REFUSED_ERRNOS", "STATUS", "clip", "error_body", "status_of"]
+__all__ = [
+    "REFUSED_ERRNOS",
+    "STATUS",
+    "ApprovalNotFound",
+    "CheckpointNotFound",
+    "clip",
+    "error_body",
+    "status_of",
+]
+
+
+class CheckpointNotFound(InvalidArgument):
+    """The session has no checkpoint of that name (a 404 over REST)."""
+
+
+class ApprovalNotFound(InvalidArgument):
+    """No pending approval has that id (answered already, timed out, or never asked)."""
+
 
 STATUS: tuple[tuple[type[JupyterExecError], int], ...] = (
     (SessionNotFound, 404),
