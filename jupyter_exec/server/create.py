@@ -195,31 +195,50 @@ class Creation:
             self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
-        started: list[ServerSession] = []
-
-        async def start() -> AsyncSession:
-            entry = await self._start(session_id, folder, name, options, borrowed=kernel_id)
-            started.append(entry)
-            return entry.session
-
         if kernel_id is not None:
             self._borrowing.add(kernel_id)
         try:
-            # The manager checks its limits before start() runs: no kernel for a refused session.
-            await self.manager.add(session_id, start, backend=backend)
-        except SessionLimitError as exc:
-            self._drop_own_folder(folder, own=made)
-            raise self._limit_reached(exc) from None
+            entry = await self._add(session_id, folder, name, options, borrowed=kernel_id)
         except BaseException:
             self._drop_own_folder(folder, own=made)
             raise
         finally:
             self._reserved.discard(notebook)
             self._borrowing.discard(kernel_id or "")
+        self._remember(entry)
+        return entry
+
+    async def _add(
+        self,
+        session_id: str,
+        folder: Path,
+        name: str,
+        options: SessionOptions,
+        *,
+        borrowed: str | None = None,
+        resumed_from: str | None = None,
+    ) -> ServerSession:
+        """Start the session (:meth:`_start`) under the manager, and hold it.
+
+        The manager checks its limits before the start runs: no kernel for a refused
+        session, whose error names the settings to change (:class:`SessionLimitReached`).
+        """
+        started: list[ServerSession] = []
+
+        async def start() -> AsyncSession:
+            entry = await self._start(
+                session_id, folder, name, options, borrowed=borrowed, resumed_from=resumed_from
+            )
+            started.append(entry)
+            return entry.session
+
+        try:
+            await self.manager.add(session_id, start, backend=options.backend)
+        except SessionLimitError as exc:
+            raise self._limit_reached(exc) from None
         entry = started[0]
         self._sessions[entry.id] = entry
         self.replay_origins.remember(entry)
-        self._remember(entry)
         return entry
 
     def _remember(self, entry: ServerSession) -> None:
@@ -266,22 +285,7 @@ class Creation:
             undo_steps=saved.undo_steps,
             # a policy is never kept (its secrets): the session comes back without one
         )
-        started: list[ServerSession] = []
-
-        async def start() -> AsyncSession:
-            entry = await self._start(
-                saved.id, folder, saved.name, options, resumed_from=saved.created
-            )
-            started.append(entry)
-            return entry.session
-
-        try:
-            await self.manager.add(saved.id, start, backend=backend)
-        except SessionLimitError as exc:
-            raise self._limit_reached(exc) from None
-        entry = started[0]
-        self._sessions[entry.id] = entry
-        self.replay_origins.remember(entry)
+        entry = await self._add(saved.id, folder, saved.name, options, resumed_from=saved.created)
         log.info("jupyter-exec session %s: back after the restart", entry.id)
         return entry
 
