@@ -218,17 +218,28 @@ class Creation:
         borrowed: str | None = None,
         resumed_from: str | None = None,
     ) -> ServerSession:
-        """Start the session (:meth:`_start`) under the manager, and hold it.
+        """Start the session under the manager, and hold it.
 
         The manager checks its limits before the start runs: no kernel for a refused
         session, whose error names the settings to change (:class:`SessionLimitReached`).
+        Then ``folder`` is claimed (:mod:`jupyter_exec.boundary.folders`): no kernel starts
+        in a folder that crosses a trust line.
+
+        ``options``: as checked (:func:`request_options`); what only the server has
+        besides: ``borrowed``, the id of a running server kernel to attach to instead
+        of starting one, and ``resumed_from``, the created time of a session from
+        before a restart, whose notebook is resumed.
         """
         started: list[ServerSession] = []
 
         async def start() -> AsyncSession:
-            entry = await self._start(
-                session_id, folder, name, options, borrowed=borrowed, resumed_from=resumed_from
-            )
+            # Held from before the kernel starts; the session holds its own claim once started.
+            who = f"session {name!r} ({options.backend})"
+            claim = claim_folder(folder, trust_of(options.backend), who)
+            try:
+                entry = await self._start(session_id, folder, name, options, borrowed, resumed_from)
+            finally:
+                claim.release()
             started.append(entry)
             return entry.session
 
@@ -373,38 +384,11 @@ class Creation:
         folder: Path,
         name: str,
         options: SessionOptions,
-        *,
-        borrowed: str | None = None,
-        resumed_from: str | None = None,
-    ) -> ServerSession:
-        """Start the session's kernel and recording in ``folder``, claimed first
-        (:mod:`jupyter_exec.boundary.folders`): no kernel starts in a folder that
-        crosses a trust line.
-
-        ``options``: as checked (:func:`request_options`); what only the server has
-        besides: ``borrowed``, the id of a running server kernel to attach to instead
-        of starting one, and ``resumed_from``, the created time of a session from
-        before a restart, whose notebook is resumed.
-        """
-        # Held from before the kernel starts; the session holds its own claim once started.
-        who = f"session {name!r} ({options.backend})"
-        claim = claim_folder(folder, trust_of(options.backend), who)
-        try:
-            return await self._start_claimed(
-                session_id, folder, name, options, borrowed, resumed_from
-            )
-        finally:
-            claim.release()
-
-    async def _start_claimed(
-        self,
-        session_id: str,
-        folder: Path,
-        name: str,
-        options: SessionOptions,
         borrowed: str | None,
         resumed_from: str | None,
     ) -> ServerSession:
+        """Start the session's kernel (or attach to ``borrowed``) and its recording in the
+        claimed ``folder``, and bind its notebook; whatever was made is undone if a step fails."""
         notebook = folder / f"{name}.ipynb"
         notebook_api = self.root.api_path(notebook)
         env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
