@@ -3,21 +3,23 @@
 Loading the sandboxes of the root from before a restart (no kernel started),
 giving a new sandbox a token derived from the host key and a salt (so it opens
 the sandbox again after a restart; :mod:`jupyter_exec.e2b.saved`), keeping its
-entry up to date, and resuming its default context's notebook on first use.
+entry up to date, and resuming its default context's notebook on first use (the
+manager's :class:`~jupyter_exec.manager.dormant.DormantSessions`, shared with the REST
+and MCP servers: a sandbox's default context is dormant until then).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.e2b.saved import SandboxRegistry, SavedSandbox
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import JupyterExecError
 from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.manager.dormant import DormantSessions, resume_into
 
 if TYPE_CHECKING:
     from jupyter_exec.e2b.sandboxes import Context, Sandbox
@@ -32,6 +34,8 @@ class Lasting:
 
     manager: AsyncSessionManager
     saved: SandboxRegistry | None
+    dormant: DormantSessions[tuple[Sandbox, Path]] | None = None
+    """Default contexts from before a restart, by session name: their sandbox and notebook."""
 
     # Provided by Sandboxes.
     def _new(self, sandbox_id: str, token: str | None, **fields: Any) -> Sandbox:
@@ -48,6 +52,7 @@ class Lasting:
         """
         self.saved = SandboxRegistry(self.manager.root)
         now = time.time()
+        dormant: dict[str, tuple[Sandbox, Path]] = {}
         for saved in self.saved.load():
             if saved.end is not None and saved.end <= now:
                 self.saved.remove(saved.id)
@@ -61,8 +66,15 @@ class Lasting:
                 saved.id, token, template=saved.template, metadata=saved.metadata,
                 started=saved.started, end=saved.end, salt=saved.salt,
             )  # fmt: skip
-            sandbox.resume = self.manager.root / saved.id / f"{saved.notebook}.ipynb"
+            notebook = self.manager.root / saved.id / f"{saved.notebook}.ipynb"
+            dormant[saved.id] = (sandbox, notebook)  # its default context's session
             log.info("sandbox %s: back from before the restart", saved.id)
+        self.dormant = DormantSessions(
+            dormant,
+            wake=self._wake,
+            forget=lambda _: None,  # the sandbox's entry stays: it is awake, not gone
+            live=self.manager.__contains__,
+        )
 
     def _token(self, sandbox_id: str) -> tuple[str, str | None]:
         """A new sandbox's token and salt: derived, so it works after a restart too."""
@@ -91,23 +103,13 @@ class Lasting:
 
     async def _resumed(self, sandbox: Sandbox, context: Context) -> None:
         """The default context of a sandbox from before the restart: its notebook resumed."""
-        notebook = sandbox.resume
-        if notebook is None or context.session_name in self.manager:
-            return
-        options = {**self.manager.session_defaults, **self._options(sandbox)}
+        if self.dormant is not None:
+            await self.dormant.wake(context.session_name)
 
-        async def start() -> AsyncSession:
-            session = AsyncSession.resume(
-                notebook, work_dir=notebook.parent, name=notebook.stem, **options
-            )
-            try:
-                return await session.start()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await session.close()
-                raise
-
-        await self.manager.add(
-            context.session_name, start, backend=str(options.get("backend") or "local")
+    async def _wake(self, dormant: tuple[Sandbox, Path]) -> None:
+        sandbox, notebook = dormant
+        options = self._options(sandbox)
+        backend = {**self.manager.session_defaults, **options}.get("backend")
+        await resume_into(
+            self.manager, sandbox.id, notebook, options, backend=str(backend or "local")
         )
-        sandbox.resume = None

@@ -144,8 +144,6 @@ class Sandbox:
     processes: Processes = field(init=False)
     salt: str | None = None
     """What its token is derived from (:mod:`jupyter_exec.e2b.saved`); None: not kept."""
-    resume: Path | None = None
-    """From before a restart: the notebook its default context resumes on first use."""
 
     def allows(self, token: str | None) -> bool:
         """Whether ``token`` opens this sandbox (constant time; a token-less sandbox: any)."""

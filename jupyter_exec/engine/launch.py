@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_client.kernelspec import KernelSpec
 
@@ -36,7 +37,18 @@ from jupyter_exec.engine.kernel import (
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 from jupyter_exec.options import SessionOptions
 
-__all__ = ["kernel_spec", "launch_kernel", "lend_network", "network_of", "resolve_environment"]
+if TYPE_CHECKING:
+    from jupyter_exec.network import NetworkPolicy
+    from jupyter_exec.network.proxy import NetworkProxy
+
+__all__ = [
+    "kernel_spec",
+    "launch_kernel",
+    "lend_network",
+    "network_of",
+    "network_proxy",
+    "resolve_environment",
+]
 
 _NETWORK: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 """Kernel managers started (for a pool) with a network proxy, and that proxy."""
@@ -166,17 +178,35 @@ async def _launch_with_policy(options: SessionOptions, cwd: Path | None) -> Kern
             f"'docker'), not to a {'given' if options.kernel_manager else options.backend} "
             "kernel: the policy could not be enforced there"
         )
-    from jupyter_exec.network.proxy import NetworkProxy
-
-    assert options.network is not None
-    proxy = await NetworkProxy(options.network, session=options.name or "").start()
-    try:
+    async with network_proxy(options.network, options.name or "") as proxy:
+        assert proxy is not None
         docker = {**options.docker, "network_proxy": str(proxy.folder)}
         handle = await launch_kernel(options.replace(network=None, docker=docker), cwd)
-    except BaseException:
-        await proxy.close()
-        raise
     if not proxy.session:
         proxy.session = handle.kernel_id
     handle.network = proxy
     return handle
+
+
+@contextlib.asynccontextmanager
+async def network_proxy(
+    policy: NetworkPolicy | None, session: str
+) -> AsyncIterator[NetworkProxy | None]:
+    """The proxy a Docker kernel held to ``policy`` reaches the network through (``None``
+    without a policy), closed again if the block that starts the kernel fails.
+
+    The one place a proxy is started: a session's own kernel (:func:`launch_kernel`),
+    a warm pool's and the Jupyter server's kernels all come here. On success the
+    proxy stays open: whoever holds the kernel closes it with the kernel.
+    """
+    if policy is None:
+        yield None
+        return
+    from jupyter_exec.network.proxy import NetworkProxy  # imported on use: TLS, sockets
+
+    proxy = await NetworkProxy(policy, session=session).start()
+    try:
+        yield proxy
+    except BaseException:
+        await proxy.close()
+        raise

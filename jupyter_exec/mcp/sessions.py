@@ -17,7 +17,8 @@ A server started again on the same root answers for those names: the first
 tool call naming one brings it back (a new kernel of the server's
 environment, its state rebuilt from its notebook by
 :meth:`~jupyter_exec.AsyncSession.resume`), and ``list_sessions`` shows the
-others as ``dormant``.
+others as ``dormant`` (:class:`~jupyter_exec.manager.dormant.DormantSessions`, shared
+with the REST and E2B servers).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from jupyter_exec.exceptions import (
     SessionNotFound,
 )
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
+from jupyter_exec.manager.dormant import DormantSessions, resume_into
 from jupyter_exec.manager.saved import BadEntry, SignedStore, same_fields
 
 __all__ = ["SessionRegistry"]
@@ -136,8 +138,12 @@ class SessionRegistry:
         self._pool_task: asyncio.Task[None] | None = None
         self.saved = SignedStore(self.root, KIND, _is_name)
         self.manager.on_forget = self.saved.remove  # closed or culled: not back after a restart
-        self._dormant: dict[str, Saved] = {s.name: s for s in self.saved.load(Saved.checked)}
-        self._waking: dict[str, asyncio.Task[None]] = {}
+        self.dormant: DormantSessions[Saved] = DormantSessions(
+            {s.name: s for s in self.saved.load(Saved.checked)},
+            wake=self._resume,
+            forget=self.saved.remove,
+            live=self.manager.__contains__,
+        )
 
     @property
     def max_sessions(self) -> int:
@@ -257,7 +263,7 @@ class SessionRegistry:
             "created": datetime.now(timezone.utc).isoformat(),
         }
         self.saved.save(name, entry)
-        self._dormant.pop(name, None)
+        self.dormant.discard(name)
 
     def _is(self, info: SessionInfo, session: AsyncSession) -> bool:
         return info.notebook_path == session.notebook_path and info.work_dir == session.work_dir
@@ -268,41 +274,20 @@ class SessionRegistry:
         Concurrent first uses share one resume; a failed one leaves it dormant and
         says why (its notebook gone, the server now Docker-only, the limit reached).
         """
-        saved = self._dormant.get(name)
-        if saved is None or name in self.manager:
-            return
-        await self.start()
-        task = self._waking.get(name)
-        if task is None:
-            task = asyncio.ensure_future(self._resume(saved))
-            self._waking[name] = task
-            task.add_done_callback(lambda _: self._waking.pop(name, None))
-        await asyncio.shield(task)
-        self._dormant.pop(name, None)
+        if name in self.dormant:
+            await self.start()
+            await self.dormant.wake(name)
 
     async def _resume(self, saved: Saved) -> None:
         environment = self._environment_for(saved.backend)  # what the server allows now
-        options = {**self.manager.session_defaults, **await self._options_for(environment)}
-        work_dir = self.root / saved.work_dir
-        notebook = work_dir / f"{saved.notebook}.ipynb"
-
-        async def start() -> AsyncSession:
-            session = AsyncSession.resume(
-                notebook, work_dir=work_dir, name=saved.notebook, **options
-            )
-            try:
-                await session.start()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await session.close()
-                raise
-            return session
-
+        options = await self._options_for(environment)
+        notebook = self.root / saved.work_dir / f"{saved.notebook}.ipynb"
         try:
-            await self.manager.add(saved.name, start, backend=environment.backend)
+            await resume_into(
+                self.manager, saved.name, notebook, options, backend=environment.backend
+            )
         except SessionLimitError as exc:
             raise self._full(saved.name, exc) from exc
-        log.info("session %s: back after the restart (%s)", saved.name, notebook)
 
     def _info(self, name: str) -> SessionInfo | None:
         return next((i for i in self.manager.list() if i.name == name), None)
@@ -343,8 +328,7 @@ class SessionRegistry:
                 "idle_seconds": None,
                 "network": None,
             }
-            for saved in sorted(self._dormant.values(), key=lambda s: s.name)
-            if saved.name not in self.manager
+            for saved in sorted(self.dormant.list(), key=lambda s: s.name)
         ]
 
     def _network(self, info: SessionInfo) -> str | None:
@@ -361,9 +345,7 @@ class SessionRegistry:
         return [(p.key.label, p.ready, p.size) for p in self.manager.kernel_pools]
 
     async def close(self, name: str) -> None:
-        if name in self._dormant and name not in self.manager:  # closed before any use
-            del self._dormant[name]
-            self.saved.remove(name)
+        if await self.dormant.drop(name):  # closed before any use: no kernel
             return
         self.existing(name)
         await self.manager.close_session(name)  # its entry goes too (manager.on_forget)

@@ -9,13 +9,17 @@ Creating a session, step by step::
     session_manager.create_session(path, kernel_id)  a Jupyter session binds the notebook to the
                                                      kernel: opening it in JupyterLab joins it
 
-Every request is checked (backend, name, undo steps, network policy, kernelspec)
-before anything starts, and the manager's limits refuse a session before its
-kernel starts, so a refused request leaves no kernel, proxy or notebook behind.
-A Docker session's network policy starts its proxy here, before the kernel, and
-ends with the session. Kept apart from :mod:`~jupyter_exec.server.sessions`
-because this is the one path with many steps, each undone if a later one fails;
-the registry there only looks sessions up and releases them.
+Every request is checked before anything starts: the backends this server
+serves and its kernelspecs here, every option by the engine's own
+:class:`~jupyter_exec.options.SessionOptions` (made once from the body, its
+refusal a 400 through :func:`request_options`); and the manager's limits refuse
+a session before its kernel starts, so a refused request leaves no kernel, proxy
+or notebook behind. A Docker session's network policy has its proxy started by
+the engine's one owner of proxies (:func:`~jupyter_exec.engine.launch.network_proxy`),
+before the kernel, and it ends with the session. Kept apart from
+:mod:`~jupyter_exec.server.sessions` because this is the one path with many steps,
+each undone if a later one fails; the registry there only looks sessions up and
+releases them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import contextlib
 import logging
 import os
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -34,7 +37,7 @@ from tornado.web import HTTPError
 
 from jupyter_exec.boundary.folders import claim as claim_folder
 from jupyter_exec.boundary.folders import refuse_if_lent, trust_of
-from jupyter_exec.boundary.naming import default_session_name, validate_name
+from jupyter_exec.boundary.naming import default_session_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.backends import language_kernelspec
 from jupyter_exec.engine.languages import (
@@ -43,6 +46,7 @@ from jupyter_exec.engine.languages import (
     language_of_kernel,
     language_record,
 )
+from jupyter_exec.engine.launch import network_proxy
 from jupyter_exec.engine.safepath import is_ipykernel, safe_python
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import (
@@ -54,8 +58,7 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.network import NetworkPolicy
-from jupyter_exec.options import MAX_UNDO_STEPS
+from jupyter_exec.options import SessionOptions
 from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
@@ -70,9 +73,24 @@ if TYPE_CHECKING:
     from jupyter_exec.server.saved import SavedSession, SessionRegistry
     from jupyter_exec.server.sessions import ServerSessions
 
-__all__ = ["Creation", "SessionLimitReached"]
+__all__ = ["Creation", "SessionLimitReached", "request_options"]
 
 log = logging.getLogger("jupyter_exec.server")
+
+
+def request_options(**given: Any) -> SessionOptions:
+    """The session options a request asks for, checked by the engine's own rules.
+
+    The one seam between a REST body and the engine's options: a refusal is the
+    client's mistake, :class:`~jupyter_exec.server.bodies.InvalidRequest` (a 400),
+    with the engine's message.
+    """
+    try:
+        return SessionOptions(**given)
+    except InvalidRequest:
+        raise
+    except InvalidArgument as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 class SessionLimitReached(SessionLimitError):
@@ -148,29 +166,23 @@ class Creation:
             )
             backend, kernel_name = borrowed.backend, borrowed.kernel_name
         backend = backend or "local"
-        if backend not in self.kernel_names:
+        if backend not in self.kernel_names:  # what this server serves, not an option's rule
             raise InvalidRequest(
                 f"unknown backend {backend!r}: use one of {', '.join(sorted(self.kernel_names))}"
             )
-        if name is not None:
-            try:
-                validate_name(name)
-            except ValueError as exc:
-                raise InvalidRequest(str(exc)) from None
-        if not 0 <= undo_steps <= MAX_UNDO_STEPS:
-            raise InvalidRequest(
-                f"'undo_steps' must be from 0 to {MAX_UNDO_STEPS} (cells that undo can take "
-                f"back), not {undo_steps}"
-            )
         session_id = uuid.uuid4().hex
-        policy = (
-            None
+        options = request_options(
+            name=name,
+            backend=backend,
+            kernel_name=kernel_name or self.kernel_names[backend],
+            timeout=self.timeout if timeout is None else timeout,
+            undo_steps=undo_steps,
+            network=None
             if network is None
-            else checked_policy(network, backend, self.approvals.asker(session_id))
+            else checked_policy(network, self.approvals.asker(session_id)),
         )
-        kernel_name = kernel_name or self.kernel_names[backend]
         if borrowed is None:
-            await self._check_kernelspec(kernel_name)
+            await self._check_kernelspec(options.kernel_name)
         made = work_dir is None  # a folder this request made goes again if it starts nothing
         if work_dir is None:  # a folder of its own, never one another session used
             folder, name = self._own_folder(name)
@@ -183,32 +195,61 @@ class Creation:
             self._make_folder(folder)
         name = self._reserve(folder, name)
         notebook = folder / f"{name}.ipynb"
-        started: list[ServerSession] = []
-        launch = _Launch(backend, kernel_name, timeout, undo_steps, policy, kernel_id)
-
-        async def start() -> AsyncSession:
-            entry = await self._start(session_id, folder, name, launch)
-            started.append(entry)
-            return entry.session
-
         if kernel_id is not None:
             self._borrowing.add(kernel_id)
         try:
-            # The manager checks its limits before start() runs: no kernel for a refused session.
-            await self.manager.add(session_id, start, backend=backend)
-        except SessionLimitError as exc:
-            self._drop_own_folder(folder, own=made)
-            raise self._limit_reached(exc) from None
+            entry = await self._add(session_id, folder, name, options, borrowed=kernel_id)
         except BaseException:
             self._drop_own_folder(folder, own=made)
             raise
         finally:
             self._reserved.discard(notebook)
             self._borrowing.discard(kernel_id or "")
+        self._remember(entry)
+        return entry
+
+    async def _add(
+        self,
+        session_id: str,
+        folder: Path,
+        name: str,
+        options: SessionOptions,
+        *,
+        borrowed: str | None = None,
+        resumed_from: str | None = None,
+    ) -> ServerSession:
+        """Start the session under the manager, and hold it.
+
+        The manager checks its limits before the start runs: no kernel for a refused
+        session, whose error names the settings to change (:class:`SessionLimitReached`).
+        Then ``folder`` is claimed (:mod:`jupyter_exec.boundary.folders`): no kernel starts
+        in a folder that crosses a trust line.
+
+        ``options``: as checked (:func:`request_options`); what only the server has
+        besides: ``borrowed``, the id of a running server kernel to attach to instead
+        of starting one, and ``resumed_from``, the created time of a session from
+        before a restart, whose notebook is resumed.
+        """
+        started: list[ServerSession] = []
+
+        async def start() -> AsyncSession:
+            # Held from before the kernel starts; the session holds its own claim once started.
+            who = f"session {name!r} ({options.backend})"
+            claim = claim_folder(folder, trust_of(options.backend), who)
+            try:
+                entry = await self._start(session_id, folder, name, options, borrowed, resumed_from)
+            finally:
+                claim.release()
+            started.append(entry)
+            return entry.session
+
+        try:
+            await self.manager.add(session_id, start, backend=options.backend)
+        except SessionLimitError as exc:
+            raise self._limit_reached(exc) from None
         entry = started[0]
         self._sessions[entry.id] = entry
         self.replay_origins.remember(entry)
-        self._remember(entry)
         return entry
 
     def _remember(self, entry: ServerSession) -> None:
@@ -248,28 +289,14 @@ class Creation:
         backend = cast("Backend", saved.backend)
         if backend == "local":
             refuse_if_lent(folder, f"session {saved.name!r} ({backend})")
-        launch = _Launch(
-            backend,
-            saved.kernel_name,
-            saved.timeout,
-            saved.undo_steps,
-            None,  # a policy is never kept (its secrets): the session comes back without one
-            resumed_from=saved.created,
+        options = SessionOptions(  # as the server checked them, when it saved them
+            backend=backend,
+            kernel_name=saved.kernel_name,
+            timeout=self.timeout if saved.timeout is None else saved.timeout,
+            undo_steps=saved.undo_steps,
+            # a policy is never kept (its secrets): the session comes back without one
         )
-        started: list[ServerSession] = []
-
-        async def start() -> AsyncSession:
-            entry = await self._start(saved.id, folder, saved.name, launch)
-            started.append(entry)
-            return entry.session
-
-        try:
-            await self.manager.add(saved.id, start, backend=backend)
-        except SessionLimitError as exc:
-            raise self._limit_reached(exc) from None
-        entry = started[0]
-        self._sessions[entry.id] = entry
-        self.replay_origins.remember(entry)
+        entry = await self._add(saved.id, folder, saved.name, options, resumed_from=saved.created)
         log.info("jupyter-exec session %s: back after the restart", entry.id)
         return entry
 
@@ -352,76 +379,75 @@ class Creation:
             ) from exc
 
     async def _start(
-        self, session_id: str, folder: Path, name: str, launch: _Launch
+        self,
+        session_id: str,
+        folder: Path,
+        name: str,
+        options: SessionOptions,
+        borrowed: str | None,
+        resumed_from: str | None,
     ) -> ServerSession:
-        """Start the session's kernel and recording in ``folder``, claimed first
-        (:mod:`jupyter_exec.boundary.folders`): no kernel starts in a folder that
-        crosses a trust line."""
-        # Held from before the kernel starts; the session holds its own claim once started.
-        who = f"session {name!r} ({launch.backend})"
-        claim = claim_folder(folder, trust_of(launch.backend), who)
-        try:
-            return await self._start_claimed(session_id, folder, name, launch)
-        finally:
-            claim.release()
-
-    async def _start_claimed(
-        self, session_id: str, folder: Path, name: str, launch: _Launch
-    ) -> ServerSession:
-        kernel_manager = self.serverapp.kernel_manager
+        """Start the session's kernel (or attach to ``borrowed``) and its recording in the
+        claimed ``folder``, and bind its notebook; whatever was made is undone if a step fails."""
         notebook = folder / f"{name}.ipynb"
         notebook_api = self.root.api_path(notebook)
         env = {**os.environ, "JPY_SESSION_NAME": str(notebook)}
-        proxy = await _start_proxy(launch.policy, name)
-        kernel_id: str | None = None
-        session: ServerAsyncSession | None = None
-        try:  # whatever was made is undone, newest first, if a later step fails
-            kernel_id = launch.borrowed or await self._start_server_kernel(
-                launch.kernel_name, folder, env, network_proxy=proxy
-            )
-            options: dict[str, Any] = {
-                "kernel_name": launch.kernel_name,
-                "backend": launch.backend,
-                "timeout": self.timeout if launch.timeout is None else launch.timeout,
-                "startup_timeout": self.startup_timeout,
-                "undo_steps": launch.undo_steps,
-                "kernel_manager": kernel_manager.get_kernel(kernel_id),
-            }
-            session = (
-                ServerAsyncSession(work_dir=folder, name=name, **options)
-                if launch.resumed_from is None  # a session from before a restart: resumed
-                else ServerAsyncSession.resume(notebook, work_dir=folder, name=name, **options)
-            )
-            session.network_proxy = proxy
-            await session.start()
-            live.attach(session, self.serverapp, notebook_api)
-            model = await self.serverapp.session_manager.create_session(
-                path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
-            )
-        except BaseException:
-            if session is not None:
-                await session.close()
-            if kernel_id is not None and launch.borrowed is None:  # a person's kernel stays theirs
-                await self._shutdown_kernel(kernel_id)
-            if proxy is not None:
-                await proxy.close()
-            raise
+        async with network_proxy(options.network, name) as proxy:
+            kernel_id: str | None = None
+            session: ServerAsyncSession | None = None
+            try:  # whatever was made is undone, newest first, if a later step fails
+                kernel_id = borrowed or await self._start_server_kernel(
+                    options.kernel_name, folder, env, network_proxy=proxy
+                )
+                session = self._server_session(
+                    notebook, options, kernel_id, resumed=resumed_from is not None
+                )
+                session.network_proxy = proxy
+                await session.start()
+                live.attach(session, self.serverapp, notebook_api)
+                model = await self.serverapp.session_manager.create_session(
+                    path=notebook_api, name=notebook.name, type="notebook", kernel_id=kernel_id
+                )
+            except BaseException:
+                if session is not None:
+                    await session.close()
+                if kernel_id is not None and borrowed is None:  # a person's kernel stays theirs
+                    await self._shutdown_kernel(kernel_id)
+                raise  # the proxy closes too
         entry = ServerSession(
             id=session_id,
             session=session,
-            backend=launch.backend,
-            kernel_name=launch.kernel_name,
+            backend=options.backend,
+            kernel_name=options.kernel_name,
             kernel_id=kernel_id,
             work_dir=folder,
-            created=launch.resumed_from or datetime.now(timezone.utc).isoformat(),
+            created=resumed_from or datetime.now(timezone.utc).isoformat(),
             jupyter_session_id=model.get("id"),
-            policy=launch.policy,
+            policy=options.network,
             proxy=proxy,
-            borrowed=launch.borrowed,
+            borrowed=borrowed,
         )
         session.on_close = lambda: self._release(entry)
         log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
         return entry
+
+    def _server_session(
+        self, notebook: Path, options: SessionOptions, kernel_id: str, *, resumed: bool
+    ) -> ServerAsyncSession:
+        """The engine's session on the server kernel ``kernel_id``, recording ``notebook``
+        (continued, for a session from before a restart)."""
+        kwargs: dict[str, Any] = {
+            "kernel_name": options.kernel_name,
+            "backend": options.backend,
+            "timeout": options.timeout,
+            "startup_timeout": self.startup_timeout,
+            "undo_steps": options.undo_steps,
+            "kernel_manager": self.serverapp.kernel_manager.get_kernel(kernel_id),
+        }  # no network=: the server started the kernel behind its proxy
+        folder, name = notebook.parent, notebook.stem
+        if resumed:
+            return ServerAsyncSession.resume(notebook, work_dir=folder, name=name, **kwargs)
+        return ServerAsyncSession(work_dir=folder, name=name, **kwargs)
 
     async def _start_server_kernel(
         self,
@@ -526,27 +552,3 @@ class Creation:
             name = default_session_name(folder, taken=lambda n: not free(n))
         self._reserved.add(folder / f"{name}.ipynb")
         return name
-
-
-@dataclass(frozen=True)
-class _Launch:
-    """What a new session's kernel is started with."""
-
-    backend: Backend
-    kernel_name: str
-    timeout: float | None
-    undo_steps: int
-    policy: NetworkPolicy | None
-    borrowed: str | None = None
-    """The id of a running server kernel to attach to instead of starting one."""
-    resumed_from: str | None = None
-    """A session from before a restart (its created time): its notebook is resumed."""
-
-
-async def _start_proxy(policy: NetworkPolicy | None, name: str) -> NetworkProxy | None:
-    """The host-side proxy a Docker kernel with ``policy`` reaches the network through."""
-    if policy is None:
-        return None
-    from jupyter_exec.network.proxy import NetworkProxy
-
-    return await NetworkProxy(policy, session=name).start()

@@ -1,11 +1,14 @@
 """A REST session's network policy: the body's ``"network"`` object made a checked policy.
 
 ``{"allow": [...], "deny": [...], "secrets": {host: {header: value}}, "ask": true}`` is
-checked here before any kernel starts (the shape, then the engine's own rules through
-:class:`~jupyter_exec.options.SessionOptions`, whose refusal of a policy for a local kernel
-is the one the Python API gives). ``"ask": true`` becomes the server's pending approvals
-(:mod:`~jupyter_exec.server.approvals`). Messages name fields, hosts and header names,
-never a secret's value; :func:`policy_model` is what responses show of a policy.
+checked here before any kernel starts: its shape, and the rules of the policy value itself
+(:class:`~jupyter_exec.network.NetworkPolicy`). Whether the session may have one (not a
+local kernel) is the engine's option rule, checked with the others where the request's
+:class:`~jupyter_exec.options.SessionOptions` is made
+(:func:`~jupyter_exec.server.create.request_options`). ``"ask": true`` becomes the
+server's pending approvals (:mod:`~jupyter_exec.server.approvals`). Messages name
+fields, hosts and header names, never a secret's value; :func:`policy_model` is what
+responses show of a policy.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_exec.network import NetworkPolicy, NetworkRequest
-from jupyter_exec.options import SessionOptions
 from jupyter_exec.server.bodies import InvalidRequest
 
 __all__ = ["checked_policy", "policy_model"]
@@ -62,13 +64,8 @@ def _shape(value: Any) -> None:
         raise InvalidRequest("'network.ask' must be true or false")
 
 
-def checked_policy(
-    value: Any,
-    backend: str,
-    ask: Callable[[NetworkRequest], Awaitable[bool]],
-) -> NetworkPolicy:
-    """The policy ``value`` describes, for a session of ``backend``; :class:`InvalidRequest`
-    when it is malformed, or when the engine refuses it (a local kernel cannot be held to one).
+def checked_policy(value: Any, ask: Callable[[NetworkRequest], Awaitable[bool]]) -> NetworkPolicy:
+    """The policy ``value`` describes; :class:`InvalidRequest` when it is malformed.
 
     ``ask`` is the session's pending-approval callback, used when ``value["ask"]`` is true.
     """
@@ -80,10 +77,7 @@ def checked_policy(
             secrets=value.get("secrets") or None,
             ask=ask if value.get("ask") else None,
         )
-        SessionOptions(backend=backend, network=policy)  # type: ignore[arg-type]
-    except InvalidRequest:
-        raise
-    except ValueError as exc:  # InvalidArgument: the engine's own message, secrets unquoted
+    except ValueError as exc:  # InvalidArgument: the policy's own message, secrets unquoted
         raise InvalidRequest(f"'network': {exc}") from None
     return policy
 

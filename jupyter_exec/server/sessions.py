@@ -11,7 +11,8 @@ A session's life::
     delete  ─► manager.close, or the culler ─► _release: unbind the notebook, stop the kernel
     saved   ─► each session has an entry in the registry (server.saved) until it is closed;
                after a restart it is listed as ``dormant`` and brought back on first use
-               (wake: a new kernel, its state rebuilt from its notebook by Session.resume)
+               (wake: a new kernel, its state rebuilt from its notebook by Session.resume;
+               the manager's DormantSessions, shared with the MCP and E2B servers)
 
 Every session is held by the extension's :class:`~jupyter_exec.manager.AsyncSessionManager`
 (``manager.add``), keyed by the session's id: its limits (``max_sessions``,
@@ -42,6 +43,7 @@ from jupyter_core.utils import ensure_async
 
 from jupyter_exec.exceptions import KernelNotAliveError, SessionConflict, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.manager.dormant import DormantSessions
 from jupyter_exec.server import borrow
 from jupyter_exec.server.approvals import Approvals
 from jupyter_exec.server.bodies import InvalidRequest
@@ -107,12 +109,16 @@ class ServerSessions(Creation, Views, Work, Branches):
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self.saved = SessionRegistry(self.root, self.kernel_names)
-        self._dormant: dict[str, SavedSession] = {s.id: s for s in self.saved.load()}
+        self.dormant: DormantSessions[SavedSession] = DormantSessions(
+            {s.id: s for s in self.saved.load()},
+            wake=self._resume_saved,
+            forget=self.saved.remove,
+            live=lambda session_id: session_id in self._sessions,
+        )
         """Sessions of the server before it restarted, not used since (see :meth:`wake`)."""
-        self._waking: dict[str, asyncio.Task[ServerSession]] = {}
         self._dormant_cells: dict[str, int] = {}  # counted once, for the listing
-        if self._dormant:
-            log.info("jupyter-exec: %d session(s) from before the restart", len(self._dormant))
+        if len(self.dormant):
+            log.info("jupyter-exec: %d session(s) from before the restart", len(self.dormant))
 
     @property
     def max_sessions(self) -> int:
@@ -149,12 +155,12 @@ class ServerSessions(Creation, Views, Work, Branches):
     def models(self) -> builtins.list[dict[str, Any]]:
         """The listing: every live session, then those from before a restart not used since."""
         live = [self.model(e) for e in self.list()]
-        return live + [self.saved_model(s) for s in self._dormant.values()]
+        return live + [self.saved_model(s) for s in self.dormant.list()]
 
     def model_of(self, session_id: str) -> dict[str, Any]:
         """One session's model, live or dormant; :class:`SessionNotFound` if there is none."""
-        saved = self._dormant.get(session_id)
-        if saved is not None and session_id not in self._sessions:
+        saved = self.dormant.get(session_id)
+        if saved is not None:
             return self.saved_model(saved)
         return self.model(self.get(session_id))
 
@@ -164,16 +170,7 @@ class ServerSessions(Creation, Views, Work, Branches):
         Concurrent first uses share one resume. A failed one (its notebook gone,
         the limit reached) leaves it dormant, the error said to the caller.
         """
-        saved = self._dormant.get(session_id)
-        if saved is None or session_id in self._sessions:
-            return
-        task = self._waking.get(session_id)
-        if task is None:
-            task = asyncio.ensure_future(self._resume_saved(saved))
-            self._waking[session_id] = task
-            task.add_done_callback(lambda _: self._waking.pop(session_id, None))
-        await asyncio.shield(task)
-        self._dormant.pop(session_id, None)
+        await self.dormant.wake(session_id)
 
     def get(self, session_id: str) -> ServerSession:
         """The session ``session_id``; raises :class:`SessionNotFound` if there is none.
@@ -201,13 +198,8 @@ class ServerSessions(Creation, Views, Work, Branches):
 
     async def delete(self, session_id: str) -> None:
         """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
-        if session_id in self._dormant and session_id not in self._sessions:
-            if session_id in self._waking:  # being brought back: delete what comes back
-                await self.wake(session_id)
-            else:
-                del self._dormant[session_id]
-                self.saved.remove(session_id)
-                return
+        if await self.dormant.drop(session_id):  # not brought back: its entry goes, no kernel
+            return  # (one being brought back is waited for, and deleted below)
         self.get(session_id)
         await self.manager.close_session(session_id)  # the session's on_close: _release
 
