@@ -32,6 +32,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.ports import free_port
+
 SSHD = os.environ.get("JX_TEST_SSHD", "/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 HOSTS = ("127.0.0.2", "127.0.0.3")
@@ -171,13 +173,6 @@ class Cluster:
                 reaper.kill()
                 reaper.wait(timeout=10)
         shutil.rmtree(self.base, ignore_errors=True)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _port_free_on_all(port: int, hosts: Sequence[str]) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.cli_helpers import stop_process
+from tests.ports import free_port
 
 _DISABLE_EXTENSIONS = """
 import glob, json, os, sys
@@ -50,12 +51,6 @@ class Server:
     root_dir: Path
     process: subprocess.Popen[bytes]
     log: Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_up(server: Server, timeout: float = 60.0) -> None:

@@ -42,6 +42,7 @@ from jupyter_exec.exceptions import (
 )
 from tests.cli_helpers import run_cli
 from tests.conftest import read_valid_notebook
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -615,12 +616,6 @@ def test_mcp_stdio_stops_cleanly_on(signum: int, tmp_path: Path) -> None:
     _no_spare(tmp_path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _mcp_http_stop(
     signum: int,
     tmp_path: Path,
@@ -629,7 +624,7 @@ def _mcp_http_stop(
 ) -> subprocess.Popen[str]:
     """An HTTP MCP server that ran one cell, stopped by ``signum``: checked, and returned."""
     httpx2 = pytest.importorskip("httpx2")
-    port = _free_port()
+    port = free_port()
     token = "signal-test-token"
     process = _start(
         "mcp",

@@ -25,6 +25,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 from tests.checkpoint_helpers import key_env  # noqa: E402
 from tests.cli_helpers import stop_process  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -223,18 +224,12 @@ async def test_idle_sessions_are_culled(tmp_path: Path) -> None:
         assert (tmp_path / "c" / "c-2.ipynb").is_file()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def _http(
     work_root: Path, *extra: str, refusals: bool = False
 ) -> AsyncIterator[ClientSession]:
     """A server over streamable HTTP in its own process, and the SDK's client connected to it."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [
             sys.executable,

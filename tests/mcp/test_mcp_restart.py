@@ -30,6 +30,7 @@ from jupyter_exec.manager.saved import registry_folder  # noqa: E402
 from jupyter_exec.mcp.sessions import KIND  # noqa: E402
 from tests.checkpoint_helpers import key_env  # noqa: E402
 from tests.cli_helpers import stop_process  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,16 +45,10 @@ def _is_error(result: Any) -> bool:
     return bool(getattr(result, "is_error", getattr(result, "isError", False)))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def _server(work_root: Path, stop: str = "SIGTERM") -> AsyncIterator[ClientSession]:
     """The server in its own process, stopped on exit as a process manager would."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyter_exec.mcp", "--transport", "http", "--port", str(port),
          "--work-dir", str(work_root), "--timeout", "60"],

@@ -12,6 +12,8 @@ import nbformat
 import yaml
 from jupyter_client.session import Session
 
+from tests.ports import free_port
+
 ENABLE_FILE = (
     Path(__file__).parents[2] / "server_extension" / "jupyter_server_config.d" / "jupyter_exec.json"
 )
@@ -85,14 +87,6 @@ def tiny_png(width: int = 3, height: int = 2) -> bytes:
         + chunk(b"IDAT", zlib.compress(rows))
         + chunk(b"IEND", b"")
     )
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def installed_extensions(python: Path) -> list[str]:
