@@ -285,6 +285,8 @@ class Sandboxes(Lasting):
         names = [c.session_name for c in sandbox.contexts.values()]
         await asyncio.gather(sandbox.processes.kill_all(), *(self._close(n) for n in names))
         sandbox.paths.close()
+        if self.dormant is not None:  # one from before a restart, killed before its first use
+            self.dormant.discard(sandbox_id)
         if self.saved is not None and not self._stopping:  # the server stopping: it comes back
             self.saved.remove(sandbox_id)
         log.info("sandbox %s killed", sandbox_id)

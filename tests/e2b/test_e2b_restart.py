@@ -81,6 +81,12 @@ def test_a_killed_sandbox_does_not_come_back(
         assert [s.sandbox_id for s in Sandbox.list().next_items()] == [kept.sandbox_id]
         with pytest.raises(Exception, match="not found"):
             Sandbox.connect(gone.sandbox_id)
+        # one from before the restart, killed before its first use: gone for good, and no
+        # kernel is started to kill it
+        Sandbox.kill(kept.sandbox_id)
+        assert Sandbox.list().next_items() == []
+        with pytest.raises(Exception, match="not found"):
+            Sandbox.connect(kept.sandbox_id)
 
 
 def test_the_registry_holds_no_token_and_no_env(
