@@ -14,9 +14,16 @@ to the work dir (the kernel's working directory, proven by the state module's pr
   cell could change, so what is hashed and written is what the cell left. The thread
   hashes every object (sha256), writes
   ``objects/<hash>`` only when no such file exists (an unchanged object is never rewritten),
-  then the generation's manifest ``gen-<n>.json`` (tmp, fsync, rename: a kill mid-write leaves
+  then the generation's manifest ``gen-<n>.json`` (tmp, rename: a kill mid-write leaves
   the previous generation whole), prunes what the host no longer needs and notes
-  ``(n, sha256 of the manifest)``, which the next :func:`commit` returns to the host to sign.
+  ``(n, sha256 of the manifest)``, which :func:`commit` returns to the host to sign; the
+  files are fsynced after that, off every path (a process kill loses nothing written).
+* :func:`commit` waits for its own generation (so the reply carries it, and nothing is
+  left writing in the work dir once the caller has the result) when that is cheap: the
+  write is small (:data:`SMALL_WRITE`), or the cell ran longer than the write should take
+  at the writer's measured rate (durable when it counts). A larger write goes on in the
+  background and is signed when done; the state folder, once made, is never made again
+  by a later write: a write whose folder was removed fails, said so (``gone``).
 * :func:`load` reads a manifest the host checked (its sha256), every object it names (no
   link, no FIFO: ``O_NOFOLLOW`` and a regular file, hash checked on the bytes unpickled),
   unpickles them all, and only then replaces the namespace: all or nothing.
@@ -72,8 +79,24 @@ _live = 0
 """Of those, the ones that read buffers a cell could change."""
 _idle = threading.Condition()
 WRITER_DELAY = 0.003
-"""Seconds the writer waits before each generation: the cell's reply leaves first (the
-writer's Python holds the GIL between its system calls)."""
+"""Seconds the writer waits before a generation its commit does not wait for: the cell's
+reply leaves first (the writer's Python holds the GIL between its system calls)."""
+SMALL_WRITE = 1 << 20
+"""Bytes of changed objects a commit always waits for (a millisecond or two to write)."""
+SMALL_WAIT_MOST = 5.0
+"""Seconds a commit waits for a small write at most (a disk that stalls)."""
+_rate = 400e6
+"""Bytes per second the writer stores (hash and write), measured on writes of 1 MB or more."""
+_queued = 0
+"""Bytes handed to the writer and not yet written."""
+_cell_started = 0.0
+"""``time.monotonic()`` when the current cell started (``pre_run_cell``)."""
+_folder_made = False
+"""This process made (or found) the state folder: a later write never makes it again."""
+
+
+class FolderGone(OSError):
+    """The state folder was removed after this process wrote to it (its work dir went)."""
 
 
 def install(relative: str, budget_bytes: int) -> None:
@@ -90,8 +113,9 @@ def install(relative: str, budget_bytes: int) -> None:
 
 def _forked() -> None:
     """A fork has no writer thread: a new one starts on its first commit."""
-    global _queue, _lock, _inflight, _live, _idle
+    global _queue, _lock, _inflight, _live, _idle, _queued
     _queue, _lock, _inflight, _live, _idle = None, threading.Lock(), 0, 0, threading.Condition()
+    _queued = 0
     _last[:] = []
 
 
@@ -149,7 +173,9 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
     same = not pending and lost == skipped and not full
     skipped.clear()
     skipped.update(lost)
-    global _inflight
+    ran = time.monotonic() - _cell_started if _cell_started else 0.0
+    written: threading.Event | None = None
+    global _inflight, _queued
     with _lock:
         if same and _inflight == 0 and _last and not todo:
             # Nothing changed: this generation is the last manifest, for one more cell.
@@ -160,20 +186,38 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
             if live:
                 with _idle:
                     _live += 1
-            body = {"generation": generation, "cells": cells, "keep_from": keep_from, "live": live}
-            _writer().put((body, dict(entries), pending, dict(lost)))
+            size = sum(memoryview(p).nbytes for _n, _e, parts in pending for p in parts)
+            _queued += size
+            wait = _queued <= SMALL_WRITE or _queued / _rate <= ran
+            written = threading.Event()
+            body = {
+                "generation": generation,
+                "cells": cells,
+                "keep_from": keep_from,
+                "live": live,
+                "size": size,
+                "waited": wait,
+            }
+            _writer().put((body, dict(entries), pending, dict(lost), written))
+            if not wait:
+                written = None
+            limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else ran
+    if written is not None:  # (the lock is free: the writer takes it to report)
+        written.wait(limit)
     with _lock:
         reported, done[:] = list(done), []
         broken, failed[:] = list(failed), []
-    return {"done": reported, "failed": broken}
+    return {"done": reported, "failed": broken, "ran": round(ran, 6)}
 
 
 def _pre_run_cell(info: Any = None) -> None:
     """A cell waits until the writer is done with buffers it could change (an array the
     last cell made): the writer reads them in place, never copied on the cell's path."""
+    global _cell_started
     with _idle:
         while _live:
             _idle.wait()
+    _cell_started = time.monotonic()
 
 
 def _writer() -> queue.SimpleQueue[Any]:
@@ -185,29 +229,41 @@ def _writer() -> queue.SimpleQueue[Any]:
 
 
 def _write_loop(jobs: queue.SimpleQueue[Any]) -> None:
+    global _inflight, _queued, _rate
     while True:
-        body, entries, pending, lost = jobs.get()
+        body, entries, pending, lost, written = jobs.get()
         if body == "flush":
             entries.set()
             continue
-        global _inflight
-        time.sleep(WRITER_DELAY)
+        if not body["waited"]:
+            time.sleep(WRITER_DELAY)
         number = body["generation"]
+        started = time.monotonic()
+        synced: list[str] = []
         try:
-            digest = _write_generation(body, entries, pending, lost)
+            digest = _write_generation(body, entries, pending, lost, synced)
         except Exception as exc:  # the disk is full, the folder was removed: told, not fatal
             with _lock:
                 _inflight -= 1
+                _queued -= body["size"]
                 _last[:] = []
             _released(body)
             with _lock:
-                failed.append([number, f"{type(exc).__name__}: {exc}"[:300]])
+                why = f"{type(exc).__name__}: {exc}"[:300]
+                failed.append([number, why, "gone" if isinstance(exc, FolderGone) else ""])
+            written.set()
             continue
+        took = time.monotonic() - started
         with _lock:
             _inflight -= 1
+            _queued -= body["size"]
             _last[:] = [number, digest]
             done.append([number, digest, body["cells"], number])
+            if body["size"] >= 1 << 20 and took > 0:
+                _rate = (_rate + body["size"] / took) / 2
         _released(body)
+        written.set()
+        _sync(synced)
 
 
 def _released(body: dict[str, Any]) -> None:
@@ -224,7 +280,7 @@ def flush(timeout: float = 60.0) -> dict[str, Any]:
     for a host that must sign before it stops)."""
     marker = threading.Event()
     if _queue is not None:
-        _queue.put(("flush", marker, None, None))
+        _queue.put(("flush", marker, None, None, None))
     deadline = time.monotonic() + timeout
     while _queue is not None and not marker.is_set() and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -235,13 +291,18 @@ def flush(timeout: float = 60.0) -> dict[str, Any]:
 
 
 def _write_generation(
-    body: Any, entries: dict[str, dict[str, Any]], pending: Any, lost: dict[str, str]
+    body: Any,
+    entries: dict[str, dict[str, Any]],
+    pending: Any,
+    lost: dict[str, str],
+    synced: list[str],
 ) -> str:
+    """Write one generation's new objects and its manifest; the files written are added to
+    ``synced`` (fsynced afterwards, :func:`_sync`)."""
     state = sys.modules[STATE_MODULE]
     root = _root()
     objects = os.path.join(root, OBJECTS)
-    _private_folder(root)
-    _private_folder(objects)
+    _folders(root, objects)
     used_bytes = _stored_bytes(objects)
     modules: set[str] = set()
     for _name, entry, parts in pending:
@@ -259,6 +320,7 @@ def _write_generation(
                 entry["skipped"] = f"over the session's state budget ({budget >> 20} MB)"
                 continue
             _write_file(path, parts)
+            synced.append(path)
             used_bytes += size
         entry.update(hash=key, size=size, parts=sizes)
         modules.update(entry.pop("modules", ()))
@@ -287,8 +349,41 @@ def _write_generation(
     data = json.dumps(manifest, sort_keys=True).encode()
     name = f"gen-{body['generation']}.json"
     _write_file(os.path.join(root, name), [data], atomic=True)
+    synced += [os.path.join(root, name), objects, root]
     _prune(root, int(body["keep_from"]))
     return hashlib.sha256(data).hexdigest()
+
+
+def _folders(root: str, objects: str) -> None:
+    """The state folder and its objects folder: made by this process's first write (or
+    found), then only ever found. One removed since (the work dir went with it) is not
+    made again in its place: :class:`FolderGone`."""
+    global _folder_made
+    if _folder_made:
+        for path in (root, objects):
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                raise FolderGone(f"the state folder {folder!r} was removed") from None
+            if not stat.S_ISDIR(info.st_mode):
+                raise FolderGone(f"the state folder {folder!r} is not a folder any more")
+        return
+    _private_folder(root)
+    _private_folder(objects)
+    _folder_made = True
+
+
+def _sync(paths: list[str]) -> None:
+    """fsync what a generation wrote (files, then their folders), after it was reported:
+    against a power loss, never on a cell's path. Changes no name in the folder; a file or
+    folder removed meanwhile is skipped."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _private_folder(path: str) -> None:
@@ -303,7 +398,8 @@ def _private_folder(path: str) -> None:
 
 
 def _write_file(path: str, parts: list[Any], atomic: bool = False) -> None:
-    """Write ``parts`` to ``path`` through a temporary file, fsynced, then renamed."""
+    """Write ``parts`` to ``path`` through a temporary file, then renamed (``atomic``: the
+    name is new or replaced whole; the fsync comes later, :func:`_sync`)."""
     head, tail = os.path.split(path)
     temp = os.path.join(head, f"{TMP}{tail}.{os.getpid()}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -312,16 +408,9 @@ def _write_file(path: str, parts: list[Any], atomic: bool = False) -> None:
             view = memoryview(part).cast("B")
             while view:
                 view = view[os.write(fd, view) :]
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(temp, path)
-    if atomic:
-        dir_fd = os.open(head, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def _stored_bytes(objects: str) -> int:
