@@ -433,6 +433,9 @@ class SessionState(RecoveryMixin):
         place to restart instead (a fork in the container cannot restart; that one can)."""
         self.durable.installed = None  # the restarted process has none of it
         self.durable.generations.installed = None
+        # Nor what the last commit stored: the next one stores every name (a zygote's
+        # child starts with names of its own, which a cell may never change).
+        self.durable.generations.committed_in = None
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
             return
