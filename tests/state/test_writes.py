@@ -163,3 +163,22 @@ async def test_a_host_killed_right_after_a_burst_resumes_without_running_its_lon
         assert await value(session, "(long_value, fast)") == (42, 1)
         assert runs.read_text() == "L"  # the long cell was not run again
         assert session.resumed_cells in ([], [3])  # at most the fast cell after it
+
+
+async def test_a_fork_writes_its_own_state_folder(
+    work_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fork inherits its parent's writer, not its folder: its session's folder is made
+    on its first write (the rule that never makes a removed folder again is per folder)."""
+    caplog.set_level(logging.INFO, logger="jupyter_exec")
+    async with AsyncSession(work_dir=work_dir, name="parent", timeout=DEADLINE) as parent:
+        await parent.execute("a = 1")
+        [child] = await parent.fork(name="child")
+        try:
+            assert (await child.execute("b = a + 1")).ok
+            await child.flush()
+            newest = signed_on_disk(work_dir, "child")[-1]
+            assert {"a", "b"} <= set(read_manifest(work_dir, newest, 0)["names"])
+        finally:
+            await child.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
