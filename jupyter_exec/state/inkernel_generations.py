@@ -321,10 +321,12 @@ def flush(timeout: float = 60.0) -> dict[str, Any]:
         time.sleep(0.002)
     with _lock:
         idle = _inflight == 0
-    if idle and _unpruned:  # (no commit can come meanwhile: this is the kernel's request)
-        with contextlib.suppress(OSError):
-            _prune(_root(), _prune_from)
-    if idle and timeout > 0:  # an explicit flush (not the idle session's quick ask)
+    # An explicit flush (close(), Session.flush(): not the idle session's quick ask, which
+    # changes nothing in the folder): prune and fsync now. No commit can come meanwhile.
+    if idle and timeout > 0:
+        if _unpruned:
+            with contextlib.suppress(OSError):
+                _prune(_root(), _prune_from)
         _sync_all()
     with _lock:
         reported, done[:] = list(done), []
