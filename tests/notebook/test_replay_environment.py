@@ -31,6 +31,27 @@ def _metadata(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text())["metadata"])
 
 
+def test_what_a_traceback_imports_is_not_the_cells_and_costs_the_next_cell_no_scan(
+    tmp_path: Path,
+) -> None:
+    """IPython imports stack_data and its kin the first time it shows a traceback (a timeout's
+    KeyboardInterrupt, any error): counted as the cells' packages, the next cell's report
+    scanned every installed distribution (0.25 to 0.9 s after a timeout)."""
+    capture = "__import__('sys').modules['_jupyter_exec_environment']._capture"
+    with Session(work_dir=tmp_path, name="tb", timeout=60) as session:
+        session.execute("import time")
+        slow = session.execute("time.sleep(600)", timeout=1)
+        assert slow.status == "timeout"
+        session.execute("1 / 0")  # (a failing cell's reply carries no report)
+        session.execute("x = 1")  # its report is the first since the traceback's imports
+        after = session.execute(
+            f"{capture}._distributions is None, 'stack_data' in {capture}.baseline"
+        )
+        assert after.text == "(True, True)"  # no scan: nothing new was the cells' doing
+    environment = _metadata(tmp_path / "tb.ipynb")["jupyter_exec"]["environment"]
+    assert environment["packages"] == {}
+
+
 def test_a_local_session_records_its_environment(tmp_path: Path) -> None:
     (tmp_path / "input.csv").write_text("a,b\n1,2\n")
     with Session(work_dir=tmp_path, name="env") as session:
