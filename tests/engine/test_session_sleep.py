@@ -29,7 +29,7 @@ async def test_sleep_stops_the_kernel_and_the_next_cell_wakes_it_with_its_state(
 
         woken = await session.execute("import os\n(total, label, os.getpid())")
         assert woken.ok, woken.error
-        total, label, new_pid = eval(woken.text)  # noqa: S307  (our own kernel's repr)
+        total, label, new_pid = eval(woken.text)
         assert (total, label) == (4950, "before")
         assert new_pid != pid
         assert not session.sleeping
