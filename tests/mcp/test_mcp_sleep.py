@@ -60,3 +60,19 @@ async def test_a_sleeping_session_is_listed_and_woken_by_the_next_call(tmp_path:
         value, new_pid = said.splitlines()[-1].split()
         assert value == "42"
         assert int(new_pid) != pid
+
+
+async def test_a_session_asleep_when_the_server_stops_comes_back_after_its_restart(
+    tmp_path: Path,
+) -> None:
+    async with _server(tmp_path) as client:
+        await client.call_tool("execute_code", {"code": "kept = 'before'", "session": "nap2"})
+        end = time.monotonic() + DEADLINE
+        while "nap2: local, sleeping" not in _texts(await client.call_tool("list_sessions", {})):
+            assert time.monotonic() < end, "the idle session never slept"
+            await asyncio.sleep(0.1)
+    async with _server(tmp_path) as client:
+        listed = _texts(await client.call_tool("list_sessions", {}))
+        assert "nap2: local, dormant" in listed
+        back = await client.call_tool("execute_code", {"code": "print(kept)", "session": "nap2"})
+        assert _texts(back).splitlines()[-1] == "before"
