@@ -16,6 +16,8 @@ lives in its own module::
                   around them, the session's declared hooks          [hooks.py]
     fork / undo / checkpoint / restore: copy-on-write forks and
                     snapshots of the kernel, and the state's hooks     [state/]
+    sleep / wake    the state saved and the kernel stopped; the next call
+                    starts one and loads that state                  [sleep.py]
 
 Executions on one session are queued (an asyncio.Lock is FIFO), never
 interleaved. Local kernels run with the rights of this process: they are for
