@@ -22,6 +22,7 @@ import benchmarks.nbclient_cases
 import benchmarks.network_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
+import benchmarks.sleep_cases
 import benchmarks.startup_cases
 import benchmarks.state_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
@@ -44,6 +45,7 @@ _ = (
     benchmarks.checkpoint_cases,
     benchmarks.language_cases,
     benchmarks.state_cases,
+    benchmarks.sleep_cases,
     benchmarks.cluster_cases,
 )
 

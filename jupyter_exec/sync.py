@@ -243,6 +243,20 @@ class Session(contextlib.AbstractContextManager["Session"]):
         :meth:`AsyncSession.flush` (a large change is written while your code runs on)."""
         run_blocking(self._async.flush())
 
+    def sleep(self) -> dict[str, str]:
+        """Save the state and stop the kernel until the next call; the names not saved, with
+        why. See :meth:`AsyncSession.sleep`."""
+        return run_blocking(self._async.sleep())
+
+    def wake(self) -> None:
+        """Start a sleeping session's kernel now; see :meth:`AsyncSession.wake`."""
+        run_blocking(self._async.wake())
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether the session is asleep (no kernel until its next call)."""
+        return self._async.sleeping
+
     def interrupt(self) -> None:
         run_blocking(self._async.interrupt())
 

@@ -122,6 +122,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         pool_size=args.pool_size,
         cull_idle_timeout=args.cull_idle,
+        sleep_after=args.sleep_after,
         session_options=defaults,
         zygote=zygote_kwargs(args),
     )
@@ -213,6 +214,14 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         metavar="S",
         help="close sessions idle for S seconds; their files and notebook stay (0: never; "
         "default 0)",
+    )
+    sessions.add_argument(
+        "--sleep-after",
+        type=non_negative_float,
+        default=0.0,
+        metavar="S",
+        help="put sessions idle for S seconds to sleep: their state saved, their kernel "
+        "stopped; the next call wakes them (0: never; default 0)",
     )
     add_session_options(
         parser,

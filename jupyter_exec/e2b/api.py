@@ -1,10 +1,11 @@
-"""The E2B API's sandbox endpoints (``E2B_API_URL``): create, list, get, connect, timeout, kill.
+"""The E2B API's sandbox endpoints (``E2B_API_URL``): create, list, get, connect, timeout, kill,
+pause (its kernels asleep: :meth:`~jupyter_exec.AsyncSession.sleep`; ``connect`` resumes it).
 
 Every request needs the server's API key (``X-API-KEY``, which the SDK sends
 from ``E2B_API_KEY``), as the route table declares (:data:`jupyter_exec.e2b.app.ROUTES`).
 Create and connect answer with the sandbox's access
 token, which the SDK then sends on every request to that sandbox.
-Templates, pause and resume, snapshots and metrics are E2B cloud features:
+Templates, snapshots and metrics are E2B cloud features:
 their routes answer 404, and the SDK says so.
 """
 
@@ -18,7 +19,13 @@ from jupyter_exec.e2b.sandboxes import ENVD_VERSION, Sandbox
 from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["ConnectHandler", "SandboxHandler", "SandboxesHandler", "TimeoutHandler"]
+__all__ = [
+    "ConnectHandler",
+    "PauseHandler",
+    "SandboxHandler",
+    "SandboxesHandler",
+    "TimeoutHandler",
+]
 
 
 def created(sandbox: Sandbox) -> dict[str, Any]:
@@ -88,7 +95,7 @@ class SandboxesHandler(APIHandler):
         states = self.get_query_argument("state", "")
         listed = []
         for sandbox in self.server.sandboxes.every():
-            if states and "running" not in states.split(","):
+            if states and sandbox.describe()["state"] not in states.split(","):
                 continue
             if all(sandbox.metadata.get(k) == v for k, v in wanted.items()):
                 listed.append(sandbox.describe())
@@ -127,6 +134,24 @@ class ConnectHandler(APIHandler):
     def post(self, sandbox_id: str) -> None:
         sandbox = self.server.sandboxes.get(sandbox_id)
         seconds = _timeout(self.json_body(), self.max_timeout)
-        if seconds is not None:
+        if sandbox.paused:  # resumed: each kernel wakes, its state loaded, on its next call
+            self.server.sandboxes.resume(sandbox, seconds)
+        elif seconds is not None:
             self.server.sandboxes.set_timeout(sandbox, seconds)
         self.send_json(created(sandbox))
+
+
+class PauseHandler(APIHandler):
+    """``POST /sandboxes/{id}/pause``: its kernels asleep, their state saved (``memory``
+    false: closed, the files alone kept); 409 when paused already. ``connect`` resumes it."""
+
+    async def post(self, sandbox_id: str) -> None:
+        sandbox = self.server.sandboxes.get(sandbox_id)
+        memory = self.json_body().get("memory", True)
+        if memory is None:
+            memory = True
+        if not isinstance(memory, bool):
+            raise InvalidArgument("'memory' must be true or false")
+        await self.server.sandboxes.pause(sandbox, memory=memory)
+        self.set_status(204)
+        self.finish()

@@ -81,6 +81,8 @@ ROUTES: tuple[tuple[str, type[E2BHandler], RouteAuth], ...] = (
     (rf"/sandboxes/{_SANDBOX}", api.SandboxHandler, RouteAuth(_KEY, SMALL_BODY)),
     (rf"/sandboxes/{_SANDBOX}/timeout", api.TimeoutHandler, RouteAuth(_KEY, SMALL_BODY)),
     (rf"/(?:v2/)?sandboxes/{_SANDBOX}/connect", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}/pause", api.PauseHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}/resume", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
 )  # fmt: skip
 """Every route, its handler, and what opens it (:mod:`jupyter_exec.e2b.auth`): the one table.
 The files route's body limit is the server's :attr:`E2BConfig.max_upload_bytes`."""

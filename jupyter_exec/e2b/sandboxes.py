@@ -47,7 +47,12 @@ from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
 from jupyter_exec.e2b.saved import SandboxRegistry
 from jupyter_exec.engine.session import AsyncSession
-from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
+from jupyter_exec.exceptions import (
+    CheckpointError,
+    InvalidArgument,
+    SessionConflict,
+    SessionNotFound,
+)
 from jupyter_exec.manager import AsyncSessionManager
 
 __all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "sandbox_options"]
@@ -144,6 +149,8 @@ class Sandbox:
     processes: Processes = field(init=False)
     salt: str | None = None
     """What its token is derived from (:mod:`jupyter_exec.e2b.saved`); None: not kept."""
+    paused: bool = False
+    """Paused (``pause``): its kernels asleep or closed, until ``connect`` or its next use."""
 
     def allows(self, token: str | None) -> bool:
         """Whether ``token`` opens this sandbox (constant time; a token-less sandbox: any)."""
@@ -164,7 +171,7 @@ class Sandbox:
             "cpuCount": os.cpu_count() or 1,
             "memoryMB": 0,
             "diskSizeMB": 0,
-            "state": "running",
+            "state": "paused" if self.paused else "running",
             "envdVersion": ENVD_VERSION,
             "metadata": dict(self.metadata),
         }
@@ -253,8 +260,10 @@ class Sandboxes(Lasting):
         return sandbox
 
     async def _container(self, sandbox: Sandbox) -> Container:
-        """A Docker sandbox's container: its default context's kernel's (started if need be)."""
+        """A Docker sandbox's container: its default context's kernel's (started, or woken,
+        if need be)."""
         _, session = await self.context_session(sandbox, None)
+        await session.wake()
         return await asyncio.to_thread(kernel_container, session)
 
     def get(self, sandbox_id: str) -> Sandbox:
@@ -290,6 +299,53 @@ class Sandboxes(Lasting):
         if self.saved is not None and not self._stopping:  # the server stopping: it comes back
             self.saved.remove(sandbox_id)
         log.info("sandbox %s killed", sandbox_id)
+
+    async def pause(self, sandbox: Sandbox, *, memory: bool = True) -> None:
+        """Pause ``sandbox``: its commands killed, and its contexts' kernels put to sleep (their
+        state saved, their processes and a Docker sandbox's container stopped) or, without
+        ``memory``, closed (its files alone are kept). It lives on until killed; ``connect``
+        or its next use resumes it, each kernel woken by its next call.
+
+        :class:`~jupyter_exec.SessionConflict` when paused already; with ``memory``, a
+        context whose memory cannot be saved (a kernel of another language than Python)
+        raises :class:`~jupyter_exec.CheckpointError` naming it: it keeps running, the
+        others are asleep and the sandbox is not paused (``memory=False`` pauses it).
+        """
+        async with sandbox.lock:
+            if sandbox.paused:
+                raise SessionConflict(f"sandbox {sandbox.id!r} is paused already")
+            names = [c.session_name for c in sandbox.contexts.values()]
+            open_ = [(n, self.manager.get(n)) for n in names if n in self.manager]
+            await sandbox.processes.kill_all()
+            refused: list[str] = []
+            for name, session in open_:
+                if not memory:
+                    await self._close(name)
+                    continue
+                try:
+                    await session.sleep()
+                except CheckpointError as exc:
+                    refused.append(str(exc))
+            if refused:
+                raise CheckpointError(
+                    "the sandbox was not paused: " + "; ".join(refused) + " (its files are "
+                    "kept either way: pause without memory to stop every kernel)"
+                )
+            sandbox.paused, sandbox.end = True, None  # a paused sandbox lasts until killed
+        log.info("sandbox %s paused (memory: %s)", sandbox.id, memory)
+
+    def resume(self, sandbox: Sandbox, seconds: float | None) -> None:
+        """A paused sandbox running again for ``seconds`` (None: the server's default); its
+        kernels wake on their next call. Nothing for one not paused."""
+        if not sandbox.paused:
+            return
+        sandbox.paused = False
+        if seconds is None:
+            default = self.default_timeout
+            sandbox.end = time.time() + default if 0 < default < math.inf else None
+        else:
+            self.set_timeout(sandbox, seconds)
+        log.info("sandbox %s resumed", sandbox.id)
 
     async def _close(self, name: str) -> None:
         with contextlib.suppress(SessionNotFound):
@@ -352,6 +408,7 @@ class Sandboxes(Lasting):
         """A context and its kernel: ``context_id``'s, else ``language``'s default (started)."""
         if context_id is not None and not isinstance(context_id, str):
             raise InvalidArgument("'context_id' must be a string: the id create_code_context gave")
+        self.resume(sandbox, None)  # a paused sandbox used: resumed (E2B's auto_resume)
         if context_id is None or context_id == DEFAULT_CONTEXT:
             found = self._refuse(language if context_id is None else None)
             context = self.default_context(sandbox, found)

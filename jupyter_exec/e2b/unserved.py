@@ -34,8 +34,6 @@ __all__ = [
 ]
 
 NOT_SERVED: tuple[tuple[str, str], ...] = (
-    ("/sandboxes/{sandbox_id}/pause", "pausing a sandbox (pause, beta_pause)"),
-    ("/sandboxes/{sandbox_id}/resume", "resuming a paused sandbox"),
     ("/sandboxes/{sandbox_id}/fork", "forking a sandbox (fork)"),
     ("/sandboxes/{sandbox_id}/snapshots", "snapshots of a sandbox (create_snapshot)"),
     ("/snapshots", "listing snapshots (list_snapshots)"),

@@ -44,6 +44,10 @@ class KernelMethods:
     _work_dir: Path | None
     _name: str | None
     _notebook_path: Path | None
+    _sleeping: bool
+
+    async def wake(self) -> None:
+        raise NotImplementedError
 
     @property
     def kernel_slot(self) -> KernelSlot:
@@ -100,11 +104,16 @@ class KernelMethods:
         return kernel
 
     async def interrupt(self) -> None:
-        """Interrupt the running cell (KeyboardInterrupt in the kernel); state is kept."""
+        """Interrupt the running cell (KeyboardInterrupt in the kernel); state is kept.
+        A sleeping session runs nothing: nothing to do."""
+        if self._sleeping and not self._closed:
+            return
         await interrupt_kernel(self._live_kernel())
 
     async def restart(self, note: str = "restarted by request") -> None:
-        """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why."""
+        """Restart the kernel (state is lost; a waiting cell notices); the next cell notes why.
+        A sleeping session wakes first."""
+        await self.wake()
         await self._restart(note, "restart")
 
     async def _restart(self, note: str, reason: Replacement) -> None:

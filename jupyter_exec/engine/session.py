@@ -16,6 +16,8 @@ lives in its own module::
                   around them, the session's declared hooks          [hooks.py]
     fork / undo / checkpoint / restore: copy-on-write forks and
                     snapshots of the kernel, and the state's hooks     [state/]
+    sleep / wake    the state saved and the kernel stopped; the next call
+                    starts one and loads that state                  [sleep.py]
 
 Executions on one session are queued (an asyncio.Lock is FIFO), never
 interleaved. Local kernels run with the rights of this process: they are for
@@ -46,6 +48,7 @@ from jupyter_exec.engine.languages import normalise_language
 from jupyter_exec.engine.launch import launch_kernel, resolve_environment
 from jupyter_exec.engine.recording import Recording
 from jupyter_exec.engine.runner import CellRun, CellRunner, OutputCallback
+from jupyter_exec.engine.sleep import WakeNote, put_to_sleep, refuse_sleep, wake_up
 from jupyter_exec.engine.workdir import prepare_paths, remove_made
 from jupyter_exec.exceptions import BackendError, SessionClosedError
 from jupyter_exec.models import Execution, ScriptResult
@@ -145,6 +148,10 @@ class AsyncSession(KernelMethods, StateMethods):
         self.hooks = Hooks()
         """The session's per-cell hooks (:mod:`jupyter_exec.engine.hooks`); its state first."""
         self.hooks.add(StateHooks(self._state, self))
+        self._sleeping = False
+        self._slept: dict[str, str] = {}
+        self._wake_note: WakeNote | None = None  # added on the first sleep
+        self._waking: asyncio.Future[None] | None = None  # done once a wake under way ends
         self.resumed: list[Execution] = []
         """When resumed: the executions that rebuilt the kernel's state, in order."""
         self.resumed_cells: list[int] = []
@@ -208,6 +215,12 @@ class AsyncSession(KernelMethods, StateMethods):
         return self._closed
 
     @property
+    def sleeping(self) -> bool:
+        """Whether the session is asleep (:meth:`sleep`): open, with no kernel until its next
+        call wakes it."""
+        return self._sleeping and not self._closed
+
+    @property
     def busy(self) -> bool:
         """Whether an execution is running or queued on this session (the idle session's
         short ask for its saved state does not count)."""
@@ -220,6 +233,7 @@ class AsyncSession(KernelMethods, StateMethods):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._kernel else "not started")
+        state = "sleeping" if self.sleeping else state
         where = f" work_dir={str(self._work_dir)!r}" if self._work_dir else ""
         return f"<{type(self).__name__} {self._name or '?'} {self.backend} {state}{where}>"
 
@@ -342,6 +356,9 @@ class AsyncSession(KernelMethods, StateMethods):
             with contextlib.suppress(Exception, asyncio.TimeoutError):  # (not from on_output)
                 await asyncio.wait_for(asyncio.shield(self._running[0]), CLOSE_WAIT)
         await self._idle.finish(CLOSE_WAIT, cell_running=self._running is not None)
+        if self._waking is not None:  # a wake under way ends first (its kernel is closed below)
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._waking), CLOSE_WAIT)
         last = self._slot.kernel
         if last is not None and not cut_short:  # the last cell's state
             dead = self._slot.known_dead(last)
@@ -365,6 +382,68 @@ class AsyncSession(KernelMethods, StateMethods):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    async def sleep(self) -> dict[str, str]:
+        """Save the state, stop the kernel and stay open, asleep, until the next call.
+
+        Waits for a running cell. The last cell's state is flushed and signed
+        (:doc:`/howto/state`), the session's snapshots and forks are ended and
+        its kernel is stopped: a local kernel's process, a Docker session's
+        container. The next call that needs a kernel (:meth:`execute`,
+        :meth:`run_script`, :meth:`restart`, :meth:`fork`...) or :meth:`wake`
+        starts one on the same options and loads the saved state; :meth:`close`
+        needs none. Returns the names the saved state does not hold, each with
+        why (an open file, a lock, a lambda...): they will not be there on wake.
+        Undo points do not survive a sleep (checkpoints on disk do). Raises
+        :class:`~jupyter_exec.CheckpointError` for a session whose state cannot
+        come back (not Python, remote, ``save_state=False``, a kernel it was
+        given); it then keeps running. Asleep already: the same names again.
+        """
+        self._usable()
+        await self._idle.finish(CLOSE_WAIT, cell_running=self._running is not None)
+        async with self._slot.locked():
+            if self._sleeping:
+                return dict(self._slept)
+            kernel = self._live_kernel()
+            refuse_sleep(self, kernel)
+            if self._wake_note is None:
+                self._wake_note = WakeNote()
+                self.hooks.add(self._wake_note)
+            record = await put_to_sleep(self, kernel)
+            self._slept = record.unsaved
+            self._sleeping = True
+            return dict(record.unsaved)
+
+    async def wake(self) -> None:
+        """Start the sleeping session's kernel now and load its saved state (the next call
+        would); nothing for a session awake. What did not come back is on the next
+        Execution (``recovered``)."""
+        self._usable()
+        if not self._sleeping:
+            return
+        async with self._slot.locked():
+            await self._awake()
+
+    def _usable(self) -> None:
+        """Raise unless the session is open and started (a sleeping one is)."""
+        if self._closed:
+            raise SessionClosedError("the session is closed")
+        if not self._sleeping:
+            self._live_kernel()
+
+    async def _awake(self) -> None:
+        """Wake the session if it sleeps (the caller holds the lock)."""
+        if not self._sleeping or self._closed:
+            return
+        assert self._wake_note is not None
+        self._waking = asyncio.get_running_loop().create_future()
+        try:
+            self._wake_note.pending = await wake_up(self)
+            self._sleeping = False
+        finally:
+            self._waking.set_result(None)
+            self._waking = None
+        self._last_activity = time.monotonic()
+
     async def run_script(
         self,
         code: str,
@@ -386,6 +465,7 @@ class AsyncSession(KernelMethods, StateMethods):
             raise BackendError("run_script needs the kernel's own machine; use %%bash in a cell")
         assert self._recording is not None
         timeout = self.timeout if timeout is None else timeout
+        await self.wake()
         return await self._recording.run_script(
             self._live_kernel(), code, normalise_language(language), filename, timeout
         )
@@ -409,8 +489,9 @@ class AsyncSession(KernelMethods, StateMethods):
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
         check_encodable(code, "the code")
-        self._live_kernel()
+        self._usable()
         async with self._slot.locked():
+            await self._awake()
             kernel = self._live_kernel()
             self._running = (asyncio.get_running_loop().create_future(), asyncio.current_task())
             try:
@@ -441,6 +522,7 @@ class AsyncSession(KernelMethods, StateMethods):
         """Run ``code`` recording nothing (no files, no notebook cell): a resume re-running
         a notebook's cells to rebuild the kernel's state. In turn with other cells."""
         async with self._slot.locked():
+            await self._awake()
             return await self._execute(self._live_kernel(), code, self.timeout, None, record=False)
 
     async def _execute(

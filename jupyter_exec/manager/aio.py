@@ -9,7 +9,9 @@
                   ─► pool of its kernel options has a warm kernel?
                         yes: rename <root>/.pool/<m>/<k> ─► <root>/a, attach (one round trip)
                         no:  start a kernel in <root>/a (and the pool refills meanwhile)
-      culler (background): close sessions idle longer than cull_idle_timeout
+      culler (background): sleep sessions idle longer than sleep_after (their kernel
+                           stopped, their state saved, woken by their next call);
+                           close those idle longer than cull_idle_timeout
       shutdown / SIGTERM: close every session, stop every pooled kernel
 
 Each session is an ordinary :class:`~jupyter_exec.AsyncSession` with its own
@@ -51,7 +53,7 @@ from traitlets.config import LoggingConfigurable
 from jupyter_exec.engine.session import AsyncSession, OutputCallback
 from jupyter_exec.exceptions import InvalidArgument, SessionClosedError, SessionNotFound
 from jupyter_exec.manager.create import create_entry
-from jupyter_exec.manager.culling import cull_loop, idle_names
+from jupyter_exec.manager.culling import cull_loop, idle_names, sleep_idle
 from jupyter_exec.manager.entries import Entry, SessionInfo
 from jupyter_exec.manager.pool import POOL_DIR, PoolKey
 from jupyter_exec.manager.pools import AnyPool, Pools
@@ -131,6 +133,12 @@ class AsyncSessionManager(LoggingConfigurable):
     ).tag(config=True)
     cull_idle_timeout = Float(
         0.0, help="Close sessions idle for this many seconds (0: never)."
+    ).tag(config=True)
+    sleep_after = Float(
+        0.0,
+        help="Put sessions idle for this many seconds to sleep (0: never): the state saved, "
+        "the kernel stopped, the session still listed (sleeping) and woken by its next call. "
+        "Sessions that cannot sleep (not Python, remote, save_state off) stay awake.",
     ).tag(config=True)
     cull_interval = Float(30.0, help="Seconds between two looks for idle sessions.").tag(
         config=True
@@ -426,6 +434,12 @@ class AsyncSessionManager(LoggingConfigurable):
             await self._pools.wait(timeout)
 
     # -- culling -----------------------------------------------------------------------------
+
+    async def sleep_idle(self) -> builtins.list[str]:
+        """Put the sessions idle for ``sleep_after`` seconds to sleep; returns their names."""
+        if self.sleep_after <= 0 or self._state != "running":
+            return []
+        return await sleep_idle(self._registry, self.sleep_after)
 
     async def cull_idle(self) -> builtins.list[str]:
         """Close the sessions idle for ``cull_idle_timeout`` seconds; returns their names."""

@@ -29,6 +29,13 @@ class SessionInfo:
     from_pool: bool
     alive: bool
     """Whether the kernel process runs (a cheap local check: no round trip)."""
+    sleeping: bool = False
+    """Asleep (``sleep_after``, ``session.sleep()``): no kernel until its next call."""
+
+    @property
+    def state(self) -> str:
+        """``"sleeping"``, ``"busy"`` or ``"idle"``: what a listing shows."""
+        return "sleeping" if self.sleeping else ("busy" if self.busy else "idle")
 
 
 @dataclass
@@ -45,6 +52,8 @@ class Entry:
     from_pool: bool
     created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     last_used: float = field(default_factory=time.monotonic)
+    cannot_sleep: bool = False
+    """Its sleep was refused once (not Python, remote...): the culler does not ask again."""
 
     @property
     def closed(self) -> bool:
@@ -75,6 +84,7 @@ class Entry:
             busy=busy,
             from_pool=self.from_pool,
             alive=self.session.is_alive,
+            sleeping=self.session.sleeping,
         )
 
 

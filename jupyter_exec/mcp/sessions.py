@@ -97,7 +97,8 @@ class SessionRegistry:
 
     Each session is created on first use in ``<root>/<name>`` with the
     server's environment (or Docker, when asked for and allowed). The manager
-    brings the limits (``max_sessions``), idle culling (``cull_idle_timeout``)
+    brings the limits (``max_sessions``), idle culling (``cull_idle_timeout``), idle
+    sleep (``sleep_after``: a sleeping session's next call wakes it)
     and a warm pool of ``pool_size`` kernels of the server's environment, so
     a new session's first call need not wait for a kernel to start.
     """
@@ -111,6 +112,7 @@ class SessionRegistry:
         max_sessions: int = 16,
         pool_size: int = 0,
         cull_idle_timeout: float = 0.0,
+        sleep_after: float = 0.0,
         session_options: Mapping[str, Any] | None = None,
         zygote: dict[str, Any] | None = None,
     ) -> None:
@@ -130,6 +132,7 @@ class SessionRegistry:
             root_dir=str(self.root),
             max_sessions=max_sessions,
             cull_idle_timeout=cull_idle_timeout,
+            sleep_after=sleep_after,
             session_defaults={"timeout": timeout, **(session_options or {})},
             pools=[],  # the environment's pool is added once its options are known: start()
             handle_sigterm=False,  # the server's transport owns the process's signals
@@ -314,6 +317,7 @@ class SessionRegistry:
                 "from_pool": info.from_pool,
                 "idle_seconds": info.idle_seconds,
                 "network": self._network(info),
+                "state": info.state,  # idle, busy, or sleeping: woken by its next call
             }
             for info in sorted(self.manager.list(), key=lambda i: i.name)
         ] + [
@@ -327,6 +331,7 @@ class SessionRegistry:
                 "from_pool": False,
                 "idle_seconds": None,
                 "network": None,
+                "state": "dormant",
             }
             for saved in sorted(self.dormant.list(), key=lambda s: s.name)
         ]

@@ -36,6 +36,7 @@ from jupyter_exec.integrations import require
 from jupyter_exec.mcp.ask import ElicitingAsk
 from jupyter_exec.mcp.sessions import SessionRegistry
 from jupyter_exec.mcp.state import register_state_tools
+from jupyter_exec.models import Execution
 from jupyter_exec.notebook.recorder import read_notebook
 
 __all__ = ["INSTRUCTIONS", "build_server"]
@@ -170,7 +171,21 @@ def _read_head(root: Path, relative: str) -> tuple[bytes, int]:
 def _status(described: dict[str, Any]) -> str:
     if described.get("dormant"):
         return "dormant (from before the server restarted; back with its state on first use)"
+    if described.get("state") == "sleeping":
+        return "sleeping (state saved, no kernel; its next call wakes it)"
     return "alive" if described["alive"] else "dead"
+
+
+def _state_note(execution: Execution | None) -> str:
+    """A line before the output when the cell's state came back from somewhere (a wake from
+    sleep, a recovery), naming what did not: the model should not count on those names."""
+    recovered = execution.recovered if execution is not None else None
+    if recovered is None:
+        return ""
+    note = f"[state: {recovered.source}"
+    if recovered.lost:
+        note += "; not back: " + "; ".join(f"{n} ({why})" for n, why in recovered.lost.items())
+    return note + "]\n"
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -248,7 +263,7 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
             result = await run_block(
                 live, block, timeout=timeout, max_output_chars=max_output_chars
             )
-        content = [text(result.text)]
+        content = [text(_state_note(result.execution) + result.text)]
         content += [
             image_class(data=data, format=fmt).to_image_content() for data, fmt in result.images
         ]

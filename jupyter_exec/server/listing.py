@@ -27,7 +27,9 @@ def live_fields(entry: ServerSession, kernel_manager: Any) -> dict[str, Any]:
         kernel_manager.get_kernel(entry.kernel_id) if entry.kernel_id in kernel_manager else None
     )
     state = getattr(kernel, "execution_state", None)
-    if kernel is None or session.closed or state == "dead":
+    if session.sleeping:  # no kernel until its next call (sleep_after, session.sleep())
+        status = "sleeping"
+    elif kernel is None or session.closed or state == "dead":
         status = "dead"
     elif state in ("restarting", "autorestarting"):
         status = "restarting"

@@ -58,6 +58,7 @@ class Views:
             "forks": [f for f in entry.forks if f in self._sessions],
             "undo_steps": entry.session.options.undo_steps,
             "network": policy_model(entry.policy),
+            "sleeping": entry.session.sleeping,
             **live_fields(entry, self.serverapp.kernel_manager),
         }
 
@@ -86,6 +87,7 @@ class Views:
             "forks": [],
             "undo_steps": saved.undo_steps,
             "network": None,
+            "sleeping": False,
             "status": "dormant",
             "last_activity": None,
             "running": None,

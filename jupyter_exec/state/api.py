@@ -64,6 +64,7 @@ class StateMethods:
         :class:`~jupyter_exec.KernelNotAliveError` for a dead one. Close the
         forks yourself; a Docker session's forks share its container and end with it.
         """
+        await self.wake()  # a sleeping session wakes first
         refuse_other_languages(self, "fork()")
         return await fork_session(self, n, name)
 
@@ -76,6 +77,7 @@ class StateMethods:
         the kernel died, too. Asking for more steps than are kept raises
         :class:`~jupyter_exec.InvalidArgument` saying how many are available.
         """
+        await self.wake()  # a sleeping session wakes first
         refuse_other_languages(self, "undo()")
         await self._state.undo(self, n)
 
@@ -88,6 +90,7 @@ class StateMethods:
         manifest with checksums). What cannot be pickled is skipped and named in
         ``Checkpoint.skipped``. :meth:`restore` goes back to it any number of times.
         """
+        await self.wake()  # a sleeping session wakes first
         refuse_other_languages(self, "checkpoint()", CheckpointError)
         return await self._state.checkpoint(self, name)
 
@@ -113,6 +116,7 @@ class StateMethods:
         Cells recorded after it are marked undone in the notebook; the restore is
         noted in the notebook's metadata and on the next cell.
         """
+        await self.wake()  # a sleeping session wakes first
         refuse_other_languages(self, "restore()", CheckpointError)
         await self._state.restore(self, checkpoint, force, trust_origin)
 

@@ -68,6 +68,9 @@ class StateHost(Protocol):
 
     async def restart(self, note: str = ...) -> None: ...
 
+    async def wake(self) -> None:
+        """A sleeping session's kernel started and its state loaded (nothing if awake)."""
+
     async def replace_kernel(self, new: KernelHandle, reason: Replacement) -> KernelHandle | None:
         """Make ``new`` serve the session; the kernel it replaced, for the caller to retire."""
         ...

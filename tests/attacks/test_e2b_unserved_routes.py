@@ -1,7 +1,7 @@
 """Attacks on the E2B server's unserved routes: probing paths it has no handler for.
 
 An attacker without the API key or any sandbox's token probes paths the server
-does not serve (made-up ones, and E2B's own ``pause``, ``fork``, ``snapshots``,
+does not serve (made-up ones, and E2B's own ``fork``, ``snapshots``,
 ``templates``...): to learn what is served, to reach a victim's sandbox
 through a route that skips the credential, or to make the server read and
 keep a huge body. Every such request must be refused for its missing
@@ -27,7 +27,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 PROBES = (
     "/no/such/route",
-    "/sandboxes/{sid}/pause",
     "/sandboxes/{sid}/fork",
     "/sandboxes/{sid}/snapshots",
     "/sandboxes/{sid}/metrics",
@@ -135,10 +134,11 @@ def test_a_huge_body_to_an_unserved_path_is_answered_from_the_headers_and_never_
 def test_the_api_key_alone_does_not_make_an_unserved_path_act_on_a_sandbox(
     api_env: Running,
 ) -> None:
-    """With the key, pause and fork of the victim are refused as unsupported: nothing happens."""
+    """With the key, fork and snapshots of the victim are refused as unsupported: nothing
+    happens."""
     victim = _victim()
     try:
-        for route in ("pause", "fork", "snapshots", "resume", "refreshes", "network"):
+        for route in ("fork", "snapshots", "refreshes", "network"):
             answer = httpx.post(f"{api_env.url}/sandboxes/{victim.sandbox_id}/{route}",
                                 headers={"X-API-KEY": API_KEY}, json={"count": 50})  # fmt: skip
             assert answer.status_code == 501, (route, answer.text[:200])
