@@ -13,8 +13,10 @@ again; a cell that then matches is ``equivalent``, with the entry's name as the 
 
 One entry per change (:class:`ReprBridge`), naming the package and the version that changed
 it; with the same versions on both sides, or none recorded, no entry is active. An entry
-rewrites only the newer form into the older one, value for value, so the values still have to
-match: ``np.int64(9)`` against ``10`` stays different. Pure functions, no I/O.
+rewrites forms, never values, within one line, so the values still have to match:
+``np.int64(9)`` against ``10`` stays different. A rewrite that keeps every value is applied to
+both sides (a record may show the newer form too); the figure's, which drops the size and the
+count of Axes, only to the side in the newer version. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -97,34 +99,38 @@ def _unquoted_number(match: re.Match[str]) -> str:
     return match.group(1)
 
 
+_NUMPY_SCALARS: tuple[Rewrite, ...] = (
+    (re.compile(rf"\bnp\.{_NP_NUMBER}\('([-+]?[\w.]+)'\)"), _unquoted_number),
+    (re.compile(rf"\bnp\.{_NP_NUMBER}\(([-+]?[\w.+-]+)\)"), r"\1"),
+    (re.compile(rf"\bnp\.{_NP_COMPLEX}\(([^()\n]+|\([^()\n]*\))\)"), _plain_complex),
+    (re.compile(r"\bnp\.(?:str_|bytes_)\(((?:'[^'\n]*'|\"[^\"\n]*\"|b'[^'\n]*'))\)"), r"\1"),
+    (re.compile(r"\bnp\.(True|False)_\b"), r"\1"),
+)
 _NUMPY_SCALAR = ReprBridge(
     "numpy-scalar-repr",
     "numpy",
     "2.0",
-    (
-        (re.compile(rf"\bnp\.{_NP_NUMBER}\('([-+]?[\w.]+)'\)"), _unquoted_number),
-        (re.compile(rf"\bnp\.{_NP_NUMBER}\(([-+]?[\w.+-]+)\)"), r"\1"),
-        (re.compile(rf"\bnp\.{_NP_COMPLEX}\(([^()\n]+|\([^()\n]*\))\)"), _plain_complex),
-        (re.compile(r"\bnp\.(?:str_|bytes_)\(((?:'[^'\n]*'|\"[^\"\n]*\"|b'[^'\n]*'))\)"), r"\1"),
-        (re.compile(r"\bnp\.(True|False)_\b"), r"\1"),
-    ),
+    _NUMPY_SCALARS,
     "np.int64(9) -> 9, np.float64(1.5) -> 1.5, np.True_ -> True (NumPy 2's scalar repr)",
+    older=_NUMPY_SCALARS,  # a form, never a value: read the same way on either side
 )
 
+_VOID: tuple[Rewrite, ...] = (
+    (
+        re.compile(
+            r"\bnp\.void\((\((?:[^()\n]|\([^()\n]*\))*\)), dtype="
+            r"(?:\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]|\{[^{}\n]*\}|'[^'\n]*')\)"
+        ),
+        r"\1",
+    ),
+)
 _NUMPY_VOID = ReprBridge(
     "numpy-void-repr",
     "numpy",
     "2.0",
-    (
-        (
-            re.compile(
-                r"\bnp\.void\((\((?:[^()\n]|\([^()\n]*\))*\)), dtype="
-                r"(?:\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]|\{[^{}\n]*\}|'[^'\n]*')\)"
-            ),
-            r"\1",
-        ),
-    ),
+    _VOID,
     "np.void((1, 2.0), dtype=[('a', '<i8'), ('b', '<f8')]) -> (1, 2.0) (NumPy 2's void repr)",
+    older=_VOID,
 )
 
 _PANDAS_INDEX = ReprBridge(
@@ -151,13 +157,17 @@ _MPL_FIGURE = ReprBridge(
     "(matplotlib 2.2 gave Figure a repr)",
 )
 
+_CONTAINER: tuple[Rewrite, ...] = (
+    (re.compile(r"<BarContainer object of (\d+) artists>"), r"<a list of \1 Patch objects>"),
+)
 _MPL_CONTAINER = ReprBridge(
     "matplotlib-hist-container-repr",
     "matplotlib",
     "3.3",
-    ((re.compile(r"<BarContainer object of (\d+) artists>"), r"<a list of \1 Patch objects>"),),
+    _CONTAINER,
     "<BarContainer object of 10 artists> -> <a list of 10 Patch objects> "
     "(hist returns its BarContainer, no longer a silent_list of patches)",
+    older=_CONTAINER,  # the count is kept: either side may show the newer form
 )
 
 _OBJECT_AT: tuple[Rewrite, ...] = (

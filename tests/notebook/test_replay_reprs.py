@@ -174,3 +174,19 @@ def test_a_replay_of_a_numpy_1_record_is_equivalent_with_the_entry_named(
     again = replay(path, output=tmp_path / "again.ipynb")
     assert [c.status for c in again.cells] == ["different", "different"]
     assert again.extra["environment"]["repr_rules"] == []
+
+
+def test_a_rewrite_that_keeps_every_value_reads_either_side() -> None:
+    # A record made in between (its hist already a BarContainer) beside a changed NumPy repr.
+    bridges = active_bridges(OLD, NEW)
+    record = "(9, <BarContainer object of 10 artists>)"
+    assert compare_outputs(
+        shown(record), shown("(np.int64(9), <BarContainer object of 10 artists>)"), bridges=bridges
+    ).verdict == ("equivalent")
+    assert compare_outputs(
+        shown(record), shown("(np.int64(9), <BarContainer object of 11 artists>)"), bridges=bridges
+    ).verdict == ("different")
+    # The figure's rewrite drops its size and Axes: never applied to the older side.
+    figure = "(9, <Figure size 640x480 with 1 Axes>)"
+    two = "(np.int64(9), <Figure size 640x480 with 2 Axes>)"
+    assert compare_outputs(shown(figure), shown(two), bridges=bridges).verdict == "different"
