@@ -45,11 +45,11 @@ class OutputCaptures:
     def feed(self, msg: Mapping[str, Any]) -> bool:
         """Whether ``msg`` was the widget's (a capture switch, or an output it captured)."""
         kind = msg["header"]["msg_type"]
-        content = msg.get("content") or {}
         if kind == "comm_msg":
-            self._switch(content, (msg.get("parent_header") or {}).get("msg_id"))
+            parent = (msg.get("parent_header") or {}).get("msg_id")
+            self._switch(msg.get("content") or {}, parent)
             return False  # a comm message is no output either way
-        if kind not in CAPTURED or not self._active:
+        if not self._active or kind not in CAPTURED:  # the common case: one test
             return False
         target = self._active[-1]
         builder = self._builders.get(target)

@@ -242,14 +242,17 @@ def active_bridges(
 def bridge_lines(
     recorded: Sequence[str], replayed: Sequence[str], active: Sequence[ActiveBridge]
 ) -> tuple[list[str], list[str], tuple[str, ...]]:
-    """Both sides' lines with the active entries applied, and the reasons of those that changed
-    either side."""
+    """Both sides' lines with the active entries applied, and the reasons of those that
+    rewrote a line where the two sides differed (an entry that only touched equal lines is
+    no reason). Sides of other lengths are returned as they are: a rewrite keeps lines."""
     old, new = list(recorded), list(replayed)
+    if len(old) != len(new):
+        return old, new, ()
     reasons: list[str] = []
     for entry in active:
         a = [entry.rewrite(line, "recorded") for line in old]
         b = [entry.rewrite(line, "here") for line in new]
-        if a != old or b != new:
+        if any(old[i] != new[i] and (a[i] != old[i] or b[i] != new[i]) for i in range(len(old))):
             reasons.append(entry.reason)
         old, new = a, b
     return old, new, tuple(reasons)
