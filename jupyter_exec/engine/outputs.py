@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jupyter_exec.engine.widget_capture import OutputCaptures
+
 if TYPE_CHECKING:
     from jupyter_exec.network.redact import Redactor
 
@@ -320,10 +322,16 @@ class CellOutputs:
         self._overflow: dict[str, _Overflow] = {}
         self._kept = 0  # stream characters held in completed lines
         self._redactor = redactor if redactor else None
+        self.captures = OutputCaptures(
+            lambda: CellOutputs(max_stream_chars=max_stream_chars, redactor=redactor)
+        )
+        """What ipywidgets ``Output`` widgets captured (``with out:``): not the cell's."""
 
     # -- feeding -----------------------------------------------------------------
 
     def feed(self, msg: Mapping[str, Any]) -> list[dict[str, Any]]:
+        if self.captures.feed(msg):  # printed inside an Output widget: the widget's
+            return []
         kind = msg["header"]["msg_type"]
         content = msg["content"]
         if kind == "stream":

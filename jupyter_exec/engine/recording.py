@@ -46,6 +46,7 @@ from jupyter_exec.engine.outputs import CellOutputs
 from jupyter_exec.engine.runner import CellRun
 from jupyter_exec.engine.scripts import run_script, script_path
 from jupyter_exec.engine.store import FileSpill, OutputStore, WorkDirTracker
+from jupyter_exec.engine.widget_capture import merge_widget_state
 from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.models import Execution, Result, ScriptResult
 from jupyter_exec.network.policy import Connection
@@ -198,6 +199,10 @@ class Recording:
             self._note_environment(run, cell.redactor)
             self._note_host(cell.host)
             self._note_written(changed)
+            captured = builder.captures.finish()
+            if captured:  # what Output widgets captured goes in their state, as Jupyter keeps it
+                widgets = merge_widget_state(self.recorder.metadata, captured)
+                self.recorder.set_metadata("widgets", widgets)
         if write:
             try:
                 touched = self._update_earlier_cells(builder.foreign_updates)

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from jupyter_exec.engine.mime import IMAGES, is_json
 from jupyter_exec.engine.outputs import overwrite_line, strip_ansi
-from jupyter_exec.notebook.images import ImageTolerance, compare_images
+from jupyter_exec.notebook.images import ImageTolerance, compare_images, plot_match
 from jupyter_exec.notebook.meaning import (
     HTML_RULE,
     SVG_RULE,
@@ -52,6 +52,7 @@ from jupyter_exec.notebook.meaning import (
     canonical_xml,
     lines_close,
 )
+from jupyter_exec.notebook.reprs import ActiveBridge, bridge_lines
 
 __all__ = [
     "DEFAULT_RULES",
@@ -466,14 +467,23 @@ def _short_diff(before: list[str], after: list[str]) -> str:
     return "\n".join(shown)
 
 
+_BY_VALUE = "numbers equal by value (2. and 2.0)"
 TABLE_RTOL = 1e-6
 """Relative tolerance for the numbers of a DataFrame table (it shows about 6 digits anyway)."""
 
 
 def _equivalent(
-    old: _Canonical, new: _Canonical, meant: tuple[_Canonical, _Canonical], rtol: float
+    old: _Canonical,
+    new: _Canonical,
+    meant: tuple[_Canonical, _Canonical],
+    rtol: float,
+    bridges: Sequence[ActiveBridge] = (),
 ) -> tuple[str, ...]:
-    """Why two canonical forms that differ as text mean the same; empty when they do not."""
+    """Why two canonical forms that differ as text mean the same; empty when they do not.
+
+    A text block that still differs is tried once more through the ``bridges`` (the known
+    repr changes between the two environments, :mod:`jupyter_exec.notebook.reprs`).
+    """
     before, after = meant
     if [b.head for b in before.blocks] != [b.head for b in after.blocks] or len(
         before.blocks
@@ -490,10 +500,19 @@ def _equivalent(
             reasons.append(rule)
             continue
         tolerance = {TABLE: max(rtol, TABLE_RTOL), JSON: 0.0}.get(a.kind, rtol)
-        if a.kind != b.kind or not lines_close(
-            a.lines, b.lines, tolerance, 1e-12 if tolerance else 0
-        ):
+        atol = 1e-12 if tolerance else 0
+        if a.kind != b.kind:
             return ()
+        if not lines_close(a.lines, b.lines, tolerance, atol):
+            if a.kind != TEXT or not bridges:
+                return ()
+            x, y, bridged = bridge_lines(a.lines, b.lines, bridges)
+            if not bridged or not lines_close(x, y, tolerance, atol):
+                return ()
+            reasons.extend(bridged)
+            if x != y:  # 2. against 2.0: the same number in other digits
+                reasons.append(f"numbers within rtol={tolerance:g}" if tolerance else _BY_VALUE)
+            continue
         if a.kind == TABLE:
             reasons.append(f"{TABLE_RULE} (within rtol={tolerance:g})")
         elif a.kind == JSON:
@@ -503,18 +522,44 @@ def _equivalent(
     return tuple(dict.fromkeys(reasons)) or ("canonical form",)
 
 
+def _compare_images(
+    old: _Canonical, new: _Canonical, tolerance: ImageTolerance
+) -> tuple[list[str], tuple[str, ...]]:
+    """How the images of both sides differ (notes), and which differ only as re-rendered
+    plots do (reasons, with their score: :func:`jupyter_exec.notebook.images.plot_match`)."""
+    notes: list[str] = []
+    plots: list[str] = []
+    old_images = {(label, mime): data for label, mime, data in old.images}
+    for label, mime, data in new.images:
+        if (label, mime) not in old_images:
+            continue
+        why = compare_images(old_images[(label, mime)], data, tolerance)
+        if why is None:
+            continue
+        least = tolerance.plot_score
+        match = None if least is None else plot_match(old_images[(label, mime)], data)
+        if match is not None and least is not None and match.score >= least:
+            plots.append(f"{label} the same plot re-rendered: {match.describe()}")
+        else:
+            notes.append(f"{label} {why}" + ("" if match is None else f"; {match.describe()}"))
+    return notes, tuple(plots)
+
+
 def compare_outputs(
     before: Iterable[Mapping[str, Any]],
     after: Iterable[Mapping[str, Any]],
     rules: Sequence[Rule] = DEFAULT_RULES,
     image_tolerance: ImageTolerance | None = None,
     rtol: float = 0.0,
+    bridges: Sequence[ActiveBridge] = (),
 ) -> Comparison:
     """Compare a cell's recorded outputs with its replayed ones (nbformat output dicts).
 
     Outputs that differ as text but mean the same (:mod:`jupyter_exec.notebook.meaning`;
-    numbers in text within ``rtol``) are not :attr:`Comparison.same` but carry the
-    :attr:`Comparison.reasons` that make them equivalent.
+    numbers in text within ``rtol``; a library's repr change that one of ``bridges``
+    names, :func:`jupyter_exec.notebook.reprs.active_bridges`) are not
+    :attr:`Comparison.same` but carry the :attr:`Comparison.reasons` that make them
+    equivalent.
     """
     if rtol < 0:
         raise ValueError(f"rtol must be >= 0, not {rtol}")
@@ -525,13 +570,7 @@ def compare_outputs(
     new_hits: list[Hit] = []
     old = canonical(before, rules, used=used, hits=old_hits)
     new = canonical(after, rules, used=used, hits=new_hits)
-    notes: list[str] = []
-    old_images = {(label, mime): data for label, mime, data in old.images}
-    for label, mime, data in new.images:
-        if (label, mime) in old_images:
-            why = compare_images(old_images[(label, mime)], data, tolerance)
-            if why is not None:
-                notes.append(f"{label} {why}")
+    notes, plots = _compare_images(old, new, tolerance)
     masks = tuple(r.name for r in rules if r.name in used)
     masked = _masked(rules, old_hits, new_hits)
     if old.lines == new.lines:
@@ -539,12 +578,20 @@ def compare_outputs(
         # (a literal "<duration>" in one output is not the other's masked "1.2 s").
         if [n for n, _ in old_hits] != [n for n, _ in new_hits]:
             notes.append("the masks do not line up: " + "; ".join(m.describe() for m in masked))
-        return Comparison(same=not notes, notes=tuple(notes), masks=masks, masked=masked)
+        return Comparison(
+            same=not notes and not plots,
+            notes=tuple(notes),
+            reasons=() if notes else plots,
+            masks=masks,
+            masked=masked,
+        )
     meant = (
         canonical(before, rules, used=used, meaning=True, hits=old_hits),
         canonical(after, rules, used=used, meaning=True, hits=new_hits),
     )
-    reasons = () if notes else _equivalent(old, new, meant, rtol)
+    reasons = () if notes else _equivalent(old, new, meant, rtol, bridges)
+    if reasons:
+        reasons = (*reasons, *plots)
     masks = tuple(r.name for r in rules if r.name in used)
     return Comparison(
         same=False,

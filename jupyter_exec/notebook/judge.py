@@ -16,6 +16,7 @@ from typing import Any
 from jupyter_exec.models import Execution
 from jupyter_exec.notebook.compare import ImageTolerance, Rule, compare_outputs
 from jupyter_exec.notebook.report import CellResult, CellStatus
+from jupyter_exec.notebook.reprs import ActiveBridge
 
 
 def _recorded_error(outputs: Iterable[Mapping[str, Any]]) -> str | None:
@@ -33,11 +34,16 @@ def _judge(
     tolerance: ImageTolerance,
     shown: Sequence[Mapping[str, Any]] | None = None,
     rtol: float = 0.0,
+    bridges: Sequence[ActiveBridge] = (),
 ) -> CellResult:
-    """The verdict on one replayed cell; ``shown`` is what it shows now if not its own outputs."""
+    """The verdict on one replayed cell; ``shown`` is what it shows now if not its own outputs.
+
+    ``bridges``: the known repr changes between the record's package versions and the
+    replay's (:func:`jupyter_exec.notebook.reprs.active_bridges`).
+    """
     recorded = list(cell.get("outputs", ()))
     outputs = execution.outputs if shown is None else shown
-    comparison = compare_outputs(recorded, outputs, rules, tolerance, rtol)
+    comparison = compare_outputs(recorded, outputs, rules, tolerance, rtol, bridges)
     before = _recorded_error(recorded)
     now = None if execution.ok or execution.error is None else str(execution.error)
     notes = list(comparison.notes)

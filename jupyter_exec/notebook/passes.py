@@ -23,6 +23,7 @@ from jupyter_exec.notebook.judge import _judge, _skipped
 from jupyter_exec.notebook.meta import is_undone
 from jupyter_exec.notebook.recorder import new_cell_id
 from jupyter_exec.notebook.report import CellResult, _Progress
+from jupyter_exec.notebook.reprs import ActiveBridge
 
 __all__: list[str] = []
 
@@ -66,6 +67,8 @@ class _Judging:
     rules: tuple[Rule, ...]
     tolerance: ImageTolerance
     rtol: float
+    bridges: tuple[ActiveBridge, ...] = ()
+    """The repr changes between the record's package versions and the replay's kernel's."""
 
     def judge(
         self,
@@ -74,7 +77,9 @@ class _Judging:
         execution: Execution,
         shown: Sequence[Mapping[str, Any]] | None = None,
     ) -> CellResult:
-        return _judge(index, cell, execution, self.rules, self.tolerance, shown, self.rtol)
+        return _judge(
+            index, cell, execution, self.rules, self.tolerance, shown, self.rtol, self.bridges
+        )
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -53,7 +54,7 @@ from jupyter_exec.engine.languages import (
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
 from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import NotebookError
-from jupyter_exec.notebook import envdiff, inputs
+from jupyter_exec.notebook import envdiff, inputs, reprs
 from jupyter_exec.notebook.compare import (
     DEFAULT_RULES,
     ImageTolerance,
@@ -406,9 +407,13 @@ async def replay_async(
     session = session_for(target, runs_in[0])
     async with session:
         found: list[str] = []
+        bridges: tuple[reprs.ActiveBridge, ...] = ()
         if record is not None:
             now = await session.environment_here(record, backend, kernel_name)
             found = envdiff.differences(record, now, session.work_dir)
+            bridges = reprs.active_bridges(record, now)
+            if bridges:  # the known repr changes between the two versions are read through
+                plan = replace(plan, judging=replace(judging, bridges=bridges))
             if progress is not None:
                 _show_environment(progress, found)
         elif progress is not None:
@@ -419,6 +424,7 @@ async def replay_async(
         extra = {**_facts(nb), "environment": {"recorded": record}, "where": where.to_dict()}
         if record is not None:
             extra["environment"]["here"] = now
+            extra["environment"]["repr_rules"] = [b.reason for b in bridges]
         if runs == 2:
             second = session_for(second_target, runs_in[1])
             if progress is not None:

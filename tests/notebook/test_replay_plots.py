@@ -1,0 +1,176 @@
+"""Plots judged as plots: the same figure re-rendered is equivalent, a plot of other data is not.
+
+Figures are rendered by matplotlib (Agg) twice, with other settings (font family, text and
+line anti-aliasing, line width, line colour) or other data; the last test replays a real
+notebook whose record was drawn in another style.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import matplotlib
+import numpy as np
+import pytest
+from cycler import cycler
+from PIL import Image
+
+from jupyter_exec import Session
+from jupyter_exec.notebook.compare import ImageTolerance, compare_outputs
+from jupyter_exec.notebook.images import plot_match
+from jupyter_exec.notebook.replay import replay
+
+matplotlib.use("agg")
+import matplotlib.pyplot as plt
+
+RESTYLED = {
+    "font.family": "monospace",
+    "text.antialiased": False,
+    "lines.antialiased": False,
+    "lines.linewidth": 1.8,
+    "axes.prop_cycle": cycler(color=["#d62728"]),
+}
+
+UNFILLED = {k: v for k, v in RESTYLED.items() if k != "axes.prop_cycle"}
+"""The restyling without the colour: what changes strokes and glyphs, not fills."""
+
+
+def line_plot(y: Callable[[Any], Any], **style: Any) -> bytes:
+    with _styled(style):
+        figure, axes = plt.subplots(figsize=(6.4, 4.8), dpi=72)
+        x = np.linspace(0, 10, 50)
+        axes.plot(x, y(x))
+        axes.set_title("signal")
+        axes.set_xlabel("time")
+        return _png(figure)
+
+
+def bar_plot(heights: list[float], **style: Any) -> bytes:
+    with _styled(style):
+        figure, axes = plt.subplots(figsize=(6.4, 4.8), dpi=72)
+        axes.bar(range(len(heights)), heights)
+        return _png(figure)
+
+
+def heat_map(seed: int, **style: Any) -> bytes:
+    with _styled(style):
+        figure, axes = plt.subplots(figsize=(6.4, 4.8), dpi=72)
+        axes.imshow(np.random.default_rng(seed).random((8, 8)))
+        return _png(figure)
+
+
+def _styled(style: dict[str, Any]) -> Any:
+    return plt.rc_context(cast(Any, style))
+
+
+def _png(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def shown(png: bytes) -> list[dict[str, Any]]:
+    data = {"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"}
+    return [{"output_type": "display_data", "data": data, "metadata": {}}]
+
+
+def test_the_same_line_plot_in_another_style_is_equivalent_with_its_score() -> None:
+    before, after = line_plot(np.sin), line_plot(np.sin, **RESTYLED)
+    assert before != after
+    found = compare_outputs(shown(before), shown(after))
+    assert found.verdict == "equivalent"
+    (reason,) = found.reasons
+    assert reason.startswith("[output 1: image/png] the same plot re-rendered: plot score 0.99")
+    match = plot_match(before, after)
+    assert match is not None
+    assert 0.99 <= match.score < 1.0  # other pixels, the same strokes
+    assert f"{match.score:.4f}" in reason
+
+
+@pytest.mark.parametrize(
+    "other",
+    [np.cos, lambda x: np.sin(x) * 1.1, lambda x: np.sin(x + 0.3)],
+    ids=["cos", "amplitude 1.1", "phase 0.3"],
+)
+def test_a_line_plot_of_other_data_is_different_in_any_style(other: Callable[[Any], Any]) -> None:
+    for style in ({}, RESTYLED):
+        found = compare_outputs(shown(line_plot(np.sin)), shown(line_plot(other, **style)))
+        assert found.verdict == "different"
+        assert "plot score" in found.notes[0]
+
+
+def test_bars_and_image_cells_are_judged_by_their_fills() -> None:
+    heights = [3.0, 1.0, 4.0, 1.5, 5.0]
+    found = compare_outputs(shown(bar_plot(heights)), shown(bar_plot(heights, **UNFILLED)))
+    assert found.verdict == "equivalent"
+    # Bars filled in another colour are not taken for the same plot (a fill's colour can
+    # be its value, as in an image plot).
+    recoloured = compare_outputs(shown(bar_plot(heights)), shown(bar_plot(heights, **RESTYLED)))
+    assert recoloured.verdict == "different"
+    taller = [3.0, 1.0, 4.0, 1.5, 5.2]
+    assert compare_outputs(shown(bar_plot(heights)), shown(bar_plot(taller))).verdict == (
+        "different"
+    )
+    # The same geometry with other values: the colours of the cells tell them apart.
+    same_map = compare_outputs(shown(heat_map(1)), shown(heat_map(1, **RESTYLED)))
+    assert same_map.verdict == "equivalent"
+    other_map = compare_outputs(shown(heat_map(1)), shown(heat_map(2)))
+    assert other_map.verdict == "different"
+    assert "fills in the same colour: " in other_map.notes[0]
+
+
+def test_plots_are_judged_by_pixels_only_when_asked_and_small_images_always() -> None:
+    before, after = line_plot(np.sin), line_plot(np.sin, **RESTYLED)
+    exact = compare_outputs(
+        shown(before), shown(after), image_tolerance=ImageTolerance(plot_score=None)
+    )
+    assert exact.verdict == "different"
+    assert compare_outputs(
+        shown(before), shown(after), image_tolerance=ImageTolerance(plot_score=1.0)
+    ).verdict == ("different")
+    with pytest.raises(ValueError, match="plot score"):
+        ImageTolerance(plot_score=1.5)
+    assert plot_match(before, b"not an image") is None
+    with Image.open(io.BytesIO(before)) as image:
+        wider = io.BytesIO()
+        image.resize((image.width * 11 // 10, image.height)).save(wider, "PNG")
+        padded = io.BytesIO()
+        canvas = Image.new("RGBA", (image.width + 6, image.height + 3), "white")
+        canvas.paste(image, (6, 0))  # a tight bounding box grew on the left
+        canvas.save(padded, "PNG")
+    assert plot_match(before, wider.getvalue()) is None  # 10% wider: another figure
+    aligned = plot_match(before, padded.getvalue())
+    assert aligned is not None
+    assert aligned.score == 1.0
+    tiny = [Image.new("RGB", (20, 20), "white") for _ in range(2)]
+    tiny[1].putpixel((3, 3), (0, 0, 0))
+    encoded = []
+    for image in tiny:
+        buffer = io.BytesIO()
+        image.save(buffer, "PNG")
+        encoded.append(buffer.getvalue())
+    assert plot_match(*encoded) is None  # an icon, not a plot
+
+
+def test_a_replay_of_a_plot_recorded_in_another_style_is_equivalent(tmp_path: Path) -> None:
+    setup = "import matplotlib.pyplot as plt, numpy as np\nx = np.linspace(0, 10, 50)\n"
+    with Session(work_dir=tmp_path, name="plots") as session:
+        session.execute(setup + f"plt.rcParams.update({UNFILLED!r})")
+        for y in ("np.sin(x)", "np.cos(x)"):
+            drawn = session.execute(f"plt.plot(x, {y}); plt.title('signal');")
+            assert drawn.results[0].png
+    path = tmp_path / "plots.ipynb"
+    raw = json.loads(path.read_text())
+    raw["cells"][0]["source"] = setup  # the replay draws in the default style
+    raw["cells"][2]["source"] = "plt.plot(x, np.sin(x) * 1.1); plt.title('signal');"
+    path.write_text(json.dumps(raw))
+    report = replay(path)
+    assert [c.status for c in report.cells] == ["same", "equivalent", "different"]
+    assert "the same plot re-rendered: plot score" in report.cells[1].reasons[0]
+    assert "plot score" in report.cells[2].notes[0]

@@ -1,0 +1,192 @@
+"""Library-version reprs bridged when the record's versions differ from the replay's.
+
+Each entry of :data:`~jupyter_exec.notebook.reprs.BRIDGES` has a pair a person calls the same
+(``equivalent``, the entry named with the versions it bridges) and a pair that must stay
+``different`` (another value behind the new form); with the same versions, or none recorded,
+the entries are off and the same pair is ``different``. The last test replays a real
+notebook whose record says NumPy 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy
+import pytest
+
+from jupyter_exec import Session
+from jupyter_exec.notebook.compare import compare_outputs
+from jupyter_exec.notebook.replay import replay
+from jupyter_exec.notebook.reprs import BRIDGES, active_bridges
+
+OLD = {"packages": {"numpy": "1.26.4", "pandas": "1.5.3", "matplotlib": "2.1.2"}}
+NEW = {"packages": {"numpy": "2.1.0", "pandas": "2.2.3", "matplotlib": "3.9.0"}}
+
+
+def shown(text: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "output_type": "execute_result",
+            "data": {"text/plain": text},
+            "metadata": {},
+            "execution_count": 1,
+        }
+    ]
+
+
+# (entry, recorded in the old version, replayed in the new one, a new one that must differ)
+PAIRS = [
+    ("numpy-scalar-repr", "9", "np.int64(9)", "np.int64(10)"),
+    ("numpy-scalar-repr", "1.5", "np.float64(1.5)", "np.float64(1.25)"),
+    ("numpy-scalar-repr", "True", "np.True_", "np.False_"),
+    (
+        "numpy-scalar-repr",
+        "[1, 2.5]",
+        "[np.int64(1), np.float32(2.5)]",
+        "[np.int64(1), np.int64(2)]",
+    ),
+    ("numpy-scalar-repr", "(1+2j)", "np.complex128(1+2j)", "np.complex128(1+3j)"),
+    ("numpy-scalar-repr", "'a'", "np.str_('a')", "np.str_('b')"),
+    ("numpy-scalar-repr", "1.5", "np.longdouble('1.5')", "np.longdouble('1.6')"),
+    (
+        "numpy-void-repr",
+        "(1, 2.)",
+        "np.void((1, 2.0), dtype=[('a', '<i8'), ('b', '<f8')])",
+        "np.void((1, 2.5), dtype=[('a', '<i8'), ('b', '<f8')])",
+    ),
+    (
+        "pandas-index-repr",
+        "Int64Index([1, 2], dtype='int64')",
+        "Index([1, 2], dtype='int64')",
+        "Index([1, 3], dtype='int64')",
+    ),
+    (
+        "pandas-index-repr",
+        "Float64Index([0.5, 1.0], dtype='float64')",
+        "Index([0.5, 1.0], dtype='float64')",
+        "Index([0.5, 2.0], dtype='float64')",
+    ),
+    (
+        "matplotlib-figure-repr",
+        "<matplotlib.figure.Figure at 0x10b4f7a90>",
+        "<Figure size 640x480 with 1 Axes>",
+        "<Figure size 640x480 with 1 Axes> and more",
+    ),
+    (
+        "matplotlib-hist-container-repr",
+        "<a list of 10 Patch objects>",
+        "<BarContainer object of 10 artists>",
+        "<BarContainer object of 12 artists>",
+    ),
+    (
+        "object-repr-form",
+        "[<matplotlib.lines.Line2D object at 0x7f3a2c1d0e80>]",
+        "[<matplotlib.lines.Line2D at 0x7ff83d5cffd0>]",
+        "[<matplotlib.patches.Rectangle at 0x7ff83d5cffd0>]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "recorded", "replayed", "other"), PAIRS)
+def test_each_entry_bridges_its_pair_and_no_other_value(
+    name: str, recorded: str, replayed: str, other: str
+) -> None:
+    bridges = active_bridges(OLD, NEW)
+    found = compare_outputs(shown(recorded), shown(replayed), bridges=bridges)
+    assert found.verdict == "equivalent"
+    package = next(b.package for b in BRIDGES if b.name == name)
+    versions = f"({package} {OLD['packages'][package]} recorded, {NEW['packages'][package]} here)"
+    assert f"{name} {versions}" in found.reasons
+    assert compare_outputs(shown(recorded), shown(other), bridges=bridges).verdict == "different"
+    # The same versions, or none recorded: the entries stay off.
+    for before, now in ((NEW, NEW), (OLD, OLD), (None, NEW), ({}, NEW), (OLD, {"packages": {}})):
+        off = compare_outputs(shown(recorded), shown(replayed), bridges=active_bridges(before, now))
+        assert off.verdict == "different", (before, now)
+
+
+def test_every_entry_has_a_pair() -> None:
+    assert {b.name for b in BRIDGES} == {name for name, *_ in PAIRS}
+
+
+def test_an_entry_needs_the_versions_on_the_two_sides_of_its_change() -> None:
+    scalar = next(b for b in BRIDGES if b.name == "numpy-scalar-repr")
+    assert scalar.bridges("1.26.4", "2.0.0")
+    assert scalar.bridges("2.4.6", "1.21.0")  # a record newer than the replay
+    assert not scalar.bridges("2.0.1", "2.4.6")
+    assert not scalar.bridges("1.24.0", "1.26.4")
+    assert not scalar.bridges("unknown", "2.4.6")
+    # matplotlib 3.2 already had the Figure repr: only the hist container entry bridges 3.9.
+    names = [
+        b.bridge.name
+        for b in active_bridges(
+            {"packages": {"matplotlib": "3.2.2"}}, {"packages": {"matplotlib": "3.9.0"}}
+        )
+    ]
+    assert names == ["matplotlib-hist-container-repr", "object-repr-form"]
+
+
+def test_a_record_newer_than_the_replay_is_rewritten_on_its_own_side() -> None:
+    bridges = active_bridges(NEW, OLD)  # recorded with NumPy 2, replayed with NumPy 1
+    found = compare_outputs(shown("np.int64(9)"), shown("9"), bridges=bridges)
+    assert found.verdict == "equivalent"
+    assert compare_outputs(shown("np.int64(9)"), shown("10"), bridges=bridges).verdict == (
+        "different"
+    )
+
+
+def test_a_repr_in_a_stream_is_bridged_and_a_line_break_is_not_crossed() -> None:
+    def out(text: str) -> list[dict[str, Any]]:
+        return [{"output_type": "stream", "name": "stdout", "text": text}]
+
+    bridges = active_bridges(OLD, NEW)
+    assert compare_outputs(out("n = 9\n"), out("n = np.int64(9)\n"), bridges=bridges).verdict == (
+        "equivalent"
+    )
+    split = compare_outputs(out("n = 9\n"), out("n = np.int64(\n9)\n"), bridges=bridges)
+    assert split.verdict == "different"
+
+
+def test_a_replay_of_a_numpy_1_record_is_equivalent_with_the_entry_named(
+    tmp_path: Path,
+) -> None:
+    with Session(work_dir=tmp_path, name="np") as session:
+        session.execute("import numpy as np\nnp.int64(4) + 5")
+        session.execute("np.int64(4) + 6")
+    path = tmp_path / "np.ipynb"
+    raw = json.loads(path.read_text())
+    environment = raw["metadata"]["jupyter_exec"]["environment"]
+    assert environment["packages"]["numpy"] == numpy.__version__
+    here = numpy.__version__
+    environment["packages"]["numpy"] = "1.26.4"  # as if recorded with NumPy 1
+    raw["cells"][0]["outputs"][0]["data"]["text/plain"] = "9"
+    raw["cells"][1]["outputs"][0]["data"]["text/plain"] = "12"  # a changed value
+    path.write_text(json.dumps(raw))
+    report = replay(path)
+    assert [c.status for c in report.cells] == ["equivalent", "different"]
+    reason = f"numpy-scalar-repr (numpy 1.26.4 recorded, {here} here)"
+    assert report.cells[0].reasons == (reason,)
+    assert reason in report.extra["environment"]["repr_rules"]
+    # The same record with the versions here: the entries are off.
+    environment["packages"]["numpy"] = here
+    path.write_text(json.dumps(raw))
+    again = replay(path, output=tmp_path / "again.ipynb")
+    assert [c.status for c in again.cells] == ["different", "different"]
+    assert again.extra["environment"]["repr_rules"] == []
+
+
+def test_a_rewrite_that_keeps_every_value_reads_either_side() -> None:
+    # A record made in between (its hist already a BarContainer) beside a changed NumPy repr.
+    bridges = active_bridges(OLD, NEW)
+    record = "(9, <BarContainer object of 10 artists>)"
+    assert compare_outputs(
+        shown(record), shown("(np.int64(9), <BarContainer object of 10 artists>)"), bridges=bridges
+    ).verdict == ("equivalent")
+    assert compare_outputs(
+        shown(record), shown("(np.int64(9), <BarContainer object of 11 artists>)"), bridges=bridges
+    ).verdict == ("different")
+    # The figure's rewrite drops its size and Axes: never applied to the older side.
+    figure = "(9, <Figure size 640x480 with 1 Axes>)"
+    two = "(np.int64(9), <Figure size 640x480 with 2 Axes>)"
+    assert compare_outputs(shown(figure), shown(two), bridges=bridges).verdict == "different"
