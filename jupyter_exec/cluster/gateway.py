@@ -100,6 +100,8 @@ class GatewayConfig:
     server: str = "kernel-gateway"
     transport_encryption: str = "required"
     users: tuple[str, ...] = ()
+    keep_logs: int = 0
+    """Days the kernels' logs stay on the hosts (0: each goes with its kernel)."""
     token: str = field(default="", repr=False)
 
     @property
@@ -234,13 +236,17 @@ class PrivateDirs:
 
 
 @contextlib.contextmanager
-def private_dirs() -> Iterator[PrivateDirs]:
-    """A fresh 0700 directory for one gateway run, removed afterwards."""
+def private_dirs(remote_dir: str = "") -> Iterator[PrivateDirs]:
+    """A fresh 0700 directory for one gateway run, removed afterwards; it names this
+    process and ``remote_dir`` (``owner.json``), so ``--clean`` can tell a folder a SIGKILL
+    left from a running gateway's."""
     root = Path(tempfile.mkdtemp(prefix="jupyter-exec-gateway-"))
     dirs = PrivateDirs(root)
     try:
         for folder in (dirs.config, dirs.data, dirs.kernels, dirs.runtime, dirs.server_root):
             folder.mkdir(mode=0o700, parents=True)
+        owner = {"pid": os.getpid(), "remote_dir": remote_dir}
+        (root / "owner.json").write_text(json.dumps(owner), encoding="utf-8")
         yield dirs
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -269,6 +275,7 @@ def gateway_env(
             # gateway_provisioners refuses root by default; refuse it unless it is authorized.
             "GP_UNAUTHORIZED_USERS": "" if "root" in authorized else "root",
             "GP_KERNEL_LOG_DIR": f"{config.remote_dir}/logs",
+            "JUPYTER_EXEC_KEEP_LOGS": str(config.keep_logs),
             # gateway_provisioners gives its sockets this timeout, then hands them to asyncio,
             # whose accept/connect then block the event loop that long; with its default
             # (10 ms) and a response-port poll every 0.1 ms, every hop of every message waits

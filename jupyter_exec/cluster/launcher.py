@@ -89,6 +89,10 @@ MAX_REQUEST = 4096
 LISTENER_TOKEN_CONTEXT = b"jupyter-exec launcher listener v1"
 LISTENER_AUTH = ("token", "address")
 NONCE_ENV = "JUPYTER_EXEC_LAUNCH_NONCE"
+KEEP_LOGS_ENV = "JUPYTER_EXEC_KEEP_LOGS"
+MARKER = ".jupyter-exec-kernel"
+"""A file in every kernel folder the launcher makes (its pid and the kernel id, JSON): what
+``jupyter-exec gateway --clean`` looks for before it removes a folder."""
 
 
 class LaunchRefused(Exception):
@@ -350,6 +354,8 @@ class KernelDirs:
             raise LaunchRefused(f"--work-root {work_root} is not a directory")
         created = not os.path.lexists(work_root / kernel_id)
         root = _private_dir(work_root / kernel_id)
+        marker = {"kernel_id": kernel_id, "pid": os.getpid()}
+        _write_private(root / MARKER, json.dumps(marker))
         return cls(
             root=root,
             work=_private_dir(root / "work"),
@@ -420,6 +426,26 @@ def _log(kernel_id: str, message: str) -> None:
     print(f"[jupyter-exec launcher {stamp} {kernel_id}] {message}", file=sys.stderr, flush=True)
 
 
+def _keep_logs() -> bool:
+    """Whether the gateway asked to keep kernels' logs (``--keep-logs DAYS``, exported)."""
+    return os.environ.get(KEEP_LOGS_ENV, "0").strip() not in ("", "0")
+
+
+def _remove_own_log(kernel_id: str) -> None:
+    """Remove this launcher's log, the file its stderr goes to (``.../kernel-<id>.log``, as
+    the gateway's startup command names it): only a regular file of this user by that name,
+    never through a link. Where /proc is missing, the gateway removes it."""
+    with contextlib.suppress(OSError):
+        path = Path(os.readlink("/proc/self/fd/2"))
+        info = path.lstat()
+        if (
+            path.name == f"kernel-{kernel_id}.log"
+            and stat.S_ISREG(info.st_mode)
+            and info.st_uid == os.getuid()
+        ):
+            path.unlink()
+
+
 # --- serving ---------------------------------------------------------------------------------
 
 
@@ -471,6 +497,10 @@ class Launcher:
         self.kernel = subprocess.Popen(
             cmd, cwd=self.dirs.work, env=env, stdin=subprocess.DEVNULL, start_new_session=True
         )
+        # The kernel's group too: whoever finds this folder with its launcher gone (the
+        # gateway after a launcher's death, ``--clean``) can end the kernel.
+        marker = {"kernel_id": opts.kernel_id, "pid": os.getpid(), "kernel_pgid": self.kernel.pid}
+        _write_private(self.dirs.root / MARKER, json.dumps(marker))
         comm_port = int(self.listener.getsockname()[1])
         info = {
             **connection,
@@ -639,6 +669,8 @@ class Launcher:
             f"kernel exited with status {self.kernel_status}; "
             + ("work dir removed" if self.remove_dir else "work dir kept")
         )
+        if self.remove_dir and not _keep_logs():
+            _remove_own_log(self.opts.kernel_id)
         return 0
 
     def abort(self) -> None:

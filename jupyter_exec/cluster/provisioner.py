@@ -41,6 +41,7 @@ import contextlib
 import hmac
 import itertools
 import json
+import os
 import re
 import secrets
 import shlex
@@ -56,7 +57,7 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
     RemoteProvisionerBase,
 )
 
-from jupyter_exec.cluster.launcher import NONCE_ENV, listener_token
+from jupyter_exec.cluster.launcher import KEEP_LOGS_ENV, NONCE_ENV, listener_token
 from jupyter_exec.cluster.responses import BoundedResponseManager
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError
 
@@ -144,6 +145,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
                 exports[name] = str(env_dict[name])
         exports.update({str(k): str(v) for k, v in self.kernel_spec.env.items()})
         exports["JUPYTER_EXEC_HOST"] = self.assigned_host
+        exports[KEEP_LOGS_ENV] = str(keep_logs_days())  # the launcher removes its log or not
         bad = [name for name in exports if not _ENV_NAME.match(name)]
         if bad:
             raise InvalidArgument(f"not an environment variable name: {bad[0][:100]!r}")
@@ -222,7 +224,9 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         if self.comm_port <= 0 and self.pid > 0 and self.ip:
             self.response_manager.forget(str(self.kernel_id))
             command = _stop_launcher_command(
-                int(self.pid), self._kernel_dir() if self._fresh_launch else None
+                int(self.pid),
+                self._kernel_dir() if self._fresh_launch else None,
+                self._log_to_remove(),
             )
             try:
                 await asyncio.to_thread(self._rsh, self.ip, command)
@@ -283,41 +287,63 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         root = work_root_of(list(self.kernel_spec.argv))
         return None if root is None else root / str(uuid.UUID(str(self.kernel_id)))
 
+    def _log_to_remove(self) -> str | None:
+        """This kernel's log on its host, unless logs are kept (``--keep-logs``)."""
+        log = getattr(self, "kernel_log", None)
+        return str(log) if log and keep_logs_days() == 0 else None
+
     async def _remove_kernel_dir(self) -> None:
-        """``rm -rf <work-root>/<kernel id>`` on the kernel's host, for a launcher that is gone."""
+        """``rm -rf <work-root>/<kernel id>`` (and its log, unless kept) on the kernel's host,
+        for a launcher that is gone (or told to go)."""
         kernel_dir = self._kernel_dir()
-        if kernel_dir is None:
+        paths = [str(p) for p in (kernel_dir, self._log_to_remove()) if p is not None]
+        if not paths:
             return
+        command = "rm -rf -- " + " ".join(shlex.quote(p) for p in paths)
         try:
-            await asyncio.to_thread(self._rsh, self.ip, f"rm -rf -- {shlex.quote(str(kernel_dir))}")
+            await asyncio.to_thread(self._rsh, self.ip, command)
         except Exception as exc:  # paramiko's errors, or the base's RuntimeError: only logged
-            self.log.warning("Kernel %s: could not remove %s: %s", self.kernel_id, kernel_dir, exc)
+            self.log.warning("Kernel %s: could not remove %s: %s", self.kernel_id, paths, exc)
 
 
 STOP_WAIT = 5.0
 """Seconds a launcher that never reported gets to exit after SIGTERM before its folder goes."""
 
 
-def _stop_launcher_command(pid: int, kernel_dir: PurePosixPath | None) -> str:
-    """SIGTERM to the launcher; with ``kernel_dir``: wait until it is gone, then remove it."""
+def _stop_launcher_command(
+    pid: int, kernel_dir: PurePosixPath | None, log: str | None = None
+) -> str:
+    """SIGTERM to the launcher; with ``kernel_dir`` or ``log``: wait until it is gone, then
+    remove them."""
     command = f"kill -TERM {pid} 2>/dev/null"
-    if kernel_dir is None:
+    paths = [str(p) for p in (kernel_dir, log) if p is not None]
+    if not paths:
         return command
     tries = int(STOP_WAIT / 0.1)
     return (
         f"{command}; i=0; while kill -0 {pid} 2>/dev/null && [ $i -lt {tries} ]; "
-        f"do sleep 0.1; i=$((i+1)); done; rm -rf -- {shlex.quote(str(kernel_dir))}"
+        f"do sleep 0.1; i=$((i+1)); done; rm -rf -- {' '.join(shlex.quote(p) for p in paths)}"
     )
 
 
 def work_root_of(argv: list[str]) -> PurePosixPath | None:
-    """The launcher's ``--work-root`` in a kernelspec argv (absolute, no '..'), if any."""
-    for flag, value in itertools.pairwise(argv):
-        if flag == "--work-root":
-            path = PurePosixPath(value)
-            if path.is_absolute() and ".." not in path.parts:
-                return path
+    """The launcher's ``--work-root`` in a kernelspec argv (absolute, no '..'), if any:
+    ``--work-root DIR`` (the files ``--write`` produces) or ``--work-root=DIR`` (the spec
+    ``jupyter-exec gateway`` serves)."""
+    values = [value for flag, value in itertools.pairwise(argv) if flag == "--work-root"]
+    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--work-root=")]
+    for value in values:
+        path = PurePosixPath(value)
+        if path.is_absolute() and ".." not in path.parts:
+            return path
     return None
+
+
+def keep_logs_days() -> int:
+    """How many days a kernel's log stays on its host (:data:`KEEP_LOGS_ENV`); 0 (the
+    default): it goes with the kernel's folder."""
+    raw = os.environ.get(KEEP_LOGS_ENV, "0")
+    return int(raw) if raw.isdigit() else 0
 
 
 def _kernel_log_dir() -> str:
