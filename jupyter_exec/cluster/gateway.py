@@ -339,6 +339,7 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
         "KernelManager.transport_encryption": config.transport_encryption,
         "KernelRestarter.time_to_dead": TIME_TO_DEAD,
         "KernelRestarter.restart_limit": 5,
+        "AsyncIOLoopKernelManager.restarter_class": f"{_MANAGERS}.ClusterRestarter",
     }
     if config.server == "kernel-gateway":
         app = "KernelGatewayApp"
@@ -350,6 +351,9 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "KernelGatewayApp.api": PROOF_MODULE,
             "KernelGatewayApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
             "KernelGatewayApp.kernel_manager_class": f"{_MANAGERS}.GatewayKernelManager",
+            "KernelGatewayApp.kernel_websocket_connection_class": (
+                f"{_MANAGERS}.ClusterWebsocketConnection"
+            ),
             "JupyterWebsocketPersonality.list_kernels": True,
         }
         token_trait = "KernelGatewayApp.auth_token"
@@ -365,6 +369,9 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "ServerApp.terminals_enabled": False,
             "ServerApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
             "ServerApp.kernel_manager_class": f"{_MANAGERS}.ServerKernelManager",
+            "ServerApp.kernel_websocket_connection_class": (
+                f"{_MANAGERS}.ClusterWebsocketConnection"
+            ),
             "ServerApp.jpserver_extensions": {
                 **{name: False for name in _extension_names()},
                 PROOF_MODULE: True,

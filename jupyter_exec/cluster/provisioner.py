@@ -46,6 +46,7 @@ import re
 import secrets
 import shlex
 import socket
+import time
 import uuid
 from pathlib import PurePosixPath
 from typing import Any
@@ -59,7 +60,7 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
 
 from jupyter_exec.cluster.launcher import KEEP_LOGS_ENV, NONCE_ENV, listener_token
 from jupyter_exec.cluster.responses import BoundedResponseManager
-from jupyter_exec.exceptions import InvalidArgument, KernelStartError
+from jupyter_exec.exceptions import HostUnreachable, InvalidArgument, KernelStartError
 
 __all__ = ["DistributedProvisioner"]
 
@@ -67,6 +68,57 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PIN_ENV = "KERNEL_REMOTE_HOST"
 LISTENER_TIMEOUT = 1.0
 """Seconds to reach a launcher's listener; a host that does not answer counts as dead."""
+
+
+PROBE_TIMEOUT = 1.0
+"""Seconds a host's SSH port gets to accept a TCP connection before the host counts as down."""
+
+DOWN_FOR = 10.0
+"""Seconds a host found down is skipped before it is tried again."""
+
+_down: dict[str, tuple[float, str]] = {}
+"""Hosts found down: host -> (when, why). Shared by every kernel of this gateway process."""
+
+
+def mark_down(host: str, reason: str) -> None:
+    """Remember ``host`` as unreachable for :data:`DOWN_FOR` seconds."""
+    _down[host] = (time.monotonic(), reason)
+
+
+def down_reason(host: str) -> str | None:
+    """Why ``host`` was found down within :data:`DOWN_FOR` s; None when it is not (or no
+    longer) remembered as down."""
+    seen = _down.get(host)
+    if seen is None:
+        return None
+    if time.monotonic() - seen[0] > DOWN_FOR:
+        _down.pop(host, None)
+        return None
+    return seen[1]
+
+
+async def probe(host: str, port: int) -> str | None:
+    """A TCP connect to the host's SSH port within :data:`PROBE_TIMEOUT`: None when it
+    answers, else why not (and the host is remembered as down)."""
+    known = down_reason(host)
+    if known is not None:
+        return known
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT)
+    except (OSError, asyncio.TimeoutError) as exc:
+        if isinstance(exc, asyncio.TimeoutError):
+            why = f"no answer within {PROBE_TIMEOUT:g} s"
+        elif isinstance(exc, ConnectionRefusedError):
+            why = "connection refused: is sshd running there?"
+        else:
+            why = exc.strerror or str(exc) or type(exc).__name__
+        reason = f"cannot reach SSH on {host}:{port} ({why})"
+        mark_down(host, reason)
+        return reason
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return None
 
 
 def _resolve(host: str) -> str:
@@ -101,6 +153,12 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         self._shutdown_delivered = False
         self._launch_nonce: str | None = None
         self._fresh_launch = True
+        self._ssh_failure: str | None = None
+        self._pinned: str | None = None
+        self._death_checked = False
+        self.unreachable: str | None = None
+        """Why the last launch could not reach its host (None: it could): the reason a
+        kernel's death is final, told to its clients."""
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Refuse a kernel id that is not a UUID before anything is sent anywhere: it names
@@ -125,12 +183,27 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
                 f"{PIN_ENV}={str(pinned)[:100]!r} is not one of this kernelspec's remote_hosts "
                 f"({', '.join(hosts)}); a kernel may only be pinned to one of those"
             )
+        if pinned is not None:
+            refuse_local_host(str(pinned))  # this machine's reason first: it is never reachable
+        if pinned is not None and (why := down_reason(str(pinned))) is not None:
+            raise HostUnreachable(f"host {pinned} (pinned with {PIN_ENV}) is down: {why}")
         choice_env = dict(env_dict)
         if pinned is None and self._restart_host in hosts:
             choice_env[PIN_ENV] = self._restart_host
         host = str(super()._determine_next_host(choice_env))
         if pinned is None and host == self._avoid_host and len(hosts) > 1:
             host = hosts[(hosts.index(host) + 1) % len(hosts)]
+        if pinned is None and down_reason(host) is not None:  # the next host that is up
+            start = hosts.index(host) if host in hosts else 0
+            up = [
+                h
+                for h in hosts[start:] + hosts[:start]
+                if down_reason(h) is None and h != self._avoid_host
+            ]
+            if not up:
+                reasons = "; ".join(f"{h}: {down_reason(h) or 'left by a restart'}" for h in hosts)
+                raise HostUnreachable(f"every host is down ({reasons})")
+            host = up[0]
         refuse_local_host(host)
         return host
 
@@ -159,10 +232,19 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         was not pinned there) goes to the next host instead of failing."""
         stay = self._restart_host
         pinned = (kwargs.get("env") or {}).get(PIN_ENV)
+        self._pinned = None if pinned is None else str(pinned)
+        self.unreachable = None
+        self._death_checked = False
+        port = int(_ssh_port())
+        hosts = [str(host) for host in self.remote_hosts]
+        # Cheap first: a TCP connect to each host's SSH port (concurrently; a host found down
+        # is remembered for DOWN_FOR s), so placement skips the hosts that are down.
+        await asyncio.gather(*(probe(host, port) for host in hosts))
         try:
-            return await super().launch_kernel(cmd, **kwargs)
-        except RuntimeError as exc:  # the base class's word for "SSH to that host failed"
+            return await self._launch_once(cmd, **kwargs)
+        except HostUnreachable as exc:
             if stay is None or pinned is not None or self._avoid_host is not None:
+                self.unreachable = str(exc)
                 raise
             self.log.warning(
                 "kernel %s: its host %s cannot be reached (%s); restarting it on another "
@@ -174,9 +256,25 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             )
             self._restart_host, self._avoid_host = None, stay
             try:
-                return await super().launch_kernel(cmd, **kwargs)
+                return await self._launch_once(cmd, **kwargs)
+            except HostUnreachable as again:
+                self.unreachable = str(again)
+                raise
             finally:
                 self._avoid_host = None
+
+    async def _launch_once(self, cmd: list[str], **kwargs: Any) -> Any:
+        """The base class's launch, its SSH failure (a RuntimeError) as HostUnreachable naming
+        the host and SSH's reason (the host is then remembered as down)."""
+        self._ssh_failure = None
+        try:
+            return await super().launch_kernel(cmd, **kwargs)
+        except RuntimeError as exc:
+            if self._ssh_failure is None:
+                raise
+            host = self.assigned_host
+            mark_down(str(host), self._ssh_failure)
+            raise HostUnreachable(f"host {host}: {self._ssh_failure}") from exc
 
     def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
         """Run the startup command over SSH, handing the launcher its nonce on stdin."""
@@ -189,7 +287,11 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             cmd, **kwargs
         )
         self.log.debug("Starting the launcher of kernel %s on %s", self.kernel_id, self.ip)
-        ssh = self._get_ssh_client(self.ip)
+        try:
+            ssh = self._get_ssh_client(self.ip)
+        except Exception as exc:  # paramiko's or the socket layer's: SSH cannot reach the host
+            self._ssh_failure = f"SSH to {self.ip}:{_ssh_port()} failed: {exc}"
+            raise
         try:
             stdin, stdout, stderr = ssh.exec_command(command, timeout=30)
             stdin.write(self._launch_nonce + "\n")
@@ -215,6 +317,18 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
                 "(no or a wrong launch nonce): refused"
             )
         super()._setup_connection_info(connect_info)
+
+    async def poll(self) -> int | None:
+        """The base class's poll (None: alive); when a kernel pinned to its host is found
+        dead, that host's SSH port is probed once: a host that is down makes the death final
+        (``unreachable``, read by :class:`~jupyter_exec.cluster.managers.ClusterRestarter`)."""
+        result: int | None = await super().poll()
+        if result is not None and self._pinned is not None and not self._death_checked:
+            self._death_checked = True
+            why = await probe(self._pinned, _ssh_port())
+            if why is not None:
+                self.unreachable = f"host {self._pinned} (pinned with {PIN_ENV}) is down: {why}"
+        return result
 
     async def kill(self, restart: bool = False) -> None:
         """Also stop a launcher that never reported (a launch timeout or a refused report):
@@ -277,7 +391,12 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
 
     async def cleanup(self, restart: bool = False) -> None:
         self._restart_host = self.assigned_host if restart else None
-        if not restart and not self._shutdown_delivered and self.ip:
+        if (
+            not restart
+            and not self._shutdown_delivered
+            and self.ip
+            and down_reason(str(self.assigned_host)) is None
+        ):
             await self._remove_kernel_dir()
         self._shutdown_delivered = False
         await super().cleanup(restart=restart)
@@ -346,7 +465,13 @@ def keep_logs_days() -> int:
     return int(raw) if raw.isdigit() else 0
 
 
+def _ssh_port() -> int:
+    from gateway_provisioners import remote_provisioner  # type: ignore[import-untyped]
+
+    return int(remote_provisioner.ssh_port)
+
+
 def _kernel_log_dir() -> str:
-    from gateway_provisioners import distributed  # type: ignore[import-untyped]
+    from gateway_provisioners import distributed
 
     return str(distributed.kernel_log_dir)
