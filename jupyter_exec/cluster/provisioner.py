@@ -45,6 +45,7 @@ import os
 import re
 import secrets
 import shlex
+import signal
 import socket
 import time
 import uuid
@@ -151,6 +152,9 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         self._restart_host: str | None = None
         self._avoid_host: str | None = None
         self._shutdown_delivered = False
+        self._stop_delivered = False
+        """A stop (a shutdown request, SIGTERM or SIGKILL) reached the launcher, which then
+        ends the kernel's process group itself."""
         self._launch_nonce: str | None = None
         self._fresh_launch = True
         self._ssh_failure: str | None = None
@@ -376,6 +380,8 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+        if request.get("shutdown") == 1 or request.get("signum") in _STOP_SIGNALS:
+            self._stop_delivered = True  # the launcher ends the kernel's group itself
 
     async def shutdown_listener(self, restart: bool) -> None:
         """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""
@@ -390,15 +396,18 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             self._shutdown_delivered = not restart
 
     async def cleanup(self, restart: bool = False) -> None:
+        """After the kernel is gone: a kernel whose launcher was never told to stop it (the
+        launcher died, or was killed) may still run, an orphan in its own process group: it
+        is killed through the host before anything else (before a restart starts the next
+        kernel of this id); unless restarting, its folder and log are removed too."""
         self._restart_host = self.assigned_host if restart else None
-        if (
-            not restart
-            and not self._shutdown_delivered
-            and self.ip
-            and down_reason(str(self.assigned_host)) is None
-        ):
-            await self._remove_kernel_dir()
+        reachable = bool(self.ip) and down_reason(str(self.assigned_host)) is None
+        orphan = not self._stop_delivered and int(self.pgid or 0) > 0
+        remove = not restart and not self._shutdown_delivered
+        if reachable and (orphan or remove):
+            await self._end_on_host(pgid=int(self.pgid) if orphan else None, remove=remove)
         self._shutdown_delivered = False
+        self._stop_delivered = False
         await super().cleanup(restart=restart)
 
     def _kernel_dir(self) -> PurePosixPath | None:
@@ -411,19 +420,32 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         log = getattr(self, "kernel_log", None)
         return str(log) if log and keep_logs_days() == 0 else None
 
-    async def _remove_kernel_dir(self) -> None:
-        """``rm -rf <work-root>/<kernel id>`` (and its log, unless kept) on the kernel's host,
-        for a launcher that is gone (or told to go)."""
+    async def _end_on_host(self, *, pgid: int | None, remove: bool) -> None:
+        """One SSH command on the kernel's host: SIGKILL to the kernel's process group
+        (``pgid``) if its leader is still this kernel (its command line names this kernel's
+        connection file: a reused pid is left alone); with ``remove``, ``rm -rf`` of its
+        folder and log (unless logs are kept)."""
         kernel_dir = self._kernel_dir()
-        paths = [str(p) for p in (kernel_dir, self._log_to_remove()) if p is not None]
-        if not paths:
+        parts = []
+        if pgid is not None and kernel_dir is not None:
+            connection_file = shlex.quote(str(kernel_dir / "kernel.json"))
+            parts.append(
+                f"if ps -o args= -p {pgid} 2>/dev/null | grep -qF -- {connection_file}; "
+                f"then kill -KILL -- -{pgid} 2>/dev/null; fi"
+            )
+        if remove:
+            paths = [str(p) for p in (kernel_dir, self._log_to_remove()) if p is not None]
+            if paths:
+                parts.append("rm -rf -- " + " ".join(shlex.quote(p) for p in paths))
+        if not parts:
             return
-        command = "rm -rf -- " + " ".join(shlex.quote(p) for p in paths)
         try:
-            await asyncio.to_thread(self._rsh, self.ip, command)
+            await asyncio.to_thread(self._rsh, self.ip, "; ".join(parts))
         except Exception as exc:  # paramiko's errors, or the base's RuntimeError: only logged
-            self.log.warning("Kernel %s: could not remove %s: %s", self.kernel_id, paths, exc)
+            self.log.warning("Kernel %s: could not end it on its host: %s", self.kernel_id, exc)
 
+
+_STOP_SIGNALS = (int(signal.SIGTERM), int(signal.SIGKILL))
 
 STOP_WAIT = 5.0
 """Seconds a launcher that never reported gets to exit after SIGTERM before its folder goes."""
