@@ -9,7 +9,9 @@ and no kernel log behind.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -149,3 +151,22 @@ def test_logs_are_kept_when_asked(loopback_cluster: Cluster, tmp_path: Path) -> 
         kernel_id = _start_kernel(gateway)
         assert gateway.stop() == EXIT_OK
     assert _left(remote) == [f"logs/kernel-{kernel_id}.log"]
+
+
+def test_clean_removes_only_the_logs_older_than_the_retention(
+    loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    remote = _remote_dir(loopback_cluster)
+    logs = remote / "logs"
+    logs.mkdir(parents=True)
+    old, recent = logs / f"kernel-{uuid.uuid4()}.log", logs / f"kernel-{uuid.uuid4()}.log"
+    other = logs / "notes.log"  # not a kernel's log: never touched
+    for path in (old, recent, other):
+        path.write_text("log\n")
+    ten_days_ago = time.time() - 10 * 86400
+    os.utime(old, (ten_days_ago, ten_days_ago))
+    os.utime(other, (ten_days_ago, ten_days_ago))
+    done = gateway_once(loopback_cluster, "--allow-this-machine", "--remote-dir", str(remote),
+                        "--clean", "--keep-logs", "7")  # fmt: skip
+    assert done.returncode == EXIT_OK, done.stderr
+    assert sorted(p.name for p in logs.iterdir()) == sorted([recent.name, other.name])
