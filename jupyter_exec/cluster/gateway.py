@@ -20,9 +20,10 @@ What the generated config decides, and why:
   provisioner's refusal with a 4xx and its reason, not a 500;
 * the kernelspec is the default kernel; ``list_kernels`` on (clients poll
   ``GET /api/kernels/<id>`` to see a restart);
-* the restarter on, polling every :data:`TIME_TO_DEAD` s, so a remote death is
-  noticed within about a second; transport encryption as asked (``required``
-  by default);
+* the restarter on (ours, :class:`~jupyter_exec.cluster.managers.ClusterRestarter`),
+  polling every :data:`TIME_TO_DEAD` s, so a remote death is noticed within about a second,
+  and a kernel whose pinned host is down is declared dead with the reason; transport
+  encryption as asked (``required`` by default);
 * the HTTP port on ``--ip`` (loopback by default), the response port on
   :func:`response_ip`, never 0.0.0.0 by our configuration.
 """

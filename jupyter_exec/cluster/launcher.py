@@ -35,7 +35,11 @@ When the kernel exits the launcher closes its listener and exits at once, so the
 poll (a connect to the listener) is refused and the death is seen. An explicit shutdown removes
 ``<work-root>/<kernel id>``; a crash or a restart (``{"shutdown": 1, "restart": true}``, sent by
 jupyter_exec's provisioner) keeps it, so files survive a restart on the same host. A launch that
-fails before its report removes the folder if it made it (a first start).
+fails before its report removes the folder if it made it (a first start). An explicit shutdown
+also removes the launcher's own log (its stderr, ``kernel-<id>.log``) unless the gateway keeps
+logs (``JUPYTER_EXEC_KEEP_LOGS``). Each folder holds a marker (:data:`MARKER`: the kernel id,
+the launcher's pid, the kernel's process group) by which ``jupyter-exec gateway --clean`` and
+the gateway find what a killed launcher left.
 
 Exit status: 0 after a shutdown or a kernel exit, 2 when the arguments are refused (with a
 message on stderr), 1 when the launch failed (the gateway could not be told, or the kernel

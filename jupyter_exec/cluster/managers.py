@@ -13,7 +13,11 @@ command's own (so it does not import either server):
   the provisioner's user policy (a ``PermissionError``) becomes a 403, a bad
   request our provisioner refuses (an :class:`~jupyter_exec.exceptions.InvalidArgument`,
   such as a pinned host outside the list) a 400, each with its reason. Both
-  servers would otherwise answer a bare 500 with a traceback.
+  servers would otherwise answer a bare 500 with a traceback. A host that cannot be reached
+  (:class:`~jupyter_exec.exceptions.HostUnreachable`) is a 409, a start or a restart.
+* :class:`ClusterRestarter` declares a kernel dead at once when its pinned host is down
+  (jupyter_client's restarter would fail a restart at every poll), and
+  :class:`ClusterWebsocketConnection` puts the reason into the ``dead`` notice clients get.
 """
 
 from __future__ import annotations

@@ -29,7 +29,16 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   ``GP_SOCKET_TIMEOUT=0`` the gateway's response port stops blocking it too (see
   ``tests/cluster_hosts.Cluster.gateway_env``);
 * close means gone: when the launcher could not be told to shut down (the kernel had died, or
-  was killed outright), the kernel's directory on its host is removed over SSH at cleanup.
+  was killed outright), the kernel's directory and log on its host are removed over SSH at
+  cleanup;
+* one kernel per id: when no stop reached the launcher (it was killed, or crashed), the
+  kernel's process group is killed through the host at cleanup, before a restart starts the
+  next kernel of that id (the kernel runs in a group of its own and would outlive it);
+* a host that is down is skipped: before each launch every host's SSH port is knocked on
+  (:func:`probe`; a host found down is remembered :data:`DOWN_FOR` s); a start pinned to a
+  host that is down, or whose SSH fails, raises :class:`~jupyter_exec.exceptions.HostUnreachable`
+  naming the host and the reason; a pinned kernel found dead whose host is down is
+  ``unreachable``, which :class:`~jupyter_exec.cluster.managers.ClusterRestarter` makes final.
 
 Where each kernel runs is in its ``provisioner_info`` (``assigned_host``), as the base reports.
 """
