@@ -55,6 +55,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionTimeout",
     "ForkError",
+    "HostUnreachable",
     "ImageError",
     "InvalidArgument",
     "JupyterExecError",
@@ -222,6 +223,10 @@ class BackendError(JupyterExecError):
 
 class DockerUnavailable(BackendError):
     """No Docker engine answers; the message says how to start one."""
+
+
+class HostUnreachable(BackendError):
+    """A cluster host cannot be reached over SSH; the message names the host and why."""
 
 
 class ImageError(BackendError):

@@ -175,6 +175,72 @@ class Cluster:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
+@dataclass
+class ExtraHost:
+    """One more host of a cluster, with an sshd (and a subreaper) of its own, so a test can
+    take that host down: :meth:`down` stops its sshd and kills everything running there, as
+    a machine that loses power."""
+
+    address: str
+    cluster: Cluster
+    _reaper: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def down(self) -> None:
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.poll() is None:
+            reaper.terminate()
+            try:
+                reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                reaper.kill()
+                reaper.wait(timeout=10)
+
+    def processes(self) -> list[psutil.Process]:
+        """Live processes on this host (below its subreaper), sshd left out."""
+        if self._reaper is None:
+            return []
+        found = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for proc in psutil.Process(self._reaper.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if proc.status() != psutil.STATUS_ZOMBIE and proc.name() != "sshd":
+                        found.append(proc)
+        return found
+
+
+def start_extra_host(cluster: Cluster, address: str) -> ExtraHost:
+    """An sshd on ``address`` at the cluster's port, with its keys and users (known to the
+    gateway's ``known_hosts``), under a subreaper of its own."""
+    if not _port_free_on_all(cluster.port, [address]):
+        raise ClusterUnavailable(f"{address}:{cluster.port} is taken")
+    text = (cluster.base / "sshd_config").read_text(encoding="ascii")
+    lines = [line for line in text.splitlines() if not line.startswith("ListenAddress ")]
+    config = cluster.base / f"sshd_config-{address}"
+    config.write_text(
+        f"ListenAddress {address}:{cluster.port}\n" + "\n".join(lines) + "\n", encoding="ascii"
+    )
+    host_pub = (cluster.base / "ssh_host_ed25519_key.pub").read_text(encoding="ascii").split()
+    with cluster.known_hosts.open("a", encoding="ascii") as known:
+        known.write(f"[{address}]:{cluster.port} {host_pub[0]} {host_pub[1]}\n")
+    log = (cluster.base / f"sshd-{address}.log").open("ab")
+    reaper = subprocess.Popen(
+        [sys.executable, __file__, "--reap", SSHD, "-D", "-e", "-f", str(config)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    log.close()
+    host = ExtraHost(address, cluster, reaper)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and reaper.poll() is None:
+        if _listening([address], cluster.port):
+            return host
+        time.sleep(0.05)
+    host.down()
+    raise ClusterUnavailable(f"sshd did not listen on {address}:{cluster.port}")
+
+
 def _port_free_on_all(port: int, hosts: Sequence[str]) -> bool:
     for host in hosts:
         with socket.socket() as sock:

@@ -26,6 +26,7 @@ from jupyter_exec.exceptions import BackendError, InvalidArgument
 
 if TYPE_CHECKING:
     from jupyter_exec.cluster.gateway import GatewayProcess
+    from jupyter_exec.cluster.hosts import SSHTarget
 
 __all__ = ["add_gateway_parser", "cmd_gateway"]
 
@@ -54,7 +55,9 @@ ipykernel, jupyter_client, pyzmq and cryptography (or pycryptodomex). Kernels ru
 as the SSH user, in <remote dir>/kernels/<kernel id>/work, with their own temp dir.
 The gateway listens on loopback unless --ip says otherwise; every request needs the
 token. Stopping it (Ctrl-C, SIGTERM, SIGHUP) shuts every kernel down, then exits 0;
-SIGKILL of the server process leaves its kernels running on the hosts.
+A kernel's folder and log go with it (--keep-logs DAYS keeps the logs); SIGKILL of the
+command and its server leaves kernels running on the hosts: --clean removes them, their
+folders and logs, and the command's private folder here.
 
 {EXIT_STATUS_HELP}"""
 
@@ -109,6 +112,14 @@ def add_gateway_parser(subparsers: Subparsers) -> None:
                        "whatever this says")  # fmt: skip
     hosts.add_argument("--check-only", action="store_true",
                        help="check the hosts and install the launcher, then exit")  # fmt: skip
+    hosts.add_argument("--clean", action="store_true",
+                       help="remove what a killed gateway left (its kernels, their folders and "
+                       "logs on every host, its private folder here), then exit; refused "
+                       "while a gateway with this remote dir runs")  # fmt: skip
+    hosts.add_argument("--keep-logs", type=non_negative_int, default=0, metavar="DAYS",
+                       help="keep each kernel's log on its host for DAYS days (default 0: a "
+                       "log goes with its kernel; --clean removes older ones)",
+                       )  # fmt: skip
     server = parser.add_argument_group("gateway")
     server.add_argument("--ip", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; anything else lets "
@@ -206,6 +217,25 @@ def _serve(gateway: GatewayProcess) -> int | None:
                 signal.signal(sig, old)
 
 
+def _clean(args: argparse.Namespace, targets: list[SSHTarget]) -> int:
+    """``--clean``: on every host, the kernels a killed gateway left, then its folder here."""
+    from jupyter_exec.cluster import hosts as hostlib
+    from jupyter_exec.cluster.clean import clean_host, clean_local, refuse_if_running
+
+    for target in targets:
+        with hostlib.connect(target) as client:
+            remote_dir = hostlib.absolute_remote_dir(
+                args.remote_dir, hostlib.remote_home(client, target)
+            )
+            refuse_if_running(remote_dir)
+            removed = clean_host(client, target, args.python, remote_dir, args.keep_logs)
+        shown = ", ".join(printable(item) for item in removed) or "nothing left"
+        print(f"{printable(target)}  {printable(remote_dir)}: removed {shown}", flush=True)
+    for folder in clean_local():
+        print(f"here: removed {folder}", flush=True)
+    return EXIT_OK
+
+
 def _say(text: str) -> None:
     print(f"[jupyter-exec] {text}", file=sys.stderr, flush=True)
 
@@ -234,6 +264,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     targets = hostlib.resolve_hosts(
         args.hosts, port=args.ssh_port, user=user, allow_this_machine=args.allow_this_machine
     )
+    if args.clean:
+        return _clean(args, targets)
     source = hostlib.launcher_source()
     remote_dirs: set[str] = set()
     launchers: set[str] = set()
@@ -281,9 +313,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         server=args.server,
         transport_encryption=args.transport_encryption or "required",
         users=tuple(args.users),
+        keep_logs=args.keep_logs,
         token=token,
     )
-    with private_dirs() as dirs:
+    with private_dirs(remote_dir) as dirs:
         spec = kernel_spec(
             config.hosts, python=args.python, launcher=launcher, work_root=f"{remote_dir}/kernels"
         )

@@ -20,9 +20,10 @@ What the generated config decides, and why:
   provisioner's refusal with a 4xx and its reason, not a 500;
 * the kernelspec is the default kernel; ``list_kernels`` on (clients poll
   ``GET /api/kernels/<id>`` to see a restart);
-* the restarter on, polling every :data:`TIME_TO_DEAD` s, so a remote death is
-  noticed within about a second; transport encryption as asked (``required``
-  by default);
+* the restarter on (ours, :class:`~jupyter_exec.cluster.managers.ClusterRestarter`),
+  polling every :data:`TIME_TO_DEAD` s, so a remote death is noticed within about a second,
+  and a kernel whose pinned host is down is declared dead with the reason; transport
+  encryption as asked (``required`` by default);
 * the HTTP port on ``--ip`` (loopback by default), the response port on
   :func:`response_ip`, never 0.0.0.0 by our configuration.
 """
@@ -100,6 +101,8 @@ class GatewayConfig:
     server: str = "kernel-gateway"
     transport_encryption: str = "required"
     users: tuple[str, ...] = ()
+    keep_logs: int = 0
+    """Days the kernels' logs stay on the hosts (0: each goes with its kernel)."""
     token: str = field(default="", repr=False)
 
     @property
@@ -234,13 +237,17 @@ class PrivateDirs:
 
 
 @contextlib.contextmanager
-def private_dirs() -> Iterator[PrivateDirs]:
-    """A fresh 0700 directory for one gateway run, removed afterwards."""
+def private_dirs(remote_dir: str = "") -> Iterator[PrivateDirs]:
+    """A fresh 0700 directory for one gateway run, removed afterwards; it names this
+    process and ``remote_dir`` (``owner.json``), so ``--clean`` can tell a folder a SIGKILL
+    left from a running gateway's."""
     root = Path(tempfile.mkdtemp(prefix="jupyter-exec-gateway-"))
     dirs = PrivateDirs(root)
     try:
         for folder in (dirs.config, dirs.data, dirs.kernels, dirs.runtime, dirs.server_root):
             folder.mkdir(mode=0o700, parents=True)
+        owner = {"pid": os.getpid(), "remote_dir": remote_dir}
+        (root / "owner.json").write_text(json.dumps(owner), encoding="utf-8")
         yield dirs
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -269,6 +276,7 @@ def gateway_env(
             # gateway_provisioners refuses root by default; refuse it unless it is authorized.
             "GP_UNAUTHORIZED_USERS": "" if "root" in authorized else "root",
             "GP_KERNEL_LOG_DIR": f"{config.remote_dir}/logs",
+            "JUPYTER_EXEC_KEEP_LOGS": str(config.keep_logs),
             # gateway_provisioners gives its sockets this timeout, then hands them to asyncio,
             # whose accept/connect then block the event loop that long; with its default
             # (10 ms) and a response-port poll every 0.1 ms, every hop of every message waits
@@ -332,6 +340,7 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
         "KernelManager.transport_encryption": config.transport_encryption,
         "KernelRestarter.time_to_dead": TIME_TO_DEAD,
         "KernelRestarter.restart_limit": 5,
+        "AsyncIOLoopKernelManager.restarter_class": f"{_MANAGERS}.ClusterRestarter",
     }
     if config.server == "kernel-gateway":
         app = "KernelGatewayApp"
@@ -343,6 +352,9 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "KernelGatewayApp.api": PROOF_MODULE,
             "KernelGatewayApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
             "KernelGatewayApp.kernel_manager_class": f"{_MANAGERS}.GatewayKernelManager",
+            "KernelGatewayApp.kernel_websocket_connection_class": (
+                f"{_MANAGERS}.ClusterWebsocketConnection"
+            ),
             "JupyterWebsocketPersonality.list_kernels": True,
         }
         token_trait = "KernelGatewayApp.auth_token"
@@ -358,6 +370,9 @@ def server_config(config: GatewayConfig, dirs: PrivateDirs) -> str:
             "ServerApp.terminals_enabled": False,
             "ServerApp.kernel_spec_manager_class": f"{_MANAGERS}.ClusterKernelSpecManager",
             "ServerApp.kernel_manager_class": f"{_MANAGERS}.ServerKernelManager",
+            "ServerApp.kernel_websocket_connection_class": (
+                f"{_MANAGERS}.ClusterWebsocketConnection"
+            ),
             "ServerApp.jpserver_extensions": {
                 **{name: False for name in _extension_names()},
                 PROOF_MODULE: True,

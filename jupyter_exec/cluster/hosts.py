@@ -62,6 +62,7 @@ __all__ = [
     "remote_home",
     "require_paramiko",
     "resolve_hosts",
+    "run_command",
 ]
 
 MIN_PYTHON = (3, 9)
@@ -300,7 +301,10 @@ def connect(target: SSHTarget) -> Iterator[paramiko.SSHClient]:
         client.close()
 
 
-def _run(client: paramiko.SSHClient, target: SSHTarget, command: str) -> tuple[int, str, str]:
+def run_command(
+    client: paramiko.SSHClient, target: SSHTarget, command: str
+) -> tuple[int, str, str]:
+    """Run ``command`` on the host: (exit status, stdout, stderr), each bounded."""
     with _ssh_errors(target):
         _stdin, stdout, stderr = client.exec_command(command, timeout=COMMAND_TIMEOUT)
         raw_out = stdout.read(MAX_ANSWER_BYTES + 1)
@@ -308,7 +312,7 @@ def _run(client: paramiko.SSHClient, target: SSHTarget, command: str) -> tuple[i
         if len(raw_out) > MAX_ANSWER_BYTES or len(raw_err) > MAX_ANSWER_BYTES:
             stdout.channel.close()  # the rest is never read (nor waited for)
             raise BackendError(
-                f"{target}: the interpreter check printed more than {MAX_ANSWER_BYTES} bytes; "
+                f"{target}: the command printed more than {MAX_ANSWER_BYTES} bytes; "
                 "is --python a Python interpreter?"
             )
         status = stdout.channel.recv_exit_status()
@@ -322,7 +326,7 @@ def check_host(client: paramiko.SSHClient, target: SSHTarget, python: str) -> Ho
     """Run the probe with ``python`` on the host; refuse the host if the launcher lacks anything."""
     if not python or python != shlex.quote(python):
         raise InvalidArgument(f"--python must be a plain path or command name, not {python!r}")
-    status, out, err = _run(client, target, f"{python} -c {shlex.quote(_PROBE)}")
+    status, out, err = run_command(client, target, f"{python} -c {shlex.quote(_PROBE)}")
     detail = [printable(line) for line in (err.strip() or out.strip()).splitlines()[-3:]]
     if status != 0:
         raise BackendError(

@@ -35,7 +35,11 @@ When the kernel exits the launcher closes its listener and exits at once, so the
 poll (a connect to the listener) is refused and the death is seen. An explicit shutdown removes
 ``<work-root>/<kernel id>``; a crash or a restart (``{"shutdown": 1, "restart": true}``, sent by
 jupyter_exec's provisioner) keeps it, so files survive a restart on the same host. A launch that
-fails before its report removes the folder if it made it (a first start).
+fails before its report removes the folder if it made it (a first start). An explicit shutdown
+also removes the launcher's own log (its stderr, ``kernel-<id>.log``) unless the gateway keeps
+logs (``JUPYTER_EXEC_KEEP_LOGS``). Each folder holds a marker (:data:`MARKER`: the kernel id,
+the launcher's pid, the kernel's process group) by which ``jupyter-exec gateway --clean`` and
+the gateway find what a killed launcher left.
 
 Exit status: 0 after a shutdown or a kernel exit, 2 when the arguments are refused (with a
 message on stderr), 1 when the launch failed (the gateway could not be told, or the kernel
@@ -89,6 +93,10 @@ MAX_REQUEST = 4096
 LISTENER_TOKEN_CONTEXT = b"jupyter-exec launcher listener v1"
 LISTENER_AUTH = ("token", "address")
 NONCE_ENV = "JUPYTER_EXEC_LAUNCH_NONCE"
+KEEP_LOGS_ENV = "JUPYTER_EXEC_KEEP_LOGS"
+MARKER = ".jupyter-exec-kernel"
+"""A file in every kernel folder the launcher makes (its pid and the kernel id, JSON): what
+``jupyter-exec gateway --clean`` looks for before it removes a folder."""
 
 
 class LaunchRefused(Exception):
@@ -350,6 +358,8 @@ class KernelDirs:
             raise LaunchRefused(f"--work-root {work_root} is not a directory")
         created = not os.path.lexists(work_root / kernel_id)
         root = _private_dir(work_root / kernel_id)
+        marker = {"kernel_id": kernel_id, "pid": os.getpid()}
+        _write_private(root / MARKER, json.dumps(marker))
         return cls(
             root=root,
             work=_private_dir(root / "work"),
@@ -420,6 +430,26 @@ def _log(kernel_id: str, message: str) -> None:
     print(f"[jupyter-exec launcher {stamp} {kernel_id}] {message}", file=sys.stderr, flush=True)
 
 
+def _keep_logs() -> bool:
+    """Whether the gateway asked to keep kernels' logs (``--keep-logs DAYS``, exported)."""
+    return os.environ.get(KEEP_LOGS_ENV, "0").strip() not in ("", "0")
+
+
+def _remove_own_log(kernel_id: str) -> None:
+    """Remove this launcher's log, the file its stderr goes to (``.../kernel-<id>.log``, as
+    the gateway's startup command names it): only a regular file of this user by that name,
+    never through a link. Where /proc is missing, the gateway removes it."""
+    with contextlib.suppress(OSError):
+        path = Path(os.readlink("/proc/self/fd/2"))
+        info = path.lstat()
+        if (
+            path.name == f"kernel-{kernel_id}.log"
+            and stat.S_ISREG(info.st_mode)
+            and info.st_uid == os.getuid()
+        ):
+            path.unlink()
+
+
 # --- serving ---------------------------------------------------------------------------------
 
 
@@ -471,6 +501,10 @@ class Launcher:
         self.kernel = subprocess.Popen(
             cmd, cwd=self.dirs.work, env=env, stdin=subprocess.DEVNULL, start_new_session=True
         )
+        # The kernel's group too: whoever finds this folder with its launcher gone (the
+        # gateway after a launcher's death, ``--clean``) can end the kernel.
+        marker = {"kernel_id": opts.kernel_id, "pid": os.getpid(), "kernel_pgid": self.kernel.pid}
+        _write_private(self.dirs.root / MARKER, json.dumps(marker))
         comm_port = int(self.listener.getsockname()[1])
         info = {
             **connection,
@@ -639,6 +673,8 @@ class Launcher:
             f"kernel exited with status {self.kernel_status}; "
             + ("work dir removed" if self.remove_dir else "work dir kept")
         )
+        if self.remove_dir and not _keep_logs():
+            _remove_own_log(self.opts.kernel_id)
         return 0
 
     def abort(self) -> None:

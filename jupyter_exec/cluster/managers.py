@@ -13,7 +13,11 @@ command's own (so it does not import either server):
   the provisioner's user policy (a ``PermissionError``) becomes a 403, a bad
   request our provisioner refuses (an :class:`~jupyter_exec.exceptions.InvalidArgument`,
   such as a pinned host outside the list) a 400, each with its reason. Both
-  servers would otherwise answer a bare 500 with a traceback.
+  servers would otherwise answer a bare 500 with a traceback. A host that cannot be reached
+  (:class:`~jupyter_exec.exceptions.HostUnreachable`) is a 409, a start or a restart.
+* :class:`ClusterRestarter` declares a kernel dead at once when its pinned host is down
+  (jupyter_client's restarter would fail a restart at every poll), and
+  :class:`ClusterWebsocketConnection` puts the reason into the ``dead`` notice clients get.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from jupyter_client.ioloop.restarter import AsyncIOLoopKernelRestarter
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from kernel_gateway.services.kernels.manager import (  # type: ignore[import-untyped]
     SeedingMappingKernelManager,
@@ -30,9 +36,18 @@ from kernel_gateway.services.kernels.manager import (  # type: ignore[import-unt
 from tornado import web
 
 from jupyter_exec.cluster.spec import PROVISIONER_NAME, SPEC_NAME
-from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.exceptions import HostUnreachable, InvalidArgument
 
-__all__ = ["ClusterKernelSpecManager", "GatewayKernelManager", "ServerKernelManager"]
+__all__ = [
+    "ClusterKernelSpecManager",
+    "ClusterRestarter",
+    "ClusterWebsocketConnection",
+    "GatewayKernelManager",
+    "ServerKernelManager",
+]
+
+DEAD_REASON = "jupyter_exec_dead_reason"
+"""The attribute of a kernel manager that holds why its kernel's death is final."""
 
 
 def _refusal(status: int, message: str) -> web.HTTPError:
@@ -66,6 +81,8 @@ def _start_refusals() -> Iterator[None]:
         raise _refusal(403, str(exc)) from exc
     except InvalidArgument as exc:  # our provisioner: a pin outside the hosts, a bad kernel id
         raise _refusal(400, str(exc)) from exc
+    except HostUnreachable as exc:  # no host (or not the pinned one) can be reached over SSH
+        raise _refusal(409, str(exc)) from exc
 
 
 class GatewayKernelManager(SeedingMappingKernelManager):  # type: ignore[misc]
@@ -75,6 +92,10 @@ class GatewayKernelManager(SeedingMappingKernelManager):  # type: ignore[misc]
         with _start_refusals():
             return str(await super().start_kernel(*args, **kwargs))
 
+    async def restart_kernel(self, *args: Any, **kwargs: Any) -> Any:
+        with _start_refusals():
+            return await super().restart_kernel(*args, **kwargs)
+
 
 class ServerKernelManager(AsyncMappingKernelManager):
     """Jupyter Server's kernel manager, its start refusals answered as 4xx."""
@@ -82,3 +103,70 @@ class ServerKernelManager(AsyncMappingKernelManager):
     async def start_kernel(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         with _start_refusals():
             return str(await super().start_kernel(*args, **kwargs))
+
+    async def restart_kernel(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        with _start_refusals():
+            return await super().restart_kernel(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class _GaveUp(Exception):
+    """Ends a restarter's poll: the kernel's death was declared final."""
+
+
+class ClusterRestarter(AsyncIOLoopKernelRestarter):
+    """jupyter_client's restarter, except that a kernel whose host cannot be reached (a
+    pinned host that is down: the provisioner's ``unreachable``) is declared dead at once,
+    with the reason, instead of restarted. jupyter_client's own would call a restart that
+    fails, and call it again at every poll, while its clients wait."""
+
+    def _give_up(self, reason: str) -> None:
+        self.log.warning(
+            "kernel %s: %s: it is dead", getattr(self.kernel_manager, "kernel_id", "?"), reason
+        )
+        setattr(self.kernel_manager, DEAD_REASON, reason)
+        self._restarting = False
+        self._restart_count = 0
+        self.stop()
+        super()._fire_callbacks("dead")
+
+    def _fire_callbacks(self, event: Any) -> None:
+        reason = getattr(self.kernel_manager.provisioner, "unreachable", None)
+        if event == "restart" and reason:
+            self._give_up(str(reason))
+            raise _GaveUp
+        super()._fire_callbacks(event)
+
+    async def poll(self) -> None:  # type: ignore[override]
+        try:
+            await super().poll()
+        except _GaveUp:
+            pass
+        except HostUnreachable as exc:  # the restart itself found the host down
+            self._give_up(str(exc))
+
+
+class ClusterWebsocketConnection(ZMQChannelsWebsocketConnection):
+    """The server's kernel websocket: its ``dead`` notice also says why, when the kernel's
+    death was declared final (``reason`` in the status message's content)."""
+
+    def on_restart_failed(self) -> None:
+        reason = getattr(self.kernel_manager, DEAD_REASON, None)
+        if not reason:
+            super().on_restart_failed()  # type: ignore[no-untyped-call]
+            return
+        self.log.error("kernel %s is dead: %s", self.kernel_id, reason)
+        msg = self.session.msg("status", {"execution_state": "dead", "reason": str(reason)})
+        if self.subprotocol == "v1.kernel.websocket.jupyter.org":
+            from jupyter_server.services.kernels.connection.base import (
+                serialize_msg_to_ws_v1,
+            )
+
+            frame = serialize_msg_to_ws_v1(msg, "iopub", self.session.pack)  # type: ignore[no-untyped-call]
+            self.write_message(frame, binary=True)
+        else:
+            import json
+
+            from jupyter_client.jsonutil import json_default
+
+            msg["channel"] = "iopub"
+            self.write_message(json.dumps(msg, default=json_default))

@@ -29,7 +29,16 @@ of ``remote_hosts``. This subclass keeps its protocol and changes what it lets t
   ``GP_SOCKET_TIMEOUT=0`` the gateway's response port stops blocking it too (see
   ``tests/cluster_hosts.Cluster.gateway_env``);
 * close means gone: when the launcher could not be told to shut down (the kernel had died, or
-  was killed outright), the kernel's directory on its host is removed over SSH at cleanup.
+  was killed outright), the kernel's directory and log on its host are removed over SSH at
+  cleanup;
+* one kernel per id: when no stop reached the launcher (it was killed, or crashed), the
+  kernel's process group is killed through the host at cleanup, before a restart starts the
+  next kernel of that id (the kernel runs in a group of its own and would outlive it);
+* a host that is down is skipped: before each launch every host's SSH port is knocked on
+  (:func:`probe`; a host found down is remembered :data:`DOWN_FOR` s); a start pinned to a
+  host that is down, or whose SSH fails, raises :class:`~jupyter_exec.exceptions.HostUnreachable`
+  naming the host and the reason; a pinned kernel found dead whose host is down is
+  ``unreachable``, which :class:`~jupyter_exec.cluster.managers.ClusterRestarter` makes final.
 
 Where each kernel runs is in its ``provisioner_info`` (``assigned_host``), as the base reports.
 """
@@ -41,10 +50,13 @@ import contextlib
 import hmac
 import itertools
 import json
+import os
 import re
 import secrets
 import shlex
+import signal
 import socket
+import time
 import uuid
 from pathlib import PurePosixPath
 from typing import Any
@@ -56,9 +68,9 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
     RemoteProvisionerBase,
 )
 
-from jupyter_exec.cluster.launcher import NONCE_ENV, listener_token
+from jupyter_exec.cluster.launcher import KEEP_LOGS_ENV, NONCE_ENV, listener_token
 from jupyter_exec.cluster.responses import BoundedResponseManager
-from jupyter_exec.exceptions import InvalidArgument, KernelStartError
+from jupyter_exec.exceptions import HostUnreachable, InvalidArgument, KernelStartError
 
 __all__ = ["DistributedProvisioner"]
 
@@ -66,6 +78,57 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PIN_ENV = "KERNEL_REMOTE_HOST"
 LISTENER_TIMEOUT = 1.0
 """Seconds to reach a launcher's listener; a host that does not answer counts as dead."""
+
+
+PROBE_TIMEOUT = 1.0
+"""Seconds a host's SSH port gets to accept a TCP connection before the host counts as down."""
+
+DOWN_FOR = 10.0
+"""Seconds a host found down is skipped before it is tried again."""
+
+_down: dict[str, tuple[float, str]] = {}
+"""Hosts found down: host -> (when, why). Shared by every kernel of this gateway process."""
+
+
+def mark_down(host: str, reason: str) -> None:
+    """Remember ``host`` as unreachable for :data:`DOWN_FOR` seconds."""
+    _down[host] = (time.monotonic(), reason)
+
+
+def down_reason(host: str) -> str | None:
+    """Why ``host`` was found down within :data:`DOWN_FOR` s; None when it is not (or no
+    longer) remembered as down."""
+    seen = _down.get(host)
+    if seen is None:
+        return None
+    if time.monotonic() - seen[0] > DOWN_FOR:
+        _down.pop(host, None)
+        return None
+    return seen[1]
+
+
+async def probe(host: str, port: int) -> str | None:
+    """A TCP connect to the host's SSH port within :data:`PROBE_TIMEOUT`: None when it
+    answers, else why not (and the host is remembered as down)."""
+    known = down_reason(host)
+    if known is not None:
+        return known
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT)
+    except (OSError, asyncio.TimeoutError) as exc:
+        if isinstance(exc, asyncio.TimeoutError):
+            why = f"no answer within {PROBE_TIMEOUT:g} s"
+        elif isinstance(exc, ConnectionRefusedError):
+            why = "connection refused: is sshd running there?"
+        else:
+            why = exc.strerror or str(exc) or type(exc).__name__
+        reason = f"cannot reach SSH on {host}:{port} ({why})"
+        mark_down(host, reason)
+        return reason
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return None
 
 
 def _resolve(host: str) -> str:
@@ -98,8 +161,17 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         self._restart_host: str | None = None
         self._avoid_host: str | None = None
         self._shutdown_delivered = False
+        self._stop_delivered = False
+        """A stop (a shutdown request, SIGTERM or SIGKILL) reached the launcher, which then
+        ends the kernel's process group itself."""
         self._launch_nonce: str | None = None
         self._fresh_launch = True
+        self._ssh_failure: str | None = None
+        self._pinned: str | None = None
+        self._death_checked = False
+        self.unreachable: str | None = None
+        """Why the last launch could not reach its host (None: it could): the reason a
+        kernel's death is final, told to its clients."""
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Refuse a kernel id that is not a UUID before anything is sent anywhere: it names
@@ -124,12 +196,27 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
                 f"{PIN_ENV}={str(pinned)[:100]!r} is not one of this kernelspec's remote_hosts "
                 f"({', '.join(hosts)}); a kernel may only be pinned to one of those"
             )
+        if pinned is not None:
+            refuse_local_host(str(pinned))  # this machine's reason first: it is never reachable
+        if pinned is not None and (why := down_reason(str(pinned))) is not None:
+            raise HostUnreachable(f"host {pinned} (pinned with {PIN_ENV}) is down: {why}")
         choice_env = dict(env_dict)
         if pinned is None and self._restart_host in hosts:
             choice_env[PIN_ENV] = self._restart_host
         host = str(super()._determine_next_host(choice_env))
         if pinned is None and host == self._avoid_host and len(hosts) > 1:
             host = hosts[(hosts.index(host) + 1) % len(hosts)]
+        if pinned is None and down_reason(host) is not None:  # the next host that is up
+            start = hosts.index(host) if host in hosts else 0
+            up = [
+                h
+                for h in hosts[start:] + hosts[:start]
+                if down_reason(h) is None and h != self._avoid_host
+            ]
+            if not up:
+                reasons = "; ".join(f"{h}: {down_reason(h) or 'left by a restart'}" for h in hosts)
+                raise HostUnreachable(f"every host is down ({reasons})")
+            host = up[0]
         refuse_local_host(host)
         return host
 
@@ -144,6 +231,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
                 exports[name] = str(env_dict[name])
         exports.update({str(k): str(v) for k, v in self.kernel_spec.env.items()})
         exports["JUPYTER_EXEC_HOST"] = self.assigned_host
+        exports[KEEP_LOGS_ENV] = str(keep_logs_days())  # the launcher removes its log or not
         bad = [name for name in exports if not _ENV_NAME.match(name)]
         if bad:
             raise InvalidArgument(f"not an environment variable name: {bad[0][:100]!r}")
@@ -157,10 +245,19 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         was not pinned there) goes to the next host instead of failing."""
         stay = self._restart_host
         pinned = (kwargs.get("env") or {}).get(PIN_ENV)
+        self._pinned = None if pinned is None else str(pinned)
+        self.unreachable = None
+        self._death_checked = False
+        port = int(_ssh_port())
+        hosts = [str(host) for host in self.remote_hosts]
+        # Cheap first: a TCP connect to each host's SSH port (concurrently; a host found down
+        # is remembered for DOWN_FOR s), so placement skips the hosts that are down.
+        await asyncio.gather(*(probe(host, port) for host in hosts))
         try:
-            return await super().launch_kernel(cmd, **kwargs)
-        except RuntimeError as exc:  # the base class's word for "SSH to that host failed"
+            return await self._launch_once(cmd, **kwargs)
+        except HostUnreachable as exc:
             if stay is None or pinned is not None or self._avoid_host is not None:
+                self.unreachable = str(exc)
                 raise
             self.log.warning(
                 "kernel %s: its host %s cannot be reached (%s); restarting it on another "
@@ -172,9 +269,25 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             )
             self._restart_host, self._avoid_host = None, stay
             try:
-                return await super().launch_kernel(cmd, **kwargs)
+                return await self._launch_once(cmd, **kwargs)
+            except HostUnreachable as again:
+                self.unreachable = str(again)
+                raise
             finally:
                 self._avoid_host = None
+
+    async def _launch_once(self, cmd: list[str], **kwargs: Any) -> Any:
+        """The base class's launch, its SSH failure (a RuntimeError) as HostUnreachable naming
+        the host and SSH's reason (the host is then remembered as down)."""
+        self._ssh_failure = None
+        try:
+            return await super().launch_kernel(cmd, **kwargs)
+        except RuntimeError as exc:
+            if self._ssh_failure is None:
+                raise
+            host = self.assigned_host
+            mark_down(str(host), self._ssh_failure)
+            raise HostUnreachable(f"host {host}: {self._ssh_failure}") from exc
 
     def _launch_remote_process(self, cmd: list[str], **kwargs: Any) -> str:
         """Run the startup command over SSH, handing the launcher its nonce on stdin."""
@@ -187,7 +300,11 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             cmd, **kwargs
         )
         self.log.debug("Starting the launcher of kernel %s on %s", self.kernel_id, self.ip)
-        ssh = self._get_ssh_client(self.ip)
+        try:
+            ssh = self._get_ssh_client(self.ip)
+        except Exception as exc:  # paramiko's or the socket layer's: SSH cannot reach the host
+            self._ssh_failure = f"SSH to {self.ip}:{_ssh_port()} failed: {exc}"
+            raise
         try:
             stdin, stdout, stderr = ssh.exec_command(command, timeout=30)
             stdin.write(self._launch_nonce + "\n")
@@ -214,6 +331,18 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             )
         super()._setup_connection_info(connect_info)
 
+    async def poll(self) -> int | None:
+        """The base class's poll (None: alive); when a kernel pinned to its host is found
+        dead, that host's SSH port is probed once: a host that is down makes the death final
+        (``unreachable``, read by :class:`~jupyter_exec.cluster.managers.ClusterRestarter`)."""
+        result: int | None = await super().poll()
+        if result is not None and self._pinned is not None and not self._death_checked:
+            self._death_checked = True
+            why = await probe(self._pinned, _ssh_port())
+            if why is not None:
+                self.unreachable = f"host {self._pinned} (pinned with {PIN_ENV}) is down: {why}"
+        return result
+
     async def kill(self, restart: bool = False) -> None:
         """Also stop a launcher that never reported (a launch timeout or a refused report):
         without a listener port the base class would take it for dead and leave it running.
@@ -222,7 +351,9 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         if self.comm_port <= 0 and self.pid > 0 and self.ip:
             self.response_manager.forget(str(self.kernel_id))
             command = _stop_launcher_command(
-                int(self.pid), self._kernel_dir() if self._fresh_launch else None
+                int(self.pid),
+                self._kernel_dir() if self._fresh_launch else None,
+                self._log_to_remove(),
             )
             try:
                 await asyncio.to_thread(self._rsh, self.ip, command)
@@ -258,6 +389,8 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+        if request.get("shutdown") == 1 or request.get("signum") in _STOP_SIGNALS:
+            self._stop_delivered = True  # the launcher ends the kernel's group itself
 
     async def shutdown_listener(self, restart: bool) -> None:
         """Ask the launcher to stop; on a restart it keeps the kernel's work dir."""
@@ -272,10 +405,18 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
             self._shutdown_delivered = not restart
 
     async def cleanup(self, restart: bool = False) -> None:
+        """After the kernel is gone: a kernel whose launcher was never told to stop it (the
+        launcher died, or was killed) may still run, an orphan in its own process group: it
+        is killed through the host before anything else (before a restart starts the next
+        kernel of this id); unless restarting, its folder and log are removed too."""
         self._restart_host = self.assigned_host if restart else None
-        if not restart and not self._shutdown_delivered and self.ip:
-            await self._remove_kernel_dir()
+        reachable = bool(self.ip) and down_reason(str(self.assigned_host)) is None
+        orphan = not self._stop_delivered and int(self.pgid or 0) > 0
+        remove = not restart and not self._shutdown_delivered
+        if reachable and (orphan or remove):
+            await self._end_on_host(pgid=int(self.pgid) if orphan else None, remove=remove)
         self._shutdown_delivered = False
+        self._stop_delivered = False
         await super().cleanup(restart=restart)
 
     def _kernel_dir(self) -> PurePosixPath | None:
@@ -283,44 +424,85 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         root = work_root_of(list(self.kernel_spec.argv))
         return None if root is None else root / str(uuid.UUID(str(self.kernel_id)))
 
-    async def _remove_kernel_dir(self) -> None:
-        """``rm -rf <work-root>/<kernel id>`` on the kernel's host, for a launcher that is gone."""
+    def _log_to_remove(self) -> str | None:
+        """This kernel's log on its host, unless logs are kept (``--keep-logs``)."""
+        log = getattr(self, "kernel_log", None)
+        return str(log) if log and keep_logs_days() == 0 else None
+
+    async def _end_on_host(self, *, pgid: int | None, remove: bool) -> None:
+        """One SSH command on the kernel's host: SIGKILL to the kernel's process group
+        (``pgid``) if its leader is still this kernel (its command line names this kernel's
+        connection file: a reused pid is left alone); with ``remove``, ``rm -rf`` of its
+        folder and log (unless logs are kept)."""
         kernel_dir = self._kernel_dir()
-        if kernel_dir is None:
+        parts = []
+        if pgid is not None and kernel_dir is not None:
+            connection_file = shlex.quote(str(kernel_dir / "kernel.json"))
+            parts.append(
+                f"if ps -o args= -p {pgid} 2>/dev/null | grep -qF -- {connection_file}; "
+                f"then kill -KILL -- -{pgid} 2>/dev/null; fi"
+            )
+        if remove:
+            paths = [str(p) for p in (kernel_dir, self._log_to_remove()) if p is not None]
+            if paths:
+                parts.append("rm -rf -- " + " ".join(shlex.quote(p) for p in paths))
+        if not parts:
             return
         try:
-            await asyncio.to_thread(self._rsh, self.ip, f"rm -rf -- {shlex.quote(str(kernel_dir))}")
+            await asyncio.to_thread(self._rsh, self.ip, "; ".join(parts))
         except Exception as exc:  # paramiko's errors, or the base's RuntimeError: only logged
-            self.log.warning("Kernel %s: could not remove %s: %s", self.kernel_id, kernel_dir, exc)
+            self.log.warning("Kernel %s: could not end it on its host: %s", self.kernel_id, exc)
 
+
+_STOP_SIGNALS = (int(signal.SIGTERM), int(signal.SIGKILL))
 
 STOP_WAIT = 5.0
 """Seconds a launcher that never reported gets to exit after SIGTERM before its folder goes."""
 
 
-def _stop_launcher_command(pid: int, kernel_dir: PurePosixPath | None) -> str:
-    """SIGTERM to the launcher; with ``kernel_dir``: wait until it is gone, then remove it."""
+def _stop_launcher_command(
+    pid: int, kernel_dir: PurePosixPath | None, log: str | None = None
+) -> str:
+    """SIGTERM to the launcher; with ``kernel_dir`` or ``log``: wait until it is gone, then
+    remove them."""
     command = f"kill -TERM {pid} 2>/dev/null"
-    if kernel_dir is None:
+    paths = [str(p) for p in (kernel_dir, log) if p is not None]
+    if not paths:
         return command
     tries = int(STOP_WAIT / 0.1)
     return (
         f"{command}; i=0; while kill -0 {pid} 2>/dev/null && [ $i -lt {tries} ]; "
-        f"do sleep 0.1; i=$((i+1)); done; rm -rf -- {shlex.quote(str(kernel_dir))}"
+        f"do sleep 0.1; i=$((i+1)); done; rm -rf -- {' '.join(shlex.quote(p) for p in paths)}"
     )
 
 
 def work_root_of(argv: list[str]) -> PurePosixPath | None:
-    """The launcher's ``--work-root`` in a kernelspec argv (absolute, no '..'), if any."""
-    for flag, value in itertools.pairwise(argv):
-        if flag == "--work-root":
-            path = PurePosixPath(value)
-            if path.is_absolute() and ".." not in path.parts:
-                return path
+    """The launcher's ``--work-root`` in a kernelspec argv (absolute, no '..'), if any:
+    ``--work-root DIR`` (the files ``--write`` produces) or ``--work-root=DIR`` (the spec
+    ``jupyter-exec gateway`` serves)."""
+    values = [value for flag, value in itertools.pairwise(argv) if flag == "--work-root"]
+    values += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--work-root=")]
+    for value in values:
+        path = PurePosixPath(value)
+        if path.is_absolute() and ".." not in path.parts:
+            return path
     return None
 
 
+def keep_logs_days() -> int:
+    """How many days a kernel's log stays on its host (:data:`KEEP_LOGS_ENV`); 0 (the
+    default): it goes with the kernel's folder."""
+    raw = os.environ.get(KEEP_LOGS_ENV, "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+def _ssh_port() -> int:
+    from gateway_provisioners import remote_provisioner  # type: ignore[import-untyped]
+
+    return int(remote_provisioner.ssh_port)
+
+
 def _kernel_log_dir() -> str:
-    from gateway_provisioners import distributed  # type: ignore[import-untyped]
+    from gateway_provisioners import distributed
 
     return str(distributed.kernel_log_dir)

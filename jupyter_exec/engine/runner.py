@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, describe_exit, interrupt_kernel
 from jupyter_exec.engine.outputs import CellOutputs, strip_ansi
+from jupyter_exec.exceptions import KernelDiedError
 from jupyter_exec.models import CellError, Status
 
 __all__ = ["CellRun", "CellRunner", "OutputCallback"]
@@ -330,7 +331,13 @@ class CellRunner:
                 "KernelRestarted", "the kernel was restarted while this code ran; its state is lost"
             )
         how = await describe_exit(self.kernel.km)
-        await self._restart(f"restarted after the kernel died ({how})")
+        try:
+            await self._restart(f"restarted after the kernel died ({how})")
+        except KernelDiedError as exc:  # gone for good (a remote kernel whose host is down)
+            return CellError(
+                "KernelDied",
+                f"the kernel died during this execution: {how}. It cannot be restarted: {exc}",
+            )
         return CellError(
             "KernelDied",
             f"the kernel died during this execution: {how}. It was restarted; its state is lost.",

@@ -32,6 +32,7 @@ from typing import Any
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
+from jupyter_exec.boundary.replies import printable
 from jupyter_exec.exceptions import BackendError
 from jupyter_exec.remote.rest import NotFound, RestClient, url_join
 from jupyter_exec.remote.wire import PROTOCOL_V1, decode, encode
@@ -74,6 +75,8 @@ class KernelConnection:
         starts it again, possibly on another host and other ports)."""
         self.server_gave_up = 0
         """``dead`` notices the server sent (its restarter could not bring the kernel back)."""
+        self.dead_reason: str | None = None
+        """Why the server declared the kernel dead, when its ``dead`` notice said so."""
         self.failure: str | None = None
         """Why the connection was given up for good (``None`` while usable)."""
         self.v1 = False
@@ -228,6 +231,9 @@ class KernelConnection:
                 self.server_restarts += 1
             elif notice == "dead":
                 self.server_gave_up += 1
+                reason = msg["content"].get("reason")
+                if isinstance(reason, str) and reason:
+                    self.dead_reason = printable(reason, 500)
             target = self.queues.get(channel)
             if target is not None:
                 target.put_nowait(msg)

@@ -21,6 +21,7 @@ import logging
 import os
 import queue
 import time
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,10 @@ class RemoteKernelManager:
         if self.connection.server_gave_up != self._gave_up_seen:
             self._gave_up_seen = self.connection.server_gave_up
             self._server_restarting = False
-            self._gone = "the kernel died and the server could not restart it"
+            reason = self.connection.dead_reason
+            self._gone = "the kernel died and the server could not restart it" + (
+                f": {reason}" if reason else ""
+            )
             self._alive = (time.monotonic(), False)
             return False
         checked, alive = self._alive
@@ -237,6 +241,12 @@ class RemoteKernelManager:
         this returns (:meth:`_reconnect`).
         """
         deadline = time.monotonic() + self.startup_timeout
+        if self.connection.dead_reason is not None:  # the server declared the death final
+            self.has_kernel = False
+            raise KernelDiedError(
+                f"the server {self.rest.describe()} gave kernel {self.kernel_id} up; "
+                "start a new session"
+            )
         if self._server_restarting:
             self._server_restarting = False  # the server restarts it: wait for it instead
         else:
@@ -246,6 +256,13 @@ class RemoteKernelManager:
                 )
             except NotFound:
                 raise self._vanished() from None
+            except ServerRefused as exc:
+                if exc.status != HTTPStatus.CONFLICT:  # 409: its host cannot be reached
+                    raise
+                self.has_kernel = False
+                raise KernelDiedError(
+                    f"kernel {self.kernel_id} cannot be restarted: {exc.reason}"
+                ) from exc
         await self._reconnect(deadline)
         self._restarts_seen = self.connection.server_restarts
         self._gave_up_seen = self.connection.server_gave_up

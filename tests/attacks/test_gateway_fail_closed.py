@@ -349,6 +349,9 @@ async def test_a_launch_that_times_out_leaves_no_kernel_folder_on_the_host(
     address = f"127.0.0.1:{black_hole.getsockname()[1]}"
     spec = gateway_side.spec()
     spec.argv = [address if arg == "{response_address}" else arg for arg in spec.argv]
+    # The work root written as the gateway's own kernelspec writes it (one argument).
+    at = spec.argv.index("--work-root")
+    spec.argv[at : at + 2] = [f"--work-root={spec.argv[at + 1]}"]
     spec.metadata["kernel_provisioner"]["config"]["launch_timeout"] = 5
     km = AsyncKernelManager(kernel_name="cluster-test", kernel_spec_manager=OneSpec(spec))
     start = asyncio.ensure_future(km.start_kernel(env={"KERNEL_REMOTE_HOST": "127.0.0.2"}))
@@ -364,6 +367,7 @@ async def test_a_launch_that_times_out_leaves_no_kernel_folder_on_the_host(
         kernel_id = str(km.kernel_id)
         assert gateway_side.cluster.wait_no_kernel_processes(kernel_id, timeout=10) == []
         assert not gateway_side.kernel_dir(kernel_id).exists()
+        assert not (gateway_side.cluster.log_dir / f"kernel-{kernel_id}.log").exists()
     finally:
         black_hole.close()
 
