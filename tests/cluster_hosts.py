@@ -32,7 +32,10 @@ from pathlib import Path
 
 import psutil
 
-from tests.ports import free_port
+try:
+    from tests.ports import free_port
+except ModuleNotFoundError:  # run as a script (the subreaper, ``--reap``): tests/ is the path
+    from ports import free_port  # type: ignore[no-redef]
 
 SSHD = os.environ.get("JX_TEST_SSHD", "/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
