@@ -23,7 +23,7 @@ FRONT_ENDS = {"cli", "server", "e2b", "mcp", "agents", "integrations", "manager"
 INNER = {
     "boundary": {"exceptions"},  # the boundary needs nothing but the error tree
     "network": {"exceptions", "boundary"},  # one printable() for what a kernel sends
-    "remote": {"exceptions"},
+    "remote": {"exceptions", "boundary"},  # a gateway's words reach people through printable()
     "cluster": {"exceptions", "boundary"},  # its launcher imports nothing (tests/cluster/)
     "engine": None,  # None: anything but a front end
     "state": None,

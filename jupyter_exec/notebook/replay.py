@@ -109,8 +109,8 @@ def _kernel_name(nb: Any, session_kwargs: Mapping[str, Any], warnings: list[str]
         return kernel_for(str(session_kwargs["language"]))
     python = session_kwargs.get("python") or session_kwargs.get("environment") is not None
     language = _language_of(nb)
-    if python and language is not None and language != "python":
-        known = record_of_tag(language)
+    known = record_of_tag(language) if language is not None else None
+    if python and language is not None and not (known is not None and known.interpreter):
         raise NotebookError(
             f"the notebook is in {known.title if known else language} (its metadata's "
             "kernelspec / language_info), and --python / --env / --in-recorded-env run "
