@@ -11,15 +11,19 @@ refusal, ``--check-only``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.cluster_hosts import Cluster
 
@@ -88,6 +92,17 @@ class RunningGateway:
     def printed(self) -> str:
         return self.stdout.read_text(encoding="utf-8", errors="replace")
 
+    def start_kernel(self, env: dict[str, str] | None = None) -> str:
+        """A kernel started through the gateway's REST API (``env``: its KERNEL_* asks); its id."""
+        request = urllib.request.Request(
+            self.url + "/api/kernels",
+            data=json.dumps({"env": env or {}}).encode(),
+            method="POST",
+            headers={"Authorization": f"token {self.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return str(json.load(response)["id"])
+
     def stop(self, timeout: float = 90.0, signum: int = signal.SIGTERM) -> int:
         """SIGTERM (as a process manager stops it) or ``signum``; its exit status."""
         if self.process.poll() is None:
@@ -139,3 +154,23 @@ def running_gateway(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+LONG_CELL = "import pathlib, time; pathlib.Path('started').touch(); time.sleep(300)"
+"""A cell that says it started (a file ``started`` in its work dir) and then runs on."""
+
+
+def long_cell_in_background(session: Any) -> tuple[threading.Thread, list[Any]]:
+    """Run :data:`LONG_CELL` on ``session`` in a thread; the thread and the list that gets
+    its Execution, or the exception it raised (for the test's assertion to report)."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            done.append(session.execute(LONG_CELL))
+        except BaseException as exc:  # reported by the caller's assertion
+            done.append(exc)
+
+    running = threading.Thread(target=run)
+    running.start()
+    return running, done

@@ -21,23 +21,12 @@ import psutil
 import pytest
 
 from jupyter_exec.cli.exits import EXIT_OK
-from tests.cluster_gateway import RunningGateway, gateway_once, running_gateway
+from tests.cluster_gateway import gateway_once, running_gateway
 from tests.cluster_hosts import Cluster
 
 
 def _remote_dir(cluster: Cluster) -> Path:
     return cluster.base / f"remote-{uuid.uuid4().hex[:8]}"
-
-
-def _start_kernel(gateway: RunningGateway, env: dict[str, str] | None = None) -> str:
-    request = urllib.request.Request(
-        gateway.url + "/api/kernels",
-        data=json.dumps({"env": env or {}}).encode(),
-        method="POST",
-        headers={"Authorization": f"token {gateway.token}"},
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return str(json.load(response)["id"])
 
 
 def _left(remote: Path) -> list[str]:
@@ -56,7 +45,7 @@ def test_a_stopped_gateway_leaves_no_kernel_folder_and_no_log_on_the_hosts(
 ) -> None:
     remote = _remote_dir(loopback_cluster)
     with running_gateway(loopback_cluster, tmp_path / "gw", "--remote-dir", str(remote)) as gateway:
-        kernels = [_start_kernel(gateway) for _ in range(2)]  # one on each host
+        kernels = [gateway.start_kernel() for _ in range(2)]  # one on each host
         assert sorted(_left(remote)) == sorted(
             [f"kernels/{k}" for k in kernels] + [f"logs/kernel-{k}.log" for k in kernels]
         )
@@ -70,7 +59,7 @@ def test_a_deleted_kernel_leaves_no_folder_and_no_log(
 ) -> None:
     remote = _remote_dir(loopback_cluster)
     with running_gateway(loopback_cluster, tmp_path / "gw", "--remote-dir", str(remote)) as gateway:
-        kernel_id = _start_kernel(gateway)
+        kernel_id = gateway.start_kernel()
         request = urllib.request.Request(
             f"{gateway.url}/api/kernels/{kernel_id}",
             method="DELETE",
@@ -87,7 +76,7 @@ def test_clean_removes_what_a_sigkill_of_the_command_and_its_server_left(
     with running_gateway(loopback_cluster, tmp_path / "gw", "--remote-dir", str(remote)) as gateway:
         (server,) = psutil.Process(gateway.process.pid).children()
         private = Path(server.cmdline()[-1].split("=", 1)[1]).parent.parent
-        kernels = [_start_kernel(gateway) for _ in range(2)]
+        kernels = [gateway.start_kernel() for _ in range(2)]
         server.kill()  # nobody is left to shut the kernels down
         gateway.process.kill()
         gateway.process.wait()
@@ -133,7 +122,7 @@ def test_clean_is_refused_while_a_gateway_uses_the_remote_dir(
 ) -> None:
     remote = _remote_dir(loopback_cluster)
     with running_gateway(loopback_cluster, tmp_path / "gw", "--remote-dir", str(remote)) as gateway:
-        kernel_id = _start_kernel(gateway)
+        kernel_id = gateway.start_kernel()
         done = gateway_once(loopback_cluster, "--allow-this-machine", "--remote-dir",
                             str(remote), "--clean")  # fmt: skip
         assert done.returncode != EXIT_OK
@@ -148,7 +137,7 @@ def test_logs_are_kept_when_asked(loopback_cluster: Cluster, tmp_path: Path) -> 
     with running_gateway(
         loopback_cluster, tmp_path / "gw", "--remote-dir", str(remote), "--keep-logs", "7"
     ) as gateway:
-        kernel_id = _start_kernel(gateway)
+        kernel_id = gateway.start_kernel()
         assert gateway.stop() == EXIT_OK
     assert _left(remote) == [f"logs/kernel-{kernel_id}.log"]
 

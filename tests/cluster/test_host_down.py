@@ -7,8 +7,6 @@ machine goes: its sshd and everything running on it killed at once.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +18,7 @@ import pytest
 
 from jupyter_exec import Execution, Session
 from jupyter_exec.exceptions import ServerRefused
-from tests.cluster_gateway import RunningGateway, running_gateway
+from tests.cluster_gateway import RunningGateway, long_cell_in_background, running_gateway
 from tests.cluster_hosts import Cluster, ClusterUnavailable, ExtraHost, start_extra_host
 
 
@@ -47,29 +45,18 @@ def _gateway(cluster: Cluster, extra: ExtraHost, base: Path) -> Iterator[Running
     )
 
 
-def _post_kernel(gateway: RunningGateway, env: dict[str, str] | None = None) -> str:
-    request = urllib.request.Request(
-        gateway.url + "/api/kernels",
-        data=json.dumps({"env": env or {}}).encode(),
-        method="POST",
-        headers={"Authorization": f"token {gateway.token}"},
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return str(json.load(response)["id"])
-
-
 def test_placement_skips_a_host_that_is_down_and_a_pinned_start_names_it(
     loopback_cluster: Cluster, extra_host: ExtraHost, tmp_path: Path
 ) -> None:
     with _gateway(loopback_cluster, extra_host, tmp_path / "gw") as gateway:  # type: ignore[attr-defined]
         extra_host.down()
         started = time.monotonic()
-        kernels = [_post_kernel(gateway) for _ in range(4)]  # round-robin would use both
+        kernels = [gateway.start_kernel() for _ in range(4)]  # round-robin would use both
         took = time.monotonic() - started
         for kernel_id in kernels:
             assert loopback_cluster.kernel_processes(kernel_id), gateway.log()[-3000:]
         with pytest.raises(urllib.error.HTTPError) as refused:
-            _post_kernel(gateway, {"KERNEL_REMOTE_HOST": extra_host.address})
+            gateway.start_kernel({"KERNEL_REMOTE_HOST": extra_host.address})
         refused.value.close()
         assert refused.value.code == 409
         assert extra_host.address in str(refused.value.reason)
@@ -100,20 +87,7 @@ def test_a_session_pinned_to_a_host_that_goes_down_ends_in_a_died_execution_sayi
         ) as session,
     ):
         assert session.execute("x = 1; x").text == "1"
-        done: list[Execution | BaseException] = []
-
-        def run() -> None:
-            try:
-                done.append(
-                    session.execute(
-                        "import pathlib, time; pathlib.Path('started').touch(); time.sleep(300)"
-                    )
-                )
-            except BaseException as exc:  # reported by the assertion below
-                done.append(exc)
-
-        running = threading.Thread(target=run)
-        running.start()
+        running, done = long_cell_in_background(session)
         deadline = time.monotonic() + 60
         while not any(p.name == "started" for p in _work_files(extra_host)):
             assert time.monotonic() < deadline

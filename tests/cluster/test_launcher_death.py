@@ -8,14 +8,13 @@ host used to leave its kernel running as an orphan beside the one the gateway st
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from pathlib import Path
 
 import psutil
 
 from jupyter_exec import Execution, Session
-from tests.cluster_gateway import running_gateway
+from tests.cluster_gateway import long_cell_in_background, running_gateway
 from tests.cluster_hosts import Cluster
 
 
@@ -52,20 +51,7 @@ def test_kill_9_of_the_launcher_leaves_exactly_one_kernel_and_the_session_sees_d
         before = _kernels(loopback_cluster, kernel_id)
         (launcher,) = before["launcher"]
         (old_kernel,) = before["kernel"]
-        done: list[Execution | BaseException] = []
-
-        def run() -> None:
-            try:
-                done.append(
-                    session.execute(
-                        "import pathlib, time; pathlib.Path('started').touch(); time.sleep(300)"
-                    )
-                )
-            except BaseException as exc:  # reported by the assertion below
-                done.append(exc)
-
-        running = threading.Thread(target=run)
-        running.start()
+        running, done = long_cell_in_background(session)
         started = remote / "kernels" / kernel_id / "work" / "started"
         deadline = time.monotonic() + 60
         while not started.exists():
