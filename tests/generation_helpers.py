@@ -116,3 +116,30 @@ async def docker_session(
         checkpoint_every=0,
         **options,
     ).start()
+
+
+PAYLOAD = "b\"cposix\\nsystem\\n(S'touch pwned'\\ntR.\""
+"""A pickle that, loaded, runs ``touch pwned`` in the loading kernel's work dir."""
+
+
+def planted_generation(number: int, cells: int) -> str:
+    """Code for an attacking kernel: manifest ``gen-<number>.json`` (after ``cells`` cells) in
+    its own state folder, whose one name ``x`` unpickles to ``touch pwned``. It leaves ``g``
+    (the in-kernel generations module), ``root`` (the folder) and ``data`` (the manifest's
+    bytes) defined, for an attack to go on from."""
+    return f"""
+import sys, os, json, hashlib
+g = sys.modules['_jupyter_exec_generations']
+root = g._root()
+payload = {PAYLOAD}
+h = hashlib.sha256(payload).hexdigest()
+with open(os.path.join(root, 'objects', h), 'wb') as f:
+    f.write(payload)
+m = {{'format': g.FORMAT, 'version': 1, 'generation': {number}, 'cells': {cells},
+     'created': 0, 'skipped': {{}}, 'environment': {{}},
+     'names': {{'x': {{'kind': 'pickle', 'hash': h, 'size': len(payload),
+                      'parts': [len(payload)], 'type': 'int'}}}}}}
+data = json.dumps(m).encode()
+with open(os.path.join(root, 'gen-{number}.json'), 'wb') as f:
+    f.write(data)
+"""

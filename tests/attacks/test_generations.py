@@ -34,35 +34,29 @@ from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
     no_container_left_behind,
     work,
 )
-from tests.generation_helpers import docker_session, flush, in_kernel, load, value
+from tests.generation_helpers import (
+    PAYLOAD,
+    docker_session,
+    flush,
+    in_kernel,
+    load,
+    planted_generation,
+    value,
+)
 
 DEADLINE = 120.0
-PAYLOAD = "b\"cposix\\nsystem\\n(S'touch pwned'\\ntR.\""
-"""A pickle that, loaded, runs ``touch pwned`` in the loading kernel's work dir."""
 
 
 def forge(number: int, cells: int, report: bool) -> str:
     """Code for the attacking kernel: generation ``number`` rewritten so that its one name
     unpickles to ``touch pwned``; with ``report``, told to the host on its own channel (the
     next cell's answer) as if its writer had written it."""
-    return f"""
-import sys, os, json, hashlib
-g = sys.modules['_jupyter_exec_generations']
-root = g._root()
-payload = {PAYLOAD}
-h = hashlib.sha256(payload).hexdigest()
-with open(os.path.join(root, 'objects', h), 'wb') as f:
-    f.write(payload)
-m = {{'format': g.FORMAT, 'version': 1, 'generation': {number}, 'cells': {cells},
-     'created': 0, 'skipped': {{}}, 'environment': {{}},
-     'names': {{'x': {{'kind': 'pickle', 'hash': h, 'size': len(payload),
-                      'parts': [len(payload)], 'type': 'int'}}}}}}
-data = json.dumps(m).encode()
-with open(os.path.join(root, 'gen-{number}.json'), 'wb') as f:
-    f.write(data)
-if {report!r}:
+    return (
+        planted_generation(number, cells)
+        + f"""if {report!r}:
     g.done.append([{number}, hashlib.sha256(data).hexdigest(), {cells}])
 """
+    )
 
 
 @pytest.mark.docker

@@ -21,11 +21,9 @@ import psutil
 from jupyter_exec import AsyncSession, Execution, SessionClosedError
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.state.generations import state_folder
-from tests.generation_helpers import flush, in_kernel
+from tests.generation_helpers import flush, in_kernel, planted_generation
 
 DEADLINE = 60.0
-PAYLOAD = "b\"cposix\\nsystem\\n(S'touch pwned'\\ntR.\""
-"""A pickle that, loaded, runs ``touch pwned`` in the loading kernel's work dir."""
 
 
 def plant(number: int, cells: int, signature: bool) -> str:
@@ -33,28 +31,13 @@ def plant(number: int, cells: int, signature: bool) -> str:
     unpickles to ``touch pwned``; with ``signature``, a signature file for it made up
     without the host's key (the kernel never has it)."""
     forged = f"""
+g_session = os.path.basename(root).removeprefix('.').removesuffix('_state')
 with open(os.path.join(root, 'signed', '{number}.json'), 'w') as f:
     json.dump({{'kind': 'generation', 'session': g_session, 'generation': {number},
                'manifest': {number}, 'sha256': hashlib.sha256(data).hexdigest(),
                'cells': {cells}, 'origin': {{'backend': 'local'}}, 'mac': '0' * 64}}, f)
 """
-    return f"""
-import sys, os, json, hashlib
-g = sys.modules['_jupyter_exec_generations']
-root = g._root()
-g_session = os.path.basename(root).removeprefix('.').removesuffix('_state')
-payload = {PAYLOAD}
-h = hashlib.sha256(payload).hexdigest()
-with open(os.path.join(root, 'objects', h), 'wb') as f:
-    f.write(payload)
-m = {{'format': g.FORMAT, 'version': 1, 'generation': {number}, 'cells': {cells},
-     'created': 0, 'skipped': {{}}, 'environment': {{}},
-     'names': {{'x': {{'kind': 'pickle', 'hash': h, 'size': len(payload),
-                      'parts': [len(payload)], 'type': 'int'}}}}}}
-data = json.dumps(m).encode()
-with open(os.path.join(root, 'gen-{number}.json'), 'wb') as f:
-    f.write(data)
-""" + (forged if signature else "")
+    return planted_generation(number, cells) + (forged if signature else "")
 
 
 async def test_a_generation_and_signature_planted_while_awake_are_not_loaded_on_wake(
