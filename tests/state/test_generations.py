@@ -122,6 +122,26 @@ async def test_a_cell_that_timed_out_is_not_run_again_when_a_later_cell_kills_th
     assert await value(session, "(x, 'ran_again' in globals())") == (1, False)
 
 
+async def test_a_death_after_a_timeout_is_reported_at_once_with_default_options(
+    sessions: Any,
+) -> None:
+    """The kernel's death is known as soon as the process is gone: no per-cell step (the state
+    commit after the timed-out cell, the environment record) waits out the session's own
+    timeout for a reply the dead kernel will never send. Once it was reported after 61 s."""
+    session = await sessions(name="prompt", timeout=120)  # what a waiting hook would sit out
+    await session.execute("x = 1")
+    slow = await session.execute("import time; time.sleep(600)", timeout=1)
+    assert slow.status == "timeout"
+    started = time.monotonic()
+    died = await session.execute("import os; os._exit(1)")
+    took = time.monotonic() - started
+    assert died.status == "died"
+    # The bound leaves room for a loaded machine (measured 0.7-0.9 s beside a full test run);
+    # the fault it guards against waits for the 120 s timeout.
+    assert took < 30, f"the death was reported after {took:.1f} s"
+    assert await value(session, "x") == 1
+
+
 async def test_kill_9_during_a_cell_keeps_the_completed_cells_names(sessions: Any) -> None:
     session = await sessions(name="during")
     await session.execute("kept = 'yes'")
