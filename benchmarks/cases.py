@@ -33,7 +33,7 @@ from benchmarks.core import (
 )
 from benchmarks.floor import AsyncFloor, BlockingFloor
 from jupyter_exec import AsyncSession, Execution, Session
-from jupyter_exec.notebook.recorder import NotebookRecorder, new_cell_id
+from jupyter_exec.engine.recorder import NotebookRecorder, new_cell_id
 
 MS = 1000.0
 MB = 1024.0 * 1024.0

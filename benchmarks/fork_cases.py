@@ -218,7 +218,7 @@ if __name__ == "__main__":
 
 
 async def _docker_kernel(cwd: Path) -> KernelHandle:
-    from jupyter_exec.engine.backends import docker_kernel_spec
+    from jupyter_exec.session.backends import docker_kernel_spec
 
     return await start_kernel(spec=docker_kernel_spec({}), cwd=cwd, startup_timeout=300)
 

@@ -8,6 +8,7 @@ checked (``_ext/jx_examples.py``). No network is used at build time.
 
 from __future__ import annotations
 
+import runpy
 import sys
 from pathlib import Path
 
@@ -99,70 +100,26 @@ suppress_warnings: list[str] = []
 # Patterns are fnmatch patterns on the module name relative to jupyter_exec ("docker.*").
 # A module that none matches is listed under "Not yet placed" (the build does not fail).
 jx_package_path = "../jupyter_exec"
-jx_layers = [
-    {
-        "title": "The public surface",
-        "about": "What ``import jupyter_exec`` gives: the result objects, the one error tree, "
-        "the typed options, the blocking ``Session``. The package root holds nothing else.",
-        "modules": ["__init__", "_version", "models", "exceptions", "options"],
-    },
-    {
-        "title": "The boundary (boundary, network)",
-        "about": "Every decision between a kernel and the host, each taken in one place: the "
-        "path resolver, the checkpoint key and origin rule, names; the network policy and "
-        "the proxy that keeps secrets on TLS to the decided host. Imports only the error "
-        "tree. See the security page.",
-        "modules": ["boundary", "boundary.*", "network", "network.*"],
-    },
-    {
-        "title": "The engine (engine)",
-        "about": "One session: a kernel started and watched, one cell run, its messages made "
-        "nbformat outputs, the cell recorded in the work dir. ``AsyncSession`` ties it "
-        "together. Never imports a front end.",
-        "modules": ["engine", "engine.*"],
-    },
-    {
-        "title": "Backends (docker, remote)",
-        "about": "Where a kernel runs besides this machine: our hardened Docker provisioner "
-        "and the kernel gateways.",
-        "modules": ["docker", "docker.*", "remote", "remote.*"],
-    },
-    {
-        "title": "State and the record (state, notebook)",
-        "about": "A session's state over time (fork, undo, checkpoints, recovery), seen "
-        "through a small protocol rather than the session class; the notebook as a record: "
-        "written, read, replayed, judged and resumed.",
-        "modules": ["state", "state.*", "notebook", "notebook.*"],
-    },
-    {
-        "title": "Many sessions (manager, sync)",
-        "about": "The blocking face of the engine, and named sessions with warm pools, "
-        "zygotes, limits and culling.",
-        "modules": ["sync", "manager", "manager.*"],
-    },
-    {
-        "title": "Front ends (agents, integrations, mcp, server, e2b, cli)",
-        "about": "Thin views: parse input, call the layers below, serialise the result. The "
-        "agent layer every adapter shares, the framework adapters, the MCP server, the "
-        "Jupyter server extension, the E2B-compatible server, the command line.",
-        "modules": [
-            "__main__",
-            "*.__main__",
-            "agents",
-            "agents.*",
-            "integrations",
-            "integrations.*",
-            "mcp",
-            "mcp.*",
-            "server",
-            "server.*",
-            "e2b",
-            "e2b.*",
-            "cli",
-            "cli.*",
-        ],
-    },
-]
+
+
+def _layers() -> list[dict[str, object]]:
+    """The layers, inner to outer, from their one declaration (``docs/layers.py``, which
+    ``tests/test_layout.py`` enforces): each with the module patterns it claims."""
+    declared = runpy.run_path(str(HERE / "layers.py"))
+    return [
+        {
+            "title": layer["title"],
+            "about": layer.get("about", ""),
+            "modules": [
+                *layer.get("modules", []),
+                *(p for pkg in layer.get("packages", []) for p in (pkg, f"{pkg}.*")),
+            ],
+        }
+        for layer in declared["LAYERS"]
+    ]
+
+
+jx_layers = _layers()
 
 # -- HTML -------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"

@@ -43,12 +43,12 @@ from jupyter_exec.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from jupyter_exec.engine.session import AsyncSession
     from jupyter_exec.manager import AsyncSessionManager, SessionInfo, SessionManager
     from jupyter_exec.models import CellError, Execution, Result, ScriptResult, StateRecovery
     from jupyter_exec.network import NetworkPolicy
     from jupyter_exec.notebook.replay import CellResult, ReplayReport, replay, replay_async
     from jupyter_exec.options import SessionOptions
+    from jupyter_exec.session.session import AsyncSession
     from jupyter_exec.state.session_state import Checkpoint
     from jupyter_exec.sync import Session
 
@@ -99,7 +99,7 @@ __all__ = [
 
 # Each public name loaded on first use, and the module that defines it.
 _LAZY: dict[str, str] = {
-    "AsyncSession": "jupyter_exec.engine.session",
+    "AsyncSession": "jupyter_exec.session.session",
     "AsyncSessionManager": "jupyter_exec.manager",
     "CellError": "jupyter_exec.models",
     "CellResult": "jupyter_exec.notebook.replay",

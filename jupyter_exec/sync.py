@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from jupyter_exec.engine.loop_thread import run_blocking
-from jupyter_exec.engine.session import AsyncSession, OutputCallback
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -31,6 +30,7 @@ from jupyter_exec.options import (
     Backend,
     SessionOptions,
 )
+from jupyter_exec.session.session import AsyncSession, OutputCallback
 from jupyter_exec.state.session_state import Checkpoint
 
 __all__ = ["Session"]

@@ -1,35 +1,64 @@
 """The package's layout is its architecture: checked from the source, no import needed.
 
-What docs/architecture.md promises of the subpackages is held here: the root holds only the
-public surface, no module imports back into a circle at run time (imports under
-``TYPE_CHECKING`` do not run; imports inside functions do, later), and the inner layers never
-reach for a front end.
+What docs/architecture.md promises is held here: the root holds only the public surface, no
+module imports back into a circle at run time (imports under ``TYPE_CHECKING`` do not run;
+imports inside functions do, later), the inner folders have no circle even for type checkers,
+and every module keeps the layer order declared once in ``docs/layers.py``: it imports only
+inwards, with no exemption.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
+import runpy
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jupyter_exec"
 
-FRONT_ENDS = {"cli", "server", "e2b", "mcp", "agents", "integrations", "manager"}
-"""Outer layers: what people and programs call. Nothing inside may import them."""
+LAYERS_FILE = PACKAGE.parent / "docs" / "layers.py"
+"""The one declaration of the layers, inner to outer (the architecture page draws it too)."""
 
-INNER = {
-    "boundary": {"exceptions"},  # the boundary needs nothing but the error tree
-    "network": {"exceptions", "boundary"},  # one printable() for what a kernel sends
-    "remote": {"exceptions", "boundary"},  # a gateway's words reach people through printable()
-    "cluster": {"exceptions", "boundary"},  # its launcher imports nothing (tests/cluster/)
-    "engine": None,  # None: anything but a front end
-    "state": None,
-    "notebook": None,
-    "docker": None,
-}
+
+@functools.cache
+def _declared() -> dict[str, Any]:
+    """``LAYERS``, ``VOCABULARY`` and ``VOCABULARY_REACHES``, read as plain data."""
+    return runpy.run_path(str(LAYERS_FILE))
+
+
+def _patterns() -> list[list[str]]:
+    """Per layer, the module patterns it claims (as docs/conf.py builds them)."""
+    return [
+        [
+            *layer.get("modules", []),
+            *(p for pkg in layer.get("packages", []) for p in (pkg, f"{pkg}.*")),
+        ]
+        for layer in _declared()["LAYERS"]
+    ]
+
+
+def _layer_of(module: str) -> int | None:
+    """The layer claiming ``module``: an exact name beats a pattern, a longer pattern a shorter."""
+    short = module.removeprefix("jupyter_exec.") if module != "jupyter_exec" else "__init__"
+    best: tuple[tuple[bool, int], int] | None = None
+    for index, patterns in enumerate(_patterns()):
+        for pattern in patterns:
+            if fnmatch.fnmatchcase(short, pattern):
+                score = ("*" not in pattern, len(pattern))
+                if best is None or score > best[0]:
+                    best = (score, index)
+    return None if best is None else best[1]
+
+
+def _package_of(module: str) -> str:
+    """The folder a module lives in (``engine``), or the module's own name at the root."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
 def _module_name(path: Path) -> str:
@@ -130,24 +159,96 @@ def test_the_circle_finder_sees_a_circle() -> None:
     assert _circles(graph) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("inner", sorted(INNER))
-def test_inner_layers_never_import_a_front_end(inner: str) -> None:
-    allowed = INNER[inner]
+def test_every_module_has_a_declared_layer() -> None:
+    assert [name for name in _graph() if _layer_of(name) is None] == []
+
+
+def _wrong_imports(name: str, targets: set[str]) -> list[str]:
+    """The imports of ``name`` that break the declared order (see docs/layers.py)."""
+    declared = _declared()
+    layers = declared["LAYERS"]
+    vocabulary = {f"jupyter_exec.{m}" for m in declared["VOCABULARY"]}
+    reach = next(
+        i
+        for i, layer in enumerate(layers)
+        if declared["VOCABULARY_REACHES"] in layer.get("packages", [])
+    )
+    here, package = _layer_of(name), _package_of(name)
+    assert here is not None
+    lowest = min(i for i, layer in enumerate(layers) if layer.get("packages"))
     wrong = []
-    for name, targets in _graph().items():
-        if not name.startswith(f"jupyter_exec.{inner}") or name.endswith(".__main__"):
-            continue
-        for target in targets:
-            top = target.split(".")[1]
-            if top == inner:
-                continue
-            if top in FRONT_ENDS or (allowed is not None and top not in allowed):
-                wrong.append(f"{name} -> {target}")
+    for target in sorted(targets):
+        there = _layer_of(target)
+        assert there is not None
+        if _package_of(target) == package and name not in vocabulary:
+            continue  # a folder's modules use each other freely (circles are checked apart)
+        if name in vocabulary:
+            ok = there <= reach  # the vocabulary stands on the engine's constants, no higher
+        elif here == lowest:
+            ok = False  # sent to kernels as source: it may import nothing of the project
+        elif target in vocabulary:  # inner layers speak only the error tree
+            ok = target == "jupyter_exec.exceptions" or here >= reach or here == there
+        elif there == here:  # a root module of a layer uses that layer; peer folders never
+            peers = layers[here].get("packages", [])
+            ok = not (package in peers and _package_of(target) in peers)
+        else:
+            ok = there < here
+        if not ok:
+            wrong.append(f"{name} ({layers[here]['title']}) -> {target} ({layers[there]['title']})")
+    return wrong
+
+
+def test_every_module_imports_only_inward() -> None:
+    """No exemption: every folder, the root and every ``__main__`` keep the declared order."""
+    wrong = [w for name, targets in sorted(_graph().items()) for w in _wrong_imports(name, targets)]
     assert wrong == []
+
+
+def test_the_order_check_sees_a_wrong_import() -> None:
+    """The check above is not vacuous: an inner layer reaching out, a peer reaching sideways
+    and the in-kernel halves importing the project are each found."""
+    assert _wrong_imports("jupyter_exec.engine.runner", {"jupyter_exec.session.session"})
+    assert _wrong_imports("jupyter_exec.state.durable", {"jupyter_exec.cli.run"})
+    assert _wrong_imports("jupyter_exec.mcp.tools", {"jupyter_exec.e2b.app"})
+    assert _wrong_imports("jupyter_exec.network.proxy", {"jupyter_exec.remote.client"})
+    assert _wrong_imports("jupyter_exec.inkernel.state", {"jupyter_exec.exceptions"})
+    assert _wrong_imports("jupyter_exec.boundary.paths", {"jupyter_exec.models"})
+    assert _wrong_imports("jupyter_exec.models", {"jupyter_exec.session.session"})
+    assert not _wrong_imports("jupyter_exec.session.session", {"jupyter_exec.state.durable"})
 
 
 def test_the_state_machinery_knows_the_session_only_as_a_protocol() -> None:
     graph = _graph()
     state = [n for n in graph if n.startswith("jupyter_exec.state")]
     assert state
-    assert [n for n in state if "jupyter_exec.engine.session" in graph[n]] == []
+    assert [n for n in state if "jupyter_exec.session.session" in graph[n]] == []
+
+
+def _all_imports(tree: ast.AST, modules: set[str]) -> Iterator[str]:
+    """Every ``jupyter_exec`` module the code names in an import, for type checkers too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith("jupyter_exec"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    yield full if full in modules else node.module
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("jupyter_exec"))
+
+
+WITHOUT_TYPE_CIRCLES = ("inkernel", "boundary", "network", "remote", "cluster", "engine")
+WITHOUT_TYPE_CIRCLES += ("docker", "state", "notebook", "agents", "integrations", "mcp", "cli")
+"""Folders whose modules do not name each other in a circle even under ``TYPE_CHECKING``:
+the state machinery sees the session and its own parts through protocols (``state/host.py``,
+``state/reload.py``'s ``Recovering``), never by importing back."""
+
+
+@pytest.mark.parametrize("folder", WITHOUT_TYPE_CIRCLES)
+def test_no_circle_even_for_type_checkers(folder: str) -> None:
+    sources = {_module_name(p): p for p in (PACKAGE / folder).rglob("*.py")}
+    graph = {
+        name: {t for t in _all_imports(ast.parse(path.read_text("utf-8")), set(sources))}
+        & set(sources) - {name}
+        for name, path in sources.items()
+    }
+    assert _circles(graph) == []

@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from jupyter_exec.engine.sources import MAX_JSON_DEPTH, check_text, read_notebook, read_source
 from jupyter_exec.exceptions import InvalidArgument, NotebookError
-from jupyter_exec.notebook.sources import MAX_JSON_DEPTH, check_text, read_notebook, read_source
 
 
 def test_pep_263_declaration_is_honoured(tmp_path: Path) -> None:

@@ -49,16 +49,16 @@ from typing import Literal
 from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, save_block
 from jupyter_exec.agents.kernels import KERNEL_LANGUAGES, LanguageKernels
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, denied_connections, exit_code, render
-from jupyter_exec.engine.cancel import execute_to_the_end
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.engine.languages import language_record
 from jupyter_exec.engine.outputs import strip_ansi
 from jupyter_exec.engine.scripts import SCRIPT_LANGUAGES, script_of
-from jupyter_exec.engine.session import AsyncSession
+from jupyter_exec.engine.sources import check_text
 from jupyter_exec.exceptions import InvalidArgument, KernelStartError, WorkDirError
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.network import Connection
-from jupyter_exec.notebook.sources import check_text
+from jupyter_exec.session.cancel import execute_to_the_end
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = [
     "MAX_IMAGES",

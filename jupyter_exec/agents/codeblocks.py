@@ -23,9 +23,9 @@ from typing import Any
 from jupyter_exec.boundary.paths import write_bytes
 from jupyter_exec.engine.language_records import record_of_tag
 from jupyter_exec.engine.languages import normalise_language
+from jupyter_exec.engine.sources import read_notebook, read_source
 from jupyter_exec.engine.store import confined_path, writable_path
 from jupyter_exec.exceptions import WorkDirError
-from jupyter_exec.notebook.sources import read_notebook, read_source
 
 __all__ = [
     "RUNNABLE_LANGUAGES",
@@ -162,7 +162,7 @@ def cells_from_file(path: str | os.PathLike[str]) -> list[CodeBlock]:
 
     Unreadable, mis-encoded or malformed files raise
     :class:`~jupyter_exec.InvalidArgument` or :class:`~jupyter_exec.NotebookError`
-    saying what to fix (see :mod:`jupyter_exec.notebook.sources`).
+    saying what to fix (see :mod:`jupyter_exec.engine.sources`).
     """
     suffix = Path(path).suffix.lower()
     if suffix == ".ipynb":

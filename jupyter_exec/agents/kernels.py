@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Language
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["KERNEL_LANGUAGES", "LanguageKernels"]
 

@@ -43,7 +43,7 @@ def check_resumable(spec: str) -> Path:
 
     Checked before a kernel starts: the resume reads it again when it runs.
     """
-    from jupyter_exec.notebook.recorder import read_notebook
+    from jupyter_exec.engine.recorder import read_notebook
 
     if not spec.strip():
         raise InvalidArgument("--resume is empty: give the notebook a session recorded")

@@ -1,6 +1,6 @@
 """Forking a kernel that runs in a Docker container: the child's connection file and its host pid.
 
-The in-kernel fork (:mod:`jupyter_exec.state.inkernel_fork`) works unchanged in a
+The in-kernel fork (:mod:`jupyter_exec.inkernel.fork`) works unchanged in a
 container; two things differ on the host's side, and both are here:
 
 * **Where the child listens.** Its connection file must be readable in the

@@ -20,9 +20,9 @@ from tornado.iostream import StreamClosedError
 from jupyter_exec.e2b.languages import Language, language_named
 from jupyter_exec.e2b.protocol import count_line, encode, error_line, event_lines
 from jupyter_exec.e2b.web import E2BHandler
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import InvalidArgument, SessionClosedError
 from jupyter_exec.models import Execution
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["ContextHandler", "ContextRestartHandler", "ContextsHandler", "ExecuteHandler"]
 

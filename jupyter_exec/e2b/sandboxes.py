@@ -46,7 +46,6 @@ from jupyter_exec.e2b.lasting import Lasting
 from jupyter_exec.e2b.paths import HOME, SandboxPaths
 from jupyter_exec.e2b.processes import Container, Processes, kernel_container
 from jupyter_exec.e2b.saved import SandboxRegistry
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import (
     CheckpointError,
     InvalidArgument,
@@ -54,6 +53,7 @@ from jupyter_exec.exceptions import (
     SessionNotFound,
 )
 from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["DEBUG_SANDBOX_ID", "Context", "Sandbox", "Sandboxes", "sandbox_options"]
 

@@ -16,7 +16,7 @@ engine, or the state machinery through the session's public methods::
                     waiting on it at once, until it is replaced or restarted
     locked()        ``async with``: the session's execution lock (FIFO)
 
-Nothing here talks to a kernel; :class:`~jupyter_exec.engine.session.AsyncSession`
+Nothing here talks to a kernel; :class:`~jupyter_exec.session.session.AsyncSession`
 holds one slot and the per-cell hooks (:mod:`jupyter_exec.engine.hooks`) read it.
 """
 

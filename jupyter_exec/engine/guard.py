@@ -2,7 +2,7 @@
 
 A session that records its cells keeps host memory bounded under output
 floods by letting the kernel keep what is past the budget
-(:mod:`jupyter_exec.engine.inkernel`)::
+(:mod:`jupyter_exec.inkernel.streams`)::
 
     start / restart  ─► install(): a probe file in the work dir, the guard's source run silently;
                         the kernel hooks its streams only if it sees the probe (shares the dir)
@@ -35,10 +35,10 @@ from typing import Any
 from jupyter_exec.boundary import naming
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine import mime
-from jupyter_exec.engine.inkernel import KEY, install_code
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.outputs import CellOutputs, Spill
 from jupyter_exec.exceptions import KernelNotAliveError, StorageError, WorkDirError
+from jupyter_exec.inkernel.streams import KEY, install_code
 
 __all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "prepare"]
 

@@ -1,7 +1,7 @@
 """A cell in flight: what it carries while it runs, and the outputs it settles into.
 
-Between :meth:`~jupyter_exec.engine.recording.Recording.begin` and
-:meth:`~jupyter_exec.engine.recording.Recording.record`, its :class:`Cell` carries
+Between :meth:`~jupyter_exec.session.recording.Recording.begin` and
+:meth:`~jupyter_exec.session.recording.Recording.record`, its :class:`Cell` carries
 the output builder, the spill file for long streams, the kernel guard's
 request and the network proxy's mark; :class:`SafeSpill` keeps a full disk
 from stopping the cell. When it ends, :func:`final_outputs` turns the
@@ -12,7 +12,7 @@ every message as it came), and
 :func:`copy_output` gives the caller outputs a later display update cannot
 reach.
 
-Kept apart from :mod:`jupyter_exec.engine.recording` so that module reads as the
+Kept apart from :mod:`jupyter_exec.session.recording` so that module reads as the
 order of writes for one cell and the bookkeeping across cells, and this one
 as the per-cell data and pure steps those writes use.
 """

@@ -38,7 +38,6 @@ from typing import Any
 
 from jupyter_exec.boundary import replies
 from jupyter_exec.boundary.paths import read_limit, write_bytes
-from jupyter_exec.engine import inkernel_remote
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import (
     KernelNotAliveError,
@@ -46,7 +45,8 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.state.inkernel_fork import module_call_code
+from jupyter_exec.inkernel import module_call_code
+from jupyter_exec.inkernel import remote as inkernel_remote
 
 __all__ = [
     "CHUNK",

@@ -38,12 +38,12 @@ from typing import Any
 from jupyter_exec.agents.agent import run_command
 from jupyter_exec.boundary.paths import write_bytes
 from jupyter_exec.engine.environments import Environment
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.engine.store import confined_path
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.integrations import require
 from jupyter_exec.integrations.ag2_tools import JupyterCodeEnvironment
 from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["JupyterSandbox"]
 

@@ -34,9 +34,9 @@ from jupyter_exec.agents.agent import run_block
 from jupyter_exec.agents.codeblocks import CodeBlock
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.engine.environments import Environment, parse_environment
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.integrations import require
 from jupyter_exec.network import NetworkPolicy
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["JupyterCodeEnvironment"]
 

@@ -47,8 +47,8 @@ from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.boundary.naming import safe_name
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, run_blocking
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.integrations import require
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["DEFAULT_DESCRIPTION", "JupyterSessions", "python_tool"]
 

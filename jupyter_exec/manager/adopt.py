@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.manager.pool import WarmKernel, discard, follow_rename
 from jupyter_exec.options import SessionOptions
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["adopt", "record_preload"]
 

@@ -50,7 +50,6 @@ from typing import Any
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from jupyter_exec.engine.session import AsyncSession, OutputCallback
 from jupyter_exec.exceptions import InvalidArgument, SessionClosedError, SessionNotFound
 from jupyter_exec.manager.create import create_entry
 from jupyter_exec.manager.culling import cull_loop, idle_names, sleep_idle
@@ -63,6 +62,7 @@ from jupyter_exec.manager.zygote import DEFAULT_PRELOAD, Preload
 from jupyter_exec.manager.zygote_pool import ZygotePool
 from jupyter_exec.models import Execution
 from jupyter_exec.options import SessionOptions
+from jupyter_exec.session.session import AsyncSession, OutputCallback
 
 __all__ = ["AsyncSessionManager", "SessionInfo"]
 

@@ -18,9 +18,9 @@ from types import FrameType
 from typing import Any
 
 from jupyter_exec.engine.loop_thread import run_blocking
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.manager.aio import AsyncSessionManager, SessionInfo
 from jupyter_exec.models import Execution
+from jupyter_exec.session.session import AsyncSession
 from jupyter_exec.sync import Session, _ClosedAtExit
 
 __all__ = ["SessionManager"]

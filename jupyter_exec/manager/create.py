@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.boundary.folders import refuse_if_lent, trust_of
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import KernelStartError
 from jupyter_exec.manager.adopt import adopt
 from jupyter_exec.manager.entries import Entry, incarnation
@@ -23,6 +22,7 @@ from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.pools import Pools
 from jupyter_exec.manager.zygote_pool import ZygotePool
 from jupyter_exec.options import SessionOptions
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["create_entry"]
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from jupyter_exec.engine.session import AsyncSession
+from jupyter_exec.session.session import AsyncSession
 
 if TYPE_CHECKING:
     from jupyter_exec.manager.aio import AsyncSessionManager

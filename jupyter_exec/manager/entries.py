@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.boundary.naming import files_folder, notebook_name
-from jupyter_exec.engine.session import AsyncSession
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["Entry", "SessionInfo", "incarnation"]
 

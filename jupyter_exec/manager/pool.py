@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.engine.languages import kernel_for
-from jupyter_exec.engine.launch import network_of
 from jupyter_exec.engine.provisioning import WorkDirFollower, relaunch_args
 from jupyter_exec.network.policy import NetworkPolicy
+from jupyter_exec.session.launch import network_of
 
 __all__ = ["KernelPool", "PoolKey", "WarmKernel", "follow_rename"]
 

@@ -17,9 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from jupyter_exec.boundary.naming import validate_name
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import SessionLimitError
 from jupyter_exec.manager.entries import Entry
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["SessionRegistry"]
 

@@ -1,10 +1,10 @@
 """Starting kernels for warm pools: the same kernels a session would start, made ready early.
 
-A pooled kernel is launched by :func:`~jupyter_exec.engine.launch.launch_kernel`, exactly
+A pooled kernel is launched by :func:`~jupyter_exec.session.launch.launch_kernel`, exactly
 as :class:`~jupyter_exec.AsyncSession` would launch it for the same options,
 then warmed up and left without a client: the session that takes it connects
 its own. A kernel with a network policy keeps its proxy (lent to its kernel
-manager, :func:`~jupyter_exec.engine.launch.lend_network`) for the session to take over.
+manager, :func:`~jupyter_exec.session.launch.lend_network`) for the session to take over.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpec
 
 from jupyter_exec.engine.kernel import KernelHandle
-from jupyter_exec.engine.launch import kernel_spec, launch_kernel, lend_network
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.options import DEFAULT_STARTUP_TIMEOUT, SessionOptions
+from jupyter_exec.session.launch import kernel_spec, launch_kernel, lend_network
 
 __all__ = ["PooledKernelStarter"]
 

@@ -35,7 +35,6 @@ from typing import Any
 from jupyter_exec.boundary.naming import validate_name
 from jupyter_exec.engine.environments import DockerEnv, Environment
 from jupyter_exec.engine.languages import is_default_language
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.exceptions import (
     InvalidArgument,
     JupyterExecError,
@@ -45,6 +44,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.manager import AsyncSessionManager, SessionInfo
 from jupyter_exec.manager.dormant import DormantSessions, resume_into
 from jupyter_exec.manager.saved import BadEntry, SignedStore, same_fields
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["SessionRegistry"]
 

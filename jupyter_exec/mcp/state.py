@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from jupyter_exec.exceptions import InvalidArgument, SessionLimitError
 
 if TYPE_CHECKING:
-    from jupyter_exec.engine.session import AsyncSession
     from jupyter_exec.mcp.sessions import SessionRegistry
+    from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["fork_into", "register_state_tools"]
 

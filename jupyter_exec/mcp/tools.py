@@ -30,6 +30,7 @@ from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.languages import canonical_language
 from jupyter_exec.engine.outputs import strip_ansi
+from jupyter_exec.engine.recorder import read_notebook
 from jupyter_exec.engine.store import confined_path
 from jupyter_exec.exceptions import JupyterExecError, StorageError, WorkDirError
 from jupyter_exec.integrations import require
@@ -37,7 +38,6 @@ from jupyter_exec.mcp.ask import ElicitingAsk
 from jupyter_exec.mcp.sessions import SessionRegistry
 from jupyter_exec.mcp.state import register_state_tools
 from jupyter_exec.models import Execution
-from jupyter_exec.notebook.recorder import read_notebook
 
 __all__ = ["INSTRUCTIONS", "build_server"]
 

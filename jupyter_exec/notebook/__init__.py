@@ -1,12 +1,11 @@
-"""The session notebook as a record: written, read, replayed, compared and resumed.
+"""The session notebook replayed, compared and explained.
 
-:mod:`.recorder` writes the nbformat v4 file atomically; :mod:`.meta` and
-:mod:`.runorder` keep what the notebook says about its session and the order
-its cells ran in; :mod:`.sources` reads the files people give us to run
-(bounded, link-free); :mod:`.replay` re-runs a notebook, :mod:`.judge` and
-:mod:`.compare` say whether each cell reproduced, :mod:`.report` tells it;
-:mod:`.resume` rebuilds a session's state from its notebook.
+:mod:`.replay` re-runs a notebook in a fresh copy of its inputs (:mod:`.inputs`),
+:mod:`.judge` and :mod:`.compare` say whether each cell reproduced (with the meaning
+rules of :mod:`.reprs`, :mod:`.images` and the masks), :mod:`.report` and
+:mod:`.htmlreport` tell it. The notebook file itself (writing, reading, its metadata)
+is the engine's record (:mod:`jupyter_exec.engine.recorder`); resuming a session from
+it is the session's (:mod:`jupyter_exec.session.resume`).
 
-Nothing here starts a kernel by itself: replay and resume drive a session.
-Never imports a front end or a manager.
+Drives sessions, never a kernel by itself; never imports a front end or a manager.
 """

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.boundary.paths import Folder
-from jupyter_exec.engine import envrecord, inkernel_env
 from jupyter_exec.engine.environments import DockerEnv, Environment, VirtualEnv
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import (
@@ -36,7 +35,9 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.state.inkernel_fork import module_call_code
+from jupyter_exec.inkernel import env as inkernel_env
+from jupyter_exec.inkernel import module_call_code
+from jupyter_exec.session import envrecord
 
 __all__ = ["differences", "here", "recorded", "recorded_environment"]
 

@@ -14,16 +14,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from jupyter_exec.engine.cancel import execute_to_the_end
-from jupyter_exec.engine.session import AsyncSession
+from jupyter_exec.engine.meta import is_undone
+from jupyter_exec.engine.recorder import new_cell_id
 from jupyter_exec.models import Execution
 from jupyter_exec.notebook import envdiff
 from jupyter_exec.notebook.compare import ImageTolerance, Rule, compare_outputs
 from jupyter_exec.notebook.judge import _judge, _skipped
-from jupyter_exec.notebook.meta import is_undone
-from jupyter_exec.notebook.recorder import new_cell_id
 from jupyter_exec.notebook.report import CellResult, _Progress
 from jupyter_exec.notebook.reprs import ActiveBridge
+from jupyter_exec.session.cancel import execute_to_the_end
+from jupyter_exec.session.session import AsyncSession
 
 __all__: list[str] = []
 

@@ -13,7 +13,7 @@
 
 The work dir defaults to the notebook's folder, so relative paths the cells use
 resolve as they did when the notebook was recorded. Cells run in the order the
-record says they ran (``jupyter_exec.run``, see :mod:`jupyter_exec.notebook.runorder`: a
+record says they ran (``jupyter_exec.run``, see :mod:`jupyter_exec.engine.runorder`: a
 notebook a person and an agent shared), else top to bottom (not in the
 execution-count order, which is reported when it differs), and a failing cell
 does not stop the replay: every cell gets a verdict.
@@ -52,7 +52,9 @@ from jupyter_exec.engine.languages import (
     normalise_language,
 )
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, wait_for_future
-from jupyter_exec.engine.session import AsyncSession, Backend
+from jupyter_exec.engine.meta import is_undone
+from jupyter_exec.engine.recorder import read_notebook
+from jupyter_exec.engine.runorder import run_order, seq_of
 from jupyter_exec.exceptions import NotebookError
 from jupyter_exec.notebook import envdiff, inputs, reprs
 from jupyter_exec.notebook.compare import (
@@ -61,13 +63,11 @@ from jupyter_exec.notebook.compare import (
     Rule,
     parse_rule,
 )
-from jupyter_exec.notebook.meta import is_undone
 from jupyter_exec.notebook.passes import _Judging, _nondeterministic, _Plan, _ReplaySession
-from jupyter_exec.notebook.recorder import read_notebook
 from jupyter_exec.notebook.report import CellResult, CellStatus, ReplayReport, _Progress
-from jupyter_exec.notebook.runorder import run_order, seq_of
 from jupyter_exec.notebook.where import choose
 from jupyter_exec.options import DEFAULT_TIMEOUT
+from jupyter_exec.session.session import AsyncSession, Backend
 
 __all__ = [
     "CellResult",

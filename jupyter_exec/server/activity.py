@@ -17,7 +17,7 @@ is a request on its way to the kernel: it counts from the kernel's first
 The same messages tell what a person ran: :meth:`KernelActivity.watch_runs`
 reports each execute request that another client (JupyterLab) sent, with
 its code and execution count, when it ends, so the session's notebook can
-note its place in the run order (:mod:`jupyter_exec.notebook.runorder`).
+note its place in the run order (:mod:`jupyter_exec.engine.runorder`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 from jupyter_client.session import Session
 
-from jupyter_exec.notebook.runorder import PersonRun
+from jupyter_exec.engine.runorder import PersonRun
 
 __all__ = ["KernelActivity"]
 

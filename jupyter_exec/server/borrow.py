@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 
-from jupyter_exec.engine.session import Backend
 from jupyter_exec.exceptions import SessionConflict, SessionNotFound
 from jupyter_exec.server.bodies import InvalidRequest
+from jupyter_exec.session.session import Backend
 
 if TYPE_CHECKING:
     from jupyter_exec.server.sessions import ServerSessions

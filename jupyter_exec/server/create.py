@@ -15,7 +15,7 @@ serves and its kernelspecs here, every option by the engine's own
 refusal a 400 through :func:`request_options`); and the manager's limits refuse
 a session before its kernel starts, so a refused request leaves no kernel, proxy
 or notebook behind. A Docker session's network policy has its proxy started by
-the engine's one owner of proxies (:func:`~jupyter_exec.engine.launch.network_proxy`),
+the engine's one owner of proxies (:func:`~jupyter_exec.session.launch.network_proxy`),
 before the kernel, and it ends with the session. Kept apart from
 :mod:`~jupyter_exec.server.sessions` because this is the one path with many steps,
 each undone if a later one fails; the registry there only looks sessions up and
@@ -39,16 +39,13 @@ from jupyter_exec.boundary.folders import claim as claim_folder
 from jupyter_exec.boundary.folders import refuse_if_lent, trust_of
 from jupyter_exec.boundary.naming import default_session_name
 from jupyter_exec.boundary.paths import Folder
-from jupyter_exec.engine.backends import language_kernelspec
 from jupyter_exec.engine.languages import (
     install_hint,
     is_default_language,
     language_of_kernel,
     language_record,
 )
-from jupyter_exec.engine.launch import network_proxy
 from jupyter_exec.engine.safepath import is_ipykernel, safe_python
-from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.exceptions import (
     InvalidArgument,
     JupyterExecError,
@@ -63,6 +60,9 @@ from jupyter_exec.server import borrow, live
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerAsyncSession, ServerSession
 from jupyter_exec.server.network import checked_policy
+from jupyter_exec.session.backends import language_kernelspec
+from jupyter_exec.session.launch import network_proxy
+from jupyter_exec.session.session import AsyncSession, Backend
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager

@@ -17,11 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_exec.engine.session import AsyncSession, Backend
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.server import live
 from jupyter_exec.server.activity import KernelActivity
 from jupyter_exec.server.recorder import MergingRecorder
+from jupyter_exec.session.session import AsyncSession, Backend
 
 if TYPE_CHECKING:
     from jupyter_exec.engine.kernel import KernelHandle

@@ -15,7 +15,7 @@ to disk. The session then writes there, and the file is left to the room::
     a person deletes an agent  ─► put back after the agent cell before it
     cell                          (the two-writers rule of server/recorder.py)
     a person runs a cell on    ─► the cell gets its place in the run order
-    the agent's kernel            (jupyter_exec.notebook.runorder), stamped in the document
+    the agent's kernel            (jupyter_exec.engine.runorder), stamped in the document
 
 The agent is also present in the room's awareness, under the session's name,
 so JupyterLab shows it as a collaborator. When no room holds the notebook (no
@@ -32,7 +32,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.engine.hooks import CellCall, CellHooks
-from jupyter_exec.notebook.runorder import PersonRun, match_runs
+from jupyter_exec.engine.runorder import PersonRun, match_runs
 from jupyter_exec.server.livecell import ORIGIN, LiveCell, update_cell
 from jupyter_exec.server.recorder import MergingRecorder
 
@@ -296,7 +296,7 @@ class LiveCells(CellHooks):
         live = recorder.live
         doc = await live.refresh() if isinstance(live, LiveNotebook) else None
         if isinstance(live, LiveNotebook) and doc is not None:
-            from jupyter_exec.notebook.recorder import new_cell_id
+            from jupyter_exec.engine.recorder import new_cell_id
 
             options = self.session.options
             self._cell = LiveCell.place(

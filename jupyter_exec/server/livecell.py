@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jupyter_exec.engine.session import OutputCallback
     from jupyter_exec.server.live import LiveNotebook
+    from jupyter_exec.session.session import OutputCallback
 
 __all__ = ["FLUSH_DELAY", "ORIGIN", "LiveCell", "update_cell"]
 

@@ -23,10 +23,10 @@ same rule is applied to the shared document instead of the file (see
 and the collaboration room saves the file.
 
 Cells a person runs on the session's kernel take their place in the run
-order (:mod:`jupyter_exec.notebook.runorder`): :meth:`MergingRecorder.person_ran`
+order (:mod:`jupyter_exec.engine.runorder`): :meth:`MergingRecorder.person_ran`
 numbers them, and each save stamps the person's cells it can match. The file
 is still written atomically (temp + rename), and read and written without
-following links (see :mod:`jupyter_exec.notebook.recorder`). JupyterLab notices the newer file
+following links (see :mod:`jupyter_exec.engine.recorder`). JupyterLab notices the newer file
 when the person next saves and asks whether to overwrite it or revert to the
 version on disk; either answer loses nothing on our side, since the agent's
 next save (or :meth:`MergingRecorder.resync`, called when the server saves
@@ -42,15 +42,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jupyter_exec.engine.outputs import MAX_OUTPUT_DEPTH, too_deep
-from jupyter_exec.exceptions import NotebookError, WorkDirError
-from jupyter_exec.notebook.recorder import (
+from jupyter_exec.engine.recorder import (
     NBFORMAT_MINOR,
     NotebookRecorder,
     _dumps,
     file_stamp,
     split_lines,
 )
-from jupyter_exec.notebook.runorder import PersonRun, match_runs
+from jupyter_exec.engine.runorder import PersonRun, match_runs
+from jupyter_exec.exceptions import NotebookError, WorkDirError
 
 __all__ = ["LiveDocument", "MergingRecorder"]
 

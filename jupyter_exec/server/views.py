@@ -131,7 +131,7 @@ class Views:
 
 def _recorded_cells(root: ServerRoot, notebook: str) -> int:
     """How many cells a dormant session's notebook holds (0 if it cannot be read now)."""
-    from jupyter_exec.notebook.recorder import read_notebook
+    from jupyter_exec.engine.recorder import read_notebook
 
     try:
         return len(read_notebook(root.resolve(notebook)).cells)

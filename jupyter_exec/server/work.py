@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary.naming import replayed_notebook_name
-from jupyter_exec.engine.session import Backend, OutputCallback
+from jupyter_exec.engine.recorder import read_notebook
 from jupyter_exec.exceptions import JupyterExecError, NotebookError
 from jupyter_exec.models import Execution
-from jupyter_exec.notebook.recorder import read_notebook
 from jupyter_exec.server.bodies import InvalidRequest
 from jupyter_exec.server.entry import ServerSession
+from jupyter_exec.session.session import Backend, OutputCallback
 
 if TYPE_CHECKING:
     from jupyter_exec.network.proxy import NetworkProxy

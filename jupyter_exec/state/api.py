@@ -1,7 +1,7 @@
 """The state API of a session: ``fork``, ``undo``, ``checkpoint``, ``restore``, ``checkpoints``.
 
 A mixin of :class:`~jupyter_exec.AsyncSession`; the work is done by the
-session's :class:`~jupyter_exec.state.session_state.SessionState` and by
+session's state object (:class:`~jupyter_exec.state.host.StateOperations`) and by
 :func:`~jupyter_exec.state.branching.fork_session`.
 """
 
@@ -16,7 +16,6 @@ from jupyter_exec.state.checkpoints import Checkpoint
 
 if TYPE_CHECKING:
     from jupyter_exec.state.host import ForkHost, StateHost
-    from jupyter_exec.state.session_state import SessionState
 
 __all__ = ["PYTHON_ONLY", "StateMethods", "refuse_other_languages"]
 
@@ -48,7 +47,6 @@ def refuse_other_languages(
 class StateMethods:
     """The session API of this module, mixed into :class:`~jupyter_exec.AsyncSession`."""
 
-    _state: SessionState
 
     async def fork(self: H, n: int = 1, name: str | None = None) -> list[H]:
         """``n`` new sessions, each starting from this session's live state; this one goes on.

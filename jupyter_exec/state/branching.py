@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from jupyter_exec.boundary.naming import files_folder, notebook_name, validate_name
 from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.meta import fork_metadata, note_state_change
 from jupyter_exec.engine.provisioning import kernel_process
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError
 from jupyter_exec.network.shared import shared
-from jupyter_exec.notebook.meta import fork_metadata, note_state_change
 from jupyter_exec.state.checkpoints import checkpoints_folder
 from jupyter_exec.state.forking import fork_kernel, in_docker
 from jupyter_exec.state.generations import state_folder

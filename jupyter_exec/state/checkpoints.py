@@ -1,6 +1,6 @@
 """Durable checkpoints on disk, seen from the host: find, check, list and copy them.
 
-The kernel writes a checkpoint (:mod:`jupyter_exec.state.inkernel_state`) into the
+The kernel writes a checkpoint (:mod:`jupyter_exec.inkernel.state`) into the
 session's ``.<name>_checkpoints/<checkpoint>/`` folder (a hidden name, see
 :func:`jupyter_exec.boundary.naming.checkpoints_folder`) in the work dir: one file
 per variable and ``manifest.json``, written last and then the folder renamed
@@ -47,7 +47,7 @@ from jupyter_exec.boundary import trust as checkpoint_trust
 from jupyter_exec.boundary.naming import checkpoints_folder
 from jupyter_exec.boundary.paths import Folder, write_all
 from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
-from jupyter_exec.state.inkernel_state import FORMAT, MANIFEST, PARTIAL, VERSION
+from jupyter_exec.inkernel.state import FORMAT, MANIFEST, PARTIAL, VERSION
 
 __all__ = [
     "Checkpoint",

@@ -1,7 +1,7 @@
 """A session's durable state: checkpoints its kernel writes to disk, automatic ones, and the
 names each cell changed (what a restore after a kernel death cannot give back).
 
-The in-kernel half is :mod:`jupyter_exec.state.inkernel_state`, installed once per
+The in-kernel half is :mod:`jupyter_exec.inkernel.state`, installed once per
 kernel process (a probe file proves the kernel shares the work dir; a remote
 kernel does not, and gets no durable checkpoints)::
 
@@ -43,7 +43,9 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.state import inkernel_state
+from jupyter_exec.inkernel import module_call_code
+from jupyter_exec.inkernel import state as inkernel_state
+from jupyter_exec.inkernel.state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.state.checkpoints import (
     Checkpoint,
     checkpoints_folder,
@@ -54,8 +56,6 @@ from jupyter_exec.state.checkpoints import (
     sign_checkpoint,
 )
 from jupyter_exec.state.generations import Generations
-from jupyter_exec.state.inkernel_fork import module_call_code
-from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.state.kernel_calls import (
     DONE_EXPRESSION,
     INSTALL_TIMEOUT,

@@ -46,7 +46,7 @@ from jupyter_exec.engine.kernel import QUIET_POLL, KernelHandle, OneSpec, _ipc_b
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.engine.provisioning import ContainerProvisioner, ProcessProvisioner, relaunch_args
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
-from jupyter_exec.state.inkernel_fork import PID_EXPRESSION, fork_code
+from jupyter_exec.inkernel.fork import PID_EXPRESSION, fork_code
 
 __all__ = [
     "AdoptedProvisioner",

@@ -1,6 +1,6 @@
 """The namespace saved after every cell: generations the kernel writes, the host signs.
 
-The in-kernel half is :mod:`jupyter_exec.state.inkernel_generations`. Per session, in
+The in-kernel half is :mod:`jupyter_exec.inkernel.generations`. Per session, in
 the work dir (a Docker kernel sees it too)::
 
     .<session>_state/objects/<sha256>   one pickled object (protocol 5, buffers out of band)
@@ -41,9 +41,9 @@ from jupyter_exec.boundary import trust as checkpoint_trust
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
-from jupyter_exec.state import inkernel_generations
-from jupyter_exec.state.inkernel_fork import module_call_code
-from jupyter_exec.state.inkernel_generations import MODULE
+from jupyter_exec.inkernel import generations as inkernel_generations
+from jupyter_exec.inkernel import module_call_code
+from jupyter_exec.inkernel.generations import MODULE
 from jupyter_exec.state.kernel_calls import (
     DONE_EXPRESSION,
     INSTALL_TIMEOUT,

@@ -14,6 +14,7 @@ The underscored members left are only read: the recording, and the live kernel
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,12 +22,12 @@ if TYPE_CHECKING:
     from jupyter_exec.engine.core import KernelSlot
     from jupyter_exec.engine.hooks import Replacement
     from jupyter_exec.engine.kernel import KernelHandle
-    from jupyter_exec.engine.recording import Recording
-    from jupyter_exec.notebook.recorder import NotebookRecorder
+    from jupyter_exec.engine.recorder import NotebookRecorder
     from jupyter_exec.options import SessionOptions
-    from jupyter_exec.state.session_state import SessionState
+    from jupyter_exec.session.recording import Recording
+    from jupyter_exec.state.checkpoints import Checkpoint
 
-__all__ = ["ForkHost", "StateHost"]
+__all__ = ["ForkHost", "StateHost", "StateOperations"]
 
 
 class StateHost(Protocol):
@@ -76,6 +77,27 @@ class StateHost(Protocol):
         ...
 
 
+class StateOperations(Protocol):
+    """What a session's state object does for the state API (``undo``, ``checkpoint``...).
+
+    :class:`~jupyter_exec.state.session_state.SessionState` is one; naming the shape here
+    keeps the protocol from importing the class that uses it."""
+
+    async def undo(self, session: StateHost, n: int) -> None: ...
+
+    async def checkpoint(self, session: StateHost, name: str | None) -> Checkpoint: ...
+
+    async def restore(
+        self,
+        session: StateHost,
+        checkpoint: Checkpoint | str | os.PathLike[str],
+        force: bool,
+        trust_origin: bool,
+    ) -> None: ...
+
+    def list_checkpoints(self, session: StateHost) -> list[Checkpoint]: ...
+
+
 class ForkHost(StateHost, Protocol):
     """A session that can be forked: its class makes the children, which it then wires up.
 
@@ -83,7 +105,10 @@ class ForkHost(StateHost, Protocol):
     did not start: ``adopt_kernel`` makes it a started session, as a start would.
     """
 
-    _state: SessionState
+    @property
+    def _state(self) -> StateOperations:
+        """The session's state object (read only here: a session may hold a richer one)."""
+        ...
 
     def __init__(self, *, options: SessionOptions) -> None: ...
 

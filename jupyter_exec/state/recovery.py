@@ -26,9 +26,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.meta import is_undone, mark_recovered, note_state_change
 from jupyter_exec.exceptions import CheckpointError, ForkError, KernelNotAliveError
 from jupyter_exec.models import CellError, Execution, StateRecovery
-from jupyter_exec.notebook.meta import is_undone, mark_recovered, note_state_change
 from jupyter_exec.state.forking import container_of
 from jupyter_exec.state.kernel_calls import user_names
 from jupyter_exec.state.reload import recover_generation

@@ -14,21 +14,41 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.meta import is_undone
 from jupyter_exec.exceptions import CheckpointError, KernelNotAliveError
-from jupyter_exec.notebook.meta import is_undone
 from jupyter_exec.state.generations import Generation, signed_on_disk, state_folder
 from jupyter_exec.state.kernel_calls import user_names
 
 if TYPE_CHECKING:
+    from jupyter_exec.state.durable import DurableState
     from jupyter_exec.state.host import StateHost
-    from jupyter_exec.state.recovery import RecoveryMixin
 
-__all__ = ["load_for_resume", "recover_generation", "rerun"]
+__all__ = ["Recovering", "load_for_resume", "recover_generation", "rerun"]
 
 log = logging.getLogger("jupyter_exec")
+
+
+class Recovering(Protocol):
+    """What a reload needs of the session's state (its recovery mixin): the generations on
+    disk, a way to install them in a kernel, and where to say what came back. A protocol,
+    so the recovery can call in here without the two modules importing each other."""
+
+    durable: DurableState
+
+    async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool: ...
+
+    def _recovered(
+        self,
+        source: str,
+        cell_index: int,
+        names: tuple[str, ...],
+        lost: dict[str, str],
+        session: StateHost,
+    ) -> None: ...
+
 
 RERUN_TIMEOUT = 3600.0
 """Seconds one re-run cell may take when the session has no cell timeout."""
@@ -90,7 +110,7 @@ def rerun_words(todo: Sequence[Any], failed: Sequence[str], unfinished: Sequence
 
 
 async def recover_generation(
-    state: RecoveryMixin, session: StateHost, kernel: KernelHandle, made: Generation | None
+    state: Recovering, session: StateHost, kernel: KernelHandle, made: Generation | None
 ) -> bool:
     """Load ``made`` into the restarted ``kernel`` (None: none is signed yet, start empty)
     and run the recorded cells after it; whether the state came back (False: the caller
@@ -124,7 +144,7 @@ async def recover_generation(
 
 
 async def load_for_resume(
-    state: RecoveryMixin,
+    state: Recovering,
     session: StateHost,
     kernel: KernelHandle,
     metadata: dict[str, Any],

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_exec.boundary.naming import validate_name
 from jupyter_exec.engine.hooks import Replacement
 from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.meta import is_undone, mark_undone, note_state_change
 from jupyter_exec.engine.runner import CellRun
 from jupyter_exec.exceptions import (
     CheckpointError,
@@ -48,8 +49,6 @@ from jupyter_exec.exceptions import (
     SessionClosedError,
 )
 from jupyter_exec.network.shared import shared
-from jupyter_exec.notebook.meta import is_undone, mark_undone, note_state_change
-from jupyter_exec.state.api import StateMethods
 from jupyter_exec.state.branching import running_kernel
 from jupyter_exec.state.checkpoints import (
     Checkpoint,
@@ -67,7 +66,7 @@ from jupyter_exec.state.snapshots import Snapshot, drop, start_from, take_snapsh
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["Checkpoint", "SessionState", "StateMethods"]
+__all__ = ["Checkpoint", "SessionState"]
 
 log = logging.getLogger("jupyter_exec")
 

@@ -42,6 +42,7 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_exec.engine.kernel import KernelHandle, _ipc_base
 from jupyter_exec.engine.provisioning import ContainerProvisioner, relaunch_args
 from jupyter_exec.exceptions import ForkError, KernelNotAliveError
+from jupyter_exec.inkernel.fork import snapshot_code
 from jupyter_exec.state.forking import (
     DEFAULT_FORK_TIMEOUT,
     ForeignProcess,
@@ -52,7 +53,6 @@ from jupyter_exec.state.forking import (
     kernel_deadline,
     run_fork_request,
 )
-from jupyter_exec.state.inkernel_fork import snapshot_code
 
 __all__ = ["Snapshot", "drop", "fork_into", "start_from", "take_snapshot"]
 

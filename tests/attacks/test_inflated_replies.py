@@ -32,8 +32,8 @@ import pytest
 
 from jupyter_exec import CheckpointError
 from jupyter_exec.engine.receiver import MAX_CONTAINERS
+from jupyter_exec.inkernel.state import CHANGED_EXPRESSION
 from jupyter_exec.state.generations import signed_on_disk
-from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION
 from jupyter_exec.state.kernel_calls import ask, user_names
 from tests.docker.conftest import (  # noqa: F401  (fixtures, used by name)
     docker_client,

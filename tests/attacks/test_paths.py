@@ -53,7 +53,7 @@ TRUSTED_RESOLVES = {
     # Runs inside the kernel, which is the attacker's side of the boundary already: it only
     # tells which opened files are under the work dir; the host hashes them again through
     # boundary.paths (notebook/envdiff.py) and never trusts the kernel's paths.
-    ("engine/inkernel_env.py", "__init__"),
+    ("inkernel/env.py", "__init__"),
 }
 
 

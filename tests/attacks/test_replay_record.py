@@ -72,8 +72,8 @@ def test_a_kernel_cannot_swell_its_notebook_through_its_environment_report(
 ) -> None:
     """The kernel answers the per-cell environment question itself: it may lie, at length."""
     from jupyter_exec import Session
-    from jupyter_exec.engine.envrecord import MAX_ENTRIES
-    from jupyter_exec.engine.inkernel_env import MODULE
+    from jupyter_exec.inkernel.env import MODULE
+    from jupyter_exec.session.envrecord import MAX_ENTRIES
 
     forge = (
         "import json, sys\n"

@@ -27,7 +27,7 @@ from jupyter_exec.boundary.replies import (
 )
 from jupyter_exec.engine.receiver import MAX_CONTAINERS as MAX_MESSAGE_CONTAINERS
 from jupyter_exec.engine.receiver import _deserialize
-from jupyter_exec.state.inkernel_state import CHANGED_EXPRESSION
+from jupyter_exec.inkernel.state import CHANGED_EXPRESSION
 from jupyter_exec.state.kernel_calls import DONE_EXPRESSION, ask, user_names
 
 

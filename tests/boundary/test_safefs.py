@@ -22,8 +22,8 @@ import pytest
 
 from jupyter_exec import NotebookError, StorageError, WorkDirError
 from jupyter_exec.boundary.paths import Folder, write_bytes
+from jupyter_exec.engine.recorder import NotebookRecorder
 from jupyter_exec.engine.store import FileSpill, OutputStore
-from jupyter_exec.notebook.recorder import NotebookRecorder
 from jupyter_exec.server.recorder import MergingRecorder
 
 META = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}

@@ -132,8 +132,8 @@ def test_venv_on_demand_and_pip_in_a_shell_block(tmp_path: Path) -> None:
 async def test_a_network_policy_goes_with_a_docker_environment_only() -> None:
     from jupyter_exec import NetworkPolicy
     from jupyter_exec.engine.environments import with_network
-    from jupyter_exec.engine.launch import resolve_environment
     from jupyter_exec.options import SessionOptions
+    from jupyter_exec.session.launch import resolve_environment
 
     policy = NetworkPolicy(allow=["pypi.org", "files.pythonhosted.org"])
     env = DockerEnv(network={"allow": ["pypi.org", "files.pythonhosted.org"]})  # mapping form

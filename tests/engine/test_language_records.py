@@ -25,7 +25,6 @@ from jupyter_exec.agents.kernels import KERNEL_LANGUAGES, LanguageKernels
 from jupyter_exec.cli import kernels as cli_kernels
 from jupyter_exec.docker.image import IMAGE_LANGUAGES
 from jupyter_exec.e2b import languages as e2b
-from jupyter_exec.engine import backends
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS, Language, record_of_tag
 from jupyter_exec.engine.languages import (
@@ -40,6 +39,7 @@ from jupyter_exec.engine.languages import (
     normalise_language,
 )
 from jupyter_exec.engine.scripts import SCRIPT_LANGUAGES, script_of
+from jupyter_exec.session import backends
 from jupyter_exec.state.forking import check_forkable
 
 RECORDS = list(LANGUAGE_RECORDS.values())

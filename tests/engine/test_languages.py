@@ -16,7 +16,6 @@ from jupyter_exec.docker.image import (
     image_languages,
 )
 from jupyter_exec.docker.resources import kernels_dir
-from jupyter_exec.engine import backends
 from jupyter_exec.engine.languages import (
     LANGUAGES,
     canonical_language,
@@ -25,6 +24,7 @@ from jupyter_exec.engine.languages import (
     normalise_language,
 )
 from jupyter_exec.manager.pool import PoolKey
+from jupyter_exec.session import backends
 
 
 @pytest.mark.parametrize(

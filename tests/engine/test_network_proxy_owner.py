@@ -1,4 +1,4 @@
-"""The one place a network proxy is started (:func:`jupyter_exec.engine.launch.network_proxy`):
+"""The one place a network proxy is started (:func:`jupyter_exec.session.launch.network_proxy`):
 a session's own Docker kernel, a warm pool's and the Jupyter server's kernels all ask it, so
 what it promises is held here once: a proxy that serves while the kernel starts, closed again
 (its socket folder gone) when the start fails, left open for the kernel's holder when it works.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_exec.engine.launch import network_proxy
 from jupyter_exec.exceptions import KernelStartError
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.network.proxy import NetworkProxy
+from jupyter_exec.session.launch import network_proxy
 
 
 async def test_no_policy_starts_no_proxy() -> None:

@@ -357,8 +357,8 @@ async def test_misspelt_options_are_refused_before_any_kernel_starts(tmp_path: P
 
 
 async def test_a_kernel_started_with_a_policy_is_attached_only_with_that_policy() -> None:
-    from jupyter_exec.engine.launch import launch_kernel, lend_network, network_of
     from jupyter_exec.options import SessionOptions
+    from jupyter_exec.session.launch import launch_kernel, lend_network, network_of
 
     class Proxy:
         policy = NetworkPolicy(allow=["pypi.org"])

@@ -825,7 +825,7 @@ def _shared_notebook() -> Any:
 
 
 def test_run_order_sorts_only_the_cells_that_carry_one() -> None:
-    from jupyter_exec.notebook.runorder import run_order
+    from jupyter_exec.engine.runorder import run_order
 
     nb = _shared_notebook()
     assert run_order(nb.cells) == [2, 1, 3, 0, 4]

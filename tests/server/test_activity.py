@@ -97,7 +97,7 @@ def message(kind: str, parent_id: str, session: str, **content: Any) -> Any:
 
 
 def test_a_persons_runs_are_reported_when_they_end_and_the_agents_are_not() -> None:
-    from jupyter_exec.notebook.runorder import PersonRun
+    from jupyter_exec.engine.runorder import PersonRun
 
     activity = KernelActivity(kernel=None)
     runs: list[PersonRun] = []

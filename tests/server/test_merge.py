@@ -15,8 +15,8 @@ from typing import Any
 import nbformat
 from server_helpers import on_disk, run_as_person, run_of
 
-from jupyter_exec.notebook.recorder import new_cell_id
-from jupyter_exec.notebook.runorder import PersonRun, match_runs
+from jupyter_exec.engine.recorder import new_cell_id
+from jupyter_exec.engine.runorder import PersonRun, match_runs
 from jupyter_exec.server.live import collaboration
 from jupyter_exec.server.recorder import MergingRecorder
 

@@ -24,7 +24,7 @@ from jupyter_exec import (
     InvalidArgument,
     KernelNotAliveError,
 )
-from jupyter_exec.state.inkernel_state import changed_in_place
+from jupyter_exec.inkernel.state import changed_in_place
 from tests.checkpoint_helpers import resign, signed_manifest
 from tests.conftest import read_valid_notebook
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from jupyter_exec.engine.session import AsyncSession
 from jupyter_exec.models import Execution
+from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["STOP_WAIT", "execute_to_the_end"]
 

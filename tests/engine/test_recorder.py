@@ -13,10 +13,10 @@ from typing import Any
 import nbformat
 import pytest
 
-import jupyter_exec.notebook.recorder as recorder_module
+import jupyter_exec.engine.recorder as recorder_module
 from jupyter_exec import NotebookError
 from jupyter_exec.boundary.paths import Folder
-from jupyter_exec.notebook.recorder import NotebookRecorder, new_cell_id
+from jupyter_exec.engine.recorder import NotebookRecorder, new_cell_id
 
 ReadNotebook = Callable[[Path], nbformat.NotebookNode]
 

@@ -20,7 +20,7 @@ cannot be saved keeps the cell in memory and raises
 The cell in flight and the outputs it settles into live in
 :mod:`jupyter_exec.engine.inflight`; where a session records (work dir, notebook
 path) in :mod:`jupyter_exec.engine.workdir`; the notebook metadata that forks,
-undos and state changes edit in :mod:`jupyter_exec.notebook.meta`.
+undos and state changes edit in :mod:`jupyter_exec.engine.meta`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.engine import envrecord, guard, remote_files
+from jupyter_exec.engine import guard, remote_files
 from jupyter_exec.engine.inflight import (
     Cell,
     SafeSpill,
@@ -43,7 +43,9 @@ from jupyter_exec.engine.inflight import (
 )
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.outputs import CellOutputs
+from jupyter_exec.engine.recorder import NotebookRecorder, new_cell_id
 from jupyter_exec.engine.runner import CellRun
+from jupyter_exec.engine.runorder import run_stamp
 from jupyter_exec.engine.scripts import run_script, script_path
 from jupyter_exec.engine.store import FileSpill, OutputStore, WorkDirTracker
 from jupyter_exec.engine.widget_capture import merge_widget_state
@@ -51,8 +53,7 @@ from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
 from jupyter_exec.models import Execution, Result, ScriptResult
 from jupyter_exec.network.policy import Connection
 from jupyter_exec.network.redact import Redactor
-from jupyter_exec.notebook.recorder import NotebookRecorder, new_cell_id
-from jupyter_exec.notebook.runorder import run_stamp
+from jupyter_exec.session import envrecord
 from jupyter_exec.state.forking import container_of
 
 __all__ = ["Recording"]
@@ -293,7 +294,7 @@ class Recording:
 
     def _note_environment(self, run: CellRun, redactor: Redactor | None) -> None:
         """What the kernel's environment capture reported with this cell, into the metadata
-        (saved with the cell; see :mod:`jupyter_exec.engine.envrecord`)."""
+        (saved with the cell; see :mod:`jupyter_exec.session.envrecord`)."""
         reported = envrecord.parse(run.user_expressions)
         if reported is None or self.recorder is None:
             return

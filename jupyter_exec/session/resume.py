@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jupyter_exec.boundary.naming import backup_notebook_name, safe_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.languages import is_default_language, language_of_kernel
+from jupyter_exec.engine.meta import is_undone, notebook_metadata
+from jupyter_exec.engine.recorder import new_cell_id
+from jupyter_exec.engine.runorder import run_order
 from jupyter_exec.exceptions import InvalidArgument
-from jupyter_exec.notebook.meta import is_undone, notebook_metadata
-from jupyter_exec.notebook.recorder import new_cell_id
-from jupyter_exec.notebook.runorder import run_order
 from jupyter_exec.state.generations import state_folder
 
 if TYPE_CHECKING:
     from jupyter_exec.engine.kernel import KernelHandle
-    from jupyter_exec.engine.session import AsyncSession
+    from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["for_notebook", "rebuild"]
 

@@ -452,33 +452,10 @@ def snapshot_code(control_path: str, host_pid: int, deadline: float) -> str:
 
 def _call_code(function: str, path: str, host_pid: int, deadline: float) -> str:
     """Code that registers this module once in the kernel and calls ``function``."""
+    from jupyter_exec.inkernel import module_call_code  # on the host only: see the loader
+
     call = f"{function}({path!r}, {int(host_pid)}, {float(deadline)!r})"
     return module_call_code(__file__, MODULE, call, "fork", "call")
-
-
-def module_call_code(source_file: str, module: str, call: str, name: str, step: str) -> str:
-    """Code that registers the module in ``source_file`` once in the kernel, as ``module``
-    in ``sys.modules``, then runs ``module.<call>``.
-
-    It runs in a namespace of its own: no name is left in the user's, in the parent or in
-    a child. ``name`` and ``step`` name the code in tracebacks (``<jupyter-exec fork>``,
-    ``<jupyter-exec fork call>``).
-    """
-    with open(source_file, encoding="utf-8") as f:
-        text = f.read()
-    body = (
-        "import sys, types\n"
-        f"module = sys.modules.get({module!r})\n"
-        "if module is None:\n"
-        f"    module = types.ModuleType({module!r})\n"
-        f"    exec(compile(source, '<jupyter-exec {name}>', 'exec'), module.__dict__)\n"
-        f"    sys.modules[{module!r}] = module\n"
-        f"module.{call}\n"
-    )
-    return (
-        f"exec(compile({body!r}, '<jupyter-exec {name} {step}>', 'exec'), "
-        f"{{'__name__': '_jupyter_exec_{name}_{step}', 'source': {text!r}}})"
-    )
 
 
 PID_EXPRESSION = f"__import__('sys').modules[{MODULE!r}].last_pid"

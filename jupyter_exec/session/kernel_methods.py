@@ -24,8 +24,8 @@ from jupyter_exec.boundary.naming import files_folder
 from jupyter_exec.engine.core import KernelSlot  # at run time: the API pages resolve the type
 from jupyter_exec.engine.hooks import Hooks, KernelChange, KernelEvent, Replacement
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
-from jupyter_exec.engine.recording import Recording
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError, SessionClosedError
+from jupyter_exec.session.recording import Recording
 
 if TYPE_CHECKING:
     from jupyter_exec.options import SessionOptions

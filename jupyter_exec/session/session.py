@@ -43,17 +43,13 @@ from jupyter_exec.engine.hooks import CellCall, Hooks, KernelEvent
 from jupyter_exec.engine.idle import IdleSigner
 from jupyter_exec.engine.inflight import Cell
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel
-from jupyter_exec.engine.kernel_methods import KernelMethods
 from jupyter_exec.engine.languages import normalise_language
-from jupyter_exec.engine.launch import launch_kernel, resolve_environment
-from jupyter_exec.engine.recording import Recording
+from jupyter_exec.engine.meta import notebook_metadata
+from jupyter_exec.engine.recorder import NotebookRecorder, read_notebook
 from jupyter_exec.engine.runner import CellRun, CellRunner, OutputCallback
-from jupyter_exec.engine.sleep import WakeNote, put_to_sleep, refuse_sleep, wake_up
 from jupyter_exec.engine.workdir import prepare_paths, remove_made
 from jupyter_exec.exceptions import BackendError, SessionClosedError
 from jupyter_exec.models import Execution, ScriptResult
-from jupyter_exec.notebook.meta import notebook_metadata
-from jupyter_exec.notebook.recorder import NotebookRecorder, read_notebook
 from jupyter_exec.options import (
     DEFAULT_CHECKPOINT_EVERY,
     DEFAULT_INTERRUPT_GRACE,
@@ -66,8 +62,13 @@ from jupyter_exec.options import (
     SessionOptions,
     options_from,
 )
+from jupyter_exec.session.kernel_methods import KernelMethods
+from jupyter_exec.session.launch import launch_kernel, resolve_environment
+from jupyter_exec.session.recording import Recording
+from jupyter_exec.session.sleep import WakeNote, put_to_sleep, refuse_sleep, wake_up
+from jupyter_exec.state.api import StateMethods
 from jupyter_exec.state.cellhooks import StateHooks
-from jupyter_exec.state.session_state import SessionState, StateMethods
+from jupyter_exec.state.session_state import SessionState
 
 __all__ = ["AsyncSession", "Backend", "OutputCallback"]
 
@@ -93,6 +94,7 @@ class AsyncSession(KernelMethods, StateMethods):
 
     recorder_class: type[NotebookRecorder] = NotebookRecorder
     """What records the notebook; the server extension's subclass merges with a person's edits."""
+    _state: SessionState  # the state API works on it through its protocol (StateOperations)
 
     def __init__(
         self,
@@ -256,7 +258,7 @@ class AsyncSession(KernelMethods, StateMethods):
         notebook's folder and ``name`` to its stem, so output files continue in
         the same ``<name>_files`` folder. Other arguments are as for the constructor.
         """
-        from jupyter_exec.notebook.resume import for_notebook
+        from jupyter_exec.session.resume import for_notebook
 
         session = for_notebook(cls, notebook, until, work_dir, name, kwargs)
         session._resume = (until,)
@@ -299,7 +301,7 @@ class AsyncSession(KernelMethods, StateMethods):
             kernel.network.session = name
         self._recording = Recording(work_dir, files_folder(name), self._notebook_path)
         if recorded is not None and self._resume is not None:
-            from jupyter_exec.notebook.resume import rebuild
+            from jupyter_exec.session.resume import rebuild
 
             await rebuild(self, recorded, self._resume[0])
         elif self._notebook_path is not None:

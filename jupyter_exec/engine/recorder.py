@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary.paths import Folder, write_all
 from jupyter_exec.engine.mime import is_split
+from jupyter_exec.engine.runorder import max_seq
 from jupyter_exec.exceptions import NotebookError, StorageError, WorkDirError
-from jupyter_exec.notebook.runorder import max_seq
 
 if TYPE_CHECKING:
     import nbformat
@@ -150,7 +150,7 @@ class NotebookRecorder:
 
         ``execution_count`` is the kernel's number for it: the server's recorder
         uses it to place a person's cell that ran just before it (see
-        :mod:`jupyter_exec.notebook.runorder`).
+        :mod:`jupyter_exec.engine.runorder`).
         """
         self._run_seq += 1
         return self._run_seq
@@ -370,8 +370,8 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 
     Older notebooks (v3) are upgraded as nbformat can; a file that is missing,
     not UTF-8, not JSON, nested too deep, not a notebook, or invalid raises
-    :class:`~jupyter_exec.NotebookError` (see :func:`jupyter_exec.notebook.sources.read_notebook`).
+    :class:`~jupyter_exec.NotebookError` (see :func:`jupyter_exec.engine.sources.read_notebook`).
     """
-    from jupyter_exec.notebook.sources import read_notebook as read_checked
+    from jupyter_exec.engine.sources import read_notebook as read_checked
 
     return read_checked(path)

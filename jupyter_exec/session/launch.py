@@ -99,7 +99,7 @@ async def resolve_environment(options: SessionOptions) -> SessionOptions:
 async def kernel_spec(options: SessionOptions) -> KernelSpec | None:
     """The in-memory kernelspec the options call for; ``None`` for an installed one."""
     if options.backend == "docker":
-        from jupyter_exec.engine.backends import docker_kernel_spec
+        from jupyter_exec.session.backends import docker_kernel_spec
 
         return docker_kernel_spec(dict(options.docker), options.kernel_name)
     if options.python is not None:

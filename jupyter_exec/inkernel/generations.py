@@ -1,6 +1,6 @@
 """Code that runs inside an IPython kernel: the namespace saved after every cell, incrementally.
 
-Installed after :mod:`jupyter_exec.state.inkernel_state` (whose hooks say which names each
+Installed after :mod:`jupyter_exec.inkernel.state` (whose hooks say which names each
 cell changed) by :func:`jupyter_exec.state.generations.install_code`. Every path is relative
 to the work dir (the kernel's working directory, proven by the state module's probe).
 

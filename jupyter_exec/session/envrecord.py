@@ -11,7 +11,7 @@
                      they read) ─► merged into the notebook metadata, saved with the cell
 
 Replay reads it back (:mod:`jupyter_exec.notebook.envdiff`) and says what differs here
-before it runs anything. The in-kernel half is :mod:`jupyter_exec.engine.inkernel_env`.
+before it runs anything. The in-kernel half is :mod:`jupyter_exec.inkernel.env`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from jupyter_exec.boundary import replies
-from jupyter_exec.engine import inkernel_env
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import KernelNotAliveError
-from jupyter_exec.state.inkernel_fork import module_call_code
+from jupyter_exec.inkernel import env as inkernel_env
+from jupyter_exec.inkernel import module_call_code
 
 __all__ = ["EXPRESSION_KEY", "docker_image", "expressions", "install", "merge", "parse"]
 

@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.engine.kernel import KernelHandle
+from jupyter_exec.engine.recorder import NotebookRecorder
 from jupyter_exec.models import StateRecovery
-from jupyter_exec.notebook.recorder import NotebookRecorder
 from jupyter_exec.options import SessionOptions
 
 if TYPE_CHECKING:
-    from jupyter_exec.engine.recording import Recording
+    from jupyter_exec.session.recording import Recording
 
 __all__ = [
     "fork_metadata",

@@ -34,18 +34,18 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from jupyter_exec.engine.hooks import CellCall, CellHooks
-from jupyter_exec.engine.launch import launch_kernel
+from jupyter_exec.engine.meta import note_state_change
 from jupyter_exec.exceptions import CheckpointError, KernelNotAliveError, SessionClosedError
 from jupyter_exec.models import StateRecovery
-from jupyter_exec.notebook.meta import note_state_change
+from jupyter_exec.session.launch import launch_kernel
 from jupyter_exec.state.generations import read_manifest, state_folder
 from jupyter_exec.state.kernel_calls import user_names
 from jupyter_exec.state.reload import later_cells, rerun, rerun_words
 
 if TYPE_CHECKING:
     from jupyter_exec.engine.kernel import KernelHandle
-    from jupyter_exec.engine.session import AsyncSession
     from jupyter_exec.models import Execution
+    from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["SleepRecord", "WakeNote", "put_to_sleep", "refuse_sleep", "wake_up"]
 
