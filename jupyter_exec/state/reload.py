@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jupyter_exec.engine.kernel import KernelHandle
@@ -40,14 +40,10 @@ class Recovering(Protocol):
 
     async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool: ...
 
-    def _recovered(
-        self,
-        source: str,
-        cell_index: int,
-        names: tuple[str, ...],
-        lost: dict[str, str],
-        session: StateHost,
-    ) -> None: ...
+    @property
+    def _recovered(self) -> Callable[[str, int, tuple[str, ...], dict[str, str], StateHost], None]:
+        """Note what came back: source, cell index, names back, names lost, session."""
+        ...
 
 
 RERUN_TIMEOUT = 3600.0
