@@ -671,6 +671,10 @@ def timeout_cell(cfg: Config) -> list[Row]:
         ours_return = time.perf_counter() - start
         after = _check(ours.execute("x"), "timeout next cell")
         ours_next = time.perf_counter() - start
+        progress("timeout: ours, then a cell that kills the kernel")
+        start = time.perf_counter()
+        died = ours.execute("import os; os._exit(1)")
+        ours_death = time.perf_counter() - start
 
         floor = BlockingFloor(root).start()
         stack.callback(floor.close)
@@ -685,6 +689,7 @@ def timeout_cell(cfg: Config) -> list[Row]:
         floor_return = time.perf_counter() - start
         floor_after = floor.execute("x", timeout=60)
         floor_next = time.perf_counter() - start
+        floor_death = _floor_death(floor)
     ours_state = "kept" if after.text == "42" else f"lost ({after.text!r})"
     floor_state = "kept" if _floor_result(floor_after) == "42" else "?"
     return [
@@ -704,7 +709,26 @@ def timeout_cell(cfg: Config) -> list[Row]:
             f"floor ran sleep({cfg.floor_sleep:g}) not sleep(100): it waits for the whole sleep",
             {"ours_next_cell_alone": ours_next - ours_return},
         ),
+        Row(
+            "timeout, then `os._exit(1)`: the death reported after",
+            ours_death,
+            floor_death,
+            "s",
+            f"default options (state on); ours status={died.status}, the result returned with "
+            "a restarted kernel and the saved state loaded; floor: until `is_alive()` says no",
+        ),
     ]
+
+
+def _floor_death(floor: BlockingFloor) -> float:
+    """The raw floor's notice of a death: send the cell, poll ``is_alive`` every 5 ms."""
+    start = time.perf_counter()
+    floor.kc.execute("import os; os._exit(1)")
+    while floor.km.is_alive():
+        if time.perf_counter() - start > 60:
+            raise RuntimeError("the floor's kernel did not die within 60 s")
+        time.sleep(0.005)
+    return time.perf_counter() - start
 
 
 def _floor_result(messages: list[dict[str, Any]]) -> str | None:
