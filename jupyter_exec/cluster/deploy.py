@@ -115,6 +115,9 @@ def gateway_env(settings: DeploySettings) -> dict[str, str]:
     env = {
         "EG_IP": settings.gateway_ip,
         "EG_PORT": str(settings.gateway_port),
+        # The port asked for or none: EG otherwise moves to the next free one without a word,
+        # and whatever holds the asked port gets the clients (and their token).
+        "EG_PORT_RETRIES": "0",
         "EG_REMOTE_HOSTS": ",".join(settings.hosts),
         "EG_SSH_PORT": str(settings.ssh_port),
         "EG_RESPONSE_IP": settings.effective_response_ip,

@@ -127,6 +127,7 @@ def _sourced(path: Path, prefix: str) -> dict[str, str]:
 def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out: Path) -> None:
     env = _sourced(out / "enterprise-gateway/enterprise-gateway.env", "EG_")
     assert env["EG_IP"] == "127.0.0.1"
+    assert env["EG_PORT_RETRIES"] == "0"
     assert env["EG_REMOTE_HOSTS"] == "127.0.0.2,127.0.0.3"
     assert env["EG_SSH_PORT"] == "2222"
     assert env["EG_REMOTE_USER"] == "kernels"
