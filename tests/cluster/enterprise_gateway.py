@@ -163,10 +163,18 @@ def _wait_answering(url: str, process: subprocess.Popen[bytes], log: Path) -> No
         time.sleep(0.05)
 
 
-@contextlib.contextmanager
-def running_enterprise_gateway(cluster: Cluster, base: Path) -> Iterator[RunningEnterpriseGateway]:
-    """Write the files, install the launcher, start EG; stop it (SIGTERM, then SIGKILL)."""
-    script = eg_executable()
+@dataclass
+class Written:
+    """The files written for one EG, the launcher installed where its kernelspec says."""
+
+    folder: Path
+    settings: DeploySettings
+    remote_dir: Path
+
+
+def prepare(cluster: Cluster, base: Path) -> Written:
+    """Install the launcher in a remote dir of this EG's own, and write the files for it."""
+    eg_executable()
     base.mkdir(parents=True, exist_ok=True)
     remote_dir = cluster.base / f"remote-eg-{uuid.uuid4().hex[:8]}"
     checked = gateway_once(
@@ -175,10 +183,15 @@ def running_enterprise_gateway(cluster: Cluster, base: Path) -> Iterator[Running
     assert checked.returncode == 0, checked.stderr  # the launcher, where the kernelspec says
     out = base / "deploy"
     settings = write_files(cluster, out, remote_dir)
-    folder = out / "enterprise-gateway"
-    token = uuid.uuid4().hex
+    return Written(out / "enterprise-gateway", settings, remote_dir)
+
+
+def launch(cluster: Cluster, written: Written, base: Path, token: str) -> subprocess.Popen[bytes]:
+    """EG started as the env file's first lines say (word for word but the token's value),
+    its output in ``base/enterprise-gateway.log``."""
+    folder = written.folder
     env = {
-        "PATH": f"{script.parent}:/usr/bin:/bin",
+        "PATH": f"{eg_executable().parent}:/usr/bin:/bin",
         "LANG": "C.UTF-8",
         "HOME": str(cluster.home),  # EG's SSH key and known_hosts
         "JUPYTER_PATH": str(folder),
@@ -189,11 +202,8 @@ def running_enterprise_gateway(cluster: Cluster, base: Path) -> Iterator[Running
         "JUPYTER_RUNTIME_DIR": str(base / "jupyter-runtime"),
         "EG_AUTH_TOKEN": token,
     }
-    log_path = base / "enterprise-gateway.log"
-    with log_path.open("wb") as log:
-        started = time.monotonic()
-        process = subprocess.Popen(
-            # The env file's own instructions, word for word but the token's value.
+    with (base / "enterprise-gateway.log").open("wb") as log:
+        return subprocess.Popen(
             [
                 "bash",
                 "-c",
@@ -205,6 +215,17 @@ def running_enterprise_gateway(cluster: Cluster, base: Path) -> Iterator[Running
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+@contextlib.contextmanager
+def running_enterprise_gateway(cluster: Cluster, base: Path) -> Iterator[RunningEnterpriseGateway]:
+    """Write the files, install the launcher, start EG; stop it (SIGTERM, then SIGKILL)."""
+    written = prepare(cluster, base)
+    settings, folder, remote_dir = written.settings, written.folder, written.remote_dir
+    token = uuid.uuid4().hex
+    log_path = base / "enterprise-gateway.log"
+    started = time.monotonic()
+    process = launch(cluster, written, base, token)
     running = RunningEnterpriseGateway(
         process=process,
         url=f"http://{settings.gateway_ip}:{settings.gateway_port}",

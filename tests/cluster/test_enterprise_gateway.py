@@ -10,7 +10,8 @@ the hosts after ``close()``. EG offers and starts only the written kernelspec, a
 written hosts. Stopped as a process manager stops it (SIGTERM, then SIGKILL after a bound), EG
 leaves no kernel, folder or log on the hosts.
 
-One EG serves the module (per xdist worker); the stop test starts one of its own, to stop it.
+One EG serves the module (per xdist worker); the stop test starts one of its own, to stop it,
+and the port test one that must not start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import ast
 import getpass
 import json
 import shutil
+import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +34,8 @@ from tests.cluster.enterprise_gateway import (
     EnterpriseGatewayMissing,
     RunningEnterpriseGateway,
     eg_executable,
+    launch,
+    prepare,
     running_enterprise_gateway,
 )
 from tests.cluster_hosts import Cluster
@@ -171,3 +176,28 @@ def test_stopping_enterprise_gateway_as_a_process_manager_leaves_nothing_on_the_
         assert not left, [p.cmdline() for p in left]
     # Each launcher removes its folder and log before it exits: nothing to wait for.
     assert running.left_on_hosts() == [], running.log()[-3000:]
+
+
+def test_enterprise_gateway_exits_rather_than_move_when_its_port_is_taken(
+    loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    """With the written ``EG_PORT_RETRIES=0`` EG exits when its port is held, instead of
+    taking the next free one and leaving clients (and their token) to whoever holds it."""
+    try:
+        written = prepare(loopback_cluster, tmp_path)
+    except EnterpriseGatewayMissing as exc:
+        pytest.skip(str(exc))
+    settings = written.settings
+    with socket.socket() as squatter:
+        squatter.bind((settings.gateway_ip, settings.gateway_port))
+        squatter.listen()
+        process = launch(loopback_cluster, written, tmp_path, token="never-sent")
+        try:
+            status = process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        log = (tmp_path / "enterprise-gateway.log").read_text(errors="replace")
+        assert status != 0, log[-3000:]
+        assert "could not be started because no available port could be found" in log, log
