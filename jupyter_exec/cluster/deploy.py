@@ -5,6 +5,7 @@
 
     enterprise-gateway/kernels/jupyter_exec_distributed/kernel.json   DistributedProcessProxy
     enterprise-gateway/enterprise-gateway.env                           EG_* (loopback defaults)
+    enterprise-gateway/jupyter_enterprise_gateway_config.py             only ours, on our hosts
     kubernetes/enterprise-gateway/jupyter_exec_kubernetes/kernel.json   KubernetesProcessProxy
     kubernetes/enterprise-gateway/jupyter_exec_kubernetes/scripts/kernel-pod.yaml.j2
     kubernetes/gateway-provisioners/jupyter_exec_kubernetes/kernel.json KubernetesProvisioner
@@ -40,7 +41,15 @@ from jupyter_exec.cluster import kube
 from jupyter_exec.cluster.settings import DeploySettings
 from jupyter_exec.exceptions import InvalidArgument, MissingDependency, StorageError
 
-__all__ = ["MANIFEST", "TARGETS", "DeploySettings", "render", "write_deployment"]
+__all__ = [
+    "EG_CONFIG",
+    "MANIFEST",
+    "TARGETS",
+    "DeploySettings",
+    "eg_config",
+    "render",
+    "write_deployment",
+]
 
 TARGETS = ("enterprise-gateway", "kubernetes", "helm")
 MANIFEST = ".jupyter-exec-deploy.json"
@@ -106,6 +115,9 @@ def gateway_env(settings: DeploySettings) -> dict[str, str]:
     env = {
         "EG_IP": settings.gateway_ip,
         "EG_PORT": str(settings.gateway_port),
+        # The port asked for or none: EG otherwise moves to the next free one without a word,
+        # and whatever holds the asked port gets the clients (and their token).
+        "EG_PORT_RETRIES": "0",
         "EG_REMOTE_HOSTS": ",".join(settings.hosts),
         "EG_SSH_PORT": str(settings.ssh_port),
         "EG_RESPONSE_IP": settings.effective_response_ip,
@@ -116,6 +128,13 @@ def gateway_env(settings: DeploySettings) -> dict[str, str]:
         "EG_KERNEL_LAUNCH_TIMEOUT": str(settings.launch_timeout),
         "EG_UNAUTHORIZED_USERS": ",".join(settings.unauthorized_users),
         "EG_LIST_KERNELS": "False",
+        # Read by EG's own container image (its start script turns it into a kernelspec
+        # filter); the written config file below is what refuses the others when started.
+        "EG_ALLOWED_KERNELS": DISTRIBUTED_KERNEL,
+        "EG_DEFAULT_KERNEL_NAME": DISTRIBUTED_KERNEL,
+        # Each kernel's stdout and stderr, where ``jupyter-exec gateway`` puts them (EG's
+        # default is the hosts' /tmp); the launcher removes its log when its kernel is shut down.
+        "EG_KERNEL_LOG_DIR": f"{settings.remote_dir.rstrip('/')}/logs",
     }
     if settings.ssh_user:
         env["EG_REMOTE_USER"] = settings.ssh_user
@@ -144,10 +163,84 @@ def kernel_gateway_env(settings: DeploySettings) -> dict[str, str]:
 
 
 _EG_START = (
-    "# Enterprise Gateway's environment, written by jupyter-exec. Start the gateway with\n"
+    "# Enterprise Gateway's environment, written by jupyter-exec. Start the gateway in this\n"
+    "# folder with\n"
     "#   set -a; . ./enterprise-gateway.env; set +a\n"
-    "#   JUPYTER_PATH=$PWD EG_AUTH_TOKEN=... jupyter enterprisegateway\n"
+    "#   JUPYTER_PATH=$PWD JUPYTER_CONFIG_PATH=$PWD EG_AUTH_TOKEN=... jupyter enterprisegateway\n"
+    "# (JUPYTER_CONFIG_PATH loads jupyter_enterprise_gateway_config.py: without it, EG offers\n"
+    "# and starts every kernelspec on its machine, and a client may pin any host).\n"
 )
+
+EG_CONFIG = "jupyter_enterprise_gateway_config.py"
+
+_EG_CONFIG_TEMPLATE = """\
+# Enterprise Gateway's configuration, written by jupyter-exec: it lists and starts only
+# the kernelspec {kernel}, and a client may pin (KERNEL_REMOTE_HOST) only the hosts it
+# was written for. EG reads it when JUPYTER_CONFIG_PATH names this folder.
+#
+# Why a config file and not EG_ALLOWED_KERNELS alone: Enterprise Gateway 3.x runs on
+# jupyter_client 6, whose kernelspec allow-list (KernelSpecManager.whitelist, what EG's
+# container image makes of EG_ALLOWED_KERNELS) only hides the other kernelspecs from the
+# list: POST /api/kernels still starts any of them, on the gateway's own machine. And EG
+# sends a start pinned to any host over SSH (a pin to this machine's own address skips SSH).
+from enterprise_gateway.services.kernels.remotemanager import RemoteMappingKernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+from tornado import web
+
+KERNEL = {kernel!r}
+HOSTS = {hosts!r}
+
+
+def _refusal(status, message):
+    # EG shows log_message as the error's "message" unformatted; tornado's log formats it.
+    return web.HTTPError(status, message.replace("%", "%%"), reason=message)
+
+
+def _not_ours(name):
+    return _refusal(403, f"this gateway runs only the kernelspec {{KERNEL!r}}, not {{name!r}}")
+
+
+class JupyterExecKernelSpecs(KernelSpecManager):
+    \"\"\"Knows, and hands out, only KERNEL.\"\"\"
+
+    def find_kernel_specs(self):
+        return {{k: v for k, v in super().find_kernel_specs().items() if k == KERNEL}}
+
+    def get_kernel_spec(self, kernel_name):
+        if kernel_name.lower() != KERNEL:
+            raise _not_ours(kernel_name)
+        return super().get_kernel_spec(kernel_name)
+
+
+class JupyterExecKernels(RemoteMappingKernelManager):
+    \"\"\"Refuses a start for another kernelspec (403) or pinned outside HOSTS (400).\"\"\"
+
+    async def start_kernel(self, *args, **kwargs):
+        name = kwargs.get("kernel_name") or self.default_kernel_name
+        if name != KERNEL:
+            raise _not_ours(name)
+        pinned = (kwargs.get("env") or {{}}).get("KERNEL_REMOTE_HOST")
+        if pinned and pinned not in HOSTS:
+            hosts = ", ".join(HOSTS)
+            raise _refusal(400, f"KERNEL_REMOTE_HOST={{pinned!r}} is not one of {{hosts}}")
+        return await super().start_kernel(*args, **kwargs)
+
+
+c = get_config()  # noqa: F821 - given by traitlets when it loads this file
+c.EnterpriseGatewayApp.kernel_spec_manager_class = JupyterExecKernelSpecs
+c.EnterpriseGatewayApp.kernel_manager_class = JupyterExecKernels
+c.EnterpriseGatewayApp.default_kernel_name = KERNEL
+c.KernelSpecManager.ensure_native_kernel = False
+"""
+
+
+def eg_config(settings: DeploySettings) -> str:
+    """``jupyter_enterprise_gateway_config.py``: EG starts only our kernelspec, on our hosts.
+
+    The values are Python literals by ``repr`` of strings the settings hold to plain
+    character sets; the file imports only what Enterprise Gateway itself installs.
+    """
+    return _EG_CONFIG_TEMPLATE.format(kernel=DISTRIBUTED_KERNEL, hosts=tuple(settings.hosts))
 
 
 def _kg_start(settings: DeploySettings) -> str:
@@ -197,6 +290,7 @@ def _enterprise_gateway(settings: DeploySettings) -> dict[str, bytes]:
     return {
         f"{root}/kernels/{DISTRIBUTED_KERNEL}/kernel.json": _json(distributed_kernelspec(settings)),
         f"{root}/enterprise-gateway.env": _env_file(_EG_START, gateway_env(settings)),
+        f"{root}/{EG_CONFIG}": eg_config(settings).encode(),
     }
 
 

@@ -35,11 +35,13 @@ When the kernel exits the launcher closes its listener and exits at once, so the
 poll (a connect to the listener) is refused and the death is seen. An explicit shutdown removes
 ``<work-root>/<kernel id>``; a crash or a restart (``{"shutdown": 1, "restart": true}``, sent by
 jupyter_exec's provisioner) keeps it, so files survive a restart on the same host. A launch that
-fails before its report removes the folder if it made it (a first start). An explicit shutdown
-also removes the launcher's own log (its stderr, ``kernel-<id>.log``) unless the gateway keeps
-logs (``JUPYTER_EXEC_KEEP_LOGS``). Each folder holds a marker (:data:`MARKER`: the kernel id,
-the launcher's pid, the kernel's process group) by which ``jupyter-exec gateway --clean`` and
-the gateway find what a killed launcher left.
+fails before its report removes the folder if it made it (a first start). Under Enterprise
+Gateway, whose ``kill()`` is a ``{"signum": 9}`` never followed by a shutdown request the
+launcher could hear, that request counts as the shutdown. An explicit shutdown also removes
+the launcher's own log (its stderr, ``kernel-<id>.log``) unless the gateway keeps logs
+(``JUPYTER_EXEC_KEEP_LOGS``). Each folder holds a marker (:data:`MARKER`: the kernel id, the
+launcher's pid, the kernel's process group) by which ``jupyter-exec gateway --clean`` and the
+gateway find what a killed launcher left.
 
 Exit status: 0 after a shutdown or a kernel exit, 2 when the arguments are refused (with a
 message on stderr), 1 when the launch failed (the gateway could not be told, or the kernel
@@ -118,6 +120,8 @@ class Options:
     ip: str | None
     gateway_ip: str | None
     listener_auth: str = "token"
+    enterprise_gateway: bool = False
+    """Started with Enterprise Gateway's argument spellings (``--RemoteProcessProxy.*``)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -206,6 +210,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         ip=_address(args.ip, "--ip") if args.ip else None,
         gateway_ip=_address(args.gateway_ip, "--gateway-ip") if args.gateway_ip else None,
         listener_auth=listener_auth,
+        enterprise_gateway=enterprise_gateway,
     )
 
 
@@ -569,6 +574,12 @@ class Launcher:
         if type(signum) is int and signum in signal.valid_signals():
             self.log(f"signal {signum} to the kernel's process group")
             self.signal_kernel(signum)
+            if signum == signal.SIGKILL and self.opts.enterprise_gateway:
+                # Enterprise Gateway's kill(): the end of this kernel (a shutdown "now", as
+                # at EG's own stop, or one whose graceful part failed). EG sends no shutdown
+                # request the launcher could still hear, and restarts on a host of its
+                # choosing, so nothing here would use the folder again.
+                self.request_stop(remove_dir=True, now=now)
         if request.get("shutdown") == 1:
             restart = request.get("restart") is True
             self.log("shutdown requested" + (" for a restart (work dir kept)" if restart else ""))

@@ -8,6 +8,7 @@ against Kubernetes' own schema (strict), and the Helm values against the chart's
 
 from __future__ import annotations
 
+import ast
 import json
 import shlex
 import subprocess
@@ -126,6 +127,7 @@ def _sourced(path: Path, prefix: str) -> dict[str, str]:
 def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out: Path) -> None:
     env = _sourced(out / "enterprise-gateway/enterprise-gateway.env", "EG_")
     assert env["EG_IP"] == "127.0.0.1"
+    assert env["EG_PORT_RETRIES"] == "0"
     assert env["EG_REMOTE_HOSTS"] == "127.0.0.2,127.0.0.3"
     assert env["EG_SSH_PORT"] == "2222"
     assert env["EG_REMOTE_USER"] == "kernels"
@@ -133,6 +135,9 @@ def test_gateway_env_file_reads_back_through_a_shell_with_loopback_defaults(out:
     assert env["EG_RESPONSE_ADDR_ANY"] == "False"
     assert env["EG_UNAUTHORIZED_USERS"] == "root"
     assert env["EG_PORT_RANGE"] == "40000..41000"
+    assert env["EG_ALLOWED_KERNELS"] == env["EG_DEFAULT_KERNEL_NAME"] == "jupyter_exec_distributed"
+    # Beside the kernels' folders (the default remote dir), not in the hosts' /tmp.
+    assert env["EG_KERNEL_LOG_DIR"] == "/var/tmp/jupyter-exec/logs"
     assert "EG_AUTH_TOKEN" not in env  # never a secret in a file
 
 
@@ -390,6 +395,7 @@ def test_targets_are_named_and_checked(tmp_path: Path) -> None:
     assert set(render("enterprise-gateway", chosen)) == {
         "enterprise-gateway/kernels/jupyter_exec_distributed/kernel.json",
         "enterprise-gateway/enterprise-gateway.env",
+        "enterprise-gateway/jupyter_enterprise_gateway_config.py",
     }
     helm_only = render(["helm"], chosen)
     assert "helm/values.yaml" in helm_only
@@ -481,3 +487,25 @@ def test_the_default_port_range_is_one_the_gateways_accept() -> None:
     assert not _gateway_provisioners_accepts("40000..40999")  # the old default, refused there
     with pytest.raises(InvalidArgument, match="at least 1000"):
         DeploySettings(port_range=(40000, 40999))
+
+
+def test_gateway_config_names_only_the_written_kernelspec_and_hosts(out: Path) -> None:
+    source = (out / "enterprise-gateway/jupyter_enterprise_gateway_config.py").read_text()
+    tree = ast.parse(source)  # Python EG can load (what it does is run by test_enterprise_gateway)
+    values = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("KERNEL", "HOSTS")
+    }
+    assert values == {"KERNEL": "jupyter_exec_distributed", "HOSTS": ("127.0.0.2", "127.0.0.3")}
+    imported = {
+        node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+    }
+    # Only what Enterprise Gateway installs: nothing of jupyter-exec on the gateway's machine.
+    assert imported == {
+        "enterprise_gateway.services.kernels.remotemanager",
+        "jupyter_client.kernelspec",
+        "tornado",
+    }

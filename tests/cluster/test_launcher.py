@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -310,3 +312,35 @@ def test_the_listener_wants_a_token_unless_started_by_enterprise_gateway() -> No
     assert (
         token == launcher_module.listener_token(b"k" * 64) != launcher_module.listener_token(b"j")
     )
+
+
+@pytest.mark.parametrize(
+    ("spelling", "removes"), [("--RemoteProcessProxy.kernel-id", True), ("--kernel-id", False)]
+)
+def test_a_listener_sigkill_is_the_shutdown_only_under_enterprise_gateway(
+    spelling: str, removes: bool, tmp_path: Path
+) -> None:
+    """EG's kill() is a {"signum": 9} never followed by a shutdown request: under EG's spellings
+    it removes the kernel's folder; under ours (a restart may follow) the folder is kept."""
+    kernel_id = "0b4ee1b4-8c4a-4ad4-9d4f-2a5b5b8e9d11"
+    opts = launcher_module.parse_args(
+        [
+            spelling,
+            kernel_id,
+            "--work-root",
+            str(tmp_path),
+            "--response-address",
+            "127.0.0.1:9",
+            "--public-key",
+            _valid_public_key(),
+        ]
+    )
+    dirs = launcher_module.KernelDirs.make(tmp_path, kernel_id)
+    launcher = launcher_module.Launcher(opts, "127.0.0.2", "127.0.0.1", dirs)
+    gateway, listener_side = socket.socketpair()
+    with gateway, listener_side:
+        gateway.sendall(json.dumps({"signum": signal.SIGKILL}).encode())
+        gateway.shutdown(socket.SHUT_WR)
+        launcher.handle_request(listener_side, "127.0.0.1", now=100.0)
+    assert launcher.remove_dir is removes
+    assert (launcher.stop_at is not None) is removes
