@@ -63,6 +63,7 @@ __all__ = [
     "Recording",
     "claim",
     "claim_name",
+    "held_within",
     "is_claim_name",
     "recording",
 ]
@@ -73,6 +74,8 @@ SUFFIX = ".claim"
 _ATTEMPTS = 50
 """Tries to lock a file that is still the one at the claim's name (each lost only to an
 owner that released and removed it meanwhile)."""
+_MAX_DEPTH = 32
+"""Folders deeper than this below a folder looked through by :func:`held_within` are not."""
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -227,6 +230,67 @@ def _open(folder: Folder, name: str, shown: Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _is_held(folder: Folder, name: str) -> bool:
+    """Whether a live owner holds the claim file ``name`` in ``folder`` (never blocks)."""
+    st = folder.lstat(name)
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return False  # not a claim file: nothing of ours, and never opened
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd
+        )
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # a shared lock taken to look is dropped with it
+    return False
+
+
+def held_within(folder: str | os.PathLike[str]) -> list[Path]:
+    """The paths claimed by live owners anywhere inside ``folder`` (empty if it is missing).
+
+    For whoever is about to remove a folder: another run may record into it (a replay whose
+    output was put inside another's run folder). Walked without following a link, at most
+    :data:`_MAX_DEPTH` deep.
+    """
+    found: list[Path] = []
+    try:
+        top = Folder.open(folder)
+    except (OSError, StorageError):
+        return found
+    with top:
+        _look_within(top, 0, found)
+    return found
+
+
+def _look_within(folder: Folder, depth: int, found: list[Path]) -> None:
+    try:
+        names = sorted(os.listdir(folder.fd))
+    except OSError:
+        return
+    for name in names:
+        if is_claim_name(name):
+            if _is_held(folder, name):
+                found.append(folder.path / name[1 : -len(SUFFIX)])
+            continue
+        st = folder.lstat(name)
+        if st is not None and stat.S_ISDIR(st.st_mode) and depth < _MAX_DEPTH:
+            try:
+                inner = folder.sub(name)
+            except (OSError, StorageError):
+                continue  # swapped for a link or removed meanwhile: not a folder of ours
+            with inner:
+                _look_within(inner, depth + 1, found)
 
 
 _Key = tuple[int, int, str]

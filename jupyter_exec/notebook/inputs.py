@@ -170,12 +170,20 @@ def fresh_run_folder(path: Path, owner: OutputClaim) -> Path:
     """``path`` made empty: a previous replay's run folder there is removed first.
 
     Only by the replay whose claim is ``owner`` (:func:`claim_outputs`): a run folder is never
-    removed under another replay's kernel. The removal never follows a link
-    (``shutil.rmtree`` walks by descriptor and refuses a link at the top): what a kernel
-    planted in it goes, what it points to stays.
+    removed under another replay's kernel, nor while a live claim lies inside it (another
+    replay's output put there): that is a :class:`~jupyter_exec.SessionConflict`. The
+    removal never follows a link (``shutil.rmtree`` walks by descriptor and refuses a link
+    at the top): what a kernel planted in it goes, what it points to stays.
     """
     if not owner.covers(path):
         raise RuntimeError(f"{path} is not the run folder of a notebook this replay claimed")
+    inside = claims.held_within(path)
+    if inside:
+        raise SessionConflict(
+            f"the replay's folder {path} holds {inside[0]}, which another run records into "
+            "now (its output was put inside this folder); it is not removed under it: "
+            f"{CLAIM_ADVICE}"
+        )
     try:
         if os.path.lexists(path):
             shutil.rmtree(path)

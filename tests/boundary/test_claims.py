@@ -124,3 +124,20 @@ def test_a_folder_at_the_claims_name_is_refused(tmp_path: Path) -> None:
     (tmp_path / ".out.ipynb.claim").mkdir()
     with pytest.raises(StorageError, match="it is a folder"):
         claims.claim(tmp_path / "out.ipynb", "me", "wait")
+
+
+def test_held_within_finds_live_claims_deep_inside_and_nothing_else(tmp_path: Path) -> None:
+    top = tmp_path / "run"
+    deep = top / "a" / "b"
+    deep.mkdir(parents=True)
+    (top / ".stale.ipynb.claim").write_text("{}")  # left by an owner that ended
+    os.mkfifo(top / ".fifo.ipynb.claim")  # never opened, so never waited on
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, top / "link")  # never followed
+    with claims.claim(elsewhere / "x.ipynb", "me", "wait"):
+        assert claims.held_within(top) == []
+        with claims.claim(deep / "out.ipynb", "me", "wait"):
+            assert claims.held_within(top) == [deep / "out.ipynb"]
+        assert claims.held_within(top) == []
+    assert claims.held_within(tmp_path / "missing") == []

@@ -98,6 +98,25 @@ def test_with_two_runs_the_second_record_is_claimed_too(tmp_path: Path) -> None:
     assert first.result().reproduced
 
 
+def test_a_run_folder_holding_another_live_replays_output_is_not_removed(tmp_path: Path) -> None:
+    """One replay's output put inside another's run folder: the other's next replay would
+    wipe that folder, and the first replay's notebook and folder with it."""
+    held = held_notebook(tmp_path / "project", tmp_path / "control")
+    run = held.notebook.with_name("held.replayed_work")
+    inner = run / "inner.ipynb"
+    first = _Background(held, output=inner)
+    try:
+        wait_for(held.started.exists, "the first replay's first cell")
+        with pytest.raises(SessionConflict, match=r"holds .*inner\.ipynb, which another run"):
+            replay(held.notebook, timeout=60)
+        assert held.kernel_folder() == run / "inner_work"
+        assert (run / "inner_work" / "data.csv").is_file()
+    finally:
+        held.release()
+    assert first.result().reproduced
+    valid(inner)
+
+
 def test_the_claim_is_released_when_the_replay_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
