@@ -43,15 +43,18 @@ class Held:
 
 
 def held_notebook(folder: Path, control: Path, name: str = "held.ipynb") -> Held:
-    """A notebook in ``folder`` (with an input, ``data.csv``) whose first cell waits for
-    ``control/go``; its record matches what a replay prints, so a replay reproduces it."""
+    """A notebook in ``folder`` (with an input, ``data.csv``) whose first cell says it started
+    (``control/started``, renamed into place whole) and waits for ``control/go``; its record
+    matches what a replay prints, so a replay reproduces it."""
     folder.mkdir(parents=True, exist_ok=True)
     control.mkdir(parents=True, exist_ok=True)
     held = Held(folder / name, control / "started", control / "go")
     (folder / "data.csv").write_text("a,b\n1,2\n")
     wait = (
         "import os, pathlib, time\n"
-        f"pathlib.Path({str(held.started)!r}).write_text(f'{{os.getpid()}} {{os.getcwd()}}')\n"
+        f"said = pathlib.Path({str(held.started) + '.tmp'!r})\n"
+        "said.write_text(f'{os.getpid()} {os.getcwd()}')\n"
+        f"said.rename({str(held.started)!r})  # whole when it appears\n"
         f"while not pathlib.Path({str(held.go)!r}).exists():\n"
         "    time.sleep(0.02)\n"
         "print('ready')"
