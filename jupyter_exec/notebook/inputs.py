@@ -13,7 +13,7 @@ inputs (the state the recording started from)::
       data.csv, raw/, analysis.ipynb       notebook, made afresh by every replay)
 
 The run folder and the replayed notebook have one owner, the replay that claimed them
-(:func:`claim_outputs`, a lock file beside each output notebook, see
+(:func:`claim_outputs`, a lock file beside each output notebook and each run folder, see
 :mod:`jupyter_exec.boundary.claims`): a second replay to the same output while the first runs
 is refused (:class:`~jupyter_exec.SessionConflict`, naming the first), and only the owner may
 empty its run folder (:func:`fresh_run_folder`).
@@ -115,13 +115,13 @@ def run_folder_for(output: Path) -> Path:
 
 @dataclass(eq=False)
 class OutputClaim:
-    """A replay's hold on what it writes: each output notebook and its run folder."""
+    """A replay's hold on what it writes: each output notebook and each run folder."""
 
     claims: tuple[claims.Claim, ...]
 
-    def covers(self, folder: Path) -> bool:
-        """Whether ``folder`` is the run folder of one of the claimed notebooks."""
-        return any(run_folder_for(c.path) == folder for c in self.claims if c.held)
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` (a replayed notebook or a run folder) is claimed here."""
+        return any(c.path == path.absolute() for c in self.claims if c.held)
 
     def release(self) -> None:
         """Give every claim back (idempotent): on success, error, Ctrl-C and SIGTERM."""
@@ -141,24 +141,32 @@ CLAIM_ADVICE = (
 )
 
 
-def claim_outputs(outputs: Sequence[Path], source: Path) -> OutputClaim:
-    """Claim each replayed notebook in ``outputs`` (and so its run folder) for a replay of
-    ``source``, making their folders if needed.
+def claim_outputs(
+    outputs: Sequence[Path], source: Path, work_dir: Path | None = None
+) -> OutputClaim:
+    """Claim each replayed notebook in ``outputs`` and the folder each runs in (the first in
+    ``work_dir`` when given, else :func:`run_folder_for`) for a replay of ``source``, making
+    their parent folders if needed. A run folder is claimed as itself (``.<name>.claim``
+    beside it), so a replay given another's run folder as its ``work_dir`` is refused too.
 
     Raises :class:`~jupyter_exec.SessionConflict` naming the replay that holds one (its
     pid, and what to do), and :class:`~jupyter_exec.NotebookError` when a claim cannot be
     made (an unwritable folder, a link or a FIFO planted at the claim file's name).
     """
+    folders = [run_folder_for(o) for o in outputs]
+    if work_dir is not None and folders:
+        folders[0] = work_dir
     held: list[claims.Claim] = []
+    what = f"a replay of {source.name}"
     try:
-        for output in outputs:
+        for path, kind in [*((o, "output") for o in outputs), *((f, "folder") for f in folders)]:
             try:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                held.append(claims.claim(output, f"a replay of {source.name}", CLAIM_ADVICE))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                held.append(claims.claim(path, what, CLAIM_ADVICE))
             except SessionConflict:
                 raise
             except OSError as exc:  # StorageError too: what stands at the claim's name
-                raise NotebookError(f"cannot claim the replay's output {output}: {exc}") from exc
+                raise NotebookError(f"cannot claim the replay's {kind} {path}: {exc}") from exc
     except BaseException:
         for claim in reversed(held):
             claim.release()
@@ -175,8 +183,8 @@ def fresh_run_folder(path: Path, owner: OutputClaim) -> Path:
     removal never follows a link (``shutil.rmtree`` walks by descriptor and refuses a link
     at the top): what a kernel planted in it goes, what it points to stays.
     """
-    if not owner.covers(path):
-        raise RuntimeError(f"{path} is not the run folder of a notebook this replay claimed")
+    if not owner.holds(path):
+        raise RuntimeError(f"{path} is not a run folder this replay claimed")
     inside = claims.held_within(path)
     if inside:
         raise SessionConflict(

@@ -317,18 +317,19 @@ async def replay_async(
         Called (or awaited) with each :class:`CellResult` as soon as it is known,
         and once more for a cell whose verdict a later cell's display update changed.
     claim:
-        The claim on ``output`` (and, with ``runs=2``, its second record) that the caller
-        took already with :func:`jupyter_exec.notebook.inputs.claim_outputs` (the REST
-        server, which makes the run folder before the replay starts its kernel). None: the
-        replay claims its outputs itself, before it writes anything, and releases them when
-        it ends, however it ends.
+        The claim on ``output`` and its run folder (with ``runs=2``, the second record's too)
+        that the caller took already with :func:`jupyter_exec.notebook.inputs.claim_outputs`
+        (the REST server, which makes the run folder before the replay starts its kernel).
+        None: the replay claims them itself, before it writes anything, and releases them
+        when it ends, however it ends.
     session_kwargs:
         Passed to :class:`AsyncSession` (``python=``, ``docker=``, ``env=``,
         ``kernel_manager=`` ...), with ``backend`` and ``timeout``.
 
     Raises :class:`~jupyter_exec.SessionConflict` when another replay, in this process or
-    another, is recording to the same output (its message names that replay's pid): two
-    replays would share one run folder, each wiping it under the other's kernel.
+    another, is recording to the same output or running in the same folder (its message
+    names that replay's pid): two replays would share one run folder, each wiping it under
+    the other's kernel.
     Raises :class:`~jupyter_exec.NotebookError` for a notebook that cannot be
     read (not JSON, not a notebook, nbformat < 3, invalid), or one in another language
     than Python given ``python=`` / ``environment=``, before any kernel starts.
@@ -400,10 +401,10 @@ async def replay_async(
                 await outcome
 
     targets = (target, second_target)[:runs]
-    if claim is not None and not all(any(c.path == t for c in claim.claims) for t in targets):
+    if claim is not None and not all(claim.holds(p) for p in (*targets, *runs_in)):
         raise ValueError(f"the claim given does not hold the replay's output {target}")
     # From here on the replay writes: its output notebooks and run folders are its own.
-    owner = claim if claim is not None else inputs.claim_outputs(targets, source)
+    owner = claim if claim is not None else inputs.claim_outputs(targets, source, given)
     try:
         written = inputs.written_by_record(nb.metadata)
         records = {target, second_target}

@@ -8,6 +8,7 @@ first, and the claim goes when the replay ends, however it ends.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from pathlib import Path
@@ -73,8 +74,11 @@ def test_a_second_replay_to_the_same_output_is_refused_while_the_first_runs(
         message = str(refused.value)
         assert "a replay of held.ipynb (pid " in message
         assert "wait for it to end, or record this replay elsewhere" in message
+        # Another output, but the first's run folder as the work dir: refused as well.
+        with pytest.raises(SessionConflict, match=rf"^{re.escape(str(run))} is taken: a"):
+            replay(held.notebook, work_dir=run, output=tmp_path / "b.ipynb", timeout=60)
         assert held.kernel_folder() == run
-        assert (run / "data.csv").is_file()
+        assert sorted(p.name for p in run.iterdir()) == ["data.csv", "held.ipynb"]  # not wiped
     finally:
         held.release()
     report = first.result()
@@ -83,6 +87,26 @@ def test_a_second_replay_to_the_same_output_is_refused_while_the_first_runs(
     assert valid(output).metadata["jupyter_exec"]["replay"]["reproduced"] is True
     assert not _claim_file(output).exists()  # released: the next replay may run
     assert not any(is_claim_name(p.name) for p in run.rglob("*"))
+
+
+def test_a_replay_given_a_running_replays_folder_as_its_work_dir_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Two outputs, one folder: the run folder is claimed as itself, not only through the
+    notebook it belongs to."""
+    held = held_notebook(tmp_path / "project", tmp_path / "control")
+    shared = tmp_path / "scratch"
+    first = _Background(held, work_dir=shared, output=tmp_path / "a.ipynb")
+    try:
+        wait_for(held.started.exists, "the first replay's first cell")
+        assert held.kernel_folder() == shared
+        with pytest.raises(SessionConflict, match=rf"^{re.escape(str(shared))} is taken: a"):
+            replay(held.notebook, work_dir=shared, output=tmp_path / "b.ipynb", timeout=60)
+        assert sorted(p.name for p in shared.iterdir()) == ["data.csv", "held.ipynb"]
+        assert not (tmp_path / "b.ipynb").exists()
+    finally:
+        held.release()
+    assert first.result().reproduced
 
 
 def test_with_two_runs_the_second_record_is_claimed_too(tmp_path: Path) -> None:
