@@ -66,6 +66,7 @@ __all__ = [
     "held_within",
     "is_claim_name",
     "recording",
+    "spelled",
 ]
 
 RECORD_BYTES = 1024
@@ -346,6 +347,13 @@ def _recorded_by(path: Path) -> str | None:
         return notes[0].who if notes else None
 
 
+def spelled(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a claim names it: absolute, ``.`` and ``..`` taken out. The folder it lies
+    in is then reached by what it is (:meth:`Folder.open`), so a link or a second spelling on
+    the way leads to the same claim file; only a link as the last component does not."""
+    return Path(os.path.normpath(Path(path).absolute()))
+
+
 def claim(path: str | os.PathLike[str], what: str, advice: str) -> Claim:
     """Claim ``path`` (in an existing folder) for this process, as ``what``.
 
@@ -355,7 +363,9 @@ def claim(path: str | os.PathLike[str], what: str, advice: str) -> Claim:
     :class:`~jupyter_exec.StorageError` when the claim file cannot be made or something
     other than a claim file stands at its name.
     """
-    target = Path(path).absolute()
+    target = spelled(path)
+    if not target.name:
+        raise StorageError(f"cannot claim {target}: a claim file goes beside it", errno.EINVAL)
     name = claim_name(target.name)
     shown = target.with_name(name)
     folder = Folder.open(target.parent)

@@ -121,7 +121,7 @@ class OutputClaim:
 
     def holds(self, path: Path) -> bool:
         """Whether ``path`` (a replayed notebook or a run folder) is claimed here."""
-        return any(c.path == path.absolute() for c in self.claims if c.held)
+        return any(c.path == claims.spelled(path) for c in self.claims if c.held)
 
     def release(self) -> None:
         """Give every claim back (idempotent): on success, error, Ctrl-C and SIGTERM."""

@@ -141,3 +141,14 @@ def test_held_within_finds_live_claims_deep_inside_and_nothing_else(tmp_path: Pa
             assert claims.held_within(top) == [deep / "out.ipynb"]
         assert claims.held_within(top) == []
     assert claims.held_within(tmp_path / "missing") == []
+
+
+def test_two_spellings_of_one_path_are_one_claim(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    os.symlink(tmp_path, tmp_path / "here")
+    with claims.claim(tmp_path / "out.ipynb", "me", "wait"):
+        for other in (tmp_path / "a" / ".." / "out.ipynb", tmp_path / "here" / "out.ipynb"):
+            with pytest.raises(SessionConflict, match="is taken: me"):
+                claims.claim(other, "you", "wait")
+    with pytest.raises(StorageError, match="a claim file goes beside it"):
+        claims.claim("/", "me", "wait")
