@@ -8,6 +8,9 @@
 * :mod:`.naming` - names of sessions and the files derived from them.
 * :mod:`.folders` - the folders live sessions hold: no folder is shared across
   a trust line (a Docker or remote kernel's and a local one's).
+* :mod:`.claims` - one owner across processes for a file a run writes (a replay's
+  output notebook and so its run folder): a lock file beside it, taken over when its
+  owner died, never followed.
 * :mod:`.replies` - every answer a kernel or a host sends, bounded before it is
   parsed (the key asked for, its raw length, one str of JSON, never ``literal_eval``),
   and every string of theirs a person sees, made printable.

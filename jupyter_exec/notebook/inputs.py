@@ -12,14 +12,21 @@ inputs (the state the recording started from)::
     analysis.replayed_work/                the run folder (default: beside the replayed
       data.csv, raw/, analysis.ipynb       notebook, made afresh by every replay)
 
+The run folder and the replayed notebook have one owner, the replay that claimed them
+(:func:`claim_outputs`, a lock file beside each output notebook and each run folder, see
+:mod:`jupyter_exec.boundary.claims`): a second replay to the same output while the first runs
+is refused (:class:`~jupyter_exec.SessionConflict`, naming the first), and only the owner may
+empty its run folder (:func:`fresh_run_folder`).
+
 What is not copied: the files the recording's cells created (a jupyter-exec record names
-them in ``jupyter_exec.written``: a ``%%file x.txt`` replays as "Writing x.txt" again), links
-(a link to ``/etc`` or to another folder would reach outside it; each is named in the
-report's warnings), FIFOs, sockets and devices, hidden folders (a
-session's ``.<name>_state/`` and checkpoints, ``.git``, ``.ipynb_checkpoints``), and the
-replay's own record and run folder. A folder holding more than :data:`MAX_INPUT_FILES` files
-or :data:`MAX_INPUT_BYTES` bytes is refused before any kernel starts: replay such a notebook
-from a folder with its inputs only, or give a ``work_dir`` you filled and ``copy_inputs=False``.
+them in ``jupyter_exec.written``: a ``%%file x.txt`` replays as "Writing x.txt" again),
+claim files (``.<name>.claim``), links (a link to ``/etc`` or to another folder would
+reach outside it; each is named in the report's warnings), FIFOs, sockets and devices,
+hidden folders (a session's ``.<name>_state/`` and checkpoints, ``.git``,
+``.ipynb_checkpoints``), and the replay's own record and run folder. A folder holding more
+than :data:`MAX_INPUT_FILES` files or :data:`MAX_INPUT_BYTES` bytes is refused before any
+kernel starts: replay such a notebook from a folder with its inputs only, or give a
+``work_dir`` you filled and ``copy_inputs=False``.
 
 Every path goes through :mod:`jupyter_exec.boundary.paths` (each component opened with
 ``O_NOFOLLOW`` relative to its parent's descriptor): a Docker kernel that recorded into the
@@ -38,13 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from jupyter_exec.boundary import claims
 from jupyter_exec.boundary.paths import Folder, write_all
-from jupyter_exec.exceptions import NotebookError, StorageError
+from jupyter_exec.exceptions import NotebookError, SessionConflict, StorageError
 
 __all__ = [
     "MAX_INPUT_BYTES",
     "MAX_INPUT_FILES",
     "Copied",
+    "OutputClaim",
+    "claim_outputs",
     "copy_inputs",
     "fresh_run_folder",
     "run_folder_for",
@@ -103,12 +113,85 @@ def run_folder_for(output: Path) -> Path:
     return output.with_name(f"{output.stem}_work")
 
 
-def fresh_run_folder(path: Path) -> Path:
+@dataclass(eq=False)
+class OutputClaim:
+    """A replay's hold on what it writes: each output notebook and each run folder."""
+
+    claims: tuple[claims.Claim, ...]
+
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` (a replayed notebook or a run folder) is claimed here."""
+        return any(c.path == claims.spelled(path) for c in self.claims if c.held)
+
+    def release(self) -> None:
+        """Give every claim back (idempotent): on success, error, Ctrl-C and SIGTERM."""
+        for held in reversed(self.claims):
+            held.release()
+
+    def __enter__(self) -> OutputClaim:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+CLAIM_ADVICE = (
+    "wait for it to end, or record this replay elsewhere (--output, or the "
+    "output= / work_dir= arguments)"
+)
+
+
+def claim_outputs(
+    outputs: Sequence[Path], source: Path, work_dir: Path | None = None
+) -> OutputClaim:
+    """Claim each replayed notebook in ``outputs`` and the folder each runs in (the first in
+    ``work_dir`` when given, else :func:`run_folder_for`) for a replay of ``source``, making
+    their parent folders if needed. A run folder is claimed as itself (``.<name>.claim``
+    beside it), so a replay given another's run folder as its ``work_dir`` is refused too.
+
+    Raises :class:`~jupyter_exec.SessionConflict` naming the replay that holds one (its
+    pid, and what to do), and :class:`~jupyter_exec.NotebookError` when a claim cannot be
+    made (an unwritable folder, a link or a FIFO planted at the claim file's name).
+    """
+    folders = [run_folder_for(o) for o in outputs]
+    if work_dir is not None and folders:
+        folders[0] = work_dir
+    held: list[claims.Claim] = []
+    what = f"a replay of {source.name}"
+    try:
+        for path, kind in [*((o, "output") for o in outputs), *((f, "folder") for f in folders)]:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                held.append(claims.claim(path, what, CLAIM_ADVICE))
+            except SessionConflict:
+                raise
+            except OSError as exc:  # StorageError too: what stands at the claim's name
+                raise NotebookError(f"cannot claim the replay's {kind} {path}: {exc}") from exc
+    except BaseException:
+        for claim in reversed(held):
+            claim.release()
+        raise
+    return OutputClaim(tuple(held))
+
+
+def fresh_run_folder(path: Path, owner: OutputClaim) -> Path:
     """``path`` made empty: a previous replay's run folder there is removed first.
 
-    The removal never follows a link (``shutil.rmtree`` walks by descriptor and refuses a
-    link at the top): what a kernel planted in it goes, what it points to stays.
+    Only by the replay whose claim is ``owner`` (:func:`claim_outputs`): a run folder is never
+    removed under another replay's kernel, nor while a live claim lies inside it (another
+    replay's output put there): that is a :class:`~jupyter_exec.SessionConflict`. The
+    removal never follows a link (``shutil.rmtree`` walks by descriptor and refuses a link
+    at the top): what a kernel planted in it goes, what it points to stays.
     """
+    if not owner.holds(path):
+        raise RuntimeError(f"{path} is not a run folder this replay claimed")
+    inside = claims.held_within(path)
+    if inside:
+        raise SessionConflict(
+            f"the replay's folder {path} holds {inside[0]}, which another run records into "
+            "now (its output was put inside this folder); it is not removed under it: "
+            f"{CLAIM_ADVICE}"
+        )
     try:
         if os.path.lexists(path):
             shutil.rmtree(path)
@@ -170,6 +253,8 @@ def _copy_folder(
     for name in sorted(os.listdir(src.fd)):
         st = src.lstat(name)
         if st is None or (depth == 0 and name in skip.names) or str(where / name) in skip.written:
+            continue
+        if claims.is_claim_name(name):  # another run's ownership, not an input
             continue
         shown = str(where / name)
         if stat.S_ISLNK(st.st_mode):

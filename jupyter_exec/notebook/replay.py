@@ -188,6 +188,7 @@ def _prepare(
     copy: bool,
     records: set[Path],
     written: frozenset[str],
+    owner: inputs.OutputClaim,
 ) -> list[str]:
     """Make each run folder and copy the recording's inputs into it; the copy's warnings."""
     warnings: list[str] = []
@@ -198,7 +199,7 @@ def _prepare(
             except OSError as exc:
                 raise NotebookError(f"cannot make the work dir {folder}: {exc}") from None
         else:
-            inputs.fresh_run_folder(folder)
+            inputs.fresh_run_folder(folder, owner)
         if copy:
             ours = (*records, *(inputs.run_folder_for(r) for r in records), *folders)
             skip = frozenset(p.name for p in ours if p.parent == source.parent)
@@ -255,6 +256,7 @@ async def replay_async(
     copy_inputs: bool = True,
     progress: TextIO | None = None,
     on_cell: CellCallback | None = None,
+    claim: inputs.OutputClaim | None = None,
     **session_kwargs: Any,
 ) -> ReplayReport:
     """Re-run ``notebook``'s code cells in a fresh session and compare each with its record.
@@ -314,10 +316,20 @@ async def replay_async(
     on_cell:
         Called (or awaited) with each :class:`CellResult` as soon as it is known,
         and once more for a cell whose verdict a later cell's display update changed.
+    claim:
+        The claim on ``output`` and its run folder (with ``runs=2``, the second record's too)
+        that the caller took already with :func:`jupyter_exec.notebook.inputs.claim_outputs`
+        (the REST server, which makes the run folder before the replay starts its kernel).
+        None: the replay claims them itself, before it writes anything, and releases them
+        when it ends, however it ends.
     session_kwargs:
         Passed to :class:`AsyncSession` (``python=``, ``docker=``, ``env=``,
         ``kernel_manager=`` ...), with ``backend`` and ``timeout``.
 
+    Raises :class:`~jupyter_exec.SessionConflict` when another replay, in this process or
+    another, is recording to the same output or running in the same folder (its message
+    names that replay's pid): two replays would share one run folder, each wiping it under
+    the other's kernel.
     Raises :class:`~jupyter_exec.NotebookError` for a notebook that cannot be
     read (not JSON, not a notebook, nbformat < 3, invalid), or one in another language
     than Python given ``python=`` / ``environment=``, before any kernel starts.
@@ -388,67 +400,77 @@ async def replay_async(
             if inspect.isawaitable(outcome):
                 await outcome
 
-    written = inputs.written_by_record(nb.metadata)
-    warnings.extend(_prepare(source, runs_in, given, copy_inputs, {target, second_target}, written))
+    targets = (target, second_target)[:runs]
+    if claim is not None and not all(claim.holds(p) for p in (*targets, *runs_in)):
+        raise ValueError(f"the claim given does not hold the replay's output {target}")
+    # From here on the replay writes: its output notebooks and run folders are its own.
+    owner = claim if claim is not None else inputs.claim_outputs(targets, source, given)
+    try:
+        written = inputs.written_by_record(nb.metadata)
+        records = {target, second_target}
+        warnings.extend(_prepare(source, runs_in, given, copy_inputs, records, written, owner))
 
-    def session_for(path: Path, root: Path) -> _ReplaySession:
-        return _ReplaySession(
-            root,
-            kernel_name,
-            notebook=path,
-            name=safe_name(path.stem),
-            timeout=timeout,
-            backend=backend,
-            overwrite=True,
-            **session_kwargs,
-        )
-
-    bar = None if progress is None else _Progress(progress, len(to_run))
-    session = session_for(target, runs_in[0])
-    async with session:
-        found: list[str] = []
-        bridges: tuple[reprs.ActiveBridge, ...] = ()
-        if record is not None:
-            now = await session.environment_here(record, backend, kernel_name)
-            found = envdiff.differences(record, now, session.work_dir)
-            bridges = reprs.active_bridges(record, now)
-            if bridges:  # the known repr changes between the two versions are read through
-                plan = replace(plan, judging=replace(judging, bridges=bridges))
-            if progress is not None:
-                _show_environment(progress, found)
-        elif progress is not None:
-            progress.write(
-                "environment: not recorded (the notebook holds no jupyter_exec record)\n"
+        def session_for(path: Path, root: Path) -> _ReplaySession:
+            return _ReplaySession(
+                root,
+                kernel_name,
+                notebook=path,
+                name=safe_name(path.stem),
+                timeout=timeout,
+                backend=backend,
+                overwrite=True,
+                **session_kwargs,
             )
-        results = await plan.run(session, bar, notify)
-        extra = {**_facts(nb), "environment": {"recorded": record}, "where": where.to_dict()}
-        if record is not None:
-            extra["environment"]["here"] = now
-            extra["environment"]["repr_rules"] = [b.reason for b in bridges]
-        if runs == 2:
-            second = session_for(second_target, runs_in[1])
-            if progress is not None:
-                progress.write("replaying again to tell nondeterministic cells apart\n")
-            async with second:
-                again = await plan.run(second, None, None)
-            results = _nondeterministic(results, again, judging)
-            extra["second_run"] = str(second.notebook_path)
-        report = ReplayReport(
-            notebook=source,
-            cells=tuple(results),
-            output=target,
-            work_dir=session.work_dir,
-            until=until,
-            rules=tuple(r.name for r in judging.rules),
-            warnings=tuple(warnings),
-            started=started_at,
-            duration=round(time.monotonic() - clock, 3),
-            extra=extra,
-            environment=tuple(found),
-            runs=runs,
-        )
-        _note_in_notebook(session, source, report)
-    return report
+
+        bar = None if progress is None else _Progress(progress, len(to_run))
+        session = session_for(target, runs_in[0])
+        async with session:
+            found: list[str] = []
+            bridges: tuple[reprs.ActiveBridge, ...] = ()
+            if record is not None:
+                now = await session.environment_here(record, backend, kernel_name)
+                found = envdiff.differences(record, now, session.work_dir)
+                bridges = reprs.active_bridges(record, now)
+                if bridges:  # the known repr changes between the two versions are read through
+                    plan = replace(plan, judging=replace(judging, bridges=bridges))
+                if progress is not None:
+                    _show_environment(progress, found)
+            elif progress is not None:
+                progress.write(
+                    "environment: not recorded (the notebook holds no jupyter_exec record)\n"
+                )
+            results = await plan.run(session, bar, notify)
+            extra = {**_facts(nb), "environment": {"recorded": record}, "where": where.to_dict()}
+            if record is not None:
+                extra["environment"]["here"] = now
+                extra["environment"]["repr_rules"] = [b.reason for b in bridges]
+            if runs == 2:
+                second = session_for(second_target, runs_in[1])
+                if progress is not None:
+                    progress.write("replaying again to tell nondeterministic cells apart\n")
+                async with second:
+                    again = await plan.run(second, None, None)
+                results = _nondeterministic(results, again, judging)
+                extra["second_run"] = str(second.notebook_path)
+            report = ReplayReport(
+                notebook=source,
+                cells=tuple(results),
+                output=target,
+                work_dir=session.work_dir,
+                until=until,
+                rules=tuple(r.name for r in judging.rules),
+                warnings=tuple(warnings),
+                started=started_at,
+                duration=round(time.monotonic() - clock, 3),
+                extra=extra,
+                environment=tuple(found),
+                runs=runs,
+            )
+            _note_in_notebook(session, source, report)
+        return report
+    finally:
+        if claim is None:
+            owner.release()
 
 
 def _show_environment(stream: TextIO, found: Sequence[str]) -> None:

@@ -118,7 +118,7 @@ class Work:
         the notebook (or its Docker work dir), before the file's own
         (:mod:`~jupyter_exec.server.origins`).
         """
-        from jupyter_exec.notebook.inputs import fresh_run_folder, run_folder_for
+        from jupyter_exec.notebook.inputs import claim_outputs, fresh_run_folder, run_folder_for
         from jupyter_exec.notebook.replay import replay_async  # imported on use: it is a big module
         from jupyter_exec.notebook.where import unseen_docker_record
 
@@ -146,23 +146,28 @@ class Work:
         # Never in the notebook's folder: a fresh one beside it, which the replay fills with
         # a copy of the folder's inputs before the first cell (notebook.inputs).
         output = path.with_name(replayed_notebook_name(path.stem))
-        run = fresh_run_folder(run_folder_for(output))
-        kernel_id = await self._start_server_kernel(kernel_name, run)
-        try:
-            report = await replay_async(
-                path,
-                until=until,
-                timeout=self.timeout if timeout is None else timeout,
-                kernel_name=kernel_name,
-                work_dir=run,
-                output=output,
-                backend=_backend_of(kernel_name, self.kernel_names),  # its folder's trust
-                kernel_manager=kernel_manager.get_kernel(kernel_id),
-                startup_timeout=self.startup_timeout,
-                save_state=save_state,
-            )
-        finally:
-            await self._shutdown_kernel(kernel_id)
+        # Claimed before its run folder is made: a second replay of this notebook (another
+        # request, or a replay on the command line) is refused, not run in the same folder,
+        # and so is one whose record would be a live session's notebook (boundary.claims).
+        with claim_outputs([output], path) as owner:
+            run = fresh_run_folder(run_folder_for(output), owner)
+            kernel_id = await self._start_server_kernel(kernel_name, run)
+            try:
+                report = await replay_async(
+                    path,
+                    until=until,
+                    timeout=self.timeout if timeout is None else timeout,
+                    kernel_name=kernel_name,
+                    work_dir=run,
+                    output=output,
+                    backend=_backend_of(kernel_name, self.kernel_names),  # its folder's trust
+                    kernel_manager=kernel_manager.get_kernel(kernel_id),
+                    startup_timeout=self.startup_timeout,
+                    save_state=save_state,
+                    claim=owner,
+                )
+            finally:
+                await self._shutdown_kernel(kernel_id)
         data = report.to_dict()
         data["notebook"] = self._file(report.notebook)
         data["output"] = None if report.output is None else self._file(report.output)

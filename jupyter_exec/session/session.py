@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from jupyter_exec.boundary import claims
 from jupyter_exec.boundary.folders import FolderClaim, trust_of
 from jupyter_exec.boundary.folders import claim as claim_folder
 from jupyter_exec.boundary.naming import check_encodable, files_folder
@@ -135,6 +136,7 @@ class AsyncSession(KernelMethods, StateMethods):
         self._slot = KernelSlot()  # the kernel, the execution lock, the generation
         self._recording: Recording | None = None
         self._folder: FolderClaim | None = None
+        self._notebook_note: claims.Recording | None = None  # no replay records over it
         self._last_activity = time.monotonic()
         self._closed = False
         # While a cell runs: a future done once it is recorded, and the task running it.
@@ -293,6 +295,8 @@ class AsyncSession(KernelMethods, StateMethods):
         self._folder = claim_folder(
             work_dir, trust_of(self.backend), f"session {name!r} ({self.backend})"
         )
+        if self._notebook_path is not None:
+            self._notebook_note = claims.recording(self._notebook_path, f"session {name!r}")
         kernel = await launch_kernel(self._options, work_dir)
         self._slot.place(kernel)
         if self._options.host is not None:  # the gateway placed it where it was asked?
@@ -323,6 +327,9 @@ class AsyncSession(KernelMethods, StateMethods):
         folder, self._folder = self._folder, None
         if folder is not None:
             folder.release()
+        note, self._notebook_note = self._notebook_note, None
+        if note is not None:
+            note.release()
 
     def record_cell(self, cell: dict[str, Any]) -> int | None:
         """Append a cell that was not executed (replay keeps a notebook's layout with it).
