@@ -165,7 +165,7 @@ class SessionState(RecoveryMixin):
     ) -> None:
         """Note the names the cell changed; take an automatic checkpoint when one is due."""
         self.durable.after_cell(index, run.user_expressions)
-        self.durable.generations.after_cell(session, kernel, run.user_expressions)
+        await self.durable.generations.after_cell(session, kernel, run.user_expressions)
         serving = session.kernel_slot.kernel
         if run.status not in ("ok", "error") or session.closed or kernel is not serving:
             return
@@ -433,6 +433,9 @@ class SessionState(RecoveryMixin):
         place to restart instead (a fork in the container cannot restart; that one can)."""
         self.durable.installed = None  # the restarted process has none of it
         self.durable.generations.installed = None
+        # Nor what the last commit stored: the next one stores every name (a zygote's
+        # child starts with names of its own, which a cell may never change).
+        self.durable.generations.committed_in = None
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
             return
@@ -450,6 +453,18 @@ class SessionState(RecoveryMixin):
         the rest (an idle session's poll; a kernel that cannot answer is left alone)."""
         with contextlib.suppress(CheckpointError, KernelNotAliveError, OSError):
             await self.durable.generations.flush(session, kernel, 0.0)
+
+    async def flush(self, session: StateHost) -> None:
+        """The public ``flush()``: wait for the kernel's writer, sign what it wrote, and
+        write the signature files; in turn with cells."""
+        generations = self.durable.generations
+        async with session.kernel_slot.locked():
+            kernel = session.kernel_slot.kernel
+            live = kernel is not None and not session.kernel_slot.known_dead(kernel)
+            if kernel is not None and live and kernel is generations.installed:
+                with contextlib.suppress(KernelNotAliveError):
+                    await generations.flush(session, kernel)
+            await generations.settled()
 
     async def before_close(self, session: StateHost, kernel: KernelHandle) -> None:
         """Sign the generation of the last cell before the kernel stops (a resume then starts
