@@ -17,13 +17,16 @@ the kernel's origin as the host knows it. The digest comes only from the kernel'
 channel, never from a file in the folder. When the commit waited for its write (a small
 change, or a cell that ran longer than its state takes to write) the reply carries the
 cell's own generation; its signature file is written before ``execute`` returns when the
-cell ran :data:`SIGN_NOW_AFTER` or more (durable when it counts), else with the next cell,
+cell ran 20 times what such a file takes to write (:meth:`Generations.sign_now_after`:
+durable when it counts, at most 5 % of the cell), else while a later cell runs (every
+:data:`SIGN_EVERY` seconds, awaited before that cell returns), by
 :meth:`Generations.flush`, ``close()`` or the idle session's ask (one file for a burst of
-small cells). A larger write goes on in the kernel and is signed with the next reply or
-ask that says it is done; a kernel killed before that comes back from the generation
-before, with the recorded cells after it run again (:meth:`Generations.newest`,
-``recovery.py``). A state folder removed under a session (its work dir deleted) turns
-its state off, said once in the log; nothing makes the folder again.
+small cells, none of them waiting for it). A larger write goes on in the kernel and is
+signed with the next reply or ask that says it is done; a kernel killed before that
+comes back from the generation before, with the recorded cells after it run again
+(:meth:`Generations.newest`, ``recovery.py``). A state folder removed under a session
+(its work dir deleted) turns its state off, said once in the log; nothing makes the
+folder again.
 
 Loading (:meth:`Generations.load`): the MAC, the session, the manifest's sha256 (read
 here, never through a link), the origin rule (a Docker kernel's state is never loaded
@@ -74,8 +77,14 @@ MAX_MANIFEST = inkernel_generations.MAX_MANIFEST
 SIGN_EVERY = 0.1
 """Seconds between two signature files a session writes for fast cells (the newest counts)."""
 SIGN_NOW_AFTER = 0.005
-"""A cell that ran this long in the kernel has its generation signed before its result is
-returned (when written by then): the signature file, ~0.25 ms, costs it under 5 %."""
+"""The least a cell runs in the kernel to have its generation signed before its result is
+returned (when written by then); the bar is :data:`SIGN_COST_SHARE` times what writing a
+signature file takes (measured), up to :data:`SIGN_NOW_ALWAYS`."""
+SIGN_COST_SHARE = 20
+"""A cell signed before its result pays at most 1/20 (5 %) of its run for it: a warm ``1+1``
+is never held up by a file write (0.3 ms on an idle machine, several ms under load)."""
+SIGN_NOW_ALWAYS = 0.2
+"""Seconds of run after which a cell is signed before its result however slow the writes."""
 _SIG_NAME = re.compile(r"^[0-9]{1,12}\.json$")
 
 
@@ -148,12 +157,16 @@ class Generations:
         self.to_sign: tuple[Path, Generation] | None = None
         """The newest generation signed here whose signature file is not written yet."""
         self.signed_at = 0.0
+        self.sign_cost = 0.001
+        """Seconds a signature file took to write, lately (a running mean)."""
         self.writing: asyncio.Lock | None = None
+        self.ahead: asyncio.Future[None] | None = None
+        """The coalesced signature written while the next cell runs (:meth:`write_ahead`)."""
         self.handed = 0
+        """The newest generation the kernel took (its commit answered): signed once written."""
         self.asking: asyncio.Lock | None = None
         """One ``flush`` at a time: the idle session's ask and any other never share a kernel
         channel (made on first use, in the session's event loop)."""
-        """The newest generation the kernel took (its commit answered): signed once written."""
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
@@ -201,7 +214,8 @@ class Generations:
 
     async def after_cell(self, session: StateHost, kernel: KernelHandle, found: Any) -> None:
         """Sign the generations the kernel says it wrote (from its own reply); the cell's
-        own, when written, on disk before this returns if the cell ran long enough."""
+        own, when written, on disk before this returns if the cell ran long enough (else
+        its signature is noted, written with a later call: :meth:`write_ahead`)."""
         reply = (found or {}).get(COMMIT_KEY)
         if not isinstance(reply, Mapping) or reply.get("status") != "ok":
             if self.asked_full:  # it never ran (the cell raised): the next one stores all
@@ -213,12 +227,33 @@ class Generations:
         self.handed = self.next_number - 1
         self.take(session, kernel, answer)
         ran = answer.get("ran") if isinstance(answer, Mapping) else None
-        long = isinstance(ran, int | float) and ran >= SIGN_NOW_AFTER
-        if self.to_sign is not None and (long or self._due()):
+        if (
+            self.to_sign is not None
+            and isinstance(ran, int | float)
+            and ran >= self.sign_now_after()
+        ):
             await self.write_pending()
 
-    def _due(self) -> bool:
-        return time.monotonic() - self.signed_at >= SIGN_EVERY
+    def sign_now_after(self) -> float:
+        """Seconds of run from which a cell is signed before its result is returned."""
+        bar = max(SIGN_NOW_AFTER, SIGN_COST_SHARE * self.sign_cost)
+        return min(bar, SIGN_NOW_ALWAYS)
+
+    def write_ahead(self) -> None:
+        """At a cell's start: when the newest signature noted is :data:`SIGN_EVERY` old,
+        write it while this cell runs (off the event loop); :meth:`caught_up` waits for it
+        before this call returns. A burst of fast cells so has its state signed every tenth
+        of a second, and none of them waits for a file."""
+        due = time.monotonic() - self.signed_at >= SIGN_EVERY
+        if self.to_sign is not None and due and self.ahead is None:
+            self.ahead = asyncio.ensure_future(self.write_pending())
+
+    async def caught_up(self) -> None:
+        """Wait for the signature :meth:`write_ahead` started (before the call returns:
+        nothing writes behind the caller's back)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            await ahead
 
     def unsigned(self, kernel: KernelHandle) -> bool:
         """Whether ``kernel`` holds a generation it took that is not signed yet (its writer
@@ -289,11 +324,13 @@ class Generations:
             pending, self.to_sign = self.to_sign, None
             if pending is None:
                 return
-            self.signed_at = time.monotonic()
+            self.signed_at = started = time.monotonic()
             await asyncio.to_thread(_write_quietly, *pending)
+            self.sign_cost = (self.sign_cost + time.monotonic() - started) / 2
 
     async def settled(self) -> None:
         """Wait until the newest signature noted is written."""
+        await self.caught_up()
         await self.write_pending()
 
     async def flush(

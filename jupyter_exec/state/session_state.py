@@ -172,12 +172,24 @@ class SessionState(RecoveryMixin):
         needed = bool(self.points or self.checkpoints)
         if run.status == "error" and self.durable.expressions(kernel, needed):  # reply had none
             await self.durable.changes_after_error(kernel, index)
-        index_now, undone = self._where(session)
-        await self.durable.auto(session, kernel, {"cell_index": index_now, "undone": undone})
+        index_now = self._cells_now(session)
+
+        def where() -> dict[str, Any]:  # (a walk over every cell: only when one is due)
+            index, undone = self._where(session)
+            return {"cell_index": index, "undone": undone}
+
+        await self.durable.auto(session, kernel, where)
         starts = [p.cell_index for p in self.points]
         starts += [p.cell_index for _, p in self.checkpoints.values() if p is not None]
         starts += [c.cell_index for c in self.durable.taken]
         self.durable.forget_before(min(starts, default=index_now))
+
+    def _cells_now(self, session: StateHost) -> int:
+        """The index the next recorded cell takes (what :meth:`_where` says first)."""
+        recording = session._recording
+        assert recording is not None
+        recorder = recording.recorder
+        return recording.cells_run if recorder is None else len(recorder)
 
     def _where(self, session: StateHost) -> tuple[int, list[int]]:
         recording = session._recording

@@ -14,11 +14,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from jupyter_exec import AsyncSession, Session
+from jupyter_exec.state import generations
 from jupyter_exec.state.generations import read_manifest, signed_on_disk
 from tests.generation_helpers import DEADLINE, process_gone, value
 
@@ -100,12 +102,47 @@ async def test_a_cell_that_ran_long_is_signed_before_its_result_returns(work_dir
     async with AsyncSession(work_dir=work_dir, name="long", timeout=DEADLINE) as session:
         await session.execute("import time")
         for cells in (2, 3):  # also right after another cell (no signature due by time)
-            done = await session.execute(f"time.sleep(0.05)\nv{cells} = {cells}")
+            # (past SIGN_NOW_ALWAYS: signed first however slow the machine's writes are)
+            done = await session.execute(f"time.sleep(0.25)\nv{cells} = {cells}")
             assert done.ok
             # No flush, no idle time: on disk as the result comes back.
             newest = signed_on_disk(work_dir, "long")[-1]
             assert newest.cells == cells
             assert f"v{cells}" in read_manifest(work_dir, newest, 0)["names"]
+
+
+async def test_a_burst_of_fast_cells_is_signed_while_it_runs_never_after_a_result(
+    work_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast cell does not wait for a signature file: the newest one is written while a
+    later cell runs (every tenth of a second), and that cell returns only once it is on
+    disk. Each write is made slow here, so one still going after a result would be seen."""
+    writing: list[int] = []
+    written: list[int] = []
+    write = generations._write_quietly
+
+    def slow_write(folder: Path, made: generations.Generation) -> None:
+        writing.append(made.cells)
+        try:
+            time.sleep(0.2)
+            write(folder, made)
+            written.append(made.cells)
+        finally:
+            writing.remove(made.cells)
+
+    monkeypatch.setattr(generations, "_write_quietly", slow_write)
+    async with AsyncSession(work_dir=work_dir, name="burst", timeout=DEADLINE) as session:
+        end = asyncio.get_running_loop().time() + DEADLINE
+        cells = 0
+        while len(written) < 3:  # signatures written in the burst, not at its end
+            done = await session.execute(f"n = {cells}")
+            cells += 1
+            assert done.ok
+            assert not writing, "a signature was still being written after a result"
+            assert asyncio.get_running_loop().time() < end, "no signature written in the burst"
+        on_disk = signed_on_disk(work_dir, "burst")
+        assert on_disk[-1].cells == written[-1]
+        assert written == sorted(written)
 
 
 HOST = """
