@@ -238,6 +238,11 @@ class Session(contextlib.AbstractContextManager["Session"]):
         """This session's checkpoints, oldest first."""
         return self._async.checkpoints()
 
+    def flush(self) -> None:
+        """Wait until the state of every cell so far is written and signed; see
+        :meth:`AsyncSession.flush` (a large change is written while your code runs on)."""
+        run_blocking(self._async.flush())
+
     def sleep(self) -> dict[str, str]:
         """Save the state and stop the kernel until the next call; the names not saved, with
         why. See :meth:`AsyncSession.sleep`."""

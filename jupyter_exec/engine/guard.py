@@ -116,6 +116,7 @@ class CellGuard:
 
     def __init__(self, work_dir: Path, files_folder: str, cell_index: int, budget: int) -> None:
         self.work_dir = work_dir
+        self.files_folder = files_folder
         tag = secrets.token_hex(4)
         self.files = {
             name: f"{files_folder}/{naming.held_back_file_name(cell_index, name, tag)}"
@@ -131,11 +132,22 @@ class CellGuard:
         }
 
     def absorb(self, builder: CellOutputs, spill: Spill) -> None:
-        """Join what the kernel kept back to the cell's outputs and spill file, then remove it."""
-        for name, relative in self.files.items():
-            chunks = _read_and_remove(self.work_dir, relative)
-            if chunks is not None:
-                builder.add_spilled(name, chunks, spill)
+        """Join what the kernel kept back to the cell's outputs and spill file, then remove it.
+
+        The files folder is opened once for every stream (a link-free walk from the work dir:
+        each cell pays it, mostly to find no file)."""
+        try:
+            parent = Folder.open(self.work_dir, self.files_folder)
+        except FileNotFoundError:
+            return
+        except (WorkDirError, StorageError) as exc:
+            log.warning("ignored the kernel's overflow files in %s: %s", self.files_folder, exc)
+            return
+        with parent:
+            for name, relative in self.files.items():
+                chunks = _read_and_remove(parent, os.path.basename(relative))
+                if chunks is not None:
+                    builder.add_spilled(name, chunks, spill)
 
     def saved_files(self, output: dict[str, Any]) -> dict[str, Path]:
         """The files the kernel saved for ``output`` instead of sending them, by MIME type.
@@ -177,31 +189,22 @@ def _is_plain_file(work_dir: Path, relative: str) -> bool:
     return found is not None and stat.S_ISREG(found.st_mode)
 
 
-def _read_and_remove(work_dir: Path, relative: str) -> Iterator[str] | None:
-    """The file's text in chunks (decoded as it is read), or None when there is none.
+def _read_and_remove(parent: Folder, name: str) -> Iterator[str] | None:
+    """The file's text in chunks (decoded as it is read, removed once read), or None when
+    there is none; to read before ``parent`` closes.
 
-    Opened link-free from the work dir down (:mod:`jupyter_exec.boundary.paths`); a
-    link, a folder or a FIFO where the file should be is removed and logged,
-    never followed.
+    ``parent`` was opened link-free from the work dir down
+    (:mod:`jupyter_exec.boundary.paths`); a link, a folder or a FIFO where the file
+    should be is removed and logged, never followed.
     """
-    folder, name = os.path.split(relative)
-    try:
-        parent = Folder.open(work_dir, folder)
-    except FileNotFoundError:
-        return None
-    except (WorkDirError, StorageError) as exc:
-        log.warning("ignored the kernel's overflow file %s: %s", relative, exc)
-        return None
     try:
         fd = parent.open_file(name, os.O_RDONLY)
     except FileNotFoundError:
-        parent.close()
         return None
     except (WorkDirError, StorageError) as exc:
         with contextlib.suppress(WorkDirError, StorageError):
             parent.unlink(name)
-        parent.close()
-        log.warning("ignored the kernel's overflow file %s: %s", relative, exc)
+        log.warning("ignored the kernel's overflow file %s: %s", name, exc)
         return None
     return _chunks(fd, parent, name)
 
@@ -218,6 +221,5 @@ def _chunks(fd: int, parent: Folder, name: str) -> Iterator[str]:
             yield tail
     finally:
         os.close(fd)
-        with contextlib.suppress(WorkDirError, StorageError):
+        with contextlib.suppress(WorkDirError, StorageError, OSError):  # (OSError: closed)
             parent.unlink(name)
-        parent.close()

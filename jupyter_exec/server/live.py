@@ -10,6 +10,7 @@ to disk. The session then writes there, and the file is left to the room::
     the agent's cell starts    ─► a cell at the end of the shared document,
                                   shown as running ([*]) with the agent's code
     its outputs arrive         ─► appended to that cell (stream text grows)
+    its reply comes            ─► the text gathered written; streaming ends
     it is recorded             ─► the cell takes its final outputs, count and
                                   metadata; MergingRecorder.save → LiveNotebook.write
     a person deletes an agent  ─► put back after the agent cell before it
@@ -37,6 +38,7 @@ from jupyter_exec.server.livecell import ORIGIN, LiveCell, update_cell
 from jupyter_exec.server.recorder import MergingRecorder
 
 if TYPE_CHECKING:
+    from jupyter_exec.engine.runner import CellRun
     from jupyter_exec.models import Execution
 
 
@@ -304,6 +306,13 @@ class LiveCells(CellHooks):
             )
             recorder.next_cell_id = self._cell.id
             cell.on_output = self._cell.wrap(cell.on_output)
+
+    async def after_reply(self, cell: CellCall, run: CellRun) -> None:
+        # Every output is in: the live cell stops here, before the record is written into
+        # the document (the hooks after the record may wait on I/O; a stream timer firing
+        # then would write the cell's text a second time).
+        if self._cell is not None:
+            self._cell.outputs_complete()
 
     async def after_record(self, cell: CellCall, execution: Execution | None) -> Execution | None:
         recorder, self._recorder = self._recorder, None

@@ -72,7 +72,9 @@ class LiveCell:
 
     Stream text is gathered for :data:`FLUSH_DELAY` seconds and written in one
     update; past ``max_chars`` of it, nothing more is streamed (the recorded
-    cell, with its truncation marker, replaces the outputs at the end).
+    cell, with its truncation marker, replaces the outputs at the end). It stops
+    when the cell's reply comes (:meth:`outputs_complete`), before the record
+    replaces its outputs: never after.
     """
 
     def __init__(self, notebook: LiveNotebook, ycell: Any, max_chars: int) -> None:
@@ -170,8 +172,17 @@ class LiveCell:
         except Exception:  # e.g. a person deleted the cell meanwhile: the record puts it back
             log.debug("could not show an output of %s live", self.id, exc_info=True)
 
+    def outputs_complete(self) -> None:
+        """The cell's reply came (the runner returned, every output fed): the text still
+        gathered is written now, and nothing more ever is. The record that follows may be
+        written into the document and then wait on other hooks (the state's signature
+        write): a timer left pending would then add the text a second time."""
+        self.flush()
+        self.finish()
+
     def finish(self) -> None:
-        """The cell was recorded (its final outputs are in the document): stop streaming."""
+        """Stop streaming; text gathered and not yet written is dropped (the record, put in
+        the document, holds the final outputs; an abandoned cell is taken out)."""
         self._done = True
         self._text.clear()
         if self._timer is not None:

@@ -1,4 +1,5 @@
-"""The state API of a session: ``fork``, ``undo``, ``checkpoint``, ``restore``, ``checkpoints``.
+"""The state API of a session: ``fork``, ``undo``, ``checkpoint``, ``restore``, ``checkpoints``,
+``flush``.
 
 A mixin of :class:`~jupyter_exec.AsyncSession`; the work is done by the
 session's state object (:class:`~jupyter_exec.state.host.StateOperations`) and by
@@ -46,7 +47,6 @@ def refuse_other_languages(
 
 class StateMethods:
     """The session API of this module, mixed into :class:`~jupyter_exec.AsyncSession`."""
-
 
     async def fork(self: H, n: int = 1, name: str | None = None) -> list[H]:
         """``n`` new sessions, each starting from this session's live state; this one goes on.
@@ -120,3 +120,18 @@ class StateMethods:
     def checkpoints(self: H) -> list[Checkpoint]:
         """This session's checkpoints (those on disk from earlier runs too), oldest first."""
         return self._state.list_checkpoints(self)
+
+    async def flush(self: H) -> None:
+        """Wait until the state of every cell run so far is written and signed (``save_state``).
+
+        ``execute`` returns once a small change is written (and, for a cell that ran
+        long, signed), but a large one goes on being written in the kernel while your
+        code runs on, so a cell's result is never held up by its state: call this
+        before something that needs the state on disk now (copying the work dir,
+        killing the process on purpose, a test reading the state folder). ``close()``
+        waits the same way. Waits for a running cell first (in turn with other calls);
+        returns at once when the state is off, and quietly when the kernel died (it
+        writes nothing more). Raises :class:`~jupyter_exec.CheckpointError` when the
+        kernel does not answer in an hour.
+        """
+        await self._state.flush(self)

@@ -6,10 +6,12 @@ draws where each hook is called); every method hands over to the session's
 state only through the declared hooks::
 
     before_cell      the undo snapshot, the per-cell state installed; the names a cell
-                     changes and its generation's commit asked for in the request
+                     changes and its generation's commit asked for in the request; a
+                     coalesced signature written while the cell runs
     after_reply      a death's error says what came back instead of "state is lost"
-    after_record     the recovery on the Execution and the notebook; the names the
-                     cell changed noted, an automatic checkpoint when one is due
+    after_record     that signature waited for; the recovery on the Execution and the
+                     notebook; the names the cell changed noted, its generation signed
+                     (before the result when it ran long), an automatic checkpoint when due
     kernel_lost      a kernel from the latest snapshot in its place (recovery)
     before_restart   what the restarted process will not have is forgotten; a Docker
                      session's first kernel restarts instead of a fork in it
@@ -45,11 +47,13 @@ class StateHooks(CellHooks):
             await self.state.before_cell(self.session, cell.kernel)
         index = cell.index if cell.recorded else None
         cell.expressions.update(self.state.cell_expressions(cell.kernel, index))
+        self.state.durable.generations.write_ahead()  # awaited in after_record, whatever came
 
     async def after_reply(self, cell: CellCall, run: CellRun) -> None:
         run.error = self.state.explain_recovery(run.error)
 
     async def after_record(self, cell: CellCall, execution: Execution | None) -> Execution | None:
+        await self.state.durable.generations.caught_up()
         run = cell.run
         if run is None:  # the cell never got as far as its record
             return execution

@@ -28,7 +28,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -232,9 +232,10 @@ class DurableState:
         return made
 
     async def auto(
-        self, session: StateHost, kernel: KernelHandle, meta: dict[str, Any]
+        self, session: StateHost, kernel: KernelHandle, meta: Callable[[], dict[str, Any]]
     ) -> Checkpoint | None:
-        """An automatic checkpoint, when one is due and cheap (see the module's docstring)."""
+        """An automatic checkpoint, when one is due and cheap (see the module's docstring);
+        ``meta()`` (its metadata) is only asked for then."""
         now = time.monotonic()
         if self.every <= 0 or now - self.last_auto < self.every or now < self.auto_paused_until:
             return None
@@ -247,7 +248,7 @@ class DurableState:
         number = 1 + max((int(c.name[len(AUTO_PREFIX) :]) for c in self._autos(session)), default=0)
         try:
             made = await self.save(
-                session, kernel, f"{AUTO_PREFIX}{number}", {**meta, "automatic": True},
+                session, kernel, f"{AUTO_PREFIX}{number}", {**meta(), "automatic": True},
                 max_bytes=AUTO_MAX_BYTES, flush=False,
             )  # fmt: skip
         except TooLarge:  # back off: looked at again after ten intervals

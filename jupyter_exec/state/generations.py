@@ -14,9 +14,19 @@ names the cell changed there and a writer thread in the kernel stores them; the 
 answer lists the generations written since, ``(n, sha256)``, and the host signs those
 with its key (:mod:`jupyter_exec.boundary.trust`, the kernel never sees it), stamped with
 the kernel's origin as the host knows it. The digest comes only from the kernel's own
-channel, never from a file in the folder; so the newest generation is signed with the
-next cell's reply, and a kernel killed before that comes back from the one before, with
-the recorded cells after it run again (:meth:`Generations.newest`, ``recovery.py``).
+channel, never from a file in the folder. When the commit waited for its write (a small
+change, or a cell that ran longer than its state takes to write) the reply carries the
+cell's own generation; its signature file is written before ``execute`` returns when the
+cell ran 20 times what such a file takes to write (:meth:`Generations.sign_now_after`:
+durable when it counts, at most 5 % of the cell), else while a later cell runs (every
+:data:`SIGN_EVERY` seconds, awaited before that cell returns), by
+:meth:`Generations.flush`, ``close()`` or the idle session's ask (one file for a burst of
+small cells, none of them waiting for it). A larger write goes on in the kernel and is
+signed with the next reply or ask that says it is done; a kernel killed before that
+comes back from the generation before, with the recorded cells after it run again
+(:meth:`Generations.newest`, ``recovery.py``). A state folder removed under a session
+(its work dir deleted) turns its state off, said once in the log; nothing makes the
+folder again.
 
 Loading (:meth:`Generations.load`): the MAC, the session, the manifest's sha256 (read
 here, never through a link), the origin rule (a Docker kernel's state is never loaded
@@ -31,6 +41,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +75,16 @@ COMMIT_KEY = "jupyter_exec_generation"
 SIGNED = "signed"
 MAX_MANIFEST = inkernel_generations.MAX_MANIFEST
 SIGN_EVERY = 0.1
-"""Seconds between two signature files a session writes (the newest one is what counts)."""
+"""Seconds between two signature files a session writes for fast cells (the newest counts)."""
+SIGN_NOW_AFTER = 0.005
+"""The least a cell runs in the kernel to have its generation signed before its result is
+returned (when written by then); the bar is :data:`SIGN_COST_SHARE` times what writing a
+signature file takes (measured), up to :data:`SIGN_NOW_ALWAYS`."""
+SIGN_COST_SHARE = 20
+"""A cell signed before its result pays at most 1/20 (5 %) of its run for it: a warm ``1+1``
+is never held up by a file write (0.3 ms on an idle machine, several ms under load)."""
+SIGN_NOW_ALWAYS = 0.2
+"""Seconds of run after which a cell is signed before its result however slow the writes."""
 _SIG_NAME = re.compile(r"^[0-9]{1,12}\.json$")
 
 
@@ -135,12 +155,18 @@ class Generations:
         self.asked_full = False
         self.work_dir: Path | None = None
         self.to_sign: tuple[Path, Generation] | None = None
-        self.signer: asyncio.Future[None] | None = None
+        """The newest generation signed here whose signature file is not written yet."""
+        self.signed_at = 0.0
+        self.sign_cost = 0.001
+        """Seconds a signature file took to write, lately (a running mean)."""
+        self.writing: asyncio.Lock | None = None
+        self.ahead: asyncio.Future[None] | None = None
+        """The coalesced signature written while the next cell runs (:meth:`write_ahead`)."""
         self.handed = 0
+        """The newest generation the kernel took (its commit answered): signed once written."""
         self.asking: asyncio.Lock | None = None
         """One ``flush`` at a time: the idle session's ask and any other never share a kernel
         channel (made on first use, in the session's event loop)."""
-        """The newest generation the kernel took (its commit answered): signed once written."""
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
@@ -186,8 +212,10 @@ class Generations:
         keep = self.signed[-1].file_number if self.signed else 0
         return {COMMIT_KEY: _call("commit", number, cell_index + 1, full, keep)}
 
-    def after_cell(self, session: StateHost, kernel: KernelHandle, found: Any) -> None:
-        """Sign the generations the kernel says it wrote (from its own reply)."""
+    async def after_cell(self, session: StateHost, kernel: KernelHandle, found: Any) -> None:
+        """Sign the generations the kernel says it wrote (from its own reply); the cell's
+        own, when written, on disk before this returns if the cell ran long enough (else
+        its signature is noted, written with a later call: :meth:`write_ahead`)."""
         reply = (found or {}).get(COMMIT_KEY)
         if not isinstance(reply, Mapping) or reply.get("status") != "ok":
             if self.asked_full:  # it never ran (the cell raised): the next one stores all
@@ -198,13 +226,47 @@ class Generations:
             return
         self.handed = self.next_number - 1
         self.take(session, kernel, answer)
+        ran = answer.get("ran") if isinstance(answer, Mapping) else None
+        if (
+            self.to_sign is not None
+            and isinstance(ran, int | float)
+            and ran >= self.sign_now_after()
+        ):
+            await self.write_pending()
+
+    def sign_now_after(self) -> float:
+        """Seconds of run from which a cell is signed before its result is returned."""
+        bar = max(SIGN_NOW_AFTER, SIGN_COST_SHARE * self.sign_cost)
+        return min(bar, SIGN_NOW_ALWAYS)
+
+    def write_ahead(self) -> None:
+        """At a cell's start: when the newest signature noted is :data:`SIGN_EVERY` old,
+        write it while this cell runs (off the event loop); :meth:`caught_up` waits for it
+        before this call returns. A burst of fast cells so has its state signed every tenth
+        of a second, and none of them waits for a file."""
+        due = time.monotonic() - self.signed_at >= SIGN_EVERY
+        if self.to_sign is not None and due and self.ahead is None:
+            self.ahead = asyncio.ensure_future(self.write_pending())
+
+    async def caught_up(self) -> None:
+        """Wait for the signature :meth:`write_ahead` started (before the call returns:
+        nothing writes behind the caller's back)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            await ahead
 
     def unsigned(self, kernel: KernelHandle) -> bool:
         """Whether ``kernel`` holds a generation it took that is not signed yet (its writer
-        may still be at it): the session asks for it while idle, so that a death or a
-        host kill after the last cell finds that cell's state signed."""
+        may still be at it), or a signature waits to be written: the session asks for it
+        while idle, so that a death or a host kill after the last cell finds that cell's
+        state signed."""
         newest = self.signed[-1].number if self.signed else 0
-        return self.installed is kernel and self.handed > newest
+        return self.installed is kernel and (self.handed > newest or self.to_sign is not None)
+
+    def writing_elsewhere(self) -> bool:
+        """Whether the kernel's writer still has a generation this host handed it."""
+        newest = self.signed[-1].number if self.signed else 0
+        return self.handed > newest
 
     def take(self, session: StateHost, kernel: KernelHandle, answer: Any) -> None:
         """Sign what ``answer`` (the kernel's ``commit`` or ``flush``) lists as written."""
@@ -213,6 +275,9 @@ class Generations:
         for item in answer.get("failed") or ():
             shown = replies.printable(item)
             self.failures.append(shown)
+            if isinstance(item, list) and len(item) > 2 and item[2] == "gone":
+                self._folder_gone(session)
+                continue
             log.warning("session %s: a generation was not written: %s", session.name, shown)
         origin = kernel_origin(kernel)
         for item in answer.get("done") or ():
@@ -230,27 +295,43 @@ class Generations:
             others = [g for g in self.signed if g.number != number]
             self.signed = sorted([*others, made], key=lambda g: g.number)
 
+    def _folder_gone(self, session: StateHost) -> None:
+        """The kernel's writer found the state folder removed (the work dir deleted under
+        the session): the state is off from here on, said once; nothing makes it again."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        self.to_sign = None
+        self.unavailable = (
+            f"its folder {state_folder(session.name)} was removed from the work dir; "
+            "per-cell state is off for the rest of the session"
+        )
+        log.warning("session %s: no per-cell state: %s", session.name, self.unavailable)
+
     def _sign_soon(self, work_dir: Path, made: Generation) -> None:
-        """Have ``made``'s signature file written off the event loop, coalesced: the newest
-        one is on disk within :data:`SIGN_EVERY` seconds (what a resume after the host died
-        needs), and a burst of small cells costs one file, not one each."""
+        """Note ``made``'s signature file to write: the newest one counts, so a burst of
+        small cells costs one file, not one each. It is written during a call of the
+        caller's (this cell's end when it ran long, the next cell, ``flush``, ``close``)
+        or by the idle session's ask, never behind a caller's back right after a result."""
         if self.to_sign is None or made.number > self.to_sign[1].number:
             self.to_sign = (work_dir, made)
-        if self.signer is None or self.signer.done():
-            self.signer = asyncio.ensure_future(self._sign_loop())
 
-    async def _sign_loop(self) -> None:
-        while self.to_sign is not None:
-            work_dir, made = self.to_sign
-            self.to_sign = None
-            await asyncio.to_thread(_write_quietly, work_dir, made)
-            if self.to_sign is not None:
-                await asyncio.sleep(SIGN_EVERY)
+    async def write_pending(self) -> None:
+        """Write the newest signature waiting, if any (off the event loop)."""
+        if self.writing is None:
+            self.writing = asyncio.Lock()
+        async with self.writing:
+            pending, self.to_sign = self.to_sign, None
+            if pending is None:
+                return
+            self.signed_at = started = time.monotonic()
+            await asyncio.to_thread(_write_quietly, *pending)
+            self.sign_cost = (self.sign_cost + time.monotonic() - started) / 2
 
     async def settled(self) -> None:
-        """Wait until the newest signature handed off is written."""
-        while self.signer is not None and not self.signer.done():
-            await asyncio.shield(self.signer)
+        """Wait until the newest signature noted is written."""
+        await self.caught_up()
+        await self.write_pending()
 
     async def flush(
         self, session: StateHost, kernel: KernelHandle, timeout: float = SAVE_TIMEOUT
@@ -260,7 +341,7 @@ class Generations:
         if self.asking is None:
             self.asking = asyncio.Lock()
         async with self.asking:
-            if self.installed is kernel:
+            if self.installed is kernel and (timeout > 0 or self.writing_elsewhere()):
                 answer = await ask(kernel, "", _call("flush", timeout), timeout + 5)
                 self.take(session, kernel, answer)
         await self.settled()
@@ -320,15 +401,20 @@ def _call(function: str, *args: Any) -> str:
 
 
 def write_signature(work_dir: Path, made: Generation) -> None:
-    """Write ``made``'s signature file (never through a link the kernel planted)."""
-    relative = f"{state_folder(made.session)}/{SIGNED}"
-    with Folder.open(work_dir, relative, create=True, mode=0o700) as signed:  # the user's alone
+    """Write ``made``'s signature file (never through a link the kernel planted). The state
+    folder must be there (its kernel made it): one removed is not made again here."""
+    with (
+        Folder.open(work_dir, state_folder(made.session)) as folder,
+        folder.sub(SIGNED, create=True, mode=0o700) as signed,  # the user's alone
+    ):
         signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()], mode=0o600)
 
 
 def _write_quietly(work_dir: Path, made: Generation) -> None:
     try:
         write_signature(work_dir, made)
+    except FileNotFoundError:  # the work dir, or the state folder, was removed: nothing to sign
+        log.info("generation %d of %s not signed: its folder is gone", made.number, made.session)
     except (StorageError, WorkDirError, CheckpointError, OSError) as exc:
         log.warning("generation %d of %s not signed: %s", made.number, made.session, exc)
 

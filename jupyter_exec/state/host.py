@@ -97,6 +97,8 @@ class StateOperations(Protocol):
 
     def list_checkpoints(self, session: StateHost) -> list[Checkpoint]: ...
 
+    async def flush(self, session: StateHost) -> None: ...
+
 
 class ForkHost(StateHost, Protocol):
     """A session that can be forked: its class makes the children, which it then wires up.

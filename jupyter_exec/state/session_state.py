@@ -164,19 +164,31 @@ class SessionState(RecoveryMixin):
     ) -> None:
         """Note the names the cell changed; take an automatic checkpoint when one is due."""
         self.durable.after_cell(index, run.user_expressions)
-        self.durable.generations.after_cell(session, kernel, run.user_expressions)
+        await self.durable.generations.after_cell(session, kernel, run.user_expressions)
         serving = session.kernel_slot.kernel
         if run.status not in ("ok", "error") or session.closed or kernel is not serving:
             return
         needed = bool(self.points or self.checkpoints)
         if run.status == "error" and self.durable.expressions(kernel, needed):  # reply had none
             await self.durable.changes_after_error(kernel, index)
-        index_now, undone = self._where(session)
-        await self.durable.auto(session, kernel, {"cell_index": index_now, "undone": undone})
+        index_now = self._cells_now(session)
+
+        def where() -> dict[str, Any]:  # (a walk over every cell: only when one is due)
+            index, undone = self._where(session)
+            return {"cell_index": index, "undone": undone}
+
+        await self.durable.auto(session, kernel, where)
         starts = [p.cell_index for p in self.points]
         starts += [p.cell_index for _, p in self.checkpoints.values() if p is not None]
         starts += [c.cell_index for c in self.durable.taken]
         self.durable.forget_before(min(starts, default=index_now))
+
+    def _cells_now(self, session: StateHost) -> int:
+        """The index the next recorded cell takes (what :meth:`_where` says first)."""
+        recording = session._recording
+        assert recording is not None
+        recorder = recording.recorder
+        return recording.cells_run if recorder is None else len(recorder)
 
     def _where(self, session: StateHost) -> tuple[int, list[int]]:
         recording = session._recording
@@ -432,6 +444,9 @@ class SessionState(RecoveryMixin):
         place to restart instead (a fork in the container cannot restart; that one can)."""
         self.durable.installed = None  # the restarted process has none of it
         self.durable.generations.installed = None
+        # Nor what the last commit stored: the next one stores every name (a zygote's
+        # child starts with names of its own, which a cell may never change).
+        self.durable.generations.committed_in = None
         root = self.root
         if root is None or not in_docker(root) or kernel is root:
             return
@@ -449,6 +464,18 @@ class SessionState(RecoveryMixin):
         the rest (an idle session's poll; a kernel that cannot answer is left alone)."""
         with contextlib.suppress(CheckpointError, KernelNotAliveError, OSError):
             await self.durable.generations.flush(session, kernel, 0.0)
+
+    async def flush(self, session: StateHost) -> None:
+        """The public ``flush()``: wait for the kernel's writer, sign what it wrote, and
+        write the signature files; in turn with cells."""
+        generations = self.durable.generations
+        async with session.kernel_slot.locked():
+            kernel = session.kernel_slot.kernel
+            live = kernel is not None and not session.kernel_slot.known_dead(kernel)
+            if kernel is not None and live and kernel is generations.installed:
+                with contextlib.suppress(KernelNotAliveError):
+                    await generations.flush(session, kernel)
+            await generations.settled()
 
     async def before_close(self, session: StateHost, kernel: KernelHandle) -> None:
         """Sign the generation of the last cell before the kernel stops (a resume then starts

@@ -245,6 +245,7 @@ def test_a_generation_signed_for_another_session_or_number_is_refused(tmp_path: 
     from jupyter_exec.state.generations import write_signature
 
     made = Generation("one", 3, "a" * 64, 2, {"backend": "local"})
+    (tmp_path / state_folder("one")).mkdir()  # (its kernel made it)
     write_signature(tmp_path, made)
     assert [g.number for g in signed_on_disk(tmp_path, "one")] == [3]
     signed = tmp_path / state_folder("one") / "signed"

@@ -35,8 +35,11 @@ from lab_helpers import (
 from server_helpers import JupyterProcess, on_disk, run_as_person, run_of
 from traitlets.config import Config
 
+from jupyter_exec.engine.hooks import CellCall, CellHooks
+from jupyter_exec.models import Execution
 from jupyter_exec.notebook.replay import replay, replay_async
-from jupyter_exec.server.live import collaboration
+from jupyter_exec.server import livecell
+from jupyter_exec.server.live import LiveCells, collaboration
 
 Api = Callable[..., Awaitable[tuple[int, Any]]]
 
@@ -135,6 +138,56 @@ async def test_agent_cell_appears_while_it_runs_and_the_room_saves_it(
     assert [c["id"] for c in saved] == [cell["id"]]
     assert text(saved[0]) == "line 1\nline 2\n"
     assert run_of(saved[0]) == run_of(cell)
+
+
+class WaitsAfterRecord(CellHooks):
+    """A hook run between the record and the live cells' own end, that waits there as the
+    state's hook does (it signs the cell's state off the event loop): until the running
+    cell's stream timer, if one is pending, has fired."""
+
+    def __init__(self, live: LiveCells) -> None:
+        self.live = live
+        self.waited = 0
+
+    async def after_record(self, cell: CellCall, execution: Execution | None) -> Execution | None:
+        shown = self.live._cell
+        if shown is not None:
+            self.waited += 1
+            await until(lambda: shown._timer is None, "the live cell's stream timer")
+        return execution
+
+
+async def test_a_hook_that_waits_after_the_record_never_doubles_a_live_cells_output(
+    api: Api,
+    session: dict[str, Any],
+    jp_serverapp: Any,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path, sid = session["notebook"]["path"], session["id"]
+    doc = await open_in_room(jp_serverapp, path)
+    # The cell's text is still gathered (not written) when its reply comes, whatever the
+    # machine's speed; then a hook awaits after the record: the timer fires in that wait.
+    monkeypatch.setattr(livecell, "FLUSH_DELAY", 5.0)
+    server_session = jp_serverapp.web_app.settings["jupyter_exec_sessions"].get(sid).session
+    (live,) = [h for h in server_session.hooks if isinstance(h, LiveCells)]
+    waits = WaitsAfterRecord(live)
+    server_session.hooks.remove(live)
+    server_session.hooks.add(waits)
+    server_session.hooks.add(live)
+    code = "print('line-0', flush=True)\nprint('line-1')\nprint('line-2', end='')\nprint()"
+    status, execution = await api("POST", "sessions", sid, "execute", body={"code": code})
+    assert status == 200
+    assert execution["status"] == "ok", execution
+    assert waits.waited == 1
+    (cell,) = [c for c in cells(doc) if c["source"]]
+    shown = text(cell)
+    assert [shown.count(f"line-{k}") for k in range(3)] == [1, 1, 1], shown
+    assert shown == "line-0\nline-1\nline-2\n"
+    saved = await until(
+        lambda: [c for c in on_disk(root, path)["cells"] if text(c)], "the room's save"
+    )
+    assert [text(c) for c in saved] == ["line-0\nline-1\nline-2\n"]
 
 
 def doc_room(serverapp: Any, path: str) -> str:

@@ -293,7 +293,7 @@ async def wait_gone(pid: int) -> None:
 async def test_with_undo_snapshots_the_lost_names_are_those_changed_after_it(
     sessions: Any,
 ) -> None:
-    session = await sessions("u", undo_steps=1)
+    session = await sessions("u", undo_steps=1, save_state=False)  # the snapshot alone
     await session.execute("data = {'k': 1}\nother = 5")
     await session.execute("data['k'] = 2")
     await kill_kernel(session)
@@ -363,7 +363,7 @@ def test_changed_in_place_sees_item_attribute_and_method_changes() -> None:
 async def test_after_a_restore_a_death_comes_back_from_the_restored_timeline(
     sessions: Any,
 ) -> None:
-    session = await sessions("t")
+    session = await sessions("t", save_state=False)  # the checkpoints alone
     await session.execute("x = 1")
     first = await session.checkpoint("first")
     await session.execute("x = 2")

@@ -83,12 +83,13 @@ async def test_kill_9_after_a_cell_the_next_cells_see_every_completed_cell(
     session = await sessions(name="after")
     await session.execute("mark = 1")
     await session.execute("other = [1, 2]")
-    await session.execute("mark = 2")  # never signed before the kill: run again
+    await session.execute("mark = 2")  # signed as it returned (a small change)
     await kill_kernel(session)
     died = await session.execute("mark")
     assert died.status == "died"
     assert died.recovered is not None
     assert {"mark", "other"} <= set(died.recovered.names)
+    assert died.recovered.source == "generation 3 of .after_state"  # no cell run again
     assert died.recovered.lost == {}
     assert await value(session, "(mark, other)") == (2, [1, 2])
     nb = read_valid_notebook(session.notebook_path)  # type: ignore[arg-type]
