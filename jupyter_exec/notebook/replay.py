@@ -417,8 +417,10 @@ async def replay_async(
             if progress is not None:
                 _show_environment(progress, found)
         else:  # a notebook from elsewhere: its own words tell the versions' side
-            asked = {"packages": {b.package: "" for b in reprs.BRIDGES}}
-            now = await session.environment_here(asked, backend, kernel_name)
+            now = {}
+            if session.language == "python":  # the probe is Python; the entries are too
+                asked = {"packages": {b.package: "" for b in reprs.BRIDGES}}
+                now = await session.environment_here(asked, backend, kernel_name)
             bridges = reprs.unrecorded_bridges(now)
             if bridges:
                 plan = replace(plan, judging=replace(judging, bridges=bridges))
