@@ -299,6 +299,10 @@ NOT_REPLAYABLE: dict[str, dict[int, tuple[str, str]] | tuple[str, str]] = {
 }
 """Every notebook of the corpus that does not replay clean, and why (no other is excluded)."""
 
+BY_CHANCE = {"nbval:index.ipynb": {20}}
+"""Listed cells whose random output matches the record now and then (``randint(1, 8)``
+lines of ``1``: one run in seven), so either verdict is theirs."""
+
 SHORT_TIMEOUT = {
     "nbclient:Interrupt.ipynb": 3.0,
     "papermill:keyboard_interrupt.ipynb": 3.0,
@@ -384,6 +388,10 @@ def test_the_corpus_is_its_sources_notebooks_and_every_exception_is_one_of_them(
     assert len(names) == TOTAL
     assert set(NOT_REPLAYABLE) <= names
     assert set(SHORT_TIMEOUT) <= names
+    for name, cells in BY_CHANCE.items():  # only a cell already listed may match by chance
+        listed = NOT_REPLAYABLE[name]
+        assert isinstance(listed, dict)
+        assert cells <= set(listed)
 
 
 @pytest.mark.parametrize("number", range(TOTAL))
@@ -415,4 +423,8 @@ def test_each_notebook_replays_clean_or_is_listed_with_a_reason(
         expected = why[0]
     elif why is not None:
         expected = {n: verdict for n, (verdict, _) in why.items()}
+    for cell in BY_CHANCE.get(name, ()):
+        for verdicts in (found, expected):
+            if isinstance(verdicts, dict):
+                verdicts.pop(cell, None)
     assert found == expected, name
