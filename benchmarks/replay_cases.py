@@ -15,6 +15,7 @@ the cells in between. Totals (with kernel start) are reported as well.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from benchmarks.core import Config, Row, case
 from jupyter_exec.notebook.replay import replay
@@ -195,4 +197,107 @@ def replay_case(cfg: Config) -> list[Row]:
         per_cell = "per cell" in name
         scale, unit = (1000.0, "ms") if per_cell else (1.0, "s")
         rows.append(Row(name, ours * scale, theirs * scale, unit, f"floor = nbclient; {notes}"))
+    return rows
+
+
+# -- the corpus: real notebooks, the same ones the replay test judges ------------------------
+
+
+def _corpus_notebooks(root: Path, limit: int | None) -> list[tuple[str, Path]]:
+    """The corpus of ``tests/notebook/test_replay_corpus.py`` (its sources, cache and pins:
+    one mechanism), less the notebooks that cannot start or are meant to run into a limit."""
+    import importlib.util
+
+    test = Path(__file__).resolve().parent.parent / "tests/notebook/test_replay_corpus.py"
+    spec = importlib.util.spec_from_file_location("_replay_corpus", test)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {test}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    found: list[tuple[str, Path]] = []
+    for source in module.SOURCES:
+        for name, path in module._extract(source, root / source.name).items():
+            why = module.NOT_REPLAYABLE.get(name)
+            if isinstance(why, tuple) or name in module.SHORT_TIMEOUT:
+                continue
+            found.append((name, path))
+    return found[:limit]
+
+
+def _fresh_copy(path: Path, into: Path) -> Path:
+    """The notebook and its folder's other files in a new folder (what each run starts from)."""
+    import shutil
+
+    into.mkdir(parents=True)
+    for sibling in path.parent.iterdir():
+        if sibling.is_file():
+            shutil.copy(sibling, into / sibling.name)
+    return into / path.name
+
+
+def _corpus_times(path: Path, scratch: Path, first_ours: bool) -> tuple[float, float]:
+    """(ours, nbclient) seconds for one notebook, each from a fresh copy, kernel start included."""
+    times: dict[str, float] = {}
+    for which in ("ours", "nbclient") if first_ours else ("nbclient", "ours"):
+        copy = _fresh_copy(path, scratch / which)
+        start = time.perf_counter()
+        if which == "ours":
+            replay(copy, timeout=20)
+        else:
+            nb = nbformat.read(copy, as_version=4)
+            client = NotebookClient(
+                nb,
+                timeout=20,
+                kernel_name="python3",
+                allow_errors=True,
+                resources={"metadata": {"path": str(copy.parent)}},
+            )
+            # Autokill.ipynb: nbclient stops there; the replay reports and goes on
+            with contextlib.suppress(DeadKernelError, CellTimeoutError):
+                client.execute()
+        times[which] = time.perf_counter() - start
+    return times["ours"], times["nbclient"]
+
+
+def corpus_overhead(quick: bool = False) -> list[RowTuple]:
+    """Rows: the summed time to run the corpus notebooks, replay (run, record, judge) against
+    nbclient (run), each notebook alternating which goes first."""
+    with tempfile.TemporaryDirectory(prefix="jx-replay-corpus-") as tmp:
+        root = Path(tmp)
+        notebooks = _corpus_notebooks(root / "corpus", 12 if quick else None)
+        ours: list[float] = []
+        theirs: list[float] = []
+        for i, (name, path) in enumerate(notebooks):
+            print(f"replay corpus bench: {i + 1}/{len(notebooks)} {name}", file=sys.stderr)
+            a, b = _corpus_times(path, root / f"run{i}", first_ours=i % 2 == 0)
+            ours.append(a)
+            theirs.append(b)
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    return [
+        (
+            f"replay corpus: {len(notebooks)} real notebooks, summed",
+            sum(ours),
+            sum(theirs),
+            "the replay test's corpus (nbclient, papermill, nbval, nbconvert, nbformat, "
+            "jupytext, nbstripout, pytest-notebook), less those that cannot start or sleep "
+            "into a limit; each notebook from a fresh copy, kernel start included; ours also "
+            "records and judges every cell",
+        ),
+        (
+            "replay corpus: per notebook, median of ours/nbclient",
+            statistics.median(ratios),
+            1.0,
+            f"n={len(ratios)}; the ratio of the two times per notebook",
+        ),
+    ]
+
+
+@case("replay-corpus")
+def replay_corpus_case(cfg: Config) -> list[Row]:
+    """Replay of the corpus's real notebooks vs nbclient executing them (summed, per notebook)."""
+    rows = []
+    for name, ours, theirs, notes in corpus_overhead(quick=cfg.quick):
+        unit = "x" if "ratio" in notes else "s"
+        rows.append(Row(name, ours, theirs, unit, f"floor = nbclient; {notes}"))
     return rows

@@ -435,15 +435,22 @@ async def replay_async(
                     plan = replace(plan, judging=replace(judging, bridges=bridges))
                 if progress is not None:
                     _show_environment(progress, found)
-            elif progress is not None:
-                progress.write(
-                    "environment: not recorded (the notebook holds no jupyter_exec record)\n"
-                )
+            else:  # a notebook from elsewhere: its own words tell the versions' side
+                now = {}
+                if session.language == "python":  # the probe is Python; the entries are too
+                    asked = {"packages": {b.package: "" for b in reprs.BRIDGES}}
+                    now = await session.environment_here(asked, backend, kernel_name)
+                bridges = reprs.unrecorded_bridges(now)
+                if bridges:
+                    plan = replace(plan, judging=replace(judging, bridges=bridges))
+                if progress is not None:
+                    progress.write(
+                        "environment: not recorded (the notebook holds no jupyter_exec record)\n"
+                    )
             results = await plan.run(session, bar, notify)
             extra = {**_facts(nb), "environment": {"recorded": record}, "where": where.to_dict()}
-            if record is not None:
-                extra["environment"]["here"] = now
-                extra["environment"]["repr_rules"] = [b.reason for b in bridges]
+            extra["environment"]["here"] = now
+            extra["environment"]["repr_rules"] = [b.reason for b in bridges]
             if runs == 2:
                 second = session_for(second_target, runs_in[1])
                 if progress is not None:

@@ -17,6 +17,13 @@ rewrites forms, never values, within one line, so the values still have to match
 ``np.int64(9)`` against ``10`` stays different. A rewrite that keeps every value is applied to
 both sides (a record may show the newer form too); the figure's, which drops the size and the
 count of Axes, only to the side in the newer version. Pure functions, no I/O.
+
+A notebook from elsewhere (nbclient's, a project's documentation) names no versions at all.
+Its own words are then the evidence: no version prints ``9`` and ``np.int64(9)`` for the same
+code, so :func:`unrecorded_bridges` turns on every entry whose new form the replay's version
+prints, the record taken as the side before the change, and the reason says so:
+``numpy-scalar-repr (numpy not recorded, 2.4.6 here)``. The rewrites are the same, so the
+values still have to match.
 """
 
 from __future__ import annotations
@@ -25,7 +32,18 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BRIDGES", "ActiveBridge", "ReprBridge", "active_bridges", "bridge_lines"]
+__all__ = [
+    "BRIDGES",
+    "NOT_RECORDED",
+    "ActiveBridge",
+    "ReprBridge",
+    "active_bridges",
+    "bridge_lines",
+    "unrecorded_bridges",
+]
+
+NOT_RECORDED = "not recorded"
+"""The recorded version of a notebook that names none (:func:`unrecorded_bridges`)."""
 
 Rewrite = tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
 
@@ -183,6 +201,32 @@ _DEFAULT_REPR = ReprBridge(
     older=_OBJECT_AT,
 )
 
+_DISPLAY_OBJECT: tuple[Rewrite, ...] = (
+    (re.compile(r"<(IPython\.(?:core|lib)\.display\.[A-Za-z_]\w*) at 0x[\w<>]+>"), r"<\1 object>"),
+)
+_IPYTHON_DISPLAY = ReprBridge(
+    "ipython-display-repr",
+    "ipython",
+    None,
+    _DISPLAY_OBJECT,
+    "<IPython.core.display.HTML at 0x...> -> <IPython.core.display.HTML object> (IPython's "
+    "display objects got a repr without their address)",
+    older=_DISPLAY_OBJECT,  # the class is kept; the address was never a value
+)
+
+_BACKEND_NAME: tuple[Rewrite, ...] = (
+    (re.compile(r"\bmodule://(?:ipykernel\.pylab|matplotlib_inline)\.backend_inline\b"), "inline"),
+)
+_MPL_INLINE = ReprBridge(
+    "matplotlib-inline-backend-name",
+    "matplotlib",
+    None,
+    _BACKEND_NAME,
+    "module://ipykernel.pylab.backend_inline -> inline (the inline backend's module moved to "
+    "matplotlib_inline, then matplotlib named it 'inline')",
+    older=_BACKEND_NAME,  # one backend under three names
+)
+
 BRIDGES: tuple[ReprBridge, ...] = (
     _NUMPY_SCALAR,
     _NUMPY_VOID,
@@ -190,6 +234,8 @@ BRIDGES: tuple[ReprBridge, ...] = (
     _MPL_FIGURE,
     _MPL_CONTAINER,
     _DEFAULT_REPR,
+    _IPYTHON_DISPLAY,
+    _MPL_INLINE,
 )
 """Every known repr change, in the order they are applied (see docs/howto/replay.md)."""
 
@@ -205,6 +251,8 @@ class ActiveBridge:
     @property
     def reason(self) -> str:
         """``numpy-scalar-repr (numpy 1.26.4 recorded, 2.4.6 here)``: a cell's reason."""
+        if self.recorded == NOT_RECORDED:
+            return f"{self.bridge.name} ({self.bridge.package} {NOT_RECORDED}, {self.here} here)"
         return (
             f"{self.bridge.name} ({self.bridge.package} {self.recorded} recorded, {self.here} here)"
         )
@@ -236,6 +284,29 @@ def active_bridges(
         old, new = before.get(bridge.package), now.get(bridge.package)
         if isinstance(old, str) and isinstance(new, str) and bridge.bridges(old, new):
             out.append(ActiveBridge(bridge, old, new))
+    return tuple(out)
+
+
+def unrecorded_bridges(here: Mapping[str, object] | None) -> tuple[ActiveBridge, ...]:
+    """The entries on for a notebook that records no versions: every one whose package the
+    replay's kernel has at or past its change (``here``: :func:`active_bridges`'s shape).
+
+    The record is taken as the side before the change (its recorded version is
+    :data:`NOT_RECORDED`), so an entry that rewrites only the newer side's words (the
+    figure's) rewrites the replay's; a record that shows the new form as well still matches
+    only where its values do.
+    """
+    now = (here or {}).get("packages")
+    if not isinstance(now, Mapping):
+        return ()
+    out: list[ActiveBridge] = []
+    for bridge in BRIDGES:
+        version = now.get(bridge.package)
+        release = _release(version) if isinstance(version, str) else None
+        if release is None or not isinstance(version, str):
+            continue
+        if bridge.since is None or release >= (_release(bridge.since) or ()):
+            out.append(ActiveBridge(bridge, NOT_RECORDED, version))
     return tuple(out)
 
 

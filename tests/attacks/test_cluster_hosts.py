@@ -69,12 +69,17 @@ def _launcher_argv(kernel_id: str, public_key: str, work_root: Path) -> list[str
 
 @on_session_loop
 @pytest.mark.parametrize(
-    "pin", ["127.0.0.1", "localhost", "127.0.0.4", "10.11.12.13", "127.0.0.2; touch /tmp/pwned"]
+    "pin", ["127.0.0.1", "localhost", "127.0.0.4", "10.11.12.13", "127.0.0.2; touch {marker}"]
 )
 async def test_pinning_a_host_outside_the_list_is_refused_before_anything_runs(
     gateway_side: GatewaySide,  # noqa: F811
     pin: str,
 ) -> None:
+    # The injected command's marker is this test's own (a shared /tmp name was once created
+    # by another test's notebook, and this test failed for it), in a folder the hosts' user
+    # could write to if the pin ever reached a shell there.
+    marker = gateway_side.cluster.home / f"pwned-{uuid.uuid4().hex}"
+    pin = pin.format(marker=marker)
     km = AsyncKernelManager(
         kernel_name="cluster-test", kernel_spec_manager=OneSpec(gateway_side.spec())
     )
@@ -84,7 +89,7 @@ async def test_pinning_a_host_outside_the_list_is_refused_before_anything_runs(
     assert _accepted_sessions(gateway_side) == sessions  # no SSH session was even opened
     assert _kernel_dirs(gateway_side) == dirs
     assert gateway_side.cluster.kernel_processes() == []
-    assert not Path("/tmp/pwned").exists()
+    assert not marker.exists()
 
 
 @on_session_loop

@@ -2,9 +2,11 @@
 
 Each entry of :data:`~jupyter_exec.notebook.reprs.BRIDGES` has a pair a person calls the same
 (``equivalent``, the entry named with the versions it bridges) and a pair that must stay
-``different`` (another value behind the new form); with the same versions, or none recorded,
-the entries are off and the same pair is ``different``. The last test replays a real
-notebook whose record says NumPy 1.
+``different`` (another value behind the new form); with the same versions, or a record with
+no versions for the package, the entries are off and the same pair is ``different``. A
+notebook from elsewhere (no jupyter_exec record at all) is read by its own words: the entries
+whose new form the replay prints are on. Replays of a real notebook whose record says NumPy
+1, and of one from elsewhere.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import pytest
 from jupyter_exec import Session
 from jupyter_exec.notebook.compare import compare_outputs
 from jupyter_exec.notebook.replay import replay
-from jupyter_exec.notebook.reprs import BRIDGES, active_bridges
+from jupyter_exec.notebook.reprs import BRIDGES, active_bridges, unrecorded_bridges
 
-OLD = {"packages": {"numpy": "1.26.4", "pandas": "1.5.3", "matplotlib": "2.1.2"}}
-NEW = {"packages": {"numpy": "2.1.0", "pandas": "2.2.3", "matplotlib": "3.9.0"}}
+OLD = {
+    "packages": {"numpy": "1.26.4", "pandas": "1.5.3", "matplotlib": "2.1.2", "ipython": "5.8.0"}
+}
+NEW = {"packages": {"numpy": "2.1.0", "pandas": "2.2.3", "matplotlib": "3.9.0", "ipython": "9.1.0"}}
 
 
 def shown(text: str) -> list[dict[str, Any]]:
@@ -86,6 +90,24 @@ PAIRS = [
         "[<matplotlib.lines.Line2D at 0x7ff83d5cffd0>]",
         "[<matplotlib.patches.Rectangle at 0x7ff83d5cffd0>]",
     ),
+    (
+        "ipython-display-repr",
+        "<IPython.core.display.HTML at 0x10b4f7a90>",
+        "<IPython.core.display.HTML object>",
+        "<IPython.core.display.Javascript object>",
+    ),
+    (
+        "matplotlib-inline-backend-name",
+        "module://ipykernel.pylab.backend_inline",
+        "inline",
+        "agg",
+    ),
+    (
+        "matplotlib-inline-backend-name",
+        "backend: module://matplotlib_inline.backend_inline",
+        "backend: inline",
+        "backend: module://matplotlib_inline.backend_inline2",
+    ),
 ]
 
 
@@ -106,6 +128,59 @@ def test_each_entry_bridges_its_pair_and_no_other_value(
         assert off.verdict == "different", (before, now)
 
 
+@pytest.mark.parametrize(("name", "recorded", "replayed", "other"), PAIRS)
+def test_a_notebook_that_records_no_versions_is_read_by_its_own_words(
+    name: str, recorded: str, replayed: str, other: str
+) -> None:
+    """A notebook from elsewhere names no versions: each entry the replay's versions print the
+    new form of is on, the record taken as the older side, and the reason says it was not
+    recorded; another value behind the new form stays different."""
+    bridges = unrecorded_bridges(NEW)
+    found = compare_outputs(shown(recorded), shown(replayed), bridges=bridges)
+    assert found.verdict == "equivalent"
+    package = next(b.package for b in BRIDGES if b.name == name)
+    assert f"{name} ({package} not recorded, {NEW['packages'][package]} here)" in found.reasons
+    assert compare_outputs(shown(recorded), shown(other), bridges=bridges).verdict == "different"
+
+
+def test_an_unrecorded_entry_is_on_only_where_the_replay_prints_the_new_form() -> None:
+    names = {b.bridge.name for b in unrecorded_bridges(OLD)}  # NumPy 1, pandas 1, mpl 2.1
+    assert names == {"object-repr-form", "ipython-display-repr", "matplotlib-inline-backend-name"}
+    assert unrecorded_bridges(None) == ()
+    assert unrecorded_bridges({"packages": {"numpy": None}}) == ()
+    # The figure's rewrite drops the size: a record in the new form at another size differs.
+    bridges = unrecorded_bridges(NEW)
+    assert compare_outputs(
+        shown("<Figure size 432x288 with 1 Axes>"),
+        shown("<Figure size 640x480 with 1 Axes>"),
+        bridges=bridges,
+    ).verdict == ("different")
+
+
+def test_a_replay_of_a_notebook_from_elsewhere_names_the_entries(tmp_path: Path) -> None:
+    """An nbclient-style notebook (no jupyter_exec record) whose record says ``9``."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    cells = [("import numpy as np\nnp.int64(4) + 5", "9"), ("np.int64(4) + 6", "11.0")]
+    for source, text in cells:
+        cell = nbformat.v4.new_code_cell(source, execution_count=1)
+        cell.outputs = [nbformat.v4.new_output("execute_result", {"text/plain": text})]
+        nb.cells.append(cell)
+    path = tmp_path / "elsewhere.ipynb"
+    nbformat.write(nb, path)
+    report = replay(path)
+    assert [c.status for c in report.cells] == ["equivalent", "different"]
+    reason = f"numpy-scalar-repr (numpy not recorded, {numpy.__version__} here)"
+    assert report.cells[0].reasons == (reason,)
+    assert reason in report.extra["environment"]["repr_rules"]
+
+
 def test_every_entry_has_a_pair() -> None:
     assert {b.name for b in BRIDGES} == {name for name, *_ in PAIRS}
 
@@ -124,7 +199,11 @@ def test_an_entry_needs_the_versions_on_the_two_sides_of_its_change() -> None:
             {"packages": {"matplotlib": "3.2.2"}}, {"packages": {"matplotlib": "3.9.0"}}
         )
     ]
-    assert names == ["matplotlib-hist-container-repr", "object-repr-form"]
+    assert names == [
+        "matplotlib-hist-container-repr",
+        "object-repr-form",
+        "matplotlib-inline-backend-name",
+    ]
 
 
 def test_a_record_newer_than_the_replay_is_rewritten_on_its_own_side() -> None:
