@@ -224,6 +224,7 @@ def test_saved_file_claims_from_the_kernel_are_checked(session: Session, tmp_pat
         import os
         from IPython.display import publish_display_data
         prefix = get_ipython()._jupyter_exec_guard.large["prefix"]
+        os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # made on first use
         os.symlink({str(secret)!r}, prefix + "-1.png")
         for claim in (prefix + "-1.png", "../" + {secret.name!r}, {str(secret)!r}):
             publish_display_data({{"text/plain": "x"}},
