@@ -68,15 +68,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _runtime_imports(tree: ast.AST, modules: set[str]) -> Iterator[str]:
-    """Every ``jupyter_exec`` module the code imports when it runs (not for type checkers).
+def _runtime_imports(tree: ast.AST, modules: set[str], typing: bool = False) -> Iterator[str]:
+    """Every ``jupyter_exec`` module the code imports when it runs (not for type checkers,
+    unless ``typing``).
 
     ``from jupyter_exec.x import y`` imports the module ``jupyter_exec.x.y`` when there is one,
     else it takes the name ``y`` from ``jupyter_exec.x``. (The package ``__init__`` that Python
     also runs on the way is left out: a submodule importing its sibling through it is no circle.)
     """
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for other in node.orelse:
                 yield from _runtime_imports(other, modules)
             continue
@@ -87,7 +88,7 @@ def _runtime_imports(tree: ast.AST, modules: set[str]) -> Iterator[str]:
                     yield full if full in modules else node.module
         elif isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name.startswith("jupyter_exec"))
-        yield from _runtime_imports(node, modules)
+        yield from _runtime_imports(node, modules, typing)
 
 
 @functools.cache
@@ -224,18 +225,6 @@ def test_the_state_machinery_knows_the_session_only_as_a_protocol() -> None:
     assert [n for n in state if "jupyter_exec.session.session" in graph[n]] == []
 
 
-def _all_imports(tree: ast.AST, modules: set[str]) -> Iterator[str]:
-    """Every ``jupyter_exec`` module the code names in an import, for type checkers too."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.startswith("jupyter_exec"):
-                for alias in node.names:
-                    full = f"{node.module}.{alias.name}"
-                    yield full if full in modules else node.module
-        elif isinstance(node, ast.Import):
-            yield from (a.name for a in node.names if a.name.startswith("jupyter_exec"))
-
-
 WITHOUT_TYPE_CIRCLES = ("inkernel", "boundary", "network", "remote", "cluster", "engine")
 WITHOUT_TYPE_CIRCLES += ("docker", "state", "notebook", "agents", "integrations", "mcp", "cli")
 """Folders whose modules do not name each other in a circle even under ``TYPE_CHECKING``:
@@ -247,7 +236,7 @@ the state machinery sees the session and its own parts through protocols (``stat
 def test_no_circle_even_for_type_checkers(folder: str) -> None:
     sources = {_module_name(p): p for p in (PACKAGE / folder).rglob("*.py")}
     graph = {
-        name: {t for t in _all_imports(ast.parse(path.read_text("utf-8")), set(sources))}
+        name: set(_runtime_imports(ast.parse(path.read_text("utf-8")), set(sources), typing=True))
         & set(sources) - {name}
         for name, path in sources.items()
     }
