@@ -29,6 +29,29 @@ _KEY_DIR = Path(tempfile.mkdtemp(prefix="jx-checkpoint-key-"))
 os.environ["JUPYTER_EXEC_CHECKPOINT_KEY"] = str(_KEY_DIR / "checkpoint.key")
 atexit.register(shutil.rmtree, _KEY_DIR, ignore_errors=True)
 
+COUNT_KERNELS = os.environ.get("JUPYTER_EXEC_TEST_COUNT_KERNELS", "") not in ("", "0")
+"""Opt-in: ``JUPYTER_EXEC_TEST_COUNT_KERNELS=1`` ends the run with the kernels each test file
+started (or restarted) in the test processes, largest first: where sharing one would pay."""
+_LAUNCHES = [0, 0]  # kernels launched in this process so far, and at the last report
+
+
+def _count_kernel_launches() -> None:
+    """Count every launch of jupyter_client's kernel managers in this process (local and
+    Docker provisioners, restarts, in-process servers; not those of server subprocesses)."""
+    from jupyter_client.manager import KernelManager
+
+    launch = KernelManager._async_launch_kernel
+
+    async def counted(self: Any, kernel_cmd: list[str], **kw: Any) -> None:
+        _LAUNCHES[0] += 1
+        await launch(self, kernel_cmd, **kw)
+
+    KernelManager._async_launch_kernel = counted  # type: ignore[method-assign]
+
+
+if COUNT_KERNELS:
+    _count_kernel_launches()
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None]:
@@ -40,6 +63,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """
     outcome = yield
     report = outcome.get_result()
+    if COUNT_KERNELS:  # this phase's launches travel with its report (to the xdist controller)
+        report.user_properties.append(("kernel_launches", _LAUNCHES[0] - _LAUNCHES[1]))
+        _LAUNCHES[1] = _LAUNCHES[0]
     if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
@@ -59,6 +85,8 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None]:
 
 _FOLDER_TIME: dict[str, list[float]] = {}
 """Seconds spent per test folder (setup, call and teardown), and the count of tests."""
+_FILE_LAUNCHES: dict[str, int] = {}
+"""Kernels launched per test file (only with JUPYTER_EXEC_TEST_COUNT_KERNELS=1)."""
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -68,6 +96,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     spent = _FOLDER_TIME.setdefault(folder, [0.0, 0])
     spent[0] += report.duration
     spent[1] += report.when == "call"
+    launched = dict(report.user_properties).get("kernel_launches", 0)
+    if launched:
+        path = report.nodeid.split("::")[0]
+        _FILE_LAUNCHES[path] = _FILE_LAUNCHES.get(path, 0) + int(launched)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -75,6 +107,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
     Summed over workers, so it is test time, not wall time (with two workers about twice the
     wall clock); its use is the proportions, and a folder that grows between runs."""
+    if COUNT_KERNELS:
+        terminalreporter.write_sep("=", "kernels launched per test file (test processes only)")
+        for path, count in sorted(_FILE_LAUNCHES.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{count:6d}  {path}")
+        terminalreporter.write_line(f"{sum(_FILE_LAUNCHES.values()):6d}  total")
     if len(_FOLDER_TIME) < 2:
         return
     total = sum(t for t, _ in _FOLDER_TIME.values()) or 1.0

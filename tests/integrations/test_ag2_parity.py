@@ -40,8 +40,18 @@ from jupyter_exec.integrations.ag2 import (  # noqa: E402
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.fixture(scope="module")
+def executor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionCodeExecutor]:
+    """One executor (one kernel) for the cases that only run blocks and read what they gave:
+    each defines what it reads and names its own files, so none depends on another's state."""
+    with SessionCodeExecutor(tmp_path_factory.mktemp("ag2-shared"), timeout=60) as made:
+        yield made
+
+
 @pytest.fixture
-def executor(tmp_path: Path) -> Iterator[SessionCodeExecutor]:
+def fresh_executor(tmp_path: Path) -> Iterator[SessionCodeExecutor]:
+    """An executor of this test's own, for a case that restarts the kernel or needs its
+    kernel started inside the test (after the test's own environment is set)."""
     with SessionCodeExecutor(tmp_path, timeout=60) as made:
         yield made
 
@@ -110,24 +120,27 @@ def test_timeout(tmp_path: Path) -> None:
         assert "Timeout" in result.output
 
 
-def test_silent_pip_install(executor: SessionCodeExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_silent_pip_install(
+    fresh_executor: SessionCodeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel starts at the first block, after these: `!pip` inherits them from it.
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # no network here: nothing may be fetched
     monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-    result = run(executor, "!pip install matplotlib numpy")
+    result = run(fresh_executor, "!pip install matplotlib numpy")
     assert result.exit_code == 0
     assert result.output.strip() in ("", "(no output)")
     missing = f"matplotlib_{uuid.uuid4().hex}"
-    result = run(executor, f"!pip install {missing}")
+    result = run(fresh_executor, f"!pip install {missing}")
     assert result.exit_code == 0
     assert "ERROR: " in result.output
 
 
-def test_restart(executor: SessionCodeExecutor) -> None:
-    result = run(executor, "x = 123")
+def test_restart(fresh_executor: SessionCodeExecutor) -> None:
+    result = run(fresh_executor, "x = 123")
     assert result.exit_code == 0
     assert result.output.strip() in ("", "(no output)")
-    executor.restart()
-    result = run(executor, "print(x)")
+    fresh_executor.restart()
+    result = run(fresh_executor, "print(x)")
     assert result.exit_code
     assert "NameError" in result.output
 
@@ -270,9 +283,13 @@ def test_missing_work_dir_is_refused_not_made(tmp_path: Path) -> None:
 NOTHING_RUNS = {"python": False, "bash": False, "javascript": False, "html": False, "css": False}
 
 
-@pytest.fixture
-def cli_executor(tmp_path: Path) -> Iterator[SessionCommandLineExecutor]:
-    with SessionCommandLineExecutor(tmp_path, timeout=60) as made:
+@pytest.fixture(scope="module")
+def cli_executor(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SessionCommandLineExecutor]:
+    """One command-line executor for the cases that run blocks and read their own results
+    (its restart is a warning and no action: the cases cannot disturb each other)."""
+    with SessionCommandLineExecutor(tmp_path_factory.mktemp("ag2-cli"), timeout=60) as made:
         yield made
 
 

@@ -1,7 +1,7 @@
 """AG2 1.x's ``Sandbox`` protocol on a session, driven by a real AG2 1.x agent in its own venv.
 
 AG2 1.x cannot share a venv with the AG2 0.x the test extra installs; the
-venv is the one ``tests/integrations/test_ag2_tools.py`` makes (cached, built once).
+venv is the one ``tests/integrations/test_ag2_tools.py`` makes (cached per machine, built once).
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ag2_tools import ag2x_python  # noqa: F401 - the fixture making AG2 1.x's venv
+from test_ag2_tools import (  # the fixture making AG2 1.x's venv, and its environment
+    ag2x_environment,
+    ag2x_python,  # noqa: F401
+)
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "ag2x_sandbox_drive.py"
 
@@ -29,6 +32,7 @@ def test_shell_and_code_tools_share_one_session(
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=ag2x_environment(),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]

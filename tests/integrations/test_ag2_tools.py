@@ -1,20 +1,22 @@
 """The AG2 1.x ``CodeEnvironment``, tested with the real ``ag2>=1`` in a venv of its own.
 
 AG2 0.x (``autogen``) and 1.x (``ag2``) are the same distribution, so they
-cannot share a venv. A session-scoped fixture makes one with ``ag2>=1`` and this
-repository (editable, so the code under test is the working tree) and runs
-``tests/scripts/ag2x_drive.py`` inside it. The venv is cached under
-``~/.cache/jupyter-exec-tests`` keyed by the Python version and this repo's
-dependencies, so only the first run pays for it (about a minute).
+cannot share a venv. A session-scoped fixture makes one with ``ag2>=1`` and the
+package's dependencies and runs ``tests/scripts/ag2x_drive.py`` inside it, with this
+checkout first on ``PYTHONPATH`` (:func:`ag2x_environment`), so the code under test is
+the working tree. The venv holds no copy of the package and names no checkout: it is
+cached under ``~/.cache/jupyter-exec-tests`` keyed by the Python version, the AG2
+requirement and the package's ``install_requires`` only, so every clone and worktree
+shares one, and only the first run on a machine pays for it (about 35 seconds).
 """
 
 from __future__ import annotations
 
+import configparser
 import fcntl
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,33 +32,45 @@ AG2_REQUIREMENT = "ag2>=1,<2"
 pytestmark = pytest.mark.timeout(900)
 
 
+def _install_requires() -> list[str]:
+    """The package's own dependencies, as ``setup.cfg`` declares them."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg", encoding="utf-8")
+    return config["options"]["install_requires"].split()
+
+
 def _venv_key() -> str:
     digest = hashlib.sha256()
-    digest.update(f"{sys.version_info[:2]}|{AG2_REQUIREMENT}|{REPO}".encode())
-    digest.update((REPO / "setup.cfg").read_bytes())
+    digest.update(f"{sys.version_info[:2]}|{AG2_REQUIREMENT}".encode())
+    digest.update("|".join(_install_requires()).encode())
     return digest.hexdigest()[:12]
+
+
+def ag2x_environment() -> dict[str, str]:
+    """This process's environment with this checkout first on ``PYTHONPATH``: the venv's
+    interpreter, and the kernels it starts, import the package from the working tree."""
+    path = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
 @pytest.fixture(scope="session")
 def ag2x_python() -> Path:
-    """The interpreter of a venv holding AG2 1.x and jupyter-exec (made once, then reused)."""
-    venv = CACHE / f"ag2x-venv-{_venv_key()}"
+    """The interpreter of a venv holding AG2 1.x and the package's dependencies (made once
+    per machine and dependency set, then reused by every checkout)."""
+    venv = CACHE / f"ag2x-deps-{_venv_key()}"
     python = venv / "bin" / "python"
     ready = venv / ".ready"
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers: one builds, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers and other checkouts: one builds
         if not ready.exists():
-            for stale in CACHE.glob("ag2x-venv-*/.ready"):  # this checkout's, older deps
-                if stale.read_text().splitlines()[-1:] == [str(REPO)]:
-                    shutil.rmtree(stale.parent, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
             subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", AG2_REQUIREMENT, "-e", str(REPO)],
+                [str(python), "-m", "pip", "install", "-q", AG2_REQUIREMENT, *_install_requires()],
                 check=True,
                 timeout=840,
             )
-            ready.write_text(f"{AG2_REQUIREMENT}\n{REPO}")
+            ready.write_text(AG2_REQUIREMENT + "\n" + "\n".join(_install_requires()) + "\n")
     return python
 
 
@@ -68,6 +82,7 @@ def test_sandbox_code_tool_runs_on_a_jupyter_session(ag2x_python: Path, tmp_path
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=ag2x_environment(),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]

@@ -95,10 +95,9 @@ async def test_close_from_another_task_records_the_running_cell(
     assert read_notebook(s.notebook_path).cells[0].metadata["jupyter_exec"]["status"] == "cancelled"
 
 
-def test_an_earlier_execution_keeps_what_it_showed(fresh_session: MakeSession) -> None:
-    s = fresh_session()
-    first = s.execute("h = display('a', display_id=True)")
-    s.execute("h.update('b')")
+def test_an_earlier_execution_keeps_what_it_showed(session: Session) -> None:
+    first = session.execute("h = display('a', display_id=True)")  # an id of its own
+    session.execute("h.update('b')")
     assert first.outputs[0]["data"]["text/plain"] == "'a'"
     assert first.results[0].text == "'a'"
 
@@ -128,8 +127,8 @@ def test_display_updates_reach_every_cell_showing_the_id_as_nbclient_does(
     assert _plain(ours.cells[2]) == ["'fourth'"]
 
 
-def test_an_unknown_magic_is_an_error_with_an_error_object(fresh_session: MakeSession) -> None:
-    r = fresh_session().execute("%no_such_magic_here")
+def test_an_unknown_magic_is_an_error_with_an_error_object(session: Session) -> None:
+    r = session.execute("%no_such_magic_here")
     assert r.status == "error"
     assert r.error is not None
     assert r.error.ename == "UsageError"
@@ -138,14 +137,11 @@ def test_an_unknown_magic_is_an_error_with_an_error_object(fresh_session: MakeSe
         r.raise_for_error()
 
 
-def test_code_with_a_lone_surrogate_is_refused_before_anything_is_sent(
-    fresh_session: MakeSession,
-) -> None:
-    s = fresh_session()
-    before = s.execute("1").execution_count
+def test_code_with_a_lone_surrogate_is_refused_before_anything_is_sent(session: Session) -> None:
+    before = session.execute("1").execution_count
     with pytest.raises(InvalidArgument, match=r"lone surrogate \(U\+D800\) at position 5"):
-        s.execute("x = '\ud800'")
-    after = s.execute("2").execution_count
+        session.execute("x = '\ud800'")
+    after = session.execute("2").execution_count
     assert before is not None
     assert after == before + 1  # the refused code never reached the kernel
 
@@ -202,9 +198,9 @@ def test_session_manager_takes_a_pathlike_root(tmp_path: Path) -> None:
         assert manager.root.is_dir()
 
 
-def test_ipython_history_stays_in_memory(fresh_session: MakeSession) -> None:
+def test_ipython_history_stays_in_memory(session: Session) -> None:
     """No SQLite write per cell (the largest cost of a warm round trip), as with nbclient."""
-    r = fresh_session().execute("get_ipython().history_manager.hist_file")
+    r = session.execute("get_ipython().history_manager.hist_file")
     assert r.text == "':memory:'"
 
 
