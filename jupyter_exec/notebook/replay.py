@@ -437,7 +437,8 @@ async def replay_async(
                     _show_environment(progress, found)
             else:  # a notebook from elsewhere: its own words tell the versions' side
                 now = {}
-                if session.language == "python":  # the probe is Python; the entries are too
+                spoken = record_of_tag(session.language or "")
+                if spoken is not None and spoken.cell_state:  # the probe runs in the kernel
                     asked = {"packages": {b.package: "" for b in reprs.BRIDGES}}
                     now = await session.environment_here(asked, backend, kernel_name)
                 bridges = reprs.unrecorded_bridges(now)
