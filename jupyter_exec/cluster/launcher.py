@@ -580,10 +580,24 @@ class Launcher:
                 # request the launcher could still hear, and restarts on a host of its
                 # choosing, so nothing here would use the folder again.
                 self.request_stop(remove_dir=True, now=now)
+                self.remove_now()
         if request.get("shutdown") == 1:
             restart = request.get("restart") is True
             self.log("shutdown requested" + (" for a restart (work dir kept)" if restart else ""))
             self.request_stop(remove_dir=not restart, now=now)
+
+    def remove_now(self) -> None:
+        """The folder and the log removed at once, once the killed kernel has exited: EG
+        kills this launcher too right after its ``{"signum": 9}`` (over SSH), and a launcher
+        killed before it served out would leave them on the host."""
+        end = time.monotonic() + 2.0
+        while self.kernel is not None and self.kernel_status is None and time.monotonic() < end:
+            self._reap()  # the one place the kernel is waited for (it records the status)
+            time.sleep(0.01)
+        self.dirs.connection_file.unlink(missing_ok=True)
+        self.dirs.remove()
+        if not _keep_logs():
+            _remove_own_log(self.opts.kernel_id)
 
     def _accept(self, now: float) -> None:
         assert self.listener is not None
