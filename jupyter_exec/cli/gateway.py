@@ -222,16 +222,18 @@ def _clean(args: argparse.Namespace, targets: list[SSHTarget]) -> int:
     from jupyter_exec.cluster import hosts as hostlib
     from jupyter_exec.cluster.clean import clean_host, clean_local, refuse_if_running
 
+    cleaned: set[str] = set()
     for target in targets:
         with hostlib.connect(target) as client:
             remote_dir = hostlib.absolute_remote_dir(
                 args.remote_dir, hostlib.remote_home(client, target)
             )
             refuse_if_running(remote_dir)
+            cleaned.add(remote_dir)
             removed = clean_host(client, target, args.python, remote_dir, args.keep_logs)
         shown = ", ".join(printable(item) for item in removed) or "nothing left"
         print(f"{printable(target)}  {printable(remote_dir)}: removed {shown}", flush=True)
-    for folder in clean_local():
+    for folder in clean_local(cleaned):
         print(f"here: removed {folder}", flush=True)
     return EXIT_OK
 

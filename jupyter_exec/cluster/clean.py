@@ -35,6 +35,8 @@ from jupyter_exec.cluster.launcher import MARKER
 from jupyter_exec.exceptions import BackendError, InvalidArgument
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     import paramiko
 
     from jupyter_exec.cluster.hosts import SSHTarget
@@ -187,15 +189,17 @@ def refuse_if_running(remote_dir: str) -> None:
         )
 
 
-def clean_local() -> list[Path]:
-    """Remove the private folders of gateway commands that are no longer running."""
+def clean_local(remote_dirs: Collection[str]) -> list[Path]:
+    """Remove the private folders of gateway commands that are no longer running and that
+    used one of ``remote_dirs``: a folder another deployment's command left, or one whose
+    owner is not written yet (a command starting now), is not this clean's to take."""
     removed = []
     for folder in _private_folders():
         owner = _owner(folder)
-        if owner is not None and _alive(owner.get("pid")):
+        if owner is None or owner.get("remote_dir") not in remote_dirs:
             continue
-        if owner is None and not (folder / "config").is_dir():
-            continue  # not one of ours
+        if _alive(owner.get("pid")):
+            continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.cluster.clean import OWNER_FILE
 from jupyter_exec.cluster.spec import SPEC_NAME
 from jupyter_exec.exceptions import BackendError, InvalidArgument
 
@@ -244,10 +245,13 @@ def private_dirs(remote_dir: str = "") -> Iterator[PrivateDirs]:
     root = Path(tempfile.mkdtemp(prefix="jupyter-exec-gateway-"))
     dirs = PrivateDirs(root)
     try:
+        # The owner first, whole (written aside, then renamed): a folder is never seen
+        # without it while its command lives, so no --clean can take it for a dead one's.
+        owner = {"pid": os.getpid(), "remote_dir": remote_dir}
+        (root / f"{OWNER_FILE}.new").write_text(json.dumps(owner), encoding="utf-8")
+        os.replace(root / f"{OWNER_FILE}.new", root / OWNER_FILE)
         for folder in (dirs.config, dirs.data, dirs.kernels, dirs.runtime, dirs.server_root):
             folder.mkdir(mode=0o700, parents=True)
-        owner = {"pid": os.getpid(), "remote_dir": remote_dir}
-        (root / "owner.json").write_text(json.dumps(owner), encoding="utf-8")
         yield dirs
     finally:
         shutil.rmtree(root, ignore_errors=True)
