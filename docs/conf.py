@@ -107,15 +107,8 @@ def _layers() -> list[dict[str, object]]:
     ``tests/test_layout.py`` enforces): each with the module patterns it claims."""
     declared = runpy.run_path(str(HERE / "layers.py"))
     return [
-        {
-            "title": layer["title"],
-            "about": layer.get("about", ""),
-            "modules": [
-                *layer.get("modules", []),
-                *(p for pkg in layer.get("packages", []) for p in (pkg, f"{pkg}.*")),
-            ],
-        }
-        for layer in declared["LAYERS"]
+        {"title": layer["title"], "about": layer.get("about", ""), "modules": patterns}
+        for layer, patterns in zip(declared["LAYERS"], declared["PATTERNS"], strict=True)
     ]
 
 

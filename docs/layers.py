@@ -5,8 +5,13 @@ module may import its own folder, any folder of an inner layer, and the public v
 (:data:`VOCABULARY`); never another folder of its own layer, never an outer layer.
 ``docs/conf.py`` reads it for the architecture page's drawing, module map and import check.
 A layer's ``modules`` are patterns relative to the package (``sync``, ``*.__main__``); its
-``packages`` are folders. Plain data, read without importing the package.
+``packages`` are folders. Plain data and the one rule that places a module, read without
+importing the package.
 """
+
+from __future__ import annotations
+
+import fnmatch
 
 VOCABULARY = ["exceptions", "models", "options", "_lazy", "_version"]
 """What every layer from the engine outwards may import (inner layers: only the error tree):
@@ -131,3 +136,26 @@ LAYERS = [
         "modules": ["__main__", "*.__main__"],
     },
 ]
+
+PATTERNS = [
+    [
+        *layer.get("modules", []),
+        *(p for pkg in layer.get("packages", []) for p in (pkg, f"{pkg}.*")),
+    ]
+    for layer in LAYERS
+]
+"""Per layer, the module patterns it claims (relative to the package)."""
+
+
+def layer_of(module: str) -> int | None:
+    """The index of the layer claiming ``module`` (``jupyter_exec.engine.kernel``, or the
+    package itself): an exact name beats a pattern, a longer pattern a shorter one."""
+    short = module.removeprefix("jupyter_exec.") if module != "jupyter_exec" else "__init__"
+    best: tuple[tuple[bool, int], int] | None = None
+    for index, patterns in enumerate(PATTERNS):
+        for pattern in patterns:
+            if fnmatch.fnmatchcase(short, pattern):
+                score = ("*" not in pattern, len(pattern))
+                if best is None or score > best[0]:
+                    best = (score, index)
+    return None if best is None else best[1]

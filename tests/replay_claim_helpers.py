@@ -113,3 +113,9 @@ def valid(path: Path) -> Any:
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     return nb
+
+
+def claim_file(output: Path) -> Path:
+    """Where a replay's claim on ``output`` lives: ``.<name>.claim`` beside it (the contract,
+    spelt out here rather than read from the code under test)."""
+    return output.with_name(f".{output.name}.claim")

@@ -10,7 +10,6 @@ inwards, with no exemption.
 from __future__ import annotations
 
 import ast
-import fnmatch
 import functools
 import runpy
 from collections.abc import Iterator
@@ -31,28 +30,10 @@ def _declared() -> dict[str, Any]:
     return runpy.run_path(str(LAYERS_FILE))
 
 
-def _patterns() -> list[list[str]]:
-    """Per layer, the module patterns it claims (as docs/conf.py builds them)."""
-    return [
-        [
-            *layer.get("modules", []),
-            *(p for pkg in layer.get("packages", []) for p in (pkg, f"{pkg}.*")),
-        ]
-        for layer in _declared()["LAYERS"]
-    ]
-
-
 def _layer_of(module: str) -> int | None:
-    """The layer claiming ``module``: an exact name beats a pattern, a longer pattern a shorter."""
-    short = module.removeprefix("jupyter_exec.") if module != "jupyter_exec" else "__init__"
-    best: tuple[tuple[bool, int], int] | None = None
-    for index, patterns in enumerate(_patterns()):
-        for pattern in patterns:
-            if fnmatch.fnmatchcase(short, pattern):
-                score = ("*" not in pattern, len(pattern))
-                if best is None or score > best[0]:
-                    best = (score, index)
-    return None if best is None else best[1]
+    """The layer claiming ``module``, by the declaration's own rule."""
+    found: int | None = _declared()["layer_of"](module)
+    return found
 
 
 def _package_of(module: str) -> str:

@@ -28,6 +28,7 @@ import pytest
 from jupyter_exec import NotebookError, replay
 from tests.replay_claim_helpers import (
     Held,
+    claim_file,
     finish,
     held_notebook,
     kill_quietly,
@@ -35,10 +36,6 @@ from tests.replay_claim_helpers import (
     valid,
     wait_for,
 )
-
-
-def _claim(output: Path) -> Path:
-    return output.with_name(f".{output.name}.claim")
 
 
 def _asset(tmp_path: Path) -> tuple[Path, Path]:
@@ -98,7 +95,7 @@ def test_a_second_replay_process_to_the_same_output_is_refused_and_the_first_com
     nb = valid(output)
     assert [o["text"] for c in nb.cells for o in c.outputs] == ["ready\n", "a,b\n1,2\n"]
     assert nb.metadata["jupyter_exec"]["replay"]["reproduced"] is True
-    assert not _claim(output).exists()
+    assert not claim_file(output).exists()
 
 
 def test_a_killed_replays_claim_does_not_block_the_next_one(tmp_path: Path) -> None:
@@ -110,7 +107,7 @@ def test_a_killed_replays_claim_does_not_block_the_next_one(tmp_path: Path) -> N
         first.send_signal(signal.SIGKILL)  # no cleanup runs: the claim file stays
         finish(first)
         kill_quietly(held.kernel_pid())
-        assert json.loads(_claim(output).read_text())["pid"] == first.pid
+        assert json.loads(claim_file(output).read_text())["pid"] == first.pid
         held.release()
 
         again = start_replay(str(held.notebook), "--timeout", "120", "--quiet")
@@ -119,7 +116,7 @@ def test_a_killed_replays_claim_does_not_block_the_next_one(tmp_path: Path) -> N
         _stop_held(held, first.pid)
     assert status == 0, err
     assert valid(output).metadata["jupyter_exec"]["replay"]["reproduced"] is True
-    assert not _claim(output).exists()
+    assert not claim_file(output).exists()
 
 
 @pytest.mark.parametrize("target", ["file", "folder", "missing"])
@@ -132,14 +129,14 @@ def test_a_link_planted_at_the_claims_name_is_refused_not_followed(
     held.release()
     output = held.notebook.with_name("held.replayed.ipynb")
     aim = {"file": secret, "folder": outside / "vault", "missing": outside / "made.txt"}[target]
-    os.symlink(aim, _claim(output))
+    os.symlink(aim, claim_file(output))
 
     with pytest.raises(NotebookError, match="it is a symbolic link"):
         replay(held.notebook, timeout=60)
 
     assert _fingerprint(outside) == before
     assert not (outside / "made.txt").exists()
-    assert _claim(output).is_symlink()  # named for the person to remove, never removed
+    assert claim_file(output).is_symlink()  # named for the person to remove, never removed
     assert not output.exists()
     assert not output.with_name("held.replayed_work").exists()
 
@@ -148,12 +145,12 @@ def test_a_fifo_planted_at_the_claims_name_is_refused_without_waiting(tmp_path: 
     held = held_notebook(tmp_path / "project", tmp_path / "control")
     held.release()
     output = held.notebook.with_name("held.replayed.ipynb")
-    os.mkfifo(_claim(output))
+    os.mkfifo(claim_file(output))
 
     with pytest.raises(NotebookError, match="not a regular file"):
         replay(held.notebook, timeout=60)  # a FIFO opened for reading would block for ever
 
-    assert stat.S_ISFIFO(os.lstat(_claim(output)).st_mode)
+    assert stat.S_ISFIFO(os.lstat(claim_file(output)).st_mode)
     assert not output.with_name("held.replayed_work").exists()
 
 
@@ -163,7 +160,7 @@ def test_a_hard_link_to_a_host_file_at_the_claims_name_is_not_written(tmp_path: 
     held = held_notebook(tmp_path / "project", tmp_path / "control")
     held.release()
     output = held.notebook.with_name("held.replayed.ipynb")
-    os.link(secret, _claim(output))
+    os.link(secret, claim_file(output))
 
     with pytest.raises(NotebookError, match="it has 2 names"):
         replay(held.notebook, timeout=60)
@@ -180,10 +177,10 @@ def test_a_planted_record_naming_a_live_process_blocks_no_replay(tmp_path: Path)
     held.release()
     output = held.notebook.with_name("held.replayed.ipynb")
     planted = {"pid": os.getppid(), "what": "a replay of held.ipynb", "since": "always"}
-    _claim(output).write_text(json.dumps(planted))
+    claim_file(output).write_text(json.dumps(planted))
 
     report = replay(held.notebook, timeout=120)
 
     assert report.reproduced, report.to_markdown()
     valid(output)
-    assert not _claim(output).exists()
+    assert not claim_file(output).exists()

@@ -21,6 +21,7 @@ from jupyter_exec.boundary.claims import is_claim_name
 from jupyter_exec.notebook import inputs
 from tests.replay_claim_helpers import (
     Held,
+    claim_file,
     finish,
     held_notebook,
     kill_quietly,
@@ -28,10 +29,6 @@ from tests.replay_claim_helpers import (
     valid,
     wait_for,
 )
-
-
-def _claim_file(output: Path) -> Path:
-    return output.with_name(f".{output.name}.claim")
 
 
 class _Background:
@@ -65,7 +62,7 @@ def test_a_second_replay_to_the_same_output_is_refused_while_the_first_runs(
     first = _Background(held)
     try:
         wait_for(held.started.exists, "the first replay's first cell")
-        assert _claim_file(output).is_file()
+        assert claim_file(output).is_file()
         run = held.kernel_folder()
         assert run == output.with_name("held.replayed_work")
 
@@ -85,7 +82,7 @@ def test_a_second_replay_to_the_same_output_is_refused_while_the_first_runs(
     assert report.reproduced, report.to_markdown()
     assert (run / "made_by_cell.txt").read_text() == "x"
     assert valid(output).metadata["jupyter_exec"]["replay"]["reproduced"] is True
-    assert not _claim_file(output).exists()  # released: the next replay may run
+    assert not claim_file(output).exists()  # released: the next replay may run
     assert not any(is_claim_name(p.name) for p in run.rglob("*"))
 
 
@@ -149,7 +146,7 @@ def test_the_claim_is_released_when_the_replay_fails(
     monkeypatch.setattr(inputs, "MAX_INPUT_FILES", 0)  # fails after the claim, before a kernel
     with pytest.raises(NotebookError, match="too much to copy"):
         replay(held.notebook, timeout=60)
-    assert not _claim_file(output).exists()
+    assert not claim_file(output).exists()
     monkeypatch.undo()
     held.release()
     assert replay(held.notebook, timeout=120).reproduced
@@ -161,7 +158,7 @@ def test_a_sigterm_ends_the_replay_and_gives_its_output_back(tmp_path: Path) -> 
     process = start_replay(str(held.notebook), "--timeout", "300", "--quiet")
     try:
         wait_for(held.started.exists, "the replay's first cell")
-        assert _claim_file(output).is_file()
+        assert claim_file(output).is_file()
         process.send_signal(signal.SIGTERM)
         status, _, err = finish(process)
     finally:
@@ -169,7 +166,7 @@ def test_a_sigterm_ends_the_replay_and_gives_its_output_back(tmp_path: Path) -> 
         if held.started.exists():
             kill_quietly(held.kernel_pid())
     assert status == 128 + signal.SIGTERM, err
-    assert not _claim_file(output).exists()
+    assert not claim_file(output).exists()
     held.release()
     assert replay(held.notebook, timeout=120).reproduced
 
