@@ -594,10 +594,16 @@ class Launcher:
         while self.kernel is not None and self.kernel_status is None and time.monotonic() < end:
             self._reap()  # the one place the kernel is waited for (it records the status)
             time.sleep(0.01)
+        self._leave(remove_dir=True)
+
+    def _leave(self, *, remove_dir: bool) -> None:
+        """What a launcher leaves behind, removed: the connection file always; the kernel's
+        folder and this launcher's log unless kept (a restart's folder, ``--keep-logs``)."""
         self.dirs.connection_file.unlink(missing_ok=True)
-        self.dirs.remove()
-        if not _keep_logs():
-            _remove_own_log(self.opts.kernel_id)
+        if remove_dir:
+            self.dirs.remove()
+            if not _keep_logs():
+                _remove_own_log(self.opts.kernel_id)
 
     def _accept(self, now: float) -> None:
         assert self.listener is not None
@@ -691,15 +697,11 @@ class Launcher:
             signal.set_wakeup_fd(-1)
             os.close(wake_r)
             os.close(wake_w)
-        self.dirs.connection_file.unlink(missing_ok=True)
-        if self.remove_dir:
-            self.dirs.remove()
         self.log(
             f"kernel exited with status {self.kernel_status}; "
             + ("work dir removed" if self.remove_dir else "work dir kept")
         )
-        if self.remove_dir and not _keep_logs():
-            _remove_own_log(self.opts.kernel_id)
+        self._leave(remove_dir=self.remove_dir)
         return 0
 
     def abort(self) -> None:
