@@ -174,3 +174,17 @@ def long_cell_in_background(session: Any) -> tuple[threading.Thread, list[Any]]:
     running = threading.Thread(target=run)
     running.start()
     return running, done
+
+
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
+"""A cell drawing one plot: on a remote kernel its PNG must come home."""
+
+
+def plot_comes_home(session: Any, work: Path) -> None:
+    """Run :data:`PLOT` on ``session``: its PNG is a file of the result, in ``work``."""
+    plot = session.execute(PLOT)
+    assert plot.ok, plot.error
+    pngs = [p for p in plot.files if p.suffix == ".png"]
+    assert pngs
+    assert pngs[0].read_bytes().startswith(b"\x89PNG")
+    assert pngs[0].is_relative_to(work.absolute())

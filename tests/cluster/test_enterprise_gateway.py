@@ -38,9 +38,8 @@ from tests.cluster.enterprise_gateway import (
     prepare,
     running_enterprise_gateway,
 )
+from tests.cluster_gateway import plot_comes_home
 from tests.cluster_hosts import Cluster
-
-PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +86,7 @@ def test_a_session_through_enterprise_gateway_keeps_state_and_brings_files_home(
         assert (eg.remote_dir / "logs" / f"kernel-{kernel_id}.log").is_file()
         assert not Path(f"/tmp/kernel-{kernel_id}.log").exists()
 
-        plot = s.execute(PLOT)
-        assert plot.ok, plot.error
-        pngs = [p for p in plot.files if p.suffix == ".png"]
-        assert pngs
-        assert pngs[0].read_bytes().startswith(b"\x89PNG")
-        assert pngs[0].is_relative_to(work.absolute())
+        plot_comes_home(s, work)
 
         wrote = s.execute("open('table.csv', 'w').write('a\\n1\\n')")
         assert wrote.ok, wrote.error

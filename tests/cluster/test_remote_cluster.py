@@ -24,10 +24,8 @@ import psutil
 import pytest
 
 from jupyter_exec import Session, SessionManager
-from tests.cluster_gateway import RunningGateway
+from tests.cluster_gateway import RunningGateway, plot_comes_home
 from tests.cluster_hosts import Cluster
-
-PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
 
 
 def _session(gateway: RunningGateway, work: Path, **kwargs: object) -> Session:
@@ -87,12 +85,7 @@ def test_a_pinned_session_runs_on_its_host_with_plots_and_files_brought_home(
         remote_host, remote_cwd = ast.literal_eval(str(where.text))
         assert remote_host == host
         assert Path(remote_cwd) != work.absolute()  # the kernel works in a folder of its own
-        plot = s.execute(PLOT)
-        assert plot.ok, plot.error
-        pngs = [p for p in plot.files if p.suffix == ".png"]
-        assert pngs
-        assert pngs[0].read_bytes().startswith(b"\x89PNG")
-        assert pngs[0].is_relative_to(work.absolute())
+        plot_comes_home(s, work)
         wrote = s.execute(
             "import pandas as pd\n"
             "pd.DataFrame({'a': [1, 2]}).to_csv('table.csv', index=False)\n"
