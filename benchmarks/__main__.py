@@ -17,6 +17,7 @@ import benchmarks.cluster_cases
 import benchmarks.docker_cases
 import benchmarks.e2b_cases
 import benchmarks.fork_cases
+import benchmarks.hostkill_cases
 import benchmarks.language_cases
 import benchmarks.nbclient_cases
 import benchmarks.network_cases
@@ -46,6 +47,7 @@ _ = (
     benchmarks.language_cases,
     benchmarks.state_cases,
     benchmarks.sleep_cases,
+    benchmarks.hostkill_cases,
     benchmarks.cluster_cases,
 )
 
