@@ -114,6 +114,11 @@ class DormantSessions(Generic[S]):
         self._forget(key)
         return True
 
+    def add(self, key: str, entry: S) -> None:
+        """``key`` is dormant from now on (a front end put it to sleep): listed, woken on
+        its next use like a session from before a restart. Its saved entry must exist."""
+        self._entries[key] = entry
+
     def discard(self, key: str) -> None:
         """No longer a dormant session (a new one took its key); its entry is the caller's."""
         self._entries.pop(key, None)

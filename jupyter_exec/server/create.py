@@ -66,6 +66,7 @@ from jupyter_exec.session.session import AsyncSession, Backend
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
+    from jupyter_exec.network import NetworkPolicy
     from jupyter_exec.network.proxy import NetworkProxy
     from jupyter_exec.server.approvals import Approvals
     from jupyter_exec.server.origins import ReplayOrigins
@@ -135,6 +136,12 @@ class Creation:
 
     async def _shutdown_kernel(self, kernel_id: str) -> None:
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # provided by Sleeping (declared only: a stub here would shadow it)
+
+        def policy_for_wake(self, session_id: str) -> NetworkPolicy | None: ...
+
+        async def sleep(self, session_id: str) -> dict[str, str]: ...
 
     async def create(
         self,
@@ -260,20 +267,22 @@ class Creation:
         """
         if entry.borrowed is not None:
             return
+        self.saved.save(self._saved_of(entry))
+
+    def _saved_of(self, entry: ServerSession) -> SavedSession:
+        """What the registry keeps of ``entry``."""
         from jupyter_exec.server.saved import SavedSession
 
-        self.saved.save(
-            SavedSession(
-                id=entry.id,
-                name=entry.name,
-                backend=entry.backend,
-                kernel_name=entry.kernel_name,
-                work_dir=self.root.api_path(entry.work_dir),
-                notebook=self.root.api_path(entry.notebook),
-                created=entry.created,
-                timeout=entry.session.timeout,
-                undo_steps=entry.session.options.undo_steps,
-            )
+        return SavedSession(
+            id=entry.id,
+            name=entry.name,
+            backend=entry.backend,
+            kernel_name=entry.kernel_name,
+            work_dir=self.root.api_path(entry.work_dir),
+            notebook=self.root.api_path(entry.notebook),
+            created=entry.created,
+            timeout=entry.session.timeout,
+            undo_steps=entry.session.options.undo_steps,
         )
 
     async def _resume_saved(self, saved: SavedSession) -> ServerSession:
@@ -294,7 +303,9 @@ class Creation:
             kernel_name=saved.kernel_name,
             timeout=self.timeout if saved.timeout is None else saved.timeout,
             undo_steps=saved.undo_steps,
-            # a policy is never kept (its secrets): the session comes back without one
+            # a policy is never written (its secrets): only a session this run put to
+            # sleep comes back with one, kept in memory (server.sleeping)
+            network=self.policy_for_wake(saved.id),
         )
         entry = await self._add(saved.id, folder, saved.name, options, resumed_from=saved.created)
         log.info("jupyter-exec session %s: back after the restart", entry.id)
@@ -428,6 +439,7 @@ class Creation:
             borrowed=borrowed,
         )
         session.on_close = lambda: self._release(entry)
+        session.on_sleep = lambda: self.sleep(entry.id)
         log.info("jupyter-exec session %s: kernel %s, notebook %s", entry.id, kernel_id, notebook)
         return entry
 

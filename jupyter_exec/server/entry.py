@@ -51,10 +51,21 @@ class ServerAsyncSession(AsyncSession):
         super().__init__(*args, **kwargs)
         self.server_kernel: Any = kwargs.get("kernel_manager")
         self.on_close: Callable[[], Awaitable[None]] | None = None
+        self.on_sleep: Callable[[], Awaitable[dict[str, str]]] | None = None
+        """How the extension puts this session to sleep (:mod:`jupyter_exec.server.sleeping`):
+        its kernel is the server's, so the engine's own sleep would refuse it."""
         self.activity = KernelActivity(self.server_kernel)
         self.network_proxy: NetworkProxy | None = None
         """The proxy of a Docker kernel with a network policy (set before start)."""
         self.hooks.add(live.LiveCells(self))  # after the state's: it sees the final record
+
+    async def sleep(self) -> dict[str, str]:
+        """Asleep the extension's way (the session closed, its state signed, its kernel
+        given back to the server; woken on its next use): what the culler's ``sleep_after``
+        and ``POST .../sleep`` do. The names its saved state does not hold."""
+        if self.on_sleep is None:
+            return await super().sleep()
+        return await self.on_sleep()
 
     async def start(self) -> ServerAsyncSession:
         await super().start()

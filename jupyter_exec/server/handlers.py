@@ -102,8 +102,10 @@ class ExecAPIHandler(ExtensionHandlerMixin, APIHandler):
             await self.require(action, AUTH_RESOURCE)
         self._bound_body()
         session_id = self.path_kwargs.get("session_id")
-        if action is not None and self.wakes and isinstance(session_id, str):
-            await self.sessions.wake(session_id)  # authorised first: no kernel for a stranger
+        if action is not None and isinstance(session_id, str):
+            await self.sessions.woken(session_id)  # a sleep under way ends first
+            if self.wakes:
+                await self.sessions.wake(session_id)  # authorised first: no kernel for a stranger
         self._admitted = True
 
     async def require(self, action: str, resource: str) -> None:
@@ -314,6 +316,18 @@ class RestartHandler(ExecAPIHandler):
         self.write_json(self.sessions.model(entry))
 
 
+class SleepHandler(ExecAPIHandler):
+    """``/api/exec/sessions/{id}/sleep``: state saved, kernel given back; its next use wakes it."""
+
+    actions = {"POST": "execute"}
+    wakes = False  # asleep already: said again, never woken to be put to sleep
+
+    async def post(self, session_id: str) -> None:
+        self.body()
+        await self.sessions.sleep(session_id)
+        self.write_json(self.sessions.model_of(session_id))
+
+
 class ForkHandler(ExecAPIHandler):
     """``/api/exec/sessions/{id}/fork``: new sessions from this one's live state (201)."""
 
@@ -427,6 +441,7 @@ default_handlers: list[tuple[str, type[ExecAPIHandler]]] = [
     (rf"/api/exec/sessions/{_ID}/execute/stream", ExecuteStreamHandler),
     (rf"/api/exec/sessions/{_ID}/interrupt", InterruptHandler),
     (rf"/api/exec/sessions/{_ID}/restart", RestartHandler),
+    (rf"/api/exec/sessions/{_ID}/sleep", SleepHandler),
     (rf"/api/exec/sessions/{_ID}/fork", ForkHandler),
     (rf"/api/exec/sessions/{_ID}/undo", UndoHandler),
     (rf"/api/exec/sessions/{_ID}/checkpoints", CheckpointsHandler),

@@ -53,6 +53,7 @@ from jupyter_exec.server.entry import ServerSession
 from jupyter_exec.server.origins import ReplayOrigins
 from jupyter_exec.server.paths import ServerRoot
 from jupyter_exec.server.saved import SavedSession, SessionRegistry
+from jupyter_exec.server.sleeping import Asleep, Sleeping
 from jupyter_exec.server.views import Views
 from jupyter_exec.server.work import Work
 
@@ -69,7 +70,7 @@ log = logging.getLogger("jupyter_exec.server")
 
 # The mixins that provide methods come before those that only declare them (Work and
 # Branches declare, as NotImplementedError stubs, what Creation and Views define).
-class ServerSessions(Creation, Views, Work, Branches):
+class ServerSessions(Creation, Sleeping, Views, Work, Branches):
     """The sessions of one Jupyter server, keyed by id, held by an :class:`AsyncSessionManager`.
 
     ``serverapp`` supplies the managers (kernel, session, contents) and the
@@ -117,6 +118,9 @@ class ServerSessions(Creation, Views, Work, Branches):
         )
         """Sessions of the server before it restarted, not used since (see :meth:`wake`)."""
         self._dormant_cells: dict[str, int] = {}  # counted once, for the listing
+        self._asleep: dict[str, Asleep] = {}  # put to sleep by this run (server.sleeping)
+        self._falling_asleep: dict[str, asyncio.Future[dict[str, str]]] = {}
+        self._keep_saved: set[str] = set()  # closing to sleep: the saved entry stays
         if len(self.dormant):
             log.info("jupyter-exec: %d session(s) from before the restart", len(self.dormant))
 
@@ -170,7 +174,9 @@ class ServerSessions(Creation, Views, Work, Branches):
         Concurrent first uses share one resume. A failed one (its notebook gone,
         the limit reached) leaves it dormant, the error said to the caller.
         """
-        await self.dormant.wake(session_id)
+        await self.woken(session_id)  # a sleep under way ends first
+        if await self.dormant.wake(session_id):
+            self.forget_sleep(session_id)
 
     def get(self, session_id: str) -> ServerSession:
         """The session ``session_id``; raises :class:`SessionNotFound` if there is none.
@@ -198,7 +204,9 @@ class ServerSessions(Creation, Views, Work, Branches):
 
     async def delete(self, session_id: str) -> None:
         """Disconnect, unbind the notebook and shut the kernel down (the notebook stays)."""
+        await self.woken(session_id)
         if await self.dormant.drop(session_id):  # not brought back: its entry goes, no kernel
+            self.forget_sleep(session_id)
             return  # (one being brought back is waited for, and deleted below)
         self.get(session_id)
         await self.manager.close_session(session_id)  # the session's on_close: _release
@@ -214,7 +222,8 @@ class ServerSessions(Creation, Views, Work, Branches):
         try:
             if self._stopping:
                 return  # the server stops: the session comes back when it starts again
-            self.saved.remove(entry.id)
+            if entry.id not in self._keep_saved:  # gone for good, not asleep
+                self.saved.remove(entry.id)
             sessions = await self.serverapp.session_manager.list_sessions()
             bound = [s["id"] for s in sessions if s.get("id") == entry.jupyter_session_id]
             for jupyter_session_id in bound:  # shuts the kernel down too, unless borrowed

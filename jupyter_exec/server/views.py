@@ -21,6 +21,7 @@ from jupyter_exec.server.network import policy_model
 from jupyter_exec.state.session_state import Checkpoint
 
 if TYPE_CHECKING:
+    from jupyter_exec.network import NetworkPolicy
     from jupyter_exec.server.paths import ServerRoot
     from jupyter_exec.server.saved import SavedSession
 
@@ -34,6 +35,12 @@ class Views:
     root: ServerRoot
     _sessions: dict[str, ServerSession]
     _dormant_cells: dict[str, int]
+
+    if TYPE_CHECKING:  # provided by Sleeping (declared only)
+
+        def sleeping_fields(self, session_id: str) -> dict[str, Any]: ...
+
+        def policy_for_wake(self, session_id: str) -> NetworkPolicy | None: ...
 
     def model(self, entry: ServerSession) -> dict[str, Any]:
         """The JSON model of a session (the ``Session`` schema of the OpenAPI spec)."""
@@ -86,11 +93,12 @@ class Views:
             "parent": None,
             "forks": [],
             "undo_steps": saved.undo_steps,
-            "network": None,
+            "network": policy_model(self.policy_for_wake(saved.id)),
             "sleeping": False,
             "status": "dormant",
             "last_activity": None,
             "running": None,
+            **self.sleeping_fields(saved.id),  # one this run put to sleep says so
         }
 
     def checkpoint_model(self, checkpoint: Checkpoint) -> dict[str, Any]:
