@@ -24,6 +24,7 @@ import benchmarks.network_cases
 import benchmarks.replay_cases
 import benchmarks.rss_cases
 import benchmarks.sleep_cases
+import benchmarks.sleepmany_cases
 import benchmarks.startup_cases
 import benchmarks.state_cases
 from benchmarks.core import CASES, Case, Config, Row, case, machine_info, progress, render_table
@@ -48,6 +49,7 @@ _ = (
     benchmarks.state_cases,
     benchmarks.sleep_cases,
     benchmarks.hostkill_cases,
+    benchmarks.sleepmany_cases,
     benchmarks.cluster_cases,
 )
 
