@@ -355,6 +355,14 @@ class SessionRegistry:
         self.existing(name)
         await self.manager.close_session(name)  # its entry goes too (manager.on_forget)
 
+    async def interrupt_running(self, name: str) -> bool:
+        """Interrupt the cell session ``name`` runs; False when it runs none (or is not open)."""
+        info = self._info(name)
+        if info is None or not info.busy:
+            return False
+        await self.manager.get(name).interrupt()
+        return True
+
     def busy(self) -> bool:
         """Whether any session is running a cell (a stop lets it end its own way first)."""
         return any(info.busy for info in self.manager.list())
