@@ -73,9 +73,8 @@ def mcp_http(work_root: Path, token: str, *extra: str) -> Iterator[McpProcess]:
 @contextlib.asynccontextmanager
 async def connect(server: McpProcess, token: str | None = None) -> AsyncIterator[ClientSession]:
     """A client connection (its own MCP session) to ``server``, with ``token`` (default its own)."""
-    from mcp.client.streamable_http import streamable_http_client
-
     import httpx2
+    from mcp.client.streamable_http import streamable_http_client
 
     bearer = server.token if token is None else token
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=WAIT)

@@ -1,4 +1,4 @@
-"""``execute_code`` as an MCP task: started, polled, fetched, cancelled, across clients and restarts.
+"""``execute_code`` as an MCP task: started, polled, fetched, cancelled, across clients, restarts.
 
 A real ``jupyter-exec mcp`` process, driven by the official SDK's client
 (``tests/mcp_tasks_helpers.py``). A cell that must still be running when the
@@ -56,15 +56,17 @@ async def test_a_long_cell_runs_as_a_task_polled_to_its_result(tmp_path: Path) -
     with mcp_http(tmp_path, TOKEN) as server:
         async with connect(server) as client:
             init = client.initialize_result
-            assert init is not None and init.protocol_version == "2025-11-25"
+            assert init is not None
+            assert init.protocol_version == "2025-11-25"
             tasks_cap = init.capabilities.tasks
-            assert tasks_cap is not None and tasks_cap.requests is not None
-            assert (
-                tasks_cap.requests.tools is not None and tasks_cap.requests.tools.call is not None
-            )
+            assert tasks_cap is not None
+            assert tasks_cap.requests is not None
+            assert tasks_cap.requests.tools is not None
+            assert tasks_cap.requests.tools.call is not None
             listed = {t.name: t for t in (await client.list_tools()).tools}
             execution = listed["execute_code"].execution
-            assert execution is not None and execution.task_support == "optional"
+            assert execution is not None
+            assert execution.task_support == "optional"
             assert listed["list_sessions"].execution is None  # the others run as plain calls
 
             created = await start_task(client, GATED, "long")
