@@ -79,6 +79,9 @@ MAX_WORKING = 64
 """Tasks running at once, for all clients: a flood of task calls cannot start unbounded cells."""
 CANCEL_WAIT = 2.0
 """Seconds tasks/cancel waits for the interrupted cell to end before it cancels the run."""
+STOP_WAIT = 15.0
+"""Seconds a stopping server gives its tasks' interrupted cells to end and be recorded."""
+"""Seconds tasks/cancel waits for the interrupted cell to end before it cancels the run."""
 MAX_RESULT_BYTES = 64 << 20
 RELATED = "io.modelcontextprotocol/related-task"
 IMMEDIATE = "io.modelcontextprotocol/model-immediate-response"
@@ -261,6 +264,7 @@ class Tasks:
         self._done: dict[str, asyncio.Event] = {}
         self._notify: dict[str, Any] = {}
         self._interrupt: Callable[[str], Awaitable[bool]] | None = None
+        self._stopping = False
         now = _now()
         for record in self.book.load():
             if record.expired(now):
@@ -273,6 +277,40 @@ class Tasks:
     def on_cancel(self, interrupt: Callable[[str], Awaitable[bool]]) -> None:
         """How tasks/cancel interrupts a session's running cell (True: it was running)."""
         self._interrupt = interrupt
+
+    def sessions(self) -> set[str]:
+        """The sessions whose running cell is a task's."""
+        return {
+            self._records[task_id].session
+            for task_id, running in self._running.items()
+            if not running.done() and task_id in self._records
+        }
+
+    async def stop(self) -> None:
+        """The server stops: each running task's cell is interrupted, and ends recorded.
+
+        Its task is then ``failed`` with a ``stopped:`` message, and its result holds
+        what the cell printed up to the interrupt (with the ``KeyboardInterrupt``).
+        """
+        self._stopping = True
+        running = [(i, t) for i, t in self._running.items() if not t.done()]
+        if not running:
+            return
+        for task_id, _ in running:
+            await self._interrupt_cell(self._records[task_id].session)
+        tasks = [t for _, t in running]
+        await asyncio.wait(tasks, timeout=STOP_WAIT)
+        for task in tasks:
+            task.cancel()  # not started yet, or the interrupt did not take: cut short
+        await asyncio.wait(tasks, timeout=STOP_WAIT)
+
+    async def _interrupt_cell(self, session: str) -> bool:
+        if self._interrupt is None:
+            return False
+        try:
+            return await self._interrupt(session)
+        except Exception:  # the session is gone or its kernel dead: the run ends anyway
+            return False
 
     # -- the middleware ------------------------------------------------------------------
 
@@ -388,10 +426,11 @@ class Tasks:
                 if isinstance(result, dict)
                 else result.model_dump(by_alias=True, mode="json", exclude_none=True)
             )
-        except asyncio.CancelledError:  # our own cancel: tasks/cancel, after the interrupt
+        except asyncio.CancelledError:  # our own: tasks/cancel or a stop, after the interrupt
+            why = "the MCP server stopped" if self._stopping else "tasks/cancel"
             said = (
-                "cancelled (tasks/cancel): the kernel was interrupted; the cell is in the "
-                "session's notebook with what it printed"
+                f"{why}: the kernel was interrupted; the cell is in the session's notebook "
+                "with what it printed"
             )
             payload = _text_result(said, error=True)
         except Exception as exc:  # the tool's own error (our errors' text), or the SDK's
@@ -415,6 +454,9 @@ class Tasks:
         message = "the cell ran to its end"
         if failed:
             message = f"the cell failed: {lines[-1][:200]}" if lines else "the cell failed"
+        if self._stopping and failed:
+            message = "stopped: the MCP server stopped while this task ran; its cell was "
+            message += "interrupted, and its result holds what it printed"
         record = replace(
             record,
             status="failed" if failed else "completed",
@@ -530,11 +572,9 @@ class Tasks:
         self._put(record)
         running = self._running.get(record.task_id)
         if running is not None and not running.done():
-            interrupted = False
-            if self._interrupt is not None:
-                with contextlib.suppress(Exception):
-                    interrupted = await self._interrupt(record.session)
-            if interrupted:  # the cell ends with KeyboardInterrupt and is recorded so
+            if await self._interrupt_cell(
+                record.session
+            ):  # the cell ends with KeyboardInterrupt and is recorded so
                 await asyncio.wait([running], timeout=CANCEL_WAIT)
             if not running.done():  # not started yet, or the interrupt did not take
                 running.cancel()

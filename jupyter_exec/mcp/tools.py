@@ -365,5 +365,6 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
     if sdk.v2:  # execute_code as an MCP task (protocol 2025-11-25): :mod:`.tasks`
         tasks = Tasks(registry.root, server.call_tool)
         tasks.on_cancel(registry.interrupt_running)
+        registry.on_stop(tasks.stop, tasks.sessions)
         server.middleware.append(tasks)
     return server

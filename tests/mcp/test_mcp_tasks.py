@@ -23,6 +23,7 @@ from mcp.client.extension import NotificationBinding  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from tests.checkpoint_helpers import key_env  # noqa: E402
+from tests.cli_helpers import stop_process  # noqa: E402
 from tests.mcp_tasks_helpers import (  # noqa: E402
     WAIT,
     cancel_task,
@@ -142,6 +143,32 @@ async def test_a_task_survives_a_sigkill_or_is_reported_lost(tmp_path: Path) -> 
 
             back = await client.call_tool("execute_code", {"code": "print(kept)", "session": "s"})
             assert texts(back).strip().endswith("yes")  # the session is back from its notebook
+
+
+async def test_a_task_its_server_stops_under_ends_interrupted_and_recorded(
+    tmp_path: Path,
+) -> None:
+    code = "import time\nprint('got this far', flush=True)\nopen('started', 'w').close()\n"
+    code += "time.sleep(300)"
+    with mcp_http(tmp_path, TOKEN) as server:
+        async with connect(server) as client:
+            task_id = (await start_task(client, code, "t")).task.task_id
+            await until_exists(tmp_path / "t" / "started")
+        began = time.monotonic()
+        stop_process(server.process)  # SIGTERM, as a process manager stops it
+        print(f"the server stopped {time.monotonic() - began:.2f} s after SIGTERM")
+
+    with mcp_http(tmp_path, TOKEN) as server:
+        async with connect(server) as client:
+            task = await get_task(client, task_id)
+            assert task.status == "failed"
+            assert task.status_message is not None
+            assert task.status_message.startswith("stopped: the MCP server stopped")
+            result = texts(await task_result(client, task_id))
+            assert "got this far" in result  # what the cell printed before the stop
+            assert "KeyboardInterrupt" in result
+            notebook = texts(await client.call_tool("read_notebook", {"session": "t"}))
+            assert "KeyboardInterrupt" in notebook  # recorded, interrupted, in the notebook
 
 
 async def test_cancel_interrupts_the_kernel(tmp_path: Path) -> None:
