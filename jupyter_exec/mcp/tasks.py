@@ -387,7 +387,9 @@ class Tasks:
             )
             raise _error(INVALID_REQUEST, why)
         task = params.get("task")
-        asked = task.get("ttl") if isinstance(task, dict) else None
+        if not isinstance(task, dict):
+            raise _error(INVALID_PARAMS, "'task' is an object: {} or {\"ttl\": milliseconds}")
+        asked = task.get("ttl")
         ttl = min(asked, MAX_TTL_MS) if isinstance(asked, int) and asked > 0 else DEFAULT_TTL_MS
         now = _stamp(_now())
         record = TaskRecord(
