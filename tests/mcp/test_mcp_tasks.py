@@ -107,8 +107,8 @@ async def test_a_task_outlives_its_client(tmp_path: Path) -> None:
         async with connect(server) as second:
             assert (await get_task(second, task_id)).status == "working"
             waiting = asyncio.create_task(task_result(second, task_id))  # blocks until the end
-            await asyncio.sleep(0)
-            assert not waiting.done()
+            assert (await get_task(second, task_id)).status == "working"  # sent after it
+            assert not waiting.done()  # the cell has not ended: no result yet
             (tmp_path / "away" / "go").touch()
             result = await asyncio.wait_for(waiting, WAIT)
             assert "done 42" in texts(result)
