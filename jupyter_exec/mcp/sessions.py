@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -139,6 +139,8 @@ class SessionRegistry:
         )
         self._options: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._pool_task: asyncio.Task[None] | None = None
+        self._stop_hooks: list[tuple[Callable[[], Awaitable[None]], Callable[[], Collection[str]]]]
+        self._stop_hooks = []
         self.saved = SignedStore(self.root, KIND, _is_name)
         self.manager.on_forget = self.saved.remove  # closed or culled: not back after a restart
         self.dormant: DormantSessions[Saved] = DormantSessions(
@@ -355,12 +357,37 @@ class SessionRegistry:
         self.existing(name)
         await self.manager.close_session(name)  # its entry goes too (manager.on_forget)
 
+    async def interrupt_running(self, name: str) -> bool:
+        """Interrupt the cell session ``name`` runs; False when it runs none (or is not open)."""
+        info = self._info(name)
+        if info is None or not info.busy:
+            return False
+        await self.manager.get(name).interrupt()
+        return True
+
+    def on_stop(
+        self, hook: Callable[[], Awaitable[None]], holds: Callable[[], Collection[str]]
+    ) -> None:
+        """Run ``hook`` first when the server stops, before any session closes.
+
+        ``holds()`` names the sessions whose running cell the hook itself ends (an MCP
+        task's: no caller waits on it, so no cancellation reaches it); :meth:`busy` leaves
+        them out, so a stop does not wait out its grace for them.
+        """
+        self._stop_hooks.append((hook, holds))
+
     def busy(self) -> bool:
         """Whether any session is running a cell (a stop lets it end its own way first)."""
-        return any(info.busy for info in self.manager.list())
+        held = {name for _, holds in self._stop_hooks for name in holds()}
+        return any(info.busy and info.name not in held for info in self.manager.list())
 
     async def close_all(self) -> None:
-        """Close every session and stop the pool's kernels."""
+        """Close every session and stop the pool's kernels (the stop hooks first)."""
+        for hook, _ in self._stop_hooks:
+            try:
+                await hook()
+            except Exception:  # the sessions close all the same
+                log.exception("a stop hook of the MCP server failed")
         if self._pool_task is not None:
             self._pool_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

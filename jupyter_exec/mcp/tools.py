@@ -37,6 +37,7 @@ from jupyter_exec.integrations import require
 from jupyter_exec.mcp.ask import ElicitingAsk
 from jupyter_exec.mcp.sessions import SessionRegistry
 from jupyter_exec.mcp.state import register_state_tools
+from jupyter_exec.mcp.tasks import Tasks
 from jupyter_exec.models import Execution
 
 __all__ = ["INSTRUCTIONS", "build_server"]
@@ -361,4 +362,9 @@ def build_server(registry: SessionRegistry, *, max_output_chars: int = DEFAULT_L
         return [text(content)]
 
     register_state_tools(tool, registry)
+    if sdk.v2:  # execute_code as an MCP task (protocol 2025-11-25): :mod:`.tasks`
+        tasks = Tasks(registry.root, server.call_tool)
+        tasks.on_cancel(registry.interrupt_running)
+        registry.on_stop(tasks.stop, tasks.sessions)
+        server.middleware.append(tasks)
     return server
