@@ -28,20 +28,27 @@ import logging
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary.naming import notebook_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.e2b.copying import copy_tree
 from jupyter_exec.e2b.snapshots import SavedSnapshot, SnapshotStore, owner_of
 from jupyter_exec.exceptions import CheckpointError, SessionNotFound
 from jupyter_exec.manager import AsyncSessionManager
+from jupyter_exec.network.shared import shared
+from jupyter_exec.state.api import refuse_other_languages
+from jupyter_exec.state.branching import running_kernel
+from jupyter_exec.state.forking import fork_kernel
+from jupyter_exec.state.kernel_calls import ask
 
 if TYPE_CHECKING:
     from jupyter_exec.e2b.sandboxes import Context, Sandbox
     from jupyter_exec.session.session import AsyncSession
 
-__all__ = ["Branching", "Seed"]
+__all__ = ["Branching", "LiveSeed", "Seed"]
 
 log = logging.getLogger("jupyter_exec.e2b")
 
@@ -52,6 +59,14 @@ not the sandbox's files, never copied."""
 
 Seed = tuple[Path, str | None]
 """Where a new sandbox starts from: a snapshot's folder, and its checkpoint's name (or None)."""
+
+
+@dataclass(frozen=True)
+class LiveSeed:
+    """A local sandbox's fork: its files copied, its default kernel forked (copy-on-write)."""
+
+    sandbox: Sandbox
+    session: AsyncSession
 
 
 class Branching:
@@ -77,7 +92,7 @@ class Branching:
         envs: dict[str, str] | None = None,
         timeout: float | None = None,
         lifecycle: tuple[str, bool, bool | None] = ("kill", True, None),
-        seed: Seed | None = None,
+        seed: Seed | LiveSeed | None = None,
     ) -> Sandbox:
         raise NotImplementedError
 
@@ -97,20 +112,25 @@ class Branching:
 
     # -- taking -----------------------------------------------------------------------------
 
+    def _refuse_other_contexts(self, sandbox: Sandbox) -> None:
+        """CheckpointError naming the contexts other than the default Python one that run:
+        their memory cannot be carried."""
+        made = [c for c in sandbox.contexts.values() if not c.id.startswith("default")]
+        others = [c for c in sandbox.contexts.values() if c.id.startswith("default-")]
+        live = [c for c in (*made, *others) if c.session_name in self.manager]
+        if live:
+            listed = ", ".join(f"{c.id} ({c.language})" for c in live)
+            raise CheckpointError(
+                f"the memory of this sandbox's other contexts cannot be carried: {listed}; "
+                "only the default Python context's namespace is (take a filesystem-only "
+                "snapshot, mode='filesystem', to keep the files alone)"
+            )
+
     async def _capture(self, sandbox: Sandbox, folder: Path, memory: bool) -> str | None:
         """Copy ``sandbox``'s files (and, with ``memory``, its default context's namespace)
         into the new ``folder``; returns the checkpoint's name (None without memory)."""
         if memory:
-            made = [c for c in sandbox.contexts.values() if not c.id.startswith("default")]
-            others = [c for c in sandbox.contexts.values() if c.id.startswith("default-")]
-            live = [c for c in (*made, *others) if c.session_name in self.manager]
-            if live:
-                listed = ", ".join(f"{c.id} ({c.language})" for c in live)
-                raise CheckpointError(
-                    f"the memory of this sandbox's other contexts cannot be carried: {listed}; "
-                    "only the default Python context's namespace is (take a filesystem-only "
-                    "snapshot, mode='filesystem', to keep the files alone)"
-                )
+            self._refuse_other_contexts(sandbox)
         _, session = await self.context_session(sandbox, None)  # resumed and started
         checkpoint = None
         async with sandbox.lock:
@@ -194,8 +214,12 @@ class Branching:
     async def fork(
         self, sandbox: Sandbox, count: int, **fields: Any
     ) -> list[Sandbox | BaseException]:
-        """``count`` new sandboxes from ``sandbox``'s files and default context's state,
-        captured once; each a sandbox or why it could not start."""
+        """``count`` new sandboxes from ``sandbox``'s files and default context's state; each
+        a sandbox or why it could not start. A local sandbox's kernel is forked (copy-on-write:
+        :func:`~jupyter_exec.state.forking.fork_kernel`); a Docker one's state is captured
+        once and loaded into each fork's own container."""
+        if self._backend() == "local":
+            return await self._fork_live(sandbox, count, **fields)
         store = self.store()
         folder = store.folder(store.new_id())
         try:
@@ -214,3 +238,74 @@ class Branching:
                 await asyncio.to_thread(shutil.rmtree, folder, True)
         log.info("sandbox %s forked %d times", sandbox.id, count)
         return list(made)
+
+    async def _fork_live(
+        self, sandbox: Sandbox, count: int, **fields: Any
+    ) -> list[Sandbox | BaseException]:
+        self._refuse_other_contexts(sandbox)
+        _, session = await self.context_session(sandbox, None)  # resumed and started
+        await session.wake()
+        refuse_other_languages(session, "fork()")
+        seed = LiveSeed(sandbox, session)
+        made: list[Sandbox | BaseException] = []
+        async with sandbox.lock:
+            for _ in range(count):  # one at a time: each fork asks the parent's kernel
+                try:
+                    made.append(
+                        await self.create(template=sandbox.template,
+                                          metadata=dict(sandbox.metadata),
+                                          envs=dict(sandbox.envs), seed=seed, **fields)
+                    )  # fmt: skip
+                except Exception as exc:
+                    made.append(exc)
+        log.info("sandbox %s forked %d times (copy-on-write)", sandbox.id, count)
+        return made
+
+    def _backend(self) -> str:
+        raise NotImplementedError
+
+    async def start_fork(self, child: Sandbox, seed: LiveSeed) -> None:
+        """Before the new sandbox's first use: the parent's files copied into its work dir,
+        and its default context a fork of the parent's kernel, moved to that work dir."""
+        parent = seed.session
+        held = seed.sandbox.paths.held()
+        root = child.paths.root
+        skip = lambda name: bool(_OWN.fullmatch(name))  # noqa: E731
+        await asyncio.to_thread(copy_tree, held.fd, root, skip, 0o755)
+
+        async def start() -> AsyncSession:
+            async with parent.kernel_slot.locked():
+                kernel = await running_kernel(parent, "fork")
+                handle = await fork_kernel(kernel, cwd=root)
+            handle.stream_guard = kernel.stream_guard
+            handle.network = shared(kernel.network)
+            options = parent.options.replace(
+                name=child.id, notebook=None, work_dir=root, kernel_manager=None,
+                owns_kernel=False,
+            )  # fmt: skip
+            path = root / notebook_name(child.id) if parent.notebook_path is not None else None
+            if path is None:
+                options = options.replace(notebook=False)
+            session = type(parent)(options=options)
+            session.adopt_kernel(handle, root, path)
+            try:
+                await ask(handle, _moved(parent.work_dir, root), "'1'", MOVE_TIMEOUT)
+            except BaseException:
+                await session.close()
+                raise
+            return session
+
+        await self.manager.add(child.id, start, backend="local")
+
+
+MOVE_TIMEOUT = 30.0
+
+
+def _moved(old: Path, new: Path) -> str:
+    """Code for a forked kernel: work in ``new`` (its sandbox's work dir), not its parent's
+    ``old``, also on ``sys.path``; no name left behind."""
+    return (
+        f"__import__('os').chdir({str(new)!r}); "
+        f"__import__('sys').path[:] = [{str(new)!r} if p == {str(old)!r} else p "
+        f"for p in __import__('sys').path]"
+    )

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jupyter_exec.e2b.branching import Branching, Seed
+from jupyter_exec.e2b.branching import Branching, LiveSeed, Seed
 from jupyter_exec.e2b.languages import (
     DEFAULT_LISTED,
     PYTHON,
@@ -244,7 +244,7 @@ class Sandboxes(Lasting, Branching):
         envs: dict[str, str] | None = None,
         timeout: float | None = None,
         lifecycle: tuple[str, bool, bool | None] = ("kill", True, None),
-        seed: Seed | None = None,
+        seed: Seed | LiveSeed | None = None,
     ) -> Sandbox:
         """A new sandbox with its token, its default Python kernel started.
 
@@ -274,10 +274,12 @@ class Sandboxes(Lasting, Branching):
             auto_resume=lifecycle[2],
         )
         try:
-            if seed is not None:
+            if isinstance(seed, LiveSeed):
+                await self.start_fork(sandbox, seed)
+            elif seed is not None:
                 await asyncio.to_thread(self.seed_files, sandbox, seed)
             _, session = await self.context_session(sandbox, None)
-            if seed is not None:
+            if seed is not None and not isinstance(seed, LiveSeed):
                 await self.seed_memory(session, seed)
         except BaseException:
             await self.kill(sandbox_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from branching_checks import (
     forks_carry_files_and_state,
+    forks_work_in_their_own_folder,
     snapshots_start_sandboxes,
     timeout_pauses_and_use_resumes,
 )
@@ -20,6 +21,10 @@ from jupyter_exec.e2b.languages import installed, language_named
 
 def test_fork_gives_sandboxes_with_the_files_and_state(api_env: Running) -> None:
     forks_carry_files_and_state(api_env)
+
+
+def test_a_fork_works_in_its_own_folder(api_env: Running) -> None:
+    forks_work_in_their_own_folder(api_env)
 
 
 def test_snapshots_start_sandboxes_with_memory_or_files(api_env: Running) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from branching_checks import (
     forks_carry_files_and_state,
+    forks_work_in_their_own_folder,
     snapshots_start_sandboxes,
     timeout_pauses_and_use_resumes,
 )
@@ -48,6 +49,10 @@ def docker_env(docker_api_server: Running, monkeypatch: pytest.MonkeyPatch) -> R
 
 def test_fork_of_a_docker_sandbox(docker_env: Running) -> None:
     forks_carry_files_and_state(docker_env)
+
+
+def test_a_docker_fork_works_in_its_own_folder(docker_env: Running) -> None:
+    forks_work_in_their_own_folder(docker_env)
 
 
 def test_snapshots_of_a_docker_sandbox(docker_env: Running) -> None:
