@@ -12,7 +12,7 @@ DataFrame, 10 % small dicts). Rows:
 
 each against the floor: ``Sandbox.create()`` and the same cells run again (what a client
 without these calls does). ``python -m benchmarks --only e2b-lifecycle``
-(``JX_BENCH_E2B_MB``, default 500; ``JX_BENCH_E2B_BACKENDS``, default ``local,docker``:
+(``JX_BENCH_E2B_MB``, default 500; ``JX_BENCH_E2B_REPEATS``, default 3; ``JX_BENCH_E2B_BACKENDS``, default ``local,docker``:
 Docker where there is an engine)
 """
 
@@ -104,7 +104,7 @@ def _rows(backend: str, megabytes: int, found: dict[str, list[float]]) -> list[R
 def lifecycle_case(cfg: Config) -> list[Row]:
     """fork(count=4), pause/resume and snapshots of an N MB sandbox vs re-running its cells."""
     megabytes = 20 if cfg.quick else int(os.environ.get("JX_BENCH_E2B_MB", "500"))
-    repeats = 1 if cfg.quick else 3
+    repeats = 1 if cfg.quick else int(os.environ.get("JX_BENCH_E2B_REPEATS", "3"))
     rows: list[Row] = []
     wanted = os.environ.get("JX_BENCH_E2B_BACKENDS", "local,docker").split(",")
     backends = [b for b in ("local", "docker") if b in wanted]
