@@ -166,6 +166,10 @@ class Sandbox:
             return True
         return token is not None and hmac.compare_digest(token.encode(), self.token.encode())
 
+    def running(self) -> bool:
+        """Neither paused nor past its end (which the next reap acts on)."""
+        return not self.paused and (self.end is None or self.end > time.time())
+
     def describe(self) -> dict[str, Any]:
         """The sandbox as the E2B API lists it."""
         end = self.end if self.end is not None else self.started + 365 * 86400
