@@ -12,8 +12,8 @@ DataFrame, 10 % small dicts). Rows:
 
 each against the floor: ``Sandbox.create()`` and the same cells run again (what a client
 without these calls does). ``python -m benchmarks --only e2b-lifecycle``
-(``JX_BENCH_E2B_MB``, default 500; ``JX_BENCH_E2B_REPEATS``, default 3; ``JX_BENCH_E2B_BACKENDS``, default ``local,docker``:
-Docker where there is an engine)
+(``JX_BENCH_E2B_MB``, default 500; ``JX_BENCH_E2B_REPEATS``, default 3;
+``JX_BENCH_E2B_BACKENDS``, default ``local,docker``: Docker where there is an engine)
 """
 
 from __future__ import annotations
