@@ -16,6 +16,7 @@ import benchmarks.checkpoint_cases
 import benchmarks.cluster_cases
 import benchmarks.docker_cases
 import benchmarks.e2b_cases
+import benchmarks.e2b_lifecycle_cases
 import benchmarks.fork_cases
 import benchmarks.hostkill_cases
 import benchmarks.language_cases
@@ -43,6 +44,7 @@ _ = (
     benchmarks.rss_cases,
     benchmarks.fork_cases,
     benchmarks.e2b_cases,
+    benchmarks.e2b_lifecycle_cases,
     benchmarks.network_cases,
     benchmarks.checkpoint_cases,
     benchmarks.language_cases,

@@ -5,8 +5,8 @@ Every request needs the server's API key (``X-API-KEY``, which the SDK sends
 from ``E2B_API_KEY``), as the route table declares (:data:`jupyter_exec.e2b.app.ROUTES`).
 Create and connect answer with the sandbox's access
 token, which the SDK then sends on every request to that sandbox.
-Templates, snapshots and metrics are E2B cloud features:
-their routes answer 404, and the SDK says so.
+Snapshots and forks are :mod:`jupyter_exec.e2b.branches`; templates and metrics are E2B
+cloud features, whose routes answer 501 (:mod:`jupyter_exec.e2b.unserved`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,21 @@ import math
 from typing import Any
 from urllib.parse import parse_qsl
 
-from jupyter_exec.e2b.sandboxes import ENVD_VERSION, Sandbox
+from jupyter_exec.e2b.sandboxes import ENVD_VERSION, Sandbox, Sandboxes
+from jupyter_exec.e2b.snapshots import is_snapshot_id
 from jupyter_exec.e2b.web import E2BHandler
-from jupyter_exec.exceptions import InvalidArgument
+from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
 
 __all__ = [
+    "APIHandler",
     "ConnectHandler",
     "PauseHandler",
     "SandboxHandler",
     "SandboxesHandler",
     "TimeoutHandler",
+    "created",
+    "lifecycle_fields",
+    "timeout_field",
 ]
 
 
@@ -40,7 +45,7 @@ def created(sandbox: Sandbox) -> dict[str, Any]:
     }
 
 
-def _timeout(body: dict[str, Any], most: float) -> float | None:
+def timeout_field(body: dict[str, Any], most: float) -> float | None:
     """The body's ``timeout`` in seconds: a finite number from 0 to ``most`` (None: not given).
 
     So every sandbox a client makes ends, and the reaper ends it: NaN, infinity,
@@ -63,6 +68,40 @@ def _timeout(body: dict[str, Any], most: float) -> float | None:
     return seconds
 
 
+def is_snapshot_template(template: str, sandboxes: Sandboxes) -> bool:
+    """Whether a create's ``templateID`` names a snapshot: an id of ours (one that is not
+    this key's is then not found), or the name of one of this key's."""
+    bare = template.split(":", 1)[0].rsplit("/", 1)[-1]
+    if is_snapshot_id(bare):
+        return True
+    try:
+        return sandboxes.store().find(template, sandboxes.owner) is not None
+    except JupyterExecError:  # no host key: there are no snapshots (none could be signed)
+        return False
+
+
+def lifecycle_fields(body: dict[str, Any]) -> tuple[str, bool, bool | None]:
+    """The create body's lifecycle (``autoPause``, ``autoPauseMemory``, ``autoResume``), as
+    :meth:`Sandboxes.create` takes it: what the timeout does, whether that pause keeps memory,
+    and whether use resumes the sandbox (None: not said)."""
+    pause, memory, resume = (
+        body.get("autoPause"),
+        body.get("autoPauseMemory"),
+        body.get("autoResume"),
+    )
+    for name, value in (("autoPause", pause), ("autoPauseMemory", memory)):
+        if value is not None and not isinstance(value, bool):
+            raise InvalidArgument(f"{name!r} must be true or false")
+    enabled = None
+    if resume is not None:
+        enabled = resume.get("enabled") if isinstance(resume, dict) else resume
+        if not isinstance(enabled, bool):
+            raise InvalidArgument("'autoResume' must be {\"enabled\": true or false}")
+    if enabled and not pause:
+        raise InvalidArgument("'autoResume' needs 'autoPause': only a paused sandbox resumes")
+    return ("pause" if pause else "kill"), memory is not False, enabled
+
+
 class APIHandler(E2BHandler):
     """The API's routes (opened by the server's key: see jupyter_exec.e2b.app.ROUTES)."""
 
@@ -82,12 +121,17 @@ class SandboxesHandler(APIHandler):
         for name in ("metadata", "envVars"):
             if not isinstance(body.get(name) or {}, dict):
                 raise InvalidArgument(f"{name!r} must be an object of strings")
-        sandbox = await self.server.sandboxes.create(
-            template=template,
-            metadata=body.get("metadata"),
-            envs=body.get("envVars"),
-            timeout=_timeout(body, self.max_timeout),
-        )
+        fields: dict[str, Any] = {
+            "metadata": body.get("metadata"),
+            "envs": body.get("envVars"),
+            "timeout": timeout_field(body, self.max_timeout),
+            "lifecycle": lifecycle_fields(body),
+        }
+        sandboxes = self.server.sandboxes
+        if template is not None and is_snapshot_template(template, sandboxes):
+            sandbox = await sandboxes.from_snapshot(template, **fields)
+        else:
+            sandbox = await sandboxes.create(template=template, **fields)
         self.send_json(created(sandbox), status=201)
 
     def get(self) -> None:
@@ -120,7 +164,7 @@ class TimeoutHandler(APIHandler):
 
     def post(self, sandbox_id: str) -> None:
         sandbox = self.server.sandboxes.get(sandbox_id)
-        seconds = _timeout(self.json_body(), self.max_timeout)
+        seconds = timeout_field(self.json_body(), self.max_timeout)
         if seconds is None:
             raise InvalidArgument("say how long the sandbox lives: 'timeout' in seconds")
         self.server.sandboxes.set_timeout(sandbox, seconds)
@@ -133,7 +177,7 @@ class ConnectHandler(APIHandler):
 
     def post(self, sandbox_id: str) -> None:
         sandbox = self.server.sandboxes.get(sandbox_id)
-        seconds = _timeout(self.json_body(), self.max_timeout)
+        seconds = timeout_field(self.json_body(), self.max_timeout)
         if sandbox.paused:  # resumed: each kernel wakes, its state loaded, on its next call
             self.server.sandboxes.resume(sandbox, seconds)
         elif seconds is not None:

@@ -29,7 +29,7 @@ from tornado.log import access_log
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from jupyter_exec.e2b import api, code, envd
+from jupyter_exec.e2b import api, branches, code, envd
 from jupyter_exec.e2b.auth import (
     API_KEY,
     CODE_BODY,
@@ -83,6 +83,11 @@ ROUTES: tuple[tuple[str, type[E2BHandler], RouteAuth], ...] = (
     (rf"/(?:v2/)?sandboxes/{_SANDBOX}/connect", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
     (rf"/sandboxes/{_SANDBOX}/pause", api.PauseHandler, RouteAuth(_KEY, SMALL_BODY)),
     (rf"/sandboxes/{_SANDBOX}/resume", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}/fork", branches.ForkHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}/snapshots", branches.SnapshotHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (r"/snapshots", branches.SnapshotsHandler, RouteAuth(_KEY, 0)),
+    (r"/templates/(?P<template_id>[A-Za-z0-9._:-]+)", branches.TemplateHandler,
+     RouteAuth(_KEY, 0)),
 )  # fmt: skip
 """Every route, its handler, and what opens it (:mod:`jupyter_exec.e2b.auth`): the one table.
 The files route's body limit is the server's :attr:`E2BConfig.max_upload_bytes`."""
@@ -157,6 +162,7 @@ class E2BServer:
         )
         self.sandboxes = Sandboxes(
             self.manager,
+            api_key=config.api_key,
             debug=config.debug,
             session_options=kernel_options,
             default_timeout=config.sandbox_timeout,

@@ -22,7 +22,13 @@ from tornado.iostream import StreamClosedError
 
 from jupyter_exec.e2b import fields
 from jupyter_exec.e2b.connect import end_stream, envelope, is_stream, read_request
-from jupyter_exec.e2b.errors import Unauthorized, connect_code, error_message, status_of
+from jupyter_exec.e2b.errors import (
+    SandboxGone,
+    Unauthorized,
+    connect_code,
+    error_message,
+    status_of,
+)
 from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
@@ -41,13 +47,18 @@ class Deadline(JupyterExecError, TimeoutError):
 
 
 class HealthHandler(E2BHandler):
-    """``GET /health``: 204 while the sandbox lives, 502 "was not found" after.
+    """``GET /health``: 204 while the sandbox runs, 502 once paused or past its end (as
+    E2B's envd, which then does not answer: the SDK's ``is_running()`` reads False), or gone.
 
     Public about the server itself; a request naming a sandbox needs its token
     (the route table decides both), so it never tells a stranger about one.
     """
 
     def get(self) -> None:
+        grant = self.grant
+        sandbox = grant.sandbox if grant is not None else None
+        if sandbox is not None and not sandbox.running():  # as E2B's envd: not answering
+            raise SandboxGone(f"sandbox {sandbox.id!r} is not running (paused, or past its end)")
         self.set_status(204)
         self.finish()
 

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.e2b.branching import Branching, LiveSeed, Seed
 from jupyter_exec.e2b.languages import (
     DEFAULT_LISTED,
     PYTHON,
@@ -151,12 +152,23 @@ class Sandbox:
     """What its token is derived from (:mod:`jupyter_exec.e2b.saved`); None: not kept."""
     paused: bool = False
     """Paused (``pause``): its kernels asleep or closed, until ``connect`` or its next use."""
+    on_timeout: str = "kill"
+    """What its timeout does (``lifecycle.on_timeout``): ``kill``, or ``pause`` (its state
+    saved, as :meth:`Sandboxes.pause` does, with :attr:`pause_memory`)."""
+    pause_memory: bool = True
+    auto_resume: bool | None = None
+    """Whether its next use resumes it once paused (None: not said, which here resumes);
+    False: only ``connect`` does."""
 
     def allows(self, token: str | None) -> bool:
         """Whether ``token`` opens this sandbox (constant time; a token-less sandbox: any)."""
         if self.token is None:
             return True
         return token is not None and hmac.compare_digest(token.encode(), self.token.encode())
+
+    def running(self) -> bool:
+        """Neither paused nor past its end (which the next reap acts on)."""
+        return not self.paused and (self.end is None or self.end > time.time())
 
     def describe(self) -> dict[str, Any]:
         """The sandbox as the E2B API lists it."""
@@ -174,6 +186,10 @@ class Sandbox:
             "state": "paused" if self.paused else "running",
             "envdVersion": ENVD_VERSION,
             "metadata": dict(self.metadata),
+            "lifecycle": {
+                "onTimeout": self.on_timeout,
+                "autoResume": self.auto_resume is not False and self.on_timeout == "pause",
+            },
         }
 
 
@@ -181,7 +197,7 @@ def _iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-class Sandboxes(Lasting):
+class Sandboxes(Lasting, Branching):
     """Every sandbox of one server, over one :class:`AsyncSessionManager`.
 
     What makes them outlive the server is the :class:`~jupyter_exec.e2b.lasting.Lasting` mixin.
@@ -195,8 +211,10 @@ class Sandboxes(Lasting):
         session_options: dict[str, Any] | None = None,
         default_timeout: float = 300.0,
         max_timeout: float = 86_400.0,
+        api_key: str | None = None,
     ) -> None:
         self.manager = manager
+        self.api_key = api_key
         self.debug = debug
         self.session_options = dict(session_options or {})
         self.default_timeout = default_timeout
@@ -205,6 +223,7 @@ class Sandboxes(Lasting):
         self._sandboxes: dict[str, Sandbox] = {}
         self.saved: SandboxRegistry | None = None
         self._stopping = False
+        self._snapshot_locks: dict[str, asyncio.Lock] = {}
 
     # -- sandboxes --------------------------------------------------------------------------
 
@@ -228,11 +247,16 @@ class Sandboxes(Lasting):
         metadata: dict[str, str] | None = None,
         envs: dict[str, str] | None = None,
         timeout: float | None = None,
+        lifecycle: tuple[str, bool, bool | None] = ("kill", True, None),
+        seed: Seed | LiveSeed | None = None,
     ) -> Sandbox:
         """A new sandbox with its token, its default Python kernel started.
 
         ``timeout``: its life in seconds, a client's (checked by the API: finite, at most
         :attr:`max_timeout`); None takes the server's default, whose 0 means no end.
+        ``lifecycle``: what its timeout does (``kill`` or ``pause``), whether that pause
+        keeps memory, and ``auto_resume``. ``seed``: a snapshot's files and state to start
+        from (:mod:`jupyter_exec.e2b.branching`).
         """
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         token, salt = self._token(sandbox_id)
@@ -249,9 +273,18 @@ class Sandboxes(Lasting):
             envs={str(k): str(v) for k, v in (envs or {}).items()},
             end=end,
             salt=salt,
+            on_timeout=lifecycle[0],
+            pause_memory=lifecycle[1],
+            auto_resume=lifecycle[2],
         )
         try:
-            await self.context_session(sandbox, None)
+            if isinstance(seed, LiveSeed):
+                await self.start_fork(sandbox, seed)
+            elif seed is not None:
+                await asyncio.to_thread(self.seed_files, sandbox, seed)
+            _, session = await self.context_session(sandbox, None)
+            if seed is not None and not isinstance(seed, LiveSeed):
+                await self.seed_memory(session, seed)
         except BaseException:
             await self.kill(sandbox_id)
             raise
@@ -352,13 +385,29 @@ class Sandboxes(Lasting):
             await self.manager.close_session(name)
 
     async def reap(self) -> list[str]:
-        """Kill the sandboxes whose timeout has passed; returns their ids."""
+        """End the sandboxes whose timeout has passed: killed, or paused where their
+        lifecycle says so (``on_timeout: pause``); returns their ids."""
         now = time.time()
-        expired = [s.id for s in self.every() if s.end is not None and s.end <= now]
-        for sandbox_id in expired:
+        expired = [s for s in self.every() if s.end is not None and s.end <= now]
+        for sandbox in expired:
+            if sandbox.on_timeout == "pause" and not sandbox.paused:
+                await self._pause_at_timeout(sandbox)
+                continue
             with contextlib.suppress(SessionNotFound):
-                await self.kill(sandbox_id)
-        return expired
+                await self.kill(sandbox.id)
+        return [s.id for s in expired]
+
+    async def _pause_at_timeout(self, sandbox: Sandbox) -> None:
+        """Pause a sandbox whose timeout passed; one whose memory cannot be saved (a kernel
+        of another language) keeps its files alone, as a pause without memory does."""
+        try:
+            await self.pause(sandbox, memory=sandbox.pause_memory)
+        except CheckpointError as exc:
+            log.warning("sandbox %s: paused with its files alone at its timeout: %s",
+                        sandbox.id, exc)  # fmt: skip
+            await self.pause(sandbox, memory=False)
+        except SessionConflict:
+            pass  # paused meanwhile
 
     async def close_all(self) -> None:
         """Stop every sandbox's kernels as the server stops (their entries stay)."""
@@ -408,6 +457,11 @@ class Sandboxes(Lasting):
         """A context and its kernel: ``context_id``'s, else ``language``'s default (started)."""
         if context_id is not None and not isinstance(context_id, str):
             raise InvalidArgument("'context_id' must be a string: the id create_code_context gave")
+        if sandbox.paused and sandbox.auto_resume is False:
+            raise SessionConflict(
+                f"sandbox {sandbox.id!r} is paused and does not resume on use (its lifecycle's "
+                "auto_resume is false): connect to it first"
+            )
         self.resume(sandbox, None)  # a paused sandbox used: resumed (E2B's auto_resume)
         if context_id is None or context_id == DEFAULT_CONTEXT:
             found = self._refuse(language if context_id is None else None)

@@ -1,7 +1,7 @@
 """What the E2B server does not serve, said plainly: E2B's routes it lacks (501), any other (404).
 
-The SDK calls routes this server has no answer for yet: ``pause()`` and
-``beta_pause()``, ``fork()``, ``create_snapshot()``, ``get_metrics()``... A 404
+The SDK calls routes this server has no answer for yet: ``get_metrics()``,
+templates, volumes, secrets... A 404
 there would read, to the SDK, as "sandbox not found"; so each of E2B's own
 routes that is not served is listed in :data:`NOT_SERVED`, and answers 501
 with what it is and that this server does not serve it. Any other path
@@ -34,9 +34,6 @@ __all__ = [
 ]
 
 NOT_SERVED: tuple[tuple[str, str], ...] = (
-    ("/sandboxes/{sandbox_id}/fork", "forking a sandbox (fork)"),
-    ("/sandboxes/{sandbox_id}/snapshots", "snapshots of a sandbox (create_snapshot)"),
-    ("/snapshots", "listing snapshots (list_snapshots)"),
     ("/sandboxes/{sandbox_id}/refreshes", "refreshing a sandbox's life"),
     ("/sandboxes/{sandbox_id}/network", "changing a sandbox's network rules"),
     ("/sandboxes/{sandbox_id}/metrics", "a sandbox's metrics (get_metrics)"),

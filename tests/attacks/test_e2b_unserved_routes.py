@@ -1,7 +1,7 @@
 """Attacks on the E2B server's unserved routes: probing paths it has no handler for.
 
 An attacker without the API key or any sandbox's token probes paths the server
-does not serve (made-up ones, and E2B's own ``fork``, ``snapshots``,
+does not serve (made-up ones, and E2B's own ``refreshes``, ``metrics``,
 ``templates``...): to learn what is served, to reach a victim's sandbox
 through a route that skips the credential, or to make the server read and
 keep a huge body. Every such request must be refused for its missing
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 PROBES = (
     "/no/such/route",
-    "/sandboxes/{sid}/fork",
-    "/sandboxes/{sid}/snapshots",
+    "/sandboxes/{sid}/refreshes",
+    "/sandboxes/{sid}/network",
     "/sandboxes/{sid}/metrics",
     "/templates/base/builds/x",
     "/admin",
@@ -134,11 +134,11 @@ def test_a_huge_body_to_an_unserved_path_is_answered_from_the_headers_and_never_
 def test_the_api_key_alone_does_not_make_an_unserved_path_act_on_a_sandbox(
     api_env: Running,
 ) -> None:
-    """With the key, fork and snapshots of the victim are refused as unsupported: nothing
+    """With the key, the victim's unserved routes are refused as unsupported: nothing
     happens."""
     victim = _victim()
     try:
-        for route in ("fork", "snapshots", "refreshes", "network"):
+        for route in ("refreshes", "network", "metrics"):
             answer = httpx.post(f"{api_env.url}/sandboxes/{victim.sandbox_id}/{route}",
                                 headers={"X-API-KEY": API_KEY}, json={"count": 50})  # fmt: skip
             assert answer.status_code == 501, (route, answer.text[:200])
@@ -146,7 +146,7 @@ def test_the_api_key_alone_does_not_make_an_unserved_path_act_on_a_sandbox(
         assert [s["sandboxID"] for s in listed if s["sandboxID"] == victim.sandbox_id] == [
             victim.sandbox_id
         ]
-        assert len(listed) < 50, "a refused fork made sandboxes"
+        assert len(listed) < 50, "a refused route made sandboxes"
         _untouched(victim)
     finally:
         victim.kill()

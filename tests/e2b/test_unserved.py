@@ -1,7 +1,7 @@
 """What the server does not serve, said plainly: E2B's routes it lacks answer 501, others 404.
 
-The SDK's ``fork()``, ``create_snapshot()`` and ``get_metrics()`` call routes this server
-does not serve yet. Each must fail with the SDK's own exception saying the server does not
+The SDK's ``get_metrics()`` and template calls reach routes this server does not serve
+yet. Each must fail with the SDK's own exception saying the server does not
 support it (not
 "sandbox not found", not a body-size refusal), and leave the sandbox running;
 a path E2B does not have either answers 404 naming what is served. Both keep
@@ -24,8 +24,6 @@ from jupyter_exec.e2b.unserved import NOT_SERVED, pattern_of
 NOT_SUPPORTED = "not supported by this server"
 
 SDK_CALLS = {
-    "fork": lambda sandbox: Sandbox.fork(sandbox.sandbox_id, count=2),
-    "create_snapshot": lambda sandbox: sandbox.create_snapshot(),
     "get_metrics": lambda sandbox: sandbox.get_metrics(),
 }
 
@@ -47,15 +45,15 @@ def test_the_sdk_is_told_the_feature_is_not_supported_yet(api_env: Running, call
 
 def test_an_unserved_route_answers_501_with_what_it_is(api_env: Running) -> None:
     answer = httpx.post(
-        f"{api_env.url}/sandboxes/sbx-anything/fork",
+        f"{api_env.url}/sandboxes/sbx-anything/refreshes",
         headers={"X-API-KEY": API_KEY},
-        json={"count": 2},
+        json={"duration": 2},
     )
     assert answer.status_code == 501
     body = answer.json()
     assert set(body) == {"code", "message"}
     assert body["code"] == 501
-    assert body["message"].startswith("forking a sandbox")
+    assert body["message"].startswith("refreshing a sandbox's life")
     assert NOT_SUPPORTED in body["message"]
 
 
