@@ -67,7 +67,7 @@ from jupyter_exec.state.kernel_calls import (
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["COMMIT_KEY", "Generation", "Generations", "state_folder"]
+__all__ = ["COMMIT_KEY", "Generation", "Generations", "kernel_state_folder", "state_folder"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -91,6 +91,27 @@ _SIG_NAME = re.compile(r"^[0-9]{1,12}\.json$")
 def state_folder(session: str) -> str:
     """The folder, in the work dir, where session ``session`` keeps its generations."""
     return f".{session}_state"
+
+
+def kernel_state_folder(session: str, kernel: KernelHandle) -> str:
+    """The folder, in the kernel's working directory, where its writer keeps the
+    generations: the work dir's own for a kernel here or in Docker; for a remote kernel,
+    one named after its kernel id too (a server may run several sessions' kernels in one
+    folder; the id stays the same across the server's restarts of it)."""
+    if kernel_origin(kernel)["backend"] != "remote":
+        return state_folder(session)
+    return f".{session}-{kernel.kernel_id}_state"
+
+
+def discard_code(session: str, kernel: KernelHandle) -> str:
+    """Code that removes a remote kernel's state folder on its host (at ``close()``: no
+    later kernel can load it, a new one has another id), leaving no name behind."""
+    root = f"__import__('sys').modules[{inkernel_generations.STATE_MODULE!r}].root"
+    folder = kernel_state_folder(session, kernel)
+    return (
+        f"__import__('shutil').rmtree(__import__('os').path.join({root}, {folder!r}), "
+        "ignore_errors=True)"
+    )
 
 
 @dataclass(frozen=True)
@@ -172,7 +193,7 @@ class Generations:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
         if self.installed is kernel:
             return True
-        if not self.enabled or self.refused is kernel or session.options.backend == "remote":
+        if not self.enabled or self.refused is kernel:
             return False
         try:  # a key the kernel can read would sign anything: then nothing is saved
             checkpoint_trust.check_outside(kernel_folders(session, kernel))
@@ -185,7 +206,7 @@ class Generations:
         code = module_call_code(
             inkernel_generations.__file__,
             MODULE,
-            f"install({state_folder(session.name)!r}, {self.budget})",
+            f"install({kernel_state_folder(session.name, kernel)!r}, {self.budget})",
             "generations",
             "install",
         )
@@ -195,6 +216,13 @@ class Generations:
             self.unavailable, self.refused = str(exc), kernel
             log.info("session %s: no per-cell state: %s", session.name, exc)
             return False
+        if kernel_origin(kernel)["backend"] == "remote":
+            try:  # the kernel writes on its host; its signatures are written here
+                _own_state_folder(session)
+            except (StorageError, WorkDirError, OSError) as exc:
+                self.unavailable, self.refused = f"its signatures cannot be kept: {exc}", kernel
+                log.warning("session %s: no per-cell state: %s", session.name, exc)
+                return False
         self.installed, self.work_dir = kernel, session.work_dir
         recording = session._recording
         if recording is not None:  # the kernel's own files, not the cells' doing
@@ -333,6 +361,16 @@ class Generations:
         await self.caught_up()
         await self.write_pending()
 
+    async def discard_remote(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """At a remote session's close: remove its kernel's state folder on its host instead
+        of waiting for the writer (nothing can load it later); whether the kernel is remote."""
+        if kernel_origin(kernel)["backend"] != "remote":
+            return False
+        self.to_sign = None
+        if self.installed is kernel:
+            await ask(kernel, discard_code(session.name, kernel), DONE_EXPRESSION, INSTALL_TIMEOUT)
+        return True
+
     async def flush(
         self, session: StateHost, kernel: KernelHandle, timeout: float = SAVE_TIMEOUT
     ) -> None:
@@ -372,13 +410,19 @@ class Generations:
         *,
         trust_origin: bool = False,
     ) -> LoadedGeneration:
-        """Replace ``kernel``'s namespace with generation ``made``, checked first here."""
+        """Replace ``kernel``'s namespace with generation ``made``, checked first here.
+
+        A remote kernel's generation is on its host: only its origin is checked here (the
+        same server's kernels only), and the kernel checks the manifest against the sha256
+        this host signed, then every object, before it unpickles anything (its own host's
+        files, into its own host's kernel)."""
         checkpoint_trust.check_outside([session.work_dir])
-        manifest = read_manifest(session.work_dir, made, self.budget)
         where = f"generation {made.number} of session {made.session!r}"
         checkpoint_trust.check_origin(
             where, made.origin, kernel_origin(kernel), trusted=trust_origin
         )
+        remote = made.origin.get("backend") == "remote"
+        manifest = {} if remote else read_manifest(session.work_dir, made, self.budget)
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot load {where}: {self.unavailable}")
         try:
@@ -387,8 +431,10 @@ class Generations:
             )
         except CheckpointError as exc:
             raise CheckpointError(f"{where} was not loaded: {exc}") from None
+        result = result if isinstance(result, Mapping) else {}
         self.committed_in = None  # the next commit stores every name
-        skipped = {str(k): str(v) for k, v in (manifest.get("skipped") or {}).items()}
+        said = (result if remote else manifest).get("skipped")
+        skipped = {str(k): str(v) for k, v in (said if isinstance(said, Mapping) else {}).items()}
         return LoadedGeneration(made, tuple(str(n) for n in result.get("names", [])), skipped)
 
 
@@ -408,6 +454,13 @@ def write_signature(work_dir: Path, made: Generation) -> None:
         folder.sub(SIGNED, create=True, mode=0o700) as signed,  # the user's alone
     ):
         signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()], mode=0o600)
+
+
+def _own_state_folder(session: StateHost) -> None:
+    """Make the session's state folder here, for the signatures of a remote kernel's
+    generations (that kernel writes its own folder on its host, never this one)."""
+    with Folder.open(session.work_dir) as work:
+        work.sub(state_folder(session.name), create=True, mode=0o700).close()
 
 
 def _write_quietly(work_dir: Path, made: Generation) -> None:
