@@ -69,7 +69,9 @@ def test_kill_9_of_the_remote_kernel_brings_a_100_mb_namespace_back(
         cwd = ast.literal_eval(str(s.execute("import os; os.getcwd()").text))
         kept = Path(cwd) / f".big-{kernel_id}_state"
         assert (kept / "objects").is_dir()  # saved on the kernel's host...
-        assert sorted(p.name for p in (work / ".big_state").iterdir()) == ["signed"]  # ...signed here
+        assert sorted(p.name for p in (work / ".big_state").iterdir()) == [
+            "signed"
+        ]  # ...signed here
         killed: list[float] = []
         died = s.execute(
             "print('running', flush=True)\nimport time\ntime.sleep(120)",
@@ -81,11 +83,13 @@ def test_kill_9_of_the_remote_kernel_brings_a_100_mb_namespace_back(
         assert died.recovered is not None, died.error
         assert died.recovered.source.startswith("generation "), died.recovered
         assert {"big", "table", "mark", "np"} <= set(died.recovered.names)
-        assert died.error is not None and "came back" in died.error.evalue
+        assert died.error is not None
+        assert "came back" in died.error.evalue
         after = s.execute(CHECK)
         done_at = time.monotonic()
         assert after.text == EXPECTED, after.error
-        assert after.host == host and s.kernel_id == kernel_id  # restarted in place
+        assert after.host == host
+        assert s.kernel_id == kernel_id
         recorded = json.loads(Path(str(s.notebook_path)).read_text())
         assert recorded["cells"][2]["metadata"]["jupyter_exec"]["recovered"]["names"]
         print(
@@ -124,5 +128,6 @@ def test_save_state_false_keeps_nothing_on_the_host(
     ) as s:  # fmt: skip
         assert s.execute("x = 1").ok
         listing = s.execute("import os; sorted(os.listdir('.'))").text
-        assert listing is not None and "_state" not in listing
+        assert listing is not None
+        assert "_state" not in listing
         assert not (tmp_path / "w" / ".off_state").exists()
