@@ -30,10 +30,12 @@ from tests.cluster_hosts import Cluster
 
 PAYLOAD = (
     "import os\n"
+    "MARKER = {marker!r}\n"
     "class Evil:\n"
     "    def __reduce__(self):\n"
-    '        return (exec, (\'import os; open({marker!r} + "-" + '
-    'os.environ.get("JUPYTER_EXEC_HOST", "this-host"), "w").close()\',))\n'
+    "        code = \"import os; open(%r + '-' + os.environ.get('JUPYTER_EXEC_HOST', "
+    "'this-host'), 'w').close()\" % MARKER\n"
+    "        return (exec, (code,))\n"
     "payload = Evil()\n"
     "mark = 'remote'"
 )
