@@ -3,7 +3,9 @@ names each cell changed (what a restore after a kernel death cannot give back).
 
 The in-kernel half is :mod:`jupyter_exec.inkernel.state`, installed once per
 kernel process (a probe file proves the kernel shares the work dir; a remote
-kernel does not, and gets no durable checkpoints)::
+kernel works in a folder of its own on its host, makes the probe there itself,
+and gets the changed names and the per-cell generations, but no checkpoints on
+disk: those are read and signed here, file by file)::
 
     each cell     user_expressions: the names it changed ─► changes[(cell, names)]
     checkpoint()  save(.<session>_checkpoints/<name>) in the kernel ─► manifest read back,

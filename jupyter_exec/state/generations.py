@@ -32,6 +32,15 @@ Loading (:meth:`Generations.load`): the MAC, the session, the manifest's sha256 
 here, never through a link), the origin rule (a Docker kernel's state is never loaded
 by a kernel on the host without ``trust_origin``) and the budget are checked on the
 host; the kernel then checks every object's sha256 on the bytes it unpickles.
+
+A remote kernel (a gateway's, a Jupyter server's) writes the same files in its own
+folder on its host, ``.<session>-<kernel id>_state/`` (:func:`kernel_state_folder`: one
+server may run several sessions' kernels in one folder); the signatures are written
+here, in the work dir's ``.<session>_state/signed/``. Its origin names the server as
+this host reached it, and its generations load only into a kernel of that server (the
+server restarts a dead kernel under the same id, in the same folder): the kernel checks
+the manifest against the sha256 signed here, then every object. ``close()`` removes
+that folder (:meth:`Generations.discard_remote`): a later kernel has another id.
 """
 
 from __future__ import annotations
