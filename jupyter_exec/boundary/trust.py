@@ -204,7 +204,8 @@ def check_origin(
     if trusted or origin.get("backend") == "local":
         return
     if origin.get("backend") == "remote":
-        same = kernel.get("backend") == "remote" and kernel.get("server") == origin.get("server")
+        server = origin.get("server")  # (none known: no kernel is proven to be of its server)
+        same = kernel.get("backend") == "remote" and bool(server) and kernel.get("server") == server
         if same:
             return
         raise CheckpointError(

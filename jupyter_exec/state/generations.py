@@ -210,6 +210,8 @@ class Generations:
             self.unavailable, self.refused = str(exc), kernel
             log.warning("session %s: no per-cell state: %s", session.name, exc)
             return False
+        if not self._remote_ready(session, kernel):
+            return False
         if self.next_number == 1:
             self.next_number = 1 + max(numbers_on_disk(session.work_dir, session.name), default=0)
         code = module_call_code(
@@ -225,19 +227,33 @@ class Generations:
             self.unavailable, self.refused = str(exc), kernel
             log.info("session %s: no per-cell state: %s", session.name, exc)
             return False
-        if kernel_origin(kernel)["backend"] == "remote":
-            try:  # the kernel writes on its host; its signatures are written here
-                _own_state_folder(session)
-            except (StorageError, WorkDirError, OSError) as exc:
-                self.unavailable, self.refused = f"its signatures cannot be kept: {exc}", kernel
-                log.warning("session %s: no per-cell state: %s", session.name, exc)
-                return False
         self.installed, self.work_dir = kernel, session.work_dir
         recording = session._recording
         if recording is not None:  # the kernel's own files, not the cells' doing
             folder = session.work_dir / state_folder(session.name)
             recording.tracker.skip_dirs.add(str(folder.absolute()))
         return True
+
+    def _remote_ready(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """For a remote kernel: its server is known (its origin), and the folder for its
+        signatures is made here (the kernel writes its own on its host). True otherwise."""
+        origin = kernel_origin(kernel)
+        if origin["backend"] != "remote":
+            return True
+        if not origin.get("server"):
+            self.unavailable = (
+                "the kernel's server is not known to this session (a kernel of the Jupyter "
+                "server's own gateway client): no later kernel could be proven to be of it"
+            )
+        else:
+            try:
+                _own_state_folder(session)
+                return True
+            except (StorageError, WorkDirError, OSError) as exc:
+                self.unavailable = f"its signatures cannot be kept in the work dir: {exc}"
+        self.refused = kernel
+        log.warning("session %s: no per-cell state: %s", session.name, self.unavailable)
+        return False
 
     def expressions(self, kernel: KernelHandle, cell_index: int | None) -> dict[str, str]:
         """The commit a recorded cell's request carries (evaluated after the cell ran)."""
