@@ -195,8 +195,8 @@ class SessionOptions:
             "Save the namespace after every cell, incrementally (only the names the cell "
             "changed, written by a thread in the kernel off the cell's path) to "
             ".<name>_state/ in the work dir, so a kernel death or a host crash comes back "
-            "to the last completed cell. Local and Docker IPython kernels; no effect on "
-            "remote kernels."
+            "to the last completed cell. IPython kernels: local, Docker, and remote (saved "
+            "in the kernel's folder on its host, signed here; a kernel death comes back)."
         ),
     )
     state_budget_mb: int = field(

@@ -21,7 +21,9 @@ MAC with a key it never sees. So the host, and only the host:
   ``local`` into a kernel on the host unless the person says they trust it
   (:func:`check_origin`: ``restore(..., trust_origin=True)``, CLI
   ``--trust-checkpoint-origin``). A Docker checkpoint into a Docker kernel is
-  always fine: its pickles run where they were made.
+  always fine: its pickles run where they were made. A remote kernel's (stamped
+  with the server this host reached it through) loads only into a kernel of that
+  same server: never here, in a container, or on another server's hosts.
 """
 
 from __future__ import annotations
@@ -183,7 +185,8 @@ def origin_words(origin: Mapping[str, Any]) -> str:
         image = origin.get("image")
         return f"a Docker kernel (image {image})" if image else "a Docker kernel"
     if backend == "remote":
-        return "a remote kernel"
+        server = origin.get("server")
+        return f"a remote kernel (server {server})" if server else "a remote kernel"
     return "a kernel on this host"
 
 
@@ -194,9 +197,25 @@ def check_origin(
 
     Loading unpickles: whatever the writing kernel put in the files runs in the
     loading kernel. A local kernel is the host; a Docker or remote kernel
-    loading anything stays where it is.
+    loading anything stays where it is. A remote kernel's state loads only into a kernel of
+    the same server (the same hosts, the same SSH user): never on this host, in a
+    container of this host, nor on another server's hosts.
     """
-    if origin.get("backend") == "local" or kernel.get("backend") != "local" or trusted:
+    if trusted or origin.get("backend") == "local":
+        return
+    if origin.get("backend") == "remote":
+        server = origin.get("server")  # (none known: no kernel is proven to be of its server)
+        same = kernel.get("backend") == "remote" and bool(server) and kernel.get("server") == server
+        if same:
+            return
+        raise CheckpointError(
+            f"{name!r} was written by {origin_words(origin)}, and this session's kernel is "
+            f"{_kernel_words(kernel)}: loading it would unpickle there what that kernel wrote "
+            "(code included); a remote kernel's state loads only into a kernel of the same "
+            f"server; it was not loaded. If you trust that kernel's code, pass {TRUST_FLAG} "
+            f"(CLI: {TRUST_CLI_FLAG})"
+        )
+    if kernel.get("backend") != "local":
         return
     raise CheckpointError(
         f"checkpoint {name!r} was written by {origin_words(origin)}, and this session's kernel "
@@ -204,3 +223,10 @@ def check_origin(
         f"(code included); it was not loaded. If you trust that kernel's code, pass "
         f"restore(..., {TRUST_FLAG}) (CLI: {TRUST_CLI_FLAG})"
     )
+
+
+def _kernel_words(kernel: Mapping[str, Any]) -> str:
+    """The loading kernel, for messages (``on this host`` and the like)."""
+    if kernel.get("backend") == "local":
+        return "on this host"
+    return origin_words(kernel)

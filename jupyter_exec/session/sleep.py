@@ -70,7 +70,10 @@ def refuse_sleep(session: AsyncSession, kernel: KernelHandle) -> None:
     options = session.options
     why = None
     if options.backend == "remote":
-        why = "its kernel is remote (save_state has no effect on a remote kernel)"
+        why = (
+            "its kernel is remote: its saved state is kept in the kernel's folder on its host, "
+            "which goes when the kernel stops"
+        )
     elif not options.shuts_down_kernel:
         why = "its kernel was given to it (a kernel_manager it does not own): not its to stop"
     elif not kernel.runs_ipython:

@@ -3,7 +3,9 @@ names each cell changed (what a restore after a kernel death cannot give back).
 
 The in-kernel half is :mod:`jupyter_exec.inkernel.state`, installed once per
 kernel process (a probe file proves the kernel shares the work dir; a remote
-kernel does not, and gets no durable checkpoints)::
+kernel works in a folder of its own on its host, makes the probe there itself,
+and gets the changed names and the per-cell generations, but no checkpoints on
+disk: those are read and signed here, file by file)::
 
     each cell     user_expressions: the names it changed ─► changes[(cell, names)]
     checkpoint()  save(.<session>_checkpoints/<name>) in the kernel ─► manifest read back,
@@ -131,23 +133,27 @@ class DurableState:
             return False
         probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
         work_dir = session.work_dir
+        remote = is_remote(kernel)
+        code = remote_install_code(probe) if remote else install_code(probe)
         try:
-            with Folder.open(work_dir) as folder:
-                os.close(folder.create(probe))
+            if not remote:  # a remote kernel's work dir is its own folder on its host
+                with Folder.open(work_dir) as folder:
+                    os.close(folder.create(probe))
         except (WorkDirError, StorageError) as exc:
             self.unavailable = f"the work dir cannot be written: {exc}"
             self.refused = kernel
             return False
         try:
-            await ask(kernel, install_code(probe), DONE_EXPRESSION, INSTALL_TIMEOUT)
+            await ask(kernel, code, DONE_EXPRESSION, INSTALL_TIMEOUT)
         except CheckpointError as exc:
             self.unavailable = str(exc)
             self.refused = kernel
             log.info("session %s: no durable checkpoints: %s", session.name, exc)
             return False
         finally:
-            with contextlib.suppress(OSError):
-                os.unlink(work_dir / probe)
+            if not remote:
+                with contextlib.suppress(OSError):
+                    os.unlink(work_dir / probe)
         self.installed = kernel
         self.unavailable = None
         folder_path = work_dir / checkpoints_folder(session.name)
@@ -206,6 +212,7 @@ class DurableState:
         flush: bool = True,
     ) -> Checkpoint:
         """Have the kernel write checkpoint ``name``; read back and checked here."""
+        refuse_remote(kernel, "write a checkpoint to disk")
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot write a checkpoint to disk: {self.unavailable}")
         origin = kernel_origin(kernel)
@@ -242,7 +249,7 @@ class DurableState:
         last = self.taken[-1] if self.taken else None
         if last is not None and not self.changed_since(last.cell_index, set()):
             return None
-        if self.installed is not kernel:
+        if self.installed is not kernel or is_remote(kernel):
             return None
         self.last_auto = now
         number = 1 + max((int(c.name[len(AUTO_PREFIX) :]) for c in self._autos(session)), default=0)
@@ -306,6 +313,7 @@ class DurableState:
         """
         if checkpoint.path is None:
             raise CheckpointError(f"checkpoint {checkpoint.name!r} was never written to disk")
+        refuse_remote(kernel, "load a checkpoint from disk")
         work_dir = session.work_dir
         checkpoint_trust.check_outside(kernel_folders(session, kernel))
         relative = _inside(work_dir, checkpoint.path)
@@ -358,6 +366,34 @@ def _inside(work_dir: Path, path: Path) -> str | None:
     except ValueError:
         return None
     return relative.as_posix() if relative.parts else None
+
+
+def is_remote(kernel: KernelHandle) -> bool:
+    """Whether ``kernel`` runs behind a server, in a folder of its own on another host."""
+    return kernel_origin(kernel)["backend"] == "remote"
+
+
+def refuse_remote(kernel: KernelHandle, what: str) -> None:
+    """A checkpoint on disk is read and signed here, file by file: a remote kernel's files
+    are on its host (its per-cell state is kept there instead, :mod:`.generations`)."""
+    if is_remote(kernel):
+        raise CheckpointError(
+            f"cannot {what}: the kernel is remote, and its files are on its host, not in "
+            "this session's work dir (its per-cell state is saved there, save_state)"
+        )
+
+
+def remote_install_code(probe: str) -> str:
+    """:func:`install_code` for a remote kernel, whose work dir is its own working folder on
+    its host: the kernel makes the probe there itself (nothing here proves the folder), and
+    removes it after. No name is left in the user's namespace."""
+    return (
+        f"open({probe!r}, 'x').close()\n"
+        "try:\n"
+        f"    {install_code(probe)}\n"
+        "finally:\n"
+        f"    __import__('os').unlink({probe!r})\n"
+    )
 
 
 def install_code(probe: str) -> str:

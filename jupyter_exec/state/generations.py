@@ -32,6 +32,15 @@ Loading (:meth:`Generations.load`): the MAC, the session, the manifest's sha256 
 here, never through a link), the origin rule (a Docker kernel's state is never loaded
 by a kernel on the host without ``trust_origin``) and the budget are checked on the
 host; the kernel then checks every object's sha256 on the bytes it unpickles.
+
+A remote kernel (a gateway's, a Jupyter server's) writes the same files in its own
+folder on its host, ``.<session>-<kernel id>_state/`` (:func:`kernel_state_folder`: one
+server may run several sessions' kernels in one folder); the signatures are written
+here, in the work dir's ``.<session>_state/signed/``. Its origin names the server as
+this host reached it, and its generations load only into a kernel of that server (the
+server restarts a dead kernel under the same id, in the same folder): the kernel checks
+the manifest against the sha256 signed here, then every object. ``close()`` removes
+that folder (:meth:`Generations.discard_remote`): a later kernel has another id.
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ from jupyter_exec.state.kernel_calls import (
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["COMMIT_KEY", "Generation", "Generations", "state_folder"]
+__all__ = ["COMMIT_KEY", "Generation", "Generations", "kernel_state_folder", "state_folder"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -91,6 +100,27 @@ _SIG_NAME = re.compile(r"^[0-9]{1,12}\.json$")
 def state_folder(session: str) -> str:
     """The folder, in the work dir, where session ``session`` keeps its generations."""
     return f".{session}_state"
+
+
+def kernel_state_folder(session: str, kernel: KernelHandle) -> str:
+    """The folder, in the kernel's working directory, where its writer keeps the
+    generations: the work dir's own for a kernel here or in Docker; for a remote kernel,
+    one named after its kernel id too (a server may run several sessions' kernels in one
+    folder; the id stays the same across the server's restarts of it)."""
+    if kernel_origin(kernel)["backend"] != "remote":
+        return state_folder(session)
+    return f".{session}-{kernel.kernel_id}_state"
+
+
+def discard_code(session: str, kernel: KernelHandle) -> str:
+    """Code that removes a remote kernel's state folder on its host (at ``close()``: no
+    later kernel can load it, a new one has another id), leaving no name behind."""
+    root = f"__import__('sys').modules[{inkernel_generations.STATE_MODULE!r}].root"
+    folder = kernel_state_folder(session, kernel)
+    return (
+        f"__import__('shutil').rmtree(__import__('os').path.join({root}, {folder!r}), "
+        "ignore_errors=True)"
+    )
 
 
 @dataclass(frozen=True)
@@ -172,7 +202,7 @@ class Generations:
         """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
         if self.installed is kernel:
             return True
-        if not self.enabled or self.refused is kernel or session.options.backend == "remote":
+        if not self.enabled or self.refused is kernel:
             return False
         try:  # a key the kernel can read would sign anything: then nothing is saved
             checkpoint_trust.check_outside(kernel_folders(session, kernel))
@@ -180,12 +210,14 @@ class Generations:
             self.unavailable, self.refused = str(exc), kernel
             log.warning("session %s: no per-cell state: %s", session.name, exc)
             return False
+        if not self._remote_ready(session, kernel):
+            return False
         if self.next_number == 1:
             self.next_number = 1 + max(numbers_on_disk(session.work_dir, session.name), default=0)
         code = module_call_code(
             inkernel_generations.__file__,
             MODULE,
-            f"install({state_folder(session.name)!r}, {self.budget})",
+            f"install({kernel_state_folder(session.name, kernel)!r}, {self.budget})",
             "generations",
             "install",
         )
@@ -201,6 +233,27 @@ class Generations:
             folder = session.work_dir / state_folder(session.name)
             recording.tracker.skip_dirs.add(str(folder.absolute()))
         return True
+
+    def _remote_ready(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """For a remote kernel: its server is known (its origin), and the folder for its
+        signatures is made here (the kernel writes its own on its host). True otherwise."""
+        origin = kernel_origin(kernel)
+        if origin["backend"] != "remote":
+            return True
+        if not origin.get("server"):
+            self.unavailable = (
+                "the kernel's server is not known to this session (a kernel of the Jupyter "
+                "server's own gateway client): no later kernel could be proven to be of it"
+            )
+        else:
+            try:
+                _own_state_folder(session)
+                return True
+            except (StorageError, WorkDirError, OSError) as exc:
+                self.unavailable = f"its signatures cannot be kept in the work dir: {exc}"
+        self.refused = kernel
+        log.warning("session %s: no per-cell state: %s", session.name, self.unavailable)
+        return False
 
     def expressions(self, kernel: KernelHandle, cell_index: int | None) -> dict[str, str]:
         """The commit a recorded cell's request carries (evaluated after the cell ran)."""
@@ -333,6 +386,16 @@ class Generations:
         await self.caught_up()
         await self.write_pending()
 
+    async def discard_remote(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """At a remote session's close: remove its kernel's state folder on its host instead
+        of waiting for the writer (nothing can load it later); whether the kernel is remote."""
+        if kernel_origin(kernel)["backend"] != "remote":
+            return False
+        self.to_sign = None
+        if self.installed is kernel:
+            await ask(kernel, discard_code(session.name, kernel), DONE_EXPRESSION, INSTALL_TIMEOUT)
+        return True
+
     async def flush(
         self, session: StateHost, kernel: KernelHandle, timeout: float = SAVE_TIMEOUT
     ) -> None:
@@ -372,13 +435,19 @@ class Generations:
         *,
         trust_origin: bool = False,
     ) -> LoadedGeneration:
-        """Replace ``kernel``'s namespace with generation ``made``, checked first here."""
+        """Replace ``kernel``'s namespace with generation ``made``, checked first here.
+
+        A remote kernel's generation is on its host: only its origin is checked here (the
+        same server's kernels only), and the kernel checks the manifest against the sha256
+        this host signed, then every object, before it unpickles anything (its own host's
+        files, into its own host's kernel)."""
         checkpoint_trust.check_outside([session.work_dir])
-        manifest = read_manifest(session.work_dir, made, self.budget)
         where = f"generation {made.number} of session {made.session!r}"
         checkpoint_trust.check_origin(
             where, made.origin, kernel_origin(kernel), trusted=trust_origin
         )
+        remote = made.origin.get("backend") == "remote"
+        manifest = {} if remote else read_manifest(session.work_dir, made, self.budget)
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot load {where}: {self.unavailable}")
         try:
@@ -387,8 +456,10 @@ class Generations:
             )
         except CheckpointError as exc:
             raise CheckpointError(f"{where} was not loaded: {exc}") from None
+        result = result if isinstance(result, Mapping) else {}
         self.committed_in = None  # the next commit stores every name
-        skipped = {str(k): str(v) for k, v in (manifest.get("skipped") or {}).items()}
+        said = (result if remote else manifest).get("skipped")
+        skipped = {str(k): str(v) for k, v in (said if isinstance(said, Mapping) else {}).items()}
         return LoadedGeneration(made, tuple(str(n) for n in result.get("names", [])), skipped)
 
 
@@ -408,6 +479,13 @@ def write_signature(work_dir: Path, made: Generation) -> None:
         folder.sub(SIGNED, create=True, mode=0o700) as signed,  # the user's alone
     ):
         signed.write_atomic(f"{made.number}.json", [json.dumps(made.record()).encode()], mode=0o600)
+
+
+def _own_state_folder(session: StateHost) -> None:
+    """Make the session's state folder here, for the signatures of a remote kernel's
+    generations (that kernel writes its own folder on its host, never this one)."""
+    with Folder.open(session.work_dir) as work:
+        work.sub(state_folder(session.name), create=True, mode=0o700).close()
 
 
 def _write_quietly(work_dir: Path, made: Generation) -> None:

@@ -37,13 +37,18 @@ kernel's answer is not read (see :mod:`jupyter_exec.boundary.replies`)."""
 
 
 def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
-    """The backend that runs ``kernel``, as the host knows it (never as the kernel says)."""
+    """The backend that runs ``kernel``, as the host knows it (never as the kernel says):
+    ``local``; ``docker`` with its image; ``remote`` with the server's URL."""
     docker = container_of(kernel)
     if docker is not None:
         return {"backend": "docker", "image": str(docker.image_tag or docker.image or "")}
     manager = type(kernel.km)
     if manager.__module__.startswith(("jupyter_exec.remote", "jupyter_server.gateway")):
-        return {"backend": "remote"}
+        rest = getattr(kernel.km, "rest", None)
+        server = getattr(rest, "base_url", None)
+        # The server as this host reached it (the session's own URL), never as the kernel
+        # says: a remote kernel's state loads only into a kernel of the same server.
+        return {"backend": "remote", "server": str(server)} if server else {"backend": "remote"}
     return {"backend": "local"}
 
 

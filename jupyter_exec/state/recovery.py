@@ -55,7 +55,8 @@ class RecoveryMixin:
     undo_steps: int
     durable: DurableState
     remote_kernel: bool = False
-    """The session's kernel is remote: nothing of its state is saved (save_state)."""
+    """The session's kernel is remote: its state is saved on its host, and a death's error
+    says why when it did not come back."""
     recovered: StateRecovery | None = None
     """Set by a recovery during a cell; reported with that cell and the next, then cleared."""
     _recovered_next: StateRecovery | None = None
@@ -180,7 +181,7 @@ class RecoveryMixin:
         recovery = self.recovered
         lost = error is not None and "its state is lost" in error.evalue
         if recovery is None and error is not None and lost and self.remote_kernel:
-            note = "its state is lost (save_state has no effect on a remote kernel)"
+            note = f"its state is lost ({self._remote_loss()})"
             text = error.evalue.replace("its state is lost", note)
             return CellError(error.ename, text, error.traceback)
         if recovery is None or error is None:
@@ -196,6 +197,20 @@ class RecoveryMixin:
         if text == error.evalue:
             text = f"{text}; {back}"
         return CellError(error.ename, text, error.traceback)
+
+    def _remote_loss(self) -> str:
+        """Why a remote kernel's state did not come back after its death."""
+        generations = self.durable.generations
+        if generations.unavailable:
+            return f"its per-cell state was not saved: {generations.unavailable}"
+        if not generations.enabled:
+            return "save_state is off"
+        if generations.newest() is None:
+            return "no cell's state was saved yet"
+        return (
+            "the state saved on its host did not load into the restarted kernel, which may "
+            "run on another host; the log says why"
+        )
 
     def annotate(self, execution: Execution) -> Execution:
         """The Execution with the recovery it saw, or the one just before it."""

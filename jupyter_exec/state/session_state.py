@@ -141,7 +141,7 @@ class SessionState(RecoveryMixin):
             self._configured = True
             options = session.options
             self.remote_kernel = options.backend == "remote"
-            generations.enabled = options.save_state and not self.remote_kernel
+            generations.enabled = options.save_state  # a remote kernel's, on its host
             generations.budget = options.state_budget_mb << 20
         if not generations.enabled or generations.refused is kernel:
             return False
@@ -484,6 +484,8 @@ class SessionState(RecoveryMixin):
         if generations.installed is not kernel:
             return
         with contextlib.suppress(CheckpointError, KernelNotAliveError, OSError):
+            if await generations.discard_remote(session, kernel):
+                return  # a remote kernel's state goes with it: nothing to wait for
             await generations.flush(session, kernel, CLOSE_FLUSH)
 
     async def close(self, shuts_down_kernel: bool) -> None:

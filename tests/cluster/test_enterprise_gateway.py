@@ -6,7 +6,8 @@ Enterprise Gateway 3.3 (its own venv, ``scripts/provision-gateways``) started wi
 SSH by its ``DistributedProcessProxy`` and our launcher (tests/cluster/enterprise_gateway.py).
 Through it, a jupyter-exec session (the remote backend, EG's URL and token): state across cells,
 a plot and changed files brought home, the kernel's log where the docs say, and nothing left on
-the hosts after ``close()``. EG offers and starts only the written kernelspec, and only on the
+the hosts after ``close()``; after ``kill -9`` of its kernel, the state saved on the host comes
+back. EG offers and starts only the written kernelspec, and only on the
 written hosts. Stopped as a process manager stops it (SIGTERM, then SIGKILL after a bound), EG
 leaves no kernel, folder or log on the hosts.
 
@@ -195,3 +196,33 @@ def test_enterprise_gateway_exits_rather_than_move_when_its_port_is_taken(
         log = (tmp_path / "enterprise-gateway.log").read_text(errors="replace")
         assert status != 0, log[-3000:]
         assert "could not be started because no available port could be found" in log, log
+
+
+def test_kill_9_of_a_kernel_under_enterprise_gateway_brings_its_state_back(
+    eg: RunningEnterpriseGateway, loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    """EG restarts a dead kernel under the same id, on its pinned host, in the same folder:
+    the state its kernel saved there comes back, as through ``jupyter-exec gateway``."""
+    host = loopback_cluster.hosts[0]
+    with Session(
+        backend="remote", url=eg.url, token=eg.token, kernel_name=KERNEL,
+        work_dir=tmp_path / "work", host=host, timeout=180,
+    ) as s:  # fmt: skip
+        assert s.execute("rows = list(range(100_000))\nmark = 'eg'").ok
+        s.flush()
+        kernel_id = str(s.kernel_id)
+
+        def kill(event: dict[str, object]) -> None:
+            if "running" in str(event.get("text", "")):
+                for process in loopback_cluster.kernel_processes(kernel_id):
+                    if "ipykernel_launcher" in " ".join(process.cmdline()):
+                        process.kill()
+
+        died = s.execute(
+            "print('running', flush=True)\nimport time\ntime.sleep(120)", on_output=kill
+        )
+        assert died.status == "died", died
+        assert died.recovered is not None, died.error
+        assert s.execute("mark, sum(rows)").text == "('eg', 4999950000)"
+        assert s.kernel_id == kernel_id
+    _gone(eg, loopback_cluster, kernel_id)

@@ -70,10 +70,13 @@ def test_kill_9_of_the_launcher_leaves_exactly_one_kernel_and_the_session_sees_d
         assert not psutil.pid_exists(old_kernel) or (
             psutil.Process(old_kernel).status() == psutil.STATUS_ZOMBIE
         ), gw.log()[-3000:]
-        assert session.execute("'x' in dir()").text == "False"  # the session is on the new one
+        # The session is on the new kernel, with the state saved on the host loaded into it.
+        on = session.execute("import os; os.getpid(), x")
         after = _kernels(loopback_cluster, kernel_id)
         assert len(after["kernel"]) == 1, after
         assert old_kernel not in after["kernel"]
+        (new_kernel,) = after["kernel"]
+        assert on.text == repr((new_kernel, 41)), on.error
         assert len(after["launcher"]) == 1, after
         print(f"died {took:.2f} s after kill -9 of the launcher")
     assert not loopback_cluster.wait_no_kernel_processes(kernel_id, timeout=5)

@@ -112,8 +112,21 @@ async def test_a_dead_remote_kernel_is_reported_and_replaced(remote: AsyncSessio
     assert died.status == "died"
     assert died.state_lost
     assert died.error is not None
-    assert "save_state has no effect on a remote kernel" in died.error.evalue
+    assert "its state is lost (no cell's state was saved yet)" in died.error.evalue
     assert (await remote.execute("2 + 2")).text == "4"
+
+
+async def test_a_dead_remote_kernel_comes_back_with_the_state_saved_beside_it(
+    remote: AsyncSession,
+) -> None:
+    """The server restarts the kernel in the same folder, where its writer saved the state."""
+    assert (await remote.execute("kept = 41")).ok
+    await remote.flush()
+    died = await remote.execute("import os; os._exit(1)")
+    assert died.status == "died"
+    assert died.recovered is not None, died.error
+    assert "kept" in died.recovered.names
+    assert (await remote.execute("kept + 1")).text == "42"
 
 
 async def test_reconnects_after_the_client_closes_the_websocket(remote: AsyncSession) -> None:
