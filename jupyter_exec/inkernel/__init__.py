@@ -22,6 +22,11 @@ own outcome, so one module's refusal is still its own (:func:`install_outcomes`)
 
 from __future__ import annotations
 
+import base64
+import functools
+import importlib.util
+import marshal
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,9 +78,10 @@ NOT_TRIED = "NotTried"
 """The error name of an entry not tried because an entry it needs did not install."""
 
 _BATCH = """\
-import json, sys, types
+import base64, importlib.util, json, sys, types
+same = importlib.util.MAGIC_NUMBER == MAGIC  # the host's bytecode runs here as it is
 done = {}
-for name, module, source, call, needs in entries:
+for name, module, source, compiled, call, needs in entries:
     missing = [n for n in needs if n in done and done[n] is not None]
     if missing:
         done[name] = [NOT_TRIED, 'needs ' + ', '.join(missing)]
@@ -83,8 +89,16 @@ for name, module, source, call, needs in entries:
     try:
         loaded = sys.modules.get(module)
         if loaded is None:
+            code = None
+            if same:
+                try:
+                    code = __import__('marshal').loads(base64.b64decode(compiled))
+                except Exception:
+                    code = None
+            if code is None:
+                code = compile(source, '<jupyter-exec ' + name + '>', 'exec')
             loaded = types.ModuleType(module)
-            exec(compile(source, '<jupyter-exec ' + name + '>', 'exec'), loaded.__dict__)
+            exec(code, loaded.__dict__)
             sys.modules[module] = loaded
         exec(compile('module.' + call, '<jupyter-exec ' + name + ' install>', 'exec'),
              {'module': loaded})
@@ -101,17 +115,41 @@ def install_expression(installs: Sequence[Install]) -> str:
 
     Its value is JSON text: each entry's name to ``null`` (installed) or ``[error name,
     message]`` (what it raised; :data:`NOT_TRIED` when an entry it ``needs`` failed).
-    One entry's failure does not stop the next.
+    One entry's failure does not stop the next. Each module goes as its source and as
+    the host's bytecode for it: a kernel whose bytecode is the host's (the same Python
+    minor version: a local kernel, most containers) loads that instead of compiling the
+    source, which was most of the batch's time in the kernel (12 ms of 13 for four).
     """
     entries = []
     for each in installs:
-        with open(each.source_file, encoding="utf-8") as f:
-            entries.append((each.name, each.module, f.read(), each.call, list(each.needs)))
-    namespace = {"__name__": "_jupyter_exec_install", "entries": entries, "NOT_TRIED": NOT_TRIED}
+        source, compiled = _module_text(each.source_file, each.name)
+        entries.append((each.name, each.module, source, compiled, each.call, list(each.needs)))
+    namespace = {
+        "__name__": "_jupyter_exec_install",
+        "entries": entries,
+        "NOT_TRIED": NOT_TRIED,
+        "MAGIC": importlib.util.MAGIC_NUMBER,
+    }
     return (
         f"(lambda ns: exec(compile({_BATCH!r}, '<jupyter-exec install>', 'exec'), ns) "
         f"or ns['result'])({namespace!r})"
     )
+
+
+def _module_text(source_file: str, name: str) -> tuple[str, str]:
+    """The module's source, and its bytecode compiled here (marshal, base64), cached by the
+    file's size and modification time (compiled once per host process)."""
+    found = os.stat(source_file)
+    return _compiled(source_file, name, found.st_size, found.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(source_file: str, name: str, size: int, mtime: int) -> tuple[str, str]:
+    with open(source_file, encoding="utf-8") as f:
+        source = f.read()
+    # dont_inherit: the flags this module compiles with (its __future__ imports) stay here.
+    code = compile(source, f"<jupyter-exec {name}>", "exec", dont_inherit=True)
+    return source, base64.b64encode(marshal.dumps(code)).decode("ascii")
 
 
 def install_outcomes(names: Sequence[str], answer: Any) -> dict[str, tuple[str, str] | None]:

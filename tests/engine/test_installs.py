@@ -136,3 +136,37 @@ async def test_a_sessions_first_cell_installs_every_helper_in_one_request(
         assert durable.generations.installed is kernel
         flood = await session.execute("print('a' * 3_000_000)")
         assert flood.spilled  # the guard is live in the restarted process
+
+
+async def test_a_kernel_of_the_hosts_python_runs_the_hosts_bytecode(
+    kernel: KernelHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same bytecode magic: the kernel loads what the host compiled (here a stand-in that
+    marks itself); another magic, or bytecode it cannot load: it compiles the source."""
+    import base64
+    import importlib.util
+    import marshal
+
+    import jupyter_exec.inkernel as loader
+
+    source = "def install(*args):\n    pass\n"
+    marked = compile(source + "MARK = 'bytecode'\n", "<test>", "exec", dont_inherit=True)
+    stand_in = base64.b64encode(marshal.dumps(marked)).decode()
+
+    async def install_as(module: str, compiled: str, magic: bytes | None = None) -> str:
+        monkeypatch.setattr(loader, "_module_text", lambda *_: (source, compiled))
+        if magic is not None:
+            monkeypatch.setattr(importlib.util, "MAGIC_NUMBER", magic)
+        installs = Installs(kernel, tmp_path)
+        outcomes: list[Outcome] = []
+        installs.add(Install("t", inkernel_env.__file__, module, "install()"), outcomes.append)
+        await installs.send()
+        monkeypatch.undo()
+        assert outcomes[0].ok, outcomes
+        return await _in_kernel(
+            kernel, f"getattr(__import__('sys').modules[{module!r}], 'MARK', 'source')"
+        )
+
+    assert await install_as("_jx_test_a", stand_in) == "'bytecode'"
+    assert await install_as("_jx_test_b", stand_in, magic=b"\x00\x00\r\n") == "'source'"
+    assert await install_as("_jx_test_c", "bm90IG1hcnNoYWw=") == "'source'"  # not marshal
