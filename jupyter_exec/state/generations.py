@@ -305,6 +305,9 @@ class Generations:
                 continue  # not one this host asked for
             made = Generation(session.name, number, digest, cells, origin, manifest)
             self._sign_soon(session.work_dir, made)
+            if not self.signed or self.signed[-1].number < number:  # the usual: the newest
+                self.signed.append(made)  # (a copy and a sort of every one was O(cells))
+                continue
             others = [g for g in self.signed if g.number != number]
             self.signed = sorted([*others, made], key=lambda g: g.number)
 
