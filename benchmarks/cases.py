@@ -128,6 +128,64 @@ def session_start(cfg: Config) -> list[Row]:
     ]
 
 
+@case("first-cell")
+def first_cell(cfg: Config) -> list[Row]:
+    """The first ``1+1`` right after a start, against the floor's first cell (same run).
+
+    What a new session pays once before its first answer on top of the kernel's own
+    first cell: the in-kernel helpers (state, generations, stream guard, environment
+    record) go to the new kernel process then. Starts are untimed; the kernels are
+    started in turn (ours recording, ours ``notebook=False``, the floor), rotating
+    which goes first, so load drift hits all three alike.
+    """
+    times: dict[str, list[float]] = {"recording": [], "notebook=False": [], "floor": []}
+    with scratch_dir("first") as root:
+
+        def run_ours(i: int, record: bool) -> float:
+            session = _session(root / f"ours-{i}-{record}", notebook=record)
+            try:
+                took, execution = timed(lambda: session.execute("1+1"))
+                _expect(_check(execution, "first cell").text, "Session first cell")
+                return took
+            finally:
+                session.close()
+
+        def run_floor(i: int) -> float:
+            floor = BlockingFloor(root).start()
+            try:
+                took, messages = timed(lambda: floor.execute("1+1"))
+                _expect(_floor_result(messages), "floor first cell")
+                return took
+            finally:
+                floor.close()
+
+        runs: list[tuple[str, Callable[[int], float]]] = [
+            ("recording", lambda i: run_ours(i, True)),
+            ("notebook=False", lambda i: run_ours(i, False)),
+            ("floor", run_floor),
+        ]
+        for _name, run in runs:  # untimed: imports and kernelspec caches warm for all
+            run(-1)
+        for i in range(cfg.first_cell_repeats):
+            progress(f"first-cell: repeat {i + 1}/{cfg.first_cell_repeats}")
+            for name, run in runs[i % 3 :] + runs[: i % 3]:
+                times[name].append(run(i))
+    n = cfg.first_cell_repeats
+    floor = median(times["floor"])
+    return [
+        Row(
+            f"first cell after start (median): Session {name}",
+            median(times[name]),
+            floor,
+            "s",
+            f"n={n}; 1+1 right after start; floor = execute_interactive's first cell; "
+            f"+{(median(times[name]) - floor) * MS:.1f} ms (target <= +30 ms)",
+            {"ours": times[name], "floor": times["floor"]},
+        )
+        for name in ("recording", "notebook=False")
+    ]
+
+
 # -- 2. warm round trip -----------------------------------------------------------------
 
 

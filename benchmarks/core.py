@@ -46,6 +46,7 @@ class Config:
 
     quick: bool = False
     start_repeats: int = 5
+    first_cell_repeats: int = 11
     warm_cells: int = 500
     warm_chunk: int = 25
     warmup_cells: int = 20
@@ -63,6 +64,7 @@ class Config:
         return cls(
             quick=True,
             start_repeats=2,
+            first_cell_repeats=5,
             warm_cells=100,
             warm_chunk=20,
             warmup_cells=10,

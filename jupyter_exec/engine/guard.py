@@ -4,8 +4,9 @@ A session that records its cells keeps host memory bounded under output
 floods by letting the kernel keep what is past the budget
 (:mod:`jupyter_exec.inkernel.streams`)::
 
-    start / restart  ─► install(): a probe file in the work dir, the guard's source run silently;
-                        the kernel hooks its streams only if it sees the probe (shares the dir)
+    start / restart  ─► plan(): a probe file in the work dir, the guard's source sent with the
+                        other helpers in one silent request (engine.installs); the kernel
+                        hooks its streams only if it sees the probe (shares the dir)
     each cell        ─► prepare(): a CellGuard whose execute_request metadata holds the
                         budget, per stream the hidden file where the rest goes, and the
                         name prefix for rich outputs too large to send
@@ -27,7 +28,6 @@ import logging
 import os
 import secrets
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,12 +35,13 @@ from typing import Any
 from jupyter_exec.boundary import naming
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine import mime
+from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.outputs import CellOutputs, Spill
 from jupyter_exec.exceptions import KernelNotAliveError, StorageError, WorkDirError
-from jupyter_exec.inkernel.streams import KEY, install_code
+from jupyter_exec.inkernel.streams import KEY, install_entry
 
-__all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "prepare"]
+__all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "plan", "prepare"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -56,41 +57,40 @@ async def install(kernel: KernelHandle, work_dir: Path) -> bool:
 
     A kernel that cannot take it (not IPython, another machine, a changed
     working directory) runs without it: output is still bounded in what the
-    host keeps, only not in what it receives.
+    host keeps, only not in what it receives. A session installs it with the
+    other helpers, in one request (:func:`plan`); this asks alone.
     """
     if kernel.stream_guard is not None:
         return kernel.stream_guard
+    installs = Installs(kernel, work_dir)
+    plan(installs)
+    with contextlib.suppress(KernelNotAliveError):  # (its outcome said so: not active)
+        await installs.send(_INSTALL_TIMEOUT)
+    return bool(kernel.stream_guard)
+
+
+def plan(installs: Installs) -> None:
+    """Add the guard to ``installs`` unless its kernel decided already (an IPython kernel
+    that finds the batch's probe file in its working directory takes it)."""
+    kernel = installs.kernel
+    if kernel.stream_guard is not None:
+        return
     if not kernel.runs_ipython:  # the guard is Python source: never sent to another kernel
         kernel.stream_guard = False
-        return False
-    probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
+        return
     try:
-        with Folder.open(work_dir) as folder:
-            os.close(folder.create(probe))
+        probe = installs.probe()
     except (WorkDirError, StorageError) as exc:
         log.debug("stream guard not installed: %s", exc)
         kernel.stream_guard = False
-        return False
-    try:
-        reply = await _run_silently(kernel, install_code(probe))
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(work_dir / probe)
-    kernel.stream_guard = reply.get("status") == "ok"
-    if not kernel.stream_guard:
-        log.info(
-            "kernel %s runs without the stream guard: %s", kernel.kernel_id, reply.get("evalue")
-        )
-    return kernel.stream_guard
+        return
 
+    def done(outcome: Outcome) -> None:
+        kernel.stream_guard = outcome.ok
+        if not outcome.ok:
+            log.info("kernel %s runs without the stream guard: %s", kernel.kernel_id, outcome.why)
 
-async def _run_silently(kernel: KernelHandle, code: str) -> dict[str, Any]:
-    deadline = time.monotonic() + _INSTALL_TIMEOUT
-    with contextlib.suppress(KernelNotAliveError):
-        reply = await kernel.run_silent(code, deadline, died="")
-        if reply is not None:
-            return reply
-    return {"status": "error", "evalue": "no reply"}
+    installs.add(install_entry(probe), done)
 
 
 LARGE_OUTPUT_CHARS = 8 << 20

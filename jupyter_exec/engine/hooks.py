@@ -7,6 +7,10 @@ need) added to ``session.hooks``; the session calls every hook at fixed points,
 in the order they were added::
 
     execute(code)
+      kernel_installs(installs)      the first recorded cell on a kernel process: add
+                                     the in-kernel helpers a hook needs; one silent
+                                     request then installs every hook's and the
+                                     session's own (engine.installs)
       before_cell(cell)              may add to cell.expressions (user_expressions
                                      of the request) and wrap cell.on_output
       ── the runner: the request, its outputs, its reply ──
@@ -44,6 +48,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from jupyter_exec.engine.core import KernelSlot
+    from jupyter_exec.engine.installs import Installs
     from jupyter_exec.engine.kernel import KernelHandle
     from jupyter_exec.engine.runner import CellRun, OutputCallback
     from jupyter_exec.exceptions import StorageError
@@ -110,6 +115,12 @@ class CellHooks:
     exception, except where a method says otherwise.
     """
 
+    async def kernel_installs(self, installs: Installs) -> None:
+        """Before the first recorded cell on a kernel process (``installs.kernel``): add the
+        in-kernel helpers this hook needs (:meth:`Installs.add`); they are sent with every
+        other hook's in one silent request. A hook that installs its own later, alone, may
+        ignore this: it only saves that round trip."""
+
     async def before_cell(self, cell: CellCall) -> None:
         """Before the request is built (the kernel is as the last cell left it)."""
 
@@ -155,6 +166,10 @@ class Hooks:
 
     def __iter__(self) -> Iterator[CellHooks]:
         return iter(list(self._hooks))
+
+    async def kernel_installs(self, installs: Installs) -> None:
+        for hook in self:
+            await hook.kernel_installs(installs)
 
     async def before_cell(self, cell: CellCall) -> None:
         for hook in self:

@@ -123,6 +123,9 @@ class KernelHandle:
     """Whether a remote kernel's files come home (None: not tried; see remote_files)."""
     host: str | None = field(default=None, init=False)
     """Where a remote kernel runs, as it says (None: this machine, or not known)."""
+    installs_sent: bool = field(default=False, init=False)
+    """Whether a session sent this kernel process its in-kernel helpers, all in one request,
+    before its first recorded cell (:mod:`jupyter_exec.engine.installs`)."""
 
     def __post_init__(self) -> None:
         self.iopub = Receiver(self.kc.iopub_channel)
@@ -191,6 +194,7 @@ class KernelHandle:
                 self.stream_guard = None  # a new kernel process: the guard is to be installed
                 self.environment_capture = None  # and so is the environment capture
                 self.remote_files = None  # and, remote, the file listing (perhaps elsewhere)
+                self.installs_sent = False  # and the batch that installs them together
                 return reply
             if time.monotonic() >= deadline:
                 raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")

@@ -2,7 +2,7 @@
 
 Why in the kernel: only the kernel knows which distributions its cells
 imported and which work-dir files they read. Installed once per kernel
-process (:func:`jupyter_exec.engine.environment.install_code`), it keeps
+process (:func:`jupyter_exec.session.envrecord.plan`), it keeps
 two things, both cheap:
 
 * the top-level module names present at install (the kernel's own imports),

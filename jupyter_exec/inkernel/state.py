@@ -2,11 +2,11 @@
 names each cell changed.
 
 The host sends this module's source once per kernel process in a silent
-``execute_request`` (:func:`jupyter_exec.state.durable.install_code`), with a probe file it made in
-the
-work dir: finding it proves the kernel's working directory is the host's work
-dir, so every path below is relative to that folder (``root``). A fork or a
-snapshot's kernel inherits the installed module and its hooks.
+request (the batch of :mod:`jupyter_exec.engine.installs`), with a probe file it made
+in the work dir (a remote kernel makes its own: :func:`install_in_own_folder`):
+finding it proves the kernel's working directory is the host's work dir, so every
+path below is relative to that folder (``root``). A fork or a snapshot's kernel
+inherits the installed module and its hooks.
 
 * **Changed names.** A ``pre_run_cell`` hook notes the identity of every user
   name; ``post_run_cell`` compares: names bound to another object, new or
@@ -118,6 +118,18 @@ def install(probe: str) -> None:
         shell.events.register("pre_run_cell", _pre_run_cell)
         shell.events.register("post_run_cell", _post_run_cell)
         shell._jupyter_exec_state_hooks = True
+
+
+def install_in_own_folder(probe: str) -> None:
+    """:func:`install` for a remote kernel, whose work dir is its own folder on its host: it
+    makes the probe there itself (nothing on the session's host can prove that folder) and
+    removes it after."""
+    with open(probe, "x"):
+        pass
+    try:
+        install(probe)
+    finally:
+        os.unlink(probe)
 
 
 def _shell() -> Any:

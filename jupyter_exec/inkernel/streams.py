@@ -11,7 +11,7 @@ mount), and the host joins that file to the cell's spill file afterwards.
 The guard acts only on cells whose ``execute_request`` metadata carries
 :data:`KEY` (a session's cells); a person's cells in a shared kernel, and any
 other client's, pass through untouched. The host sends this module's source
-with :func:`install_code`; it needs only the standard library and IPython, and
+with the other helpers (:func:`install_entry`); it needs only the standard library and IPython, and
 it leaves no name in the user's namespace.
 
 Not covered: text written by threads after their cell ended (it passes
@@ -26,8 +26,13 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:  # (the host's; a kernel never imports it)
+    from jupyter_exec.inkernel import Install
+
+MODULE = "_jupyter_exec_guard"
+"""The module's name in the kernel's ``sys.modules``."""
 KEY = "jupyter_exec"
 """The ``execute_request`` metadata key. Its value::
 
@@ -229,12 +234,9 @@ def install(probe: str) -> None:
     guard.root = os.getcwd()
 
 
-def install_code(probe: str) -> str:
-    """Code that installs the guard when run (silently) in a kernel: no names left behind."""
-    with open(__file__, encoding="utf-8") as source:
-        text = source.read()
-    call = f"install({probe!r})"
-    return (
-        f"exec(compile({text + chr(10) + call!r}, '<jupyter-exec stream guard>', 'exec'), "
-        "{'__name__': '_jupyter_exec_guard'})"
-    )
+def install_entry(probe: str) -> Install:
+    """The guard as an entry of the host's batch of installs (:mod:`jupyter_exec.inkernel`):
+    registered once per kernel process as :data:`MODULE`, then ``install(probe)``."""
+    from jupyter_exec.inkernel import Install  # on the host only: see the loader
+
+    return Install("guard", __file__, MODULE, f"install({probe!r})")

@@ -4,8 +4,9 @@
 
     session start ─► the kernelspec, the backend and, for a Docker kernel, the image
                      (tag and id, asked of the engine) ─► environment (static part)
-    first cell    ─► inkernel_env installed in the kernel (a silent request, once per
-                     kernel process): the baseline of modules and an ``open`` audit hook
+    first cell    ─► inkernel_env installed in the kernel (once per kernel process, in the
+                     one silent request of every helper: engine.installs): the
+                     baseline of modules and an ``open`` audit hook
     every cell    ─► a user_expressions entry returns what changed (interpreter,
                      platform, packages the cells imported, sha256 of work-dir files
                      they read) ─► merged into the notebook metadata, saved with the cell
@@ -19,17 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from jupyter_exec.boundary import replies
+from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import KernelNotAliveError
+from jupyter_exec.inkernel import Install
 from jupyter_exec.inkernel import env as inkernel_env
-from jupyter_exec.inkernel import module_call_code
 
-__all__ = ["EXPRESSION_KEY", "docker_image", "expressions", "install", "merge", "parse"]
+__all__ = ["EXPRESSION_KEY", "docker_image", "expressions", "install", "merge", "parse", "plan"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -42,38 +43,40 @@ MAX_ENTRIES = 1000
 """At most this many packages, and files, are kept in the record."""
 
 
-def install_code() -> str:
-    """Code that installs the capture in a kernel (silently; no names left behind)."""
-    return module_call_code(
-        inkernel_env.__file__,
-        inkernel_env.MODULE,
-        "install(__import__('os').getcwd())",
-        "environment",
-        "install",
-    )
+_CALL = "install(__import__('os').getcwd())"
 
 
 async def install(kernel: KernelHandle) -> bool:
     """Install the capture in ``kernel`` once per kernel process; whether it is active.
 
     A kernel that cannot take it (not Python) runs without it: its notebook then
-    records only what the host knows (kernelspec, backend, image).
+    records only what the host knows (kernelspec, backend, image). A session installs
+    it with the other helpers, in one request (:func:`plan`); this asks alone.
     """
     if kernel.environment_capture is not None:
         return kernel.environment_capture
+    installs = Installs(kernel, None)
+    plan(installs)
+    with contextlib.suppress(KernelNotAliveError):  # (its outcome said so: not active)
+        await installs.send(_INSTALL_TIMEOUT)
+    return bool(kernel.environment_capture)
+
+
+def plan(installs: Installs) -> None:
+    """Add the capture to ``installs`` unless its kernel decided already."""
+    kernel = installs.kernel
+    if kernel.environment_capture is not None:
+        return
     if not kernel.runs_ipython:  # the capture is Python source: never sent to another kernel
         kernel.environment_capture = False
-        return False
-    ok = False
-    with contextlib.suppress(KernelNotAliveError):
-        reply = await kernel.run_silent(
-            install_code(), time.monotonic() + _INSTALL_TIMEOUT, died=""
-        )
-        ok = reply is not None and reply.get("status") == "ok"
-    kernel.environment_capture = ok
-    if not ok:
-        log.debug("kernel %s runs without the environment capture", kernel.kernel_id)
-    return ok
+        return
+
+    def done(outcome: Outcome) -> None:
+        kernel.environment_capture = outcome.ok
+        if not outcome.ok:
+            log.debug("kernel %s runs without the environment capture", kernel.kernel_id)
+
+    installs.add(Install("environment", inkernel_env.__file__, inkernel_env.MODULE, _CALL), done)
 
 
 async def expressions(kernel: KernelHandle) -> dict[str, str]:

@@ -41,6 +41,7 @@ from jupyter_exec.engine.inflight import (
     redacted,
     storage_error,
 )
+from jupyter_exec.engine.installs import Installs
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.outputs import CellOutputs
 from jupyter_exec.engine.recorder import NotebookRecorder, new_cell_id
@@ -85,6 +86,13 @@ class Recording:
     def next_index(self) -> int:
         """The index the next cell will have: in the notebook, or in the cells run without one."""
         return len(self.recorder) if self.recorder is not None else self.cells_run
+
+    def plan_installs(self, installs: Installs) -> None:
+        """The helpers :meth:`begin` asks of a new kernel process for a written cell (the
+        stream guard; with a notebook, the environment capture), in the session's batch."""
+        guard.plan(installs)
+        if self.recorder is not None:
+            envrecord.plan(installs)
 
     async def begin(self, kernel: KernelHandle, *, write: bool, max_chars: int) -> Cell:
         """A new cell to run: its index, its output builder and, when writing, its spill file

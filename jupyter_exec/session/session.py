@@ -8,7 +8,8 @@ lives in its own module::
                     Docker, remote, given, from an environment)       [launch.py]
     the kernel      its handle, execution lock and generation: one owner  [core.py]
                     its views; restart, replace, adopt, a lost kernel [kernel_methods.py]
-    execute(code) ─► CellRunner: send it, collect IOPub into nbformat
+    execute(code) ─► the in-kernel helpers, once per kernel process: one request [installs.py]
+                  ─► CellRunner: send it, collect IOPub into nbformat
                      outputs, enforce the deadline, notice death     [runner.py]
                   ─► Recording: output files, display updates across
                      cells, the notebook cell, files the code wrote  [recording.py]
@@ -43,13 +44,14 @@ from jupyter_exec.engine.core import KernelSlot
 from jupyter_exec.engine.hooks import CellCall, Hooks, KernelEvent
 from jupyter_exec.engine.idle import IdleSigner
 from jupyter_exec.engine.inflight import Cell
+from jupyter_exec.engine.installs import Installs
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel
 from jupyter_exec.engine.languages import normalise_language
 from jupyter_exec.engine.meta import notebook_metadata
 from jupyter_exec.engine.recorder import NotebookRecorder, read_notebook
 from jupyter_exec.engine.runner import CellRun, CellRunner, OutputCallback
 from jupyter_exec.engine.workdir import prepare_paths, remove_made
-from jupyter_exec.exceptions import BackendError, SessionClosedError
+from jupyter_exec.exceptions import BackendError, KernelNotAliveError, SessionClosedError
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -550,6 +552,8 @@ class AsyncSession(KernelMethods, StateMethods):
         call = CellCall(code, kernel, recording.next_index(), record, self._slot, on_output)
         execution: Execution | None = None
         try:
+            if record and not kernel.installs_sent:
+                await self._install_helpers(kernel, recording)
             await self.hooks.before_cell(call)
             cell = await recording.begin(
                 kernel, write=record, max_chars=self._options.max_output_chars
@@ -565,6 +569,17 @@ class AsyncSession(KernelMethods, StateMethods):
             call.problem._attach(execution)
             raise call.problem
         return execution
+
+    async def _install_helpers(self, kernel: KernelHandle, recording: Recording) -> None:
+        """Before a kernel process's first recorded cell: every in-kernel helper its hooks
+        and its recording would install one by one, in one silent request (a round trip and
+        a pass over each module's source apiece was most of a first cell's time)."""
+        kernel.installs_sent = True
+        installs = Installs(kernel, self._work_dir)
+        await self.hooks.kernel_installs(installs)
+        recording.plan_installs(installs)
+        with contextlib.suppress(KernelNotAliveError):  # the cell finds it dead, and says so
+            await installs.send()
 
     async def _run(self, call: CellCall, cell: Cell, timeout: float | None) -> CellRun:
         """The runner on the cell; then a remote kernel's files brought home."""

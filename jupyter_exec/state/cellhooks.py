@@ -5,6 +5,8 @@ draws where each hook is called); every method hands over to the session's
 :class:`~jupyter_exec.state.session_state.SessionState`, so the engine calls the
 state only through the declared hooks::
 
+    kernel_installs  the state module and its generations, in the session's one batch of
+                     installs before a kernel process's first recorded cell
     before_cell      the undo snapshot, the per-cell state installed; the names a cell
                      changes and its generation's commit asked for in the request; a
                      coalesced signature written while the cell runs
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 from jupyter_exec.engine.hooks import CellCall, CellHooks, KernelChange, KernelEvent
 
 if TYPE_CHECKING:
+    from jupyter_exec.engine.installs import Installs
     from jupyter_exec.engine.runner import CellRun
     from jupyter_exec.models import Execution
     from jupyter_exec.state.host import StateHost
@@ -41,6 +44,9 @@ class StateHooks(CellHooks):
     def __init__(self, state: SessionState, session: StateHost) -> None:
         self.state = state
         self.session = session
+
+    async def kernel_installs(self, installs: Installs) -> None:
+        self.state.plan_installs(self.session, installs)
 
     async def before_cell(self, cell: CellCall) -> None:
         if cell.recorded:  # a resume's cells need no undo point of their own

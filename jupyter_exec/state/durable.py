@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary import replies
 from jupyter_exec.boundary import trust as checkpoint_trust
-from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import (
     CheckpointError,
@@ -45,7 +45,7 @@ from jupyter_exec.exceptions import (
     StorageError,
     WorkDirError,
 )
-from jupyter_exec.inkernel import module_call_code
+from jupyter_exec.inkernel import Install
 from jupyter_exec.inkernel import state as inkernel_state
 from jupyter_exec.inkernel.state import CHANGED_EXPRESSION, MODULE
 from jupyter_exec.state.checkpoints import (
@@ -59,7 +59,6 @@ from jupyter_exec.state.checkpoints import (
 )
 from jupyter_exec.state.generations import Generations
 from jupyter_exec.state.kernel_calls import (
-    DONE_EXPRESSION,
     INSTALL_TIMEOUT,
     SAVE_TIMEOUT,
     ask,
@@ -79,6 +78,8 @@ AUTO_MAX_BYTES = 64 << 20
 64 MB costs about half a second (100 MB: 0.6 to 0.8 s, ``--only checkpoint``), at most once per
 ``checkpoint_every``: under 1 % of a minute."""
 AUTO_PREFIX = "auto-"
+STATE = "state"
+"""The in-kernel half's entry in a batch of installs (the generations need it)."""
 CHANGES_KEY = "jupyter_exec_changed"
 MAX_CHANGED_CHARS = 2 << 20
 """The names a cell changed, as the kernel's raw answer: past 2 MiB (some 150,000 names),
@@ -122,45 +123,49 @@ class DurableState:
     # -- the in-kernel half ------------------------------------------------------------
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
-        """Install the in-kernel half in ``kernel`` (once per kernel); whether it is there."""
+        """Install the in-kernel half in ``kernel`` (once per kernel); whether it is there.
+        A session's first cell installs it with the other helpers (:meth:`plan`)."""
         if self.installed is kernel:
             return True
-        if self.refused is kernel:
-            return False
+        installs = Installs(kernel, session.work_dir)
+        self.plan(session, installs)
+        await installs.send(INSTALL_TIMEOUT)
+        return self.installed is kernel
+
+    def plan(self, session: StateHost, installs: Installs) -> None:
+        """Add the in-kernel half to ``installs`` unless its kernel has it or refused it (or
+        is not IPython, or the work dir takes no probe: then it is refused here)."""
+        kernel = installs.kernel
+        if self.installed is kernel or self.refused is kernel:
+            return
         if not kernel.runs_ipython:  # the in-kernel half is Python source
             self.unavailable = f"durable state needs an IPython kernel, not {kernel.language!r}"
             self.refused = kernel
-            return False
-        probe = f".jupyter-exec-probe-{secrets.token_hex(8)}"
-        work_dir = session.work_dir
+            return
         remote = is_remote(kernel)
-        code = remote_install_code(probe) if remote else install_code(probe)
-        try:
-            if not remote:  # a remote kernel's work dir is its own folder on its host
-                with Folder.open(work_dir) as folder:
-                    os.close(folder.create(probe))
+        try:  # a remote kernel's work dir is its own folder on its host: it makes the probe
+            probe = f".jupyter-exec-probe-{secrets.token_hex(8)}" if remote else installs.probe()
         except (WorkDirError, StorageError) as exc:
             self.unavailable = f"the work dir cannot be written: {exc}"
             self.refused = kernel
-            return False
-        try:
-            await ask(kernel, code, DONE_EXPRESSION, INSTALL_TIMEOUT)
-        except CheckpointError as exc:
-            self.unavailable = str(exc)
-            self.refused = kernel
-            log.info("session %s: no durable checkpoints: %s", session.name, exc)
-            return False
-        finally:
-            if not remote:
-                with contextlib.suppress(OSError):
-                    os.unlink(work_dir / probe)
-        self.installed = kernel
-        self.unavailable = None
-        folder_path = work_dir / checkpoints_folder(session.name)
-        recording = session._recording
-        if recording is not None:  # the kernel's own files, not the cells' doing
-            recording.tracker.skip_dirs.add(str(folder_path.absolute()))
-        return True
+            return
+
+        def done(outcome: Outcome) -> None:
+            if outcome.refused:
+                self.unavailable = outcome.refusal
+                self.refused = kernel
+                log.info("session %s: no durable checkpoints: %s", session.name, self.unavailable)
+            if not outcome.ok:
+                return
+            self.installed = kernel
+            self.unavailable = None
+            folder_path = session.work_dir / checkpoints_folder(session.name)
+            recording = session._recording
+            if recording is not None:  # the kernel's own files, not the cells' doing
+                recording.tracker.skip_dirs.add(str(folder_path.absolute()))
+
+        call = f"install_in_own_folder({probe!r})" if remote else f"install({probe!r})"
+        installs.add(Install(STATE, inkernel_state.__file__, MODULE, call), done)
 
     def expressions(self, kernel: KernelHandle, needed: bool) -> dict[str, str]:
         """What a cell's execute_request asks for besides its code: the names it changed,
@@ -381,26 +386,6 @@ def refuse_remote(kernel: KernelHandle, what: str) -> None:
             f"cannot {what}: the kernel is remote, and its files are on its host, not in "
             "this session's work dir (its per-cell state is saved there, save_state)"
         )
-
-
-def remote_install_code(probe: str) -> str:
-    """:func:`install_code` for a remote kernel, whose work dir is its own working folder on
-    its host: the kernel makes the probe there itself (nothing here proves the folder), and
-    removes it after. No name is left in the user's namespace."""
-    return (
-        f"open({probe!r}, 'x').close()\n"
-        "try:\n"
-        f"    {install_code(probe)}\n"
-        "finally:\n"
-        f"    __import__('os').unlink({probe!r})\n"
-    )
-
-
-def install_code(probe: str) -> str:
-    """Code that registers this module once in the kernel and installs it (no names left)."""
-    return module_call_code(
-        inkernel_state.__file__, MODULE, f"install({probe!r})", "state", "install"
-    )
 
 
 def call_expression(function: str, *args: Any) -> str:

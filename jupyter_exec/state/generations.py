@@ -59,10 +59,11 @@ from typing import TYPE_CHECKING, Any
 from jupyter_exec.boundary import replies
 from jupyter_exec.boundary import trust as checkpoint_trust
 from jupyter_exec.boundary.paths import Folder
+from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import CheckpointError, StorageError, WorkDirError
+from jupyter_exec.inkernel import Install
 from jupyter_exec.inkernel import generations as inkernel_generations
-from jupyter_exec.inkernel import module_call_code
 from jupyter_exec.inkernel.generations import MODULE
 from jupyter_exec.state.kernel_calls import (
     DONE_EXPRESSION,
@@ -81,6 +82,8 @@ __all__ = ["COMMIT_KEY", "Generation", "Generations", "kernel_state_folder", "st
 log = logging.getLogger("jupyter_exec")
 
 COMMIT_KEY = "jupyter_exec_generation"
+GENERATIONS = "generations"
+"""The in-kernel half's entry in a batch of installs."""
 SIGNED = "signed"
 MAX_MANIFEST = inkernel_generations.MAX_MANIFEST
 SIGN_EVERY = 0.1
@@ -199,40 +202,52 @@ class Generations:
         channel (made on first use, in the session's event loop)."""
 
     async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
-        """Install the in-kernel half in ``kernel`` (after the state module); whether it is."""
+        """Install the in-kernel half in ``kernel`` (after the state module); whether it is.
+        A session's first cell installs it with the other helpers (:meth:`plan`)."""
         if self.installed is kernel:
             return True
+        installs = Installs(kernel, session.work_dir)
+        self.plan(session, installs)
+        await installs.send(INSTALL_TIMEOUT)
+        return self.installed is kernel
+
+    def plan(self, session: StateHost, installs: Installs, *, needs: tuple[str, ...] = ()) -> None:
+        """Add the in-kernel half to ``installs`` unless its kernel has it, refused it or
+        cannot have it (state off, a key the kernel could read, a remote kernel of a server
+        this session does not know). ``needs``:
+        the entries of the batch it waits for (the state module, installed with it)."""
+        kernel = installs.kernel
+        if self.installed is kernel:
+            return
         if not self.enabled or self.refused is kernel:
-            return False
+            return
         try:  # a key the kernel can read would sign anything: then nothing is saved
             checkpoint_trust.check_outside(kernel_folders(session, kernel))
         except CheckpointError as exc:
             self.unavailable, self.refused = str(exc), kernel
             log.warning("session %s: no per-cell state: %s", session.name, exc)
-            return False
+            return
         if not self._remote_ready(session, kernel):
-            return False
+            return
         if self.next_number == 1:
             self.next_number = 1 + max(numbers_on_disk(session.work_dir, session.name), default=0)
-        code = module_call_code(
-            inkernel_generations.__file__,
-            MODULE,
-            f"install({kernel_state_folder(session.name, kernel)!r}, {self.budget})",
-            "generations",
-            "install",
-        )
-        try:
-            await ask(kernel, code, DONE_EXPRESSION, INSTALL_TIMEOUT)
-        except CheckpointError as exc:
-            self.unavailable, self.refused = str(exc), kernel
-            log.info("session %s: no per-cell state: %s", session.name, exc)
-            return False
-        self.installed, self.work_dir = kernel, session.work_dir
-        recording = session._recording
-        if recording is not None:  # the kernel's own files, not the cells' doing
-            folder = session.work_dir / state_folder(session.name)
-            recording.tracker.skip_dirs.add(str(folder.absolute()))
-        return True
+
+        def done(outcome: Outcome) -> None:
+            if outcome.refused:
+                self.unavailable = outcome.refusal
+                self.refused = kernel
+                log.info("session %s: no per-cell state: %s", session.name, self.unavailable)
+            if not outcome.ok:
+                return
+            self.installed, self.work_dir = kernel, session.work_dir
+            recording = session._recording
+            if recording is not None:  # the kernel's own files, not the cells' doing
+                folder = session.work_dir / state_folder(session.name)
+                recording.tracker.skip_dirs.add(str(folder.absolute()))
+
+        call = f"install({kernel_state_folder(session.name, kernel)!r}, {self.budget})"
+        entry = Install(GENERATIONS, inkernel_generations.__file__, MODULE, call, needs)
+        installs.add(entry, done)
 
     def _remote_ready(self, session: StateHost, kernel: KernelHandle) -> bool:
         """For a remote kernel: its server is known (its origin), and the folder for its
@@ -345,6 +360,9 @@ class Generations:
                 continue  # not one this host asked for
             made = Generation(session.name, number, digest, cells, origin, manifest)
             self._sign_soon(session.work_dir, made)
+            if not self.signed or self.signed[-1].number < number:  # the usual: the newest
+                self.signed.append(made)  # (a copy and a sort of every one was O(cells))
+                continue
             others = [g for g in self.signed if g.number != number]
             self.signed = sorted([*others, made], key=lambda g: g.number)
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary.naming import validate_name
 from jupyter_exec.engine.hooks import Replacement
+from jupyter_exec.engine.installs import Installs
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.meta import is_undone, mark_undone, note_state_change
 from jupyter_exec.engine.runner import CellRun
@@ -58,7 +59,7 @@ from jupyter_exec.state.checkpoints import (
     on_disk,
     read_checkpoint,
 )
-from jupyter_exec.state.durable import DurableState
+from jupyter_exec.state.durable import STATE, DurableState
 from jupyter_exec.state.forking import AdoptedProvisioner, in_docker
 from jupyter_exec.state.recovery import RecoveryMixin
 from jupyter_exec.state.snapshots import Snapshot, drop, start_from, take_snapshot
@@ -134,15 +135,38 @@ class SessionState(RecoveryMixin):
         while len(self.points) > self.undo_steps:
             await drop(self.points.pop(0).snapshot)
 
+    def plan_installs(self, session: StateHost, installs: Installs) -> None:
+        """What :meth:`before_cell` would install in the kernel, added to the session's one
+        batch before the kernel process's first recorded cell: the state module when the
+        generations or undo and checkpoints want it, then the generations."""
+        self._configure(session)
+        kernel = installs.kernel
+        generations = self.durable.generations
+        saving = generations.enabled and generations.refused is not kernel
+        if saving or self.undo_steps > 0 or self.durable.every > 0 or self.checkpoints:
+            self.durable.plan(session, installs)
+        if not saving:
+            return
+        if STATE in installs.names():
+            generations.plan(session, installs, needs=(STATE,))
+        elif self.durable.installed is kernel:
+            generations.plan(session, installs)
+
+    def _configure(self, session: StateHost) -> None:
+        """Take the session's options for the generations (once)."""
+        if self._configured:
+            return
+        self._configured = True
+        generations = self.durable.generations
+        options = session.options
+        self.remote_kernel = options.backend == "remote"
+        generations.enabled = options.save_state  # a remote kernel's, on its host
+        generations.budget = options.state_budget_mb << 20
+
     async def setup_generations(self, session: StateHost, kernel: KernelHandle) -> bool:
         """Install the per-cell state in ``kernel`` (``save_state``); whether it is there."""
         generations = self.durable.generations
-        if not self._configured:
-            self._configured = True
-            options = session.options
-            self.remote_kernel = options.backend == "remote"
-            generations.enabled = options.save_state  # a remote kernel's, on its host
-            generations.budget = options.state_budget_mb << 20
+        self._configure(session)
         if not generations.enabled or generations.refused is kernel:
             return False
         return await self.durable.ensure(session, kernel) and await generations.ensure(
