@@ -313,9 +313,9 @@ def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
 
 def _close_in_size(a: tuple[int, int], b: tuple[int, int]) -> bool:
     (wa, ha), (wb, hb) = a, b
-    return min(wa, wb) >= max(wa, wb) * (1 - MAX_SIZE_CHANGE) and min(ha, hb) >= max(
-        ha, hb
-    ) * (1 - MAX_SIZE_CHANGE)
+    return min(wa, wb) >= max(wa, wb) * (1 - MAX_SIZE_CHANGE) and min(ha, hb) >= max(ha, hb) * (
+        1 - MAX_SIZE_CHANGE
+    )
 
 
 def _aligned(a: Any, b: Any, *, resampled: bool = False) -> PlotMatch | None:
@@ -365,10 +365,11 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     the larger resized to the smaller's size (see the module docstring)."""
     from PIL import Image
 
-    crops = _content(a), _content(b)
-    if crops[0] is None or crops[1] is None:
+    first, second = _content(a), _content(b)
+    if first is None or second is None:
         return None
-    (wa, ha), (wb, hb) = crops[0].size, crops[1].size
+    crops = [first, second]
+    (wa, ha), (wb, hb) = first.size, second.size
     if min(wa, ha, wb, hb) < MIN_PLOT_PX:
         return None
     if abs((wa / ha) / (wb / hb) - 1.0) > ASPECT_TOLERANCE:
@@ -377,9 +378,8 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
         return None
     small, large = (0, 1) if wa * ha <= wb * hb else (1, 0)
     size = crops[small].size
-    common = [crops[0], crops[1]]
-    common[large] = crops[large].resize(size, Image.Resampling.LANCZOS)
-    found = _aligned(common[0], common[1], resampled=True)
+    crops[large] = crops[large].resize(size, Image.Resampling.LANCZOS)
+    found = _aligned(crops[0], crops[1], resampled=True)
     if found is None:
         return None
     return PlotMatch(found.geometry, found.fills, ((wa, ha), (wb, hb), size))

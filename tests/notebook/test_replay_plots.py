@@ -28,7 +28,7 @@ from jupyter_exec.notebook.replay import replay
 matplotlib.use("agg")
 import matplotlib.pyplot as plt
 
-RESTYLED = {
+RESTYLED: dict[str, Any] = {
     "font.family": "monospace",
     "text.antialiased": False,
     "lines.antialiased": False,
@@ -36,7 +36,7 @@ RESTYLED = {
     "axes.prop_cycle": cycler(color=["#d62728"]),
 }
 
-UNFILLED = {k: v for k, v in RESTYLED.items() if k != "axes.prop_cycle"}
+UNFILLED: dict[str, Any] = {k: v for k, v in RESTYLED.items() if k != "axes.prop_cycle"}
 """The restyling without the colour: what changes strokes and glyphs, not fills."""
 
 
@@ -79,8 +79,6 @@ def _png(figure: Any) -> bytes:
 
 def _styled(style: dict[str, Any]) -> Any:
     return plt.rc_context(cast(Any, style))
-
-
 
 
 def shown(png: bytes) -> list[dict[str, Any]]:
@@ -135,11 +133,12 @@ def test_bars_and_image_cells_are_judged_by_their_fills() -> None:
 
 def test_the_same_plot_at_another_dpi_is_equivalent_at_a_common_size_with_its_score() -> None:
     """The old inline backend drew at 72 dpi, matplotlib-inline 0.1.4 and later at 100."""
-    for draw in (
+    draws: tuple[Callable[[int], bytes], ...] = (
         lambda dpi: line_plot(np.sin, dpi=dpi),
         lambda dpi: bar_plot([3.0, 1.0, 4.0, 1.5, 5.0], dpi=dpi),
         lambda dpi: heat_map(1, dpi=dpi),
-    ):
+    )
+    for draw in draws:
         before, after = draw(72), draw(100)
         found = compare_outputs(shown(before), shown(after))
         assert found.verdict == "equivalent", found.notes
@@ -150,7 +149,7 @@ def test_the_same_plot_at_another_dpi_is_equivalent_at_a_common_size_with_its_sc
         assert match is not None
         assert match.scaled is not None
         assert match.score >= 0.99
-        (wa, ha), (wb, hb), common = match.scaled
+        (wa, ha), (wb, _), common = match.scaled
         assert wb > wa * 1.3  # 100/72: well beyond the few percent aligned as they are
         assert common == (wa, ha)  # the larger brought down to the smaller
 
