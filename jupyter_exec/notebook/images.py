@@ -29,7 +29,8 @@ further apart are brought to a common one first (:func:`plot_match`'s scaled pat
                 ─► aspect ratios (width / height) agree within ``ASPECT_TOLERANCE`` (3%)?
                    no: other figures, never equivalent as plots
                 ─► the larger crop resized (Lanczos) to the smaller's size, then judged as
-                   above; the score names both sizes
+                   above, but by edges (steps of more than 48 to the next pixel) instead of
+                   ink, and fills within one pixel; the score names both sizes
 
 The aspect ratio is the guard: the same data drawn in a wider or taller figure is another
 picture (its slopes change), and a changed bar or line still moves ink by more than
@@ -146,7 +147,8 @@ class PlotMatch:
     """How alike two plots are: the share of ink in place and of fills in the same colour."""
 
     geometry: float
-    """The smaller of the two sides' shares of ink within :data:`NEAR_PX` of the other's."""
+    """The smaller of the two sides' shares of ink (at a common size: edges) within
+    :data:`NEAR_PX` of the other's."""
     fills: float
     """The share of the solid ink both sides have whose colours agree (1.0: no fills)."""
     scaled: tuple[tuple[int, int], tuple[int, int], tuple[int, int]] | None = None
@@ -158,8 +160,9 @@ class PlotMatch:
         return min(self.geometry, self.fills)
 
     def describe(self) -> str:
+        what = "ink" if self.scaled is None else "edges"
         text = (
-            f"plot score {self.score:.4f} (ink within {NEAR_PX} px: {self.geometry:.2%}, "
+            f"plot score {self.score:.4f} ({what} within {NEAR_PX} px: {self.geometry:.2%}, "
             f"fills in the same colour: {self.fills:.2%})"
         )
         if self.scaled is None:
@@ -182,7 +185,7 @@ class _Plot:
     """One image's masks, computed once and placed on a shared canvas per alignment."""
 
     pixels: Any  # H x W x 3, int16
-    ink: Any  # H x W, bool (at a common size: the ink's outline)
+    ink: Any  # H x W, bool (at a common size: the picture's edges)
     near: Any  # ink grown by NEAR_PX
     solid: Any  # ink eroded by SOLID_PX
 
