@@ -17,7 +17,9 @@ fixed, by the sha256 of the sdist, cached under ``$JUPYTER_EXEC_TEST_CACHE`` (de
 Every notebook is replayed in one kernel of its own, and every verdict that is not
 ``same`` / ``equivalent`` / ``not_run`` / ``skipped`` must be in :data:`NOT_REPLAYABLE`
 with its reason (the table in docs/howto/replay.md). A new "different" fails the test:
-either the judge is wrong (a person would call the cells the same) or the table is. A
+either the judge is wrong (a person would call the cells the same) or the table is. Every
+``different`` is a :class:`Different`: the part of the judge that decided it (checked) and
+whether it is true or a judge gap (:data:`JUDGE_GAPS`). A
 notebook is named ``<package>:<path inside the folder taken>``.
 """
 
