@@ -18,6 +18,23 @@ are judged once more as plots (:func:`plot_match`, Pillow and NumPy)::
 
 Sizes a few percent apart (the inline backend's tight bounding box around labels drawn in
 another font) are aligned at either end or centred, and the best alignment counts.
+
+A plot drawn at another resolution (the inline backend drew at 72 dpi until
+matplotlib-inline 0.1.4, at 100 dpi since) is the same figure at another scale, so sizes
+further apart are brought to a common one first (:func:`plot_match`'s scaled path)::
+
+    both images ─► cropped to their content (the box of what is not the border's colour:
+                   a tight bounding box pads by a length in inches, which scales with the
+                   dpi, not with the figure)
+                ─► aspect ratios (width / height) agree within ``ASPECT_TOLERANCE`` (3%)?
+                   no: other figures, never equivalent as plots
+                ─► the larger crop resized (Lanczos) to the smaller's size, then judged as
+                   above, but by edges (steps of more than 48 to the next pixel) instead of
+                   ink, and fills within one pixel; the score names both sizes
+
+The aspect ratio is the guard: the same data drawn in a wider or taller figure is another
+picture (its slopes change), and a changed bar or line still moves ink by more than
+:data:`NEAR_PX` at the common size.
 """
 
 from __future__ import annotations
@@ -26,7 +43,14 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PLOT_SCORE", "ImageTolerance", "PlotMatch", "compare_images", "plot_match"]
+__all__ = [
+    "ASPECT_TOLERANCE",
+    "PLOT_SCORE",
+    "ImageTolerance",
+    "PlotMatch",
+    "compare_images",
+    "plot_match",
+]
 
 PLOT_SCORE = 0.99
 """The default least :class:`PlotMatch` score for two plots to count as the same figure."""
@@ -108,7 +132,14 @@ MIN_PLOT_PX = 32
 MAX_PLOT_PIXELS = 16_000_000
 """Larger images are compared by pixels only (judging them as plots costs too much)."""
 MAX_SIZE_CHANGE = 0.05
-"""Images whose width or height differ by more than this share are other figures."""
+"""Images whose width or height differ by at most this share are aligned as they are; further
+apart, they are compared at a common size (:data:`ASPECT_TOLERANCE`)."""
+ASPECT_TOLERANCE = 0.03
+"""Plots of other sizes are the same figure at another scale only when the aspect ratios of
+their content agree within this share (a figure of another shape is another picture)."""
+MAX_SCALE = 4.0
+"""Images whose content differs in size by more than this factor are not compared as plots
+(a thumbnail against a poster: too little is left of the larger at the common size)."""
 
 
 @dataclass(frozen=True)
@@ -116,19 +147,28 @@ class PlotMatch:
     """How alike two plots are: the share of ink in place and of fills in the same colour."""
 
     geometry: float
-    """The smaller of the two sides' shares of ink within :data:`NEAR_PX` of the other's."""
+    """The smaller of the two sides' shares of ink (at a common size: edges) within
+    :data:`NEAR_PX` of the other's."""
     fills: float
     """The share of the solid ink both sides have whose colours agree (1.0: no fills)."""
+    scaled: tuple[tuple[int, int], tuple[int, int], tuple[int, int]] | None = None
+    """When the plots were compared at a common size: the content sizes (width, height) of
+    the recorded and replayed image and the size they were compared at; else None."""
 
     @property
     def score(self) -> float:
         return min(self.geometry, self.fills)
 
     def describe(self) -> str:
-        return (
-            f"plot score {self.score:.4f} (ink within {NEAR_PX} px: {self.geometry:.2%}, "
+        what = "ink" if self.scaled is None else "edges"
+        text = (
+            f"plot score {self.score:.4f} ({what} within {NEAR_PX} px: {self.geometry:.2%}, "
             f"fills in the same colour: {self.fills:.2%})"
         )
+        if self.scaled is None:
+            return text
+        (wa, ha), (wb, hb), (w, h) = self.scaled
+        return f"{text}, scaled: content {wa}x{ha} -> {wb}x{hb}, compared at {w}x{h}"
 
 
 def _flat(image: Any) -> Any:
@@ -145,12 +185,19 @@ class _Plot:
     """One image's masks, computed once and placed on a shared canvas per alignment."""
 
     pixels: Any  # H x W x 3, int16
-    ink: Any  # H x W, bool
+    ink: Any  # H x W, bool (at a common size: the picture's edges)
     near: Any  # ink grown by NEAR_PX
     solid: Any  # ink eroded by SOLID_PX
 
     @classmethod
-    def of(cls, image: Any) -> _Plot | None:
+    def of(cls, image: Any, *, outline: bool = False) -> _Plot | None:
+        """The masks of ``image``; ``outline``: judge the geometry by the picture's edges.
+
+        At a common size a shape counts by its outline, not its area: a bar whose top moved
+        by a few pixels changes a sliver of its area, and the whole of its top edge. An edge
+        is a step of more than :data:`INK_LEVEL` to the next pixel; the other side's edges
+        count as near from half that step (resampling softens a step into two).
+        """
         import numpy as np
 
         pixels = np.asarray(image, dtype=np.int16)
@@ -158,9 +205,20 @@ class _Plot:
         ink = np.abs(pixels - background).max(axis=2) > INK_LEVEL
         if not ink.any():
             return None
-        near = _spread(ink, NEAR_PX, grow=True)
         solid = _spread(ink, SOLID_PX // 2, grow=False)
-        return cls(pixels, ink, near, solid)
+        if not outline:
+            return cls(pixels, ink, _spread(ink, NEAR_PX, grow=True), solid)
+        step = np.zeros(ink.shape, dtype=np.int16)
+        down = np.abs(pixels[1:] - pixels[:-1]).max(axis=2)
+        right = np.abs(pixels[:, 1:] - pixels[:, :-1]).max(axis=2)
+        step[1:] = np.maximum(step[1:], down)
+        step[:-1] = np.maximum(step[:-1], down)
+        step[:, 1:] = np.maximum(step[:, 1:], right)
+        step[:, :-1] = np.maximum(step[:, :-1], right)
+        edges = step > INK_LEVEL
+        if not edges.any():
+            return None
+        return cls(pixels, edges, _spread(step > INK_LEVEL // 2, NEAR_PX, grow=True), solid)
 
     def placed(self, name: str, shape: tuple[int, int], at: tuple[int, int]) -> Any:
         import numpy as np
@@ -202,7 +260,12 @@ def _offsets(size: int, full: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys((0, gap // 2, gap)))
 
 
-def _score(a: _Plot, b: _Plot, shape: tuple[int, int], at: tuple[Any, Any]) -> PlotMatch:
+def _score(
+    a: _Plot, b: _Plot, shape: tuple[int, int], at: tuple[Any, Any], *, resampled: bool = False
+) -> PlotMatch:
+    """The match of ``a`` and ``b`` placed at ``at`` on a canvas of ``shape``; ``resampled``:
+    a fill's colour may match the other side's within one pixel (resampling blurs the border
+    between two cells of an image plot)."""
     import numpy as np
 
     ink_a, ink_b = a.placed("ink", shape, at[0]), b.placed("ink", shape, at[1])
@@ -214,18 +277,25 @@ def _score(a: _Plot, b: _Plot, shape: tuple[int, int], at: tuple[Any, Any]) -> P
     count = int(solid.sum())
     fills = 1.0
     if count:
-        apart = a.placed("pixels", shape, at[0]) - b.placed("pixels", shape, at[1])
-        fills = 1.0 - float((np.abs(apart).max(axis=2)[solid] > INK_LEVEL).sum()) / count
+        mine, theirs = a.placed("pixels", shape, at[0]), b.placed("pixels", shape, at[1])
+        apart = np.abs(mine - theirs).max(axis=2)
+        if resampled:
+            for dy, dx in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+                shifted = np.roll(theirs, (dy, dx), axis=(0, 1))
+                apart = np.minimum(apart, np.abs(mine - shifted).max(axis=2))
+        fills = 1.0 - float((apart[solid] > INK_LEVEL).sum()) / count
     return PlotMatch(round(geometry, 6), round(fills, 6))
 
 
 def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
     """How alike two images are as plots (see the module docstring); None when they cannot be
-    judged so: not decodable, Pillow or NumPy missing, too small or too large, sizes more than
-    :data:`MAX_SIZE_CHANGE` apart, or no ink on a side.
+    judged so: not decodable, Pillow or NumPy missing, too small or too large, of other
+    aspect ratios (beyond :data:`ASPECT_TOLERANCE`), or no ink on a side.
 
     Images of slightly other sizes (a tight bounding box around labels in another font) are
-    laid on a shared canvas at each end and centred, and the best alignment counts.
+    laid on a shared canvas at each end and centred, and the best alignment counts; sizes
+    further apart than :data:`MAX_SIZE_CHANGE` are cropped to their content and compared at
+    the smaller one's size (:attr:`PlotMatch.scaled` says so).
     """
     try:
         import numpy  # noqa: F401  (the masks are NumPy arrays)
@@ -237,16 +307,28 @@ def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
             a, b = _flat(a_file), _flat(b_file)
     except Exception:  # Pillow raises assorted types for undecodable data
         return None
+    if max(a.size[0] * a.size[1], b.size[0] * b.size[1]) > MAX_PLOT_PIXELS:
+        return None
+    if _close_in_size(a.size, b.size):
+        return _aligned(a, b)
+    return _scaled(a, b)
+
+
+def _close_in_size(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    (wa, ha), (wb, hb) = a, b
+    return min(wa, wb) >= max(wa, wb) * (1 - MAX_SIZE_CHANGE) and min(ha, hb) >= max(ha, hb) * (
+        1 - MAX_SIZE_CHANGE
+    )
+
+
+def _aligned(a: Any, b: Any, *, resampled: bool = False) -> PlotMatch | None:
+    """The best score of ``a`` and ``b`` laid on a shared canvas (sizes a few percent apart);
+    ``resampled``: one was resized to a common size (outlines, fills within a pixel)."""
     (wa, ha), (wb, hb) = a.size, b.size
     width, height = max(wa, wb), max(ha, hb)
-    if (
-        min(wa, ha, wb, hb) < MIN_PLOT_PX
-        or width * height > MAX_PLOT_PIXELS
-        or min(wa, wb) < width * (1 - MAX_SIZE_CHANGE)
-        or min(ha, hb) < height * (1 - MAX_SIZE_CHANGE)
-    ):
+    if min(wa, ha, wb, hb) < MIN_PLOT_PX:
         return None
-    plots = _Plot.of(a), _Plot.of(b)
+    plots = _Plot.of(a, outline=resampled), _Plot.of(b, outline=resampled)
     if plots[0] is None or plots[1] is None:
         return None
     best: PlotMatch | None = None
@@ -254,7 +336,53 @@ def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
         for xa in _offsets(wa, width):
             for yb in _offsets(hb, height):
                 for xb in _offsets(wb, width):
-                    found = _score(plots[0], plots[1], (height, width), ((ya, xa), (yb, xb)))
+                    at = ((ya, xa), (yb, xb))
+                    found = _score(plots[0], plots[1], (height, width), at, resampled=resampled)
                     if best is None or found.score > best.score:
                         best = found
     return best
+
+
+def _content(image: Any) -> Any | None:
+    """``image`` cropped to what differs from its border's most common colour (None: nothing).
+
+    The border, not the median: an image plot filling most of the picture has its data's
+    colour as the median, and its white margin as the border.
+    """
+    import numpy as np
+
+    pixels = np.asarray(image, dtype=np.int16)
+    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
+    colours, counts = np.unique(border, axis=0, return_counts=True)
+    ink = np.abs(pixels - colours[counts.argmax()]).max(axis=2) > INK_LEVEL
+    rows, columns = np.nonzero(ink)
+    if not len(rows):
+        return None
+    return image.crop(
+        (int(columns.min()), int(rows.min()), int(columns.max()) + 1, int(rows.max()) + 1)
+    )
+
+
+def _scaled(a: Any, b: Any) -> PlotMatch | None:
+    """``a`` and ``b`` as the same figure at another scale: content of the same aspect ratio,
+    the larger resized to the smaller's size (see the module docstring)."""
+    from PIL import Image
+
+    first, second = _content(a), _content(b)
+    if first is None or second is None:
+        return None
+    crops = [first, second]
+    (wa, ha), (wb, hb) = first.size, second.size
+    if min(wa, ha, wb, hb) < MIN_PLOT_PX:
+        return None
+    if abs((wa / ha) / (wb / hb) - 1.0) > ASPECT_TOLERANCE:
+        return None
+    if max(wa * ha, wb * hb) > MAX_SCALE**2 * min(wa * ha, wb * hb):
+        return None
+    small, large = (0, 1) if wa * ha <= wb * hb else (1, 0)
+    size = crops[small].size
+    crops[large] = crops[large].resize(size, Image.Resampling.LANCZOS)
+    found = _aligned(crops[0], crops[1], resampled=True)
+    if found is None:
+        return None
+    return PlotMatch(found.geometry, found.fills, ((wa, ha), (wb, hb), size))

@@ -161,6 +161,20 @@ _PANDAS_INDEX = ReprBridge(
     older=((re.compile(r"\b(?:Int64|UInt64|Float64)Index\("), "Index("),),
 )
 
+_INLINE_SIZE: tuple[Rewrite, ...] = (
+    (re.compile(r"<Figure size 432x288 with (\d+) Axes>"), r"<Figure size 640x480 with \1 Axes>"),
+)
+_MPL_INLINE_FIGURE = ReprBridge(
+    "matplotlib-inline-default-figure",
+    "matplotlib-inline",
+    "0.1.4",
+    (),
+    "<Figure size 432x288 with 1 Axes> -> <Figure size 640x480 with 1 Axes> (the inline "
+    "backend's default figure was 6x4 in at 72 dpi until matplotlib-inline 0.1.4, matplotlib's "
+    "6.4x4.8 in at 100 dpi since)",
+    older=_INLINE_SIZE,  # only the one pair of defaults: any other size stays a value
+)
+
 _MPL_FIGURE = ReprBridge(
     "matplotlib-figure-repr",
     "matplotlib",
@@ -231,6 +245,7 @@ BRIDGES: tuple[ReprBridge, ...] = (
     _NUMPY_SCALAR,
     _NUMPY_VOID,
     _PANDAS_INDEX,
+    _MPL_INLINE_FIGURE,
     _MPL_FIGURE,
     _MPL_CONTAINER,
     _DEFAULT_REPR,
@@ -314,16 +329,21 @@ def bridge_lines(
     recorded: Sequence[str], replayed: Sequence[str], active: Sequence[ActiveBridge]
 ) -> tuple[list[str], list[str], tuple[str, ...]]:
     """Both sides' lines with the active entries applied, and the reasons of those that
-    rewrote a line where the two sides differed (an entry that only touched equal lines is
-    no reason). Sides of other lengths are returned as they are: a rewrite keeps lines."""
+    rewrote a line where the two sides differed. Sides of other lengths are returned as they
+    are: a rewrite keeps lines.
+
+    Only lines that still differ are rewritten: a pair already equal is the same value in the
+    same words, and a rewrite of one side only (the figure's) must not make it differ. So
+    entries chain: the inline figure's old default size becomes the new one on the record's
+    side, and the figure entry then leaves the now equal pair alone."""
     old, new = list(recorded), list(replayed)
     if len(old) != len(new):
         return old, new, ()
     reasons: list[str] = []
     for entry in active:
-        a = [entry.rewrite(line, "recorded") for line in old]
-        b = [entry.rewrite(line, "here") for line in new]
-        if any(old[i] != new[i] and (a[i] != old[i] or b[i] != new[i]) for i in range(len(old))):
+        a = [o if o == n else entry.rewrite(o, "recorded") for o, n in zip(old, new, strict=True)]
+        b = [n if o == n else entry.rewrite(n, "here") for o, n in zip(old, new, strict=True)]
+        if any(a[i] != old[i] or b[i] != new[i] for i in range(len(old))):
             reasons.append(entry.reason)
         old, new = a, b
     return old, new, tuple(reasons)

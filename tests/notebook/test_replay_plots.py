@@ -28,7 +28,7 @@ from jupyter_exec.notebook.replay import replay
 matplotlib.use("agg")
 import matplotlib.pyplot as plt
 
-RESTYLED = {
+RESTYLED: dict[str, Any] = {
     "font.family": "monospace",
     "text.antialiased": False,
     "lines.antialiased": False,
@@ -36,13 +36,19 @@ RESTYLED = {
     "axes.prop_cycle": cycler(color=["#d62728"]),
 }
 
-UNFILLED = {k: v for k, v in RESTYLED.items() if k != "axes.prop_cycle"}
+UNFILLED: dict[str, Any] = {k: v for k, v in RESTYLED.items() if k != "axes.prop_cycle"}
 """The restyling without the colour: what changes strokes and glyphs, not fills."""
 
 
-def line_plot(y: Callable[[Any], Any], **style: Any) -> bytes:
+SIZE = (6.4, 4.8)
+"""The figure size in inches; the plots are drawn at 72 dpi unless a test says otherwise."""
+
+
+def line_plot(
+    y: Callable[[Any], Any], *, size: tuple[float, float] = SIZE, dpi: int = 72, **style: Any
+) -> bytes:
     with _styled(style):
-        figure, axes = plt.subplots(figsize=(6.4, 4.8), dpi=72)
+        figure, axes = plt.subplots(figsize=size, dpi=dpi)
         x = np.linspace(0, 10, 50)
         axes.plot(x, y(x))
         axes.set_title("signal")
@@ -50,22 +56,18 @@ def line_plot(y: Callable[[Any], Any], **style: Any) -> bytes:
         return _png(figure)
 
 
-def bar_plot(heights: list[float], **style: Any) -> bytes:
+def bar_plot(heights: list[float], *, dpi: int = 72, **style: Any) -> bytes:
     with _styled(style):
-        figure, axes = plt.subplots(figsize=(6.4, 4.8), dpi=72)
+        figure, axes = plt.subplots(figsize=SIZE, dpi=dpi)
         axes.bar(range(len(heights)), heights)
         return _png(figure)
 
 
-def heat_map(seed: int, **style: Any) -> bytes:
+def heat_map(seed: int, *, dpi: int = 72, **style: Any) -> bytes:
     with _styled(style):
-        figure, axes = plt.subplots(figsize=(6.4, 4.8), dpi=72)
+        figure, axes = plt.subplots(figsize=SIZE, dpi=dpi)
         axes.imshow(np.random.default_rng(seed).random((8, 8)))
         return _png(figure)
-
-
-def _styled(style: dict[str, Any]) -> Any:
-    return plt.rc_context(cast(Any, style))
 
 
 def _png(figure: Any) -> bytes:
@@ -73,6 +75,10 @@ def _png(figure: Any) -> bytes:
     figure.savefig(buffer, format="png")
     plt.close(figure)
     return buffer.getvalue()
+
+
+def _styled(style: dict[str, Any]) -> Any:
+    return plt.rc_context(cast(Any, style))
 
 
 def shown(png: bytes) -> list[dict[str, Any]]:
@@ -123,6 +129,69 @@ def test_bars_and_image_cells_are_judged_by_their_fills() -> None:
     other_map = compare_outputs(shown(heat_map(1)), shown(heat_map(2)))
     assert other_map.verdict == "different"
     assert "fills in the same colour: " in other_map.notes[0]
+
+
+def test_the_same_plot_at_another_dpi_is_equivalent_at_a_common_size_with_its_score() -> None:
+    """The old inline backend drew at 72 dpi, matplotlib-inline 0.1.4 and later at 100."""
+    draws: tuple[Callable[[int], bytes], ...] = (
+        lambda dpi: line_plot(np.sin, dpi=dpi),
+        lambda dpi: bar_plot([3.0, 1.0, 4.0, 1.5, 5.0], dpi=dpi),
+        lambda dpi: heat_map(1, dpi=dpi),
+    )
+    for draw in draws:
+        before, after = draw(72), draw(100)
+        found = compare_outputs(shown(before), shown(after))
+        assert found.verdict == "equivalent", found.notes
+        (reason,) = found.reasons
+        assert "the same plot re-rendered: plot score" in reason
+        assert "scaled: content " in reason
+        match = plot_match(before, after)
+        assert match is not None
+        assert match.scaled is not None
+        assert match.score >= 0.99
+        (wa, ha), (wb, _), common = match.scaled
+        assert wb > wa * 1.3  # 100/72: well beyond the few percent aligned as they are
+        assert common == (wa, ha)  # the larger brought down to the smaller
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            lambda: bar_plot([3.0, 1.0, 4.0, 1.5, 5.0], dpi=72),
+            lambda: bar_plot([3.0, 1.0, 4.0, 1.5, 5.2], dpi=100),
+        ),
+        (
+            lambda: bar_plot([3.0, 1.0, 4.0, 1.5, 5.0], dpi=72),
+            lambda: bar_plot([3.0, 1.0, 4.3, 1.5, 5.0], dpi=100),
+        ),
+        (lambda: line_plot(np.sin, dpi=72), lambda: line_plot(lambda x: np.sin(x) * 1.1, dpi=100)),
+        (lambda: line_plot(np.sin, dpi=72), lambda: line_plot(lambda x: np.sin(x + 0.3), dpi=100)),
+        (lambda: heat_map(1, dpi=72), lambda: heat_map(2, dpi=100)),
+    ],
+    ids=["last bar 5.2", "middle bar 4.3", "amplitude 1.1", "phase 0.3", "other heat map"],
+)
+def test_a_plot_of_other_data_at_another_dpi_stays_different(
+    before: Callable[[], bytes], after: Callable[[], bytes]
+) -> None:
+    found = compare_outputs(shown(before()), shown(after()))
+    assert found.verdict == "different"
+    assert "plot score" in found.notes[0]
+    assert "scaled: content " in found.notes[0]
+
+
+def test_the_same_data_in_a_figure_of_another_shape_stays_different() -> None:
+    """Same data, same dpi or not: a wider figure changes every slope, so it is another
+    picture, never compared at a common size."""
+    square = line_plot(np.sin, size=(4.8, 4.8), dpi=100)
+    for other in (line_plot(np.sin, dpi=72), line_plot(np.sin, size=(8.0, 4.8), dpi=72)):
+        found = compare_outputs(shown(square), shown(other))
+        assert found.verdict == "different"
+        assert "image size" in found.notes[0]
+        assert plot_match(square, other) is None
+    # A thumbnail against a poster: too little is left of the larger at the common size.
+    assert plot_match(line_plot(np.sin, dpi=72), line_plot(np.sin, dpi=250)) is not None
+    assert plot_match(line_plot(np.sin, dpi=50), line_plot(np.sin, dpi=250)) is None
 
 
 def test_plots_are_judged_by_pixels_only_when_asked_and_small_images_always() -> None:

@@ -24,9 +24,23 @@ from jupyter_exec.notebook.replay import replay
 from jupyter_exec.notebook.reprs import BRIDGES, active_bridges, unrecorded_bridges
 
 OLD = {
-    "packages": {"numpy": "1.26.4", "pandas": "1.5.3", "matplotlib": "2.1.2", "ipython": "5.8.0"}
+    "packages": {
+        "numpy": "1.26.4",
+        "pandas": "1.5.3",
+        "matplotlib": "2.1.2",
+        "ipython": "5.8.0",
+        "matplotlib-inline": "0.1.3",
+    }
 }
-NEW = {"packages": {"numpy": "2.1.0", "pandas": "2.2.3", "matplotlib": "3.9.0", "ipython": "9.1.0"}}
+NEW = {
+    "packages": {
+        "numpy": "2.1.0",
+        "pandas": "2.2.3",
+        "matplotlib": "3.9.0",
+        "ipython": "9.1.0",
+        "matplotlib-inline": "0.1.7",
+    }
+}
 
 
 def shown(text: str) -> list[dict[str, Any]]:
@@ -71,6 +85,18 @@ PAIRS = [
         "Float64Index([0.5, 1.0], dtype='float64')",
         "Index([0.5, 1.0], dtype='float64')",
         "Index([0.5, 2.0], dtype='float64')",
+    ),
+    (
+        "matplotlib-inline-default-figure",
+        "<Figure size 432x288 with 1 Axes>",
+        "<Figure size 640x480 with 1 Axes>",
+        "<Figure size 640x480 with 2 Axes>",
+    ),
+    (
+        "matplotlib-inline-default-figure",
+        "<Figure size 432x288 with 1 Axes>",
+        "<Figure size 640x480 with 1 Axes>",
+        "<Figure size 600x400 with 1 Axes>",
     ),
     (
         "matplotlib-figure-repr",
@@ -148,12 +174,34 @@ def test_an_unrecorded_entry_is_on_only_where_the_replay_prints_the_new_form() -
     assert names == {"object-repr-form", "ipython-display-repr", "matplotlib-inline-backend-name"}
     assert unrecorded_bridges(None) == ()
     assert unrecorded_bridges({"packages": {"numpy": None}}) == ()
-    # The figure's rewrite drops the size: a record in the new form at another size differs.
+    # The figure's rewrite drops the size: a record in the new form at another size differs;
+    # only the inline backend's old default (6x4 in at 72 dpi) reads as the new one.
     bridges = unrecorded_bridges(NEW)
+    for before, verdict in (("432x288", "equivalent"), ("500x300", "different")):
+        assert compare_outputs(
+            shown(f"<Figure size {before} with 1 Axes>"),
+            shown("<Figure size 640x480 with 1 Axes>"),
+            bridges=bridges,
+        ).verdict == (verdict)
+    without = unrecorded_bridges({"packages": {**NEW["packages"], "matplotlib-inline": "0.1.3"}})
     assert compare_outputs(
         shown("<Figure size 432x288 with 1 Axes>"),
         shown("<Figure size 640x480 with 1 Axes>"),
-        bridges=bridges,
+        bridges=without,
+    ).verdict == ("different")
+
+
+def test_a_rewrite_leaves_lines_already_equal_alone() -> None:
+    """A record in the new form: the figure's one-sided rewrite must not make the equal line
+    differ when another line of the block differs by a bridged repr."""
+    bridges = active_bridges(OLD, NEW)
+    record = "9\n<Figure size 640x480 with 1 Axes>"
+    found = compare_outputs(
+        shown(record), shown("np.int64(9)\n<Figure size 640x480 with 1 Axes>"), bridges=bridges
+    )
+    assert found.verdict == "equivalent"
+    assert compare_outputs(
+        shown(record), shown("np.int64(8)\n<Figure size 640x480 with 1 Axes>"), bridges=bridges
     ).verdict == ("different")
 
 
