@@ -36,6 +36,7 @@ It needs only the standard library and IPython.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -47,6 +48,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from typing import Any
 
 MODULE = "_jupyter_exec_generations"
@@ -105,6 +107,23 @@ _prune_from = 0
 """Generations written since the last prune, and the oldest the host needed then."""
 _refs: dict[str, frozenset[str]] = {}
 """Manifest file name -> the object hashes it names (what pruning keeps), as written."""
+FORK_FROM = SMALL_WRITE
+"""Bytes of changed objects (estimated from their sizes in memory) from which a commit
+forks a child to pickle, hash and write them: the cell pays for the fork (a few ms for
+a GB: copy-on-write), not for the bytes. Smaller changes are written in the commit."""
+fork_writes = hasattr(os, "fork") and hasattr(os, "register_at_fork")
+"""Whether large changes are written by a forked child (else by the writer thread)."""
+MEMORY_MARGIN = 256 << 20
+"""Bytes of memory a fork must leave free beyond the changed objects (the copies the next
+cells may make of the pages the child still reads); less than that: no fork."""
+_children = 0
+"""Forked writers handed to the writer thread and not finished (one at a time)."""
+_children_done = threading.Condition()
+_deferred: list[Any] = []
+"""A child job whose fork waits for the running child (taken by the next cell's start)."""
+notes: list[str] = []
+"""Why a large change was not written by a forked child (said once to the host)."""
+_parent_pid = 0
 
 
 class FolderGone(OSError):
@@ -113,7 +132,8 @@ class FolderGone(OSError):
 
 def install(relative: str, budget_bytes: int) -> None:
     """Hook the cells (once per process) and remember the folder and the budget."""
-    global folder, budget, _folder_made
+    global folder, budget, _folder_made, _parent_pid
+    _parent_pid = os.getpid()
     if relative != folder:  # a fork's session writes a folder of its own: made on first write
         _folder_made = False
     folder, budget = relative, int(budget_bytes)
@@ -127,9 +147,10 @@ def install(relative: str, budget_bytes: int) -> None:
 
 def _forked() -> None:
     """A fork has no writer thread: a new one starts on its first commit."""
-    global _queue, _lock, _inflight, _live, _idle, _queued
+    global _queue, _lock, _inflight, _live, _idle, _queued, _children, _children_done
     _queue, _lock, _inflight, _live, _idle = None, threading.Lock(), 0, 0, threading.Condition()
-    _queued = 0
+    _queued, _children, _children_done = 0, 0, threading.Condition()
+    _deferred.clear()
     _last[:] = []
 
 
@@ -151,6 +172,7 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
     writer; what was written since the last call. ``full``: store every name (a kernel new
     to this folder). ``keep_from``: the oldest generation the host still needs."""
     global dirty, mapping
+    _start_deferred(wait=True)  # (a cell's start took it already: never waits here)
     state = sys.modules[STATE_MODULE]
     names = set(state.user_names())
     todo = names if full else (dirty & names)
@@ -158,8 +180,12 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
     lost = {n: r for n, r in skipped.items() if n in names and n not in todo}
     pending: list[tuple[str, dict[str, Any], list[Any]]] = []
     live = False  # buffers a later cell could change: that cell waits for the writer
+    child: _Child | None = None
     if todo:
         ns = state._shell().user_ns
+        estimate = sum(_size_of(ns[n]) for n in todo)
+        if estimate >= FORK_FROM:
+            child = _Child(estimate)
         dumps, _about = state._serialiser()
         for name in sorted(todo):
             entries.pop(name, None)
@@ -170,6 +196,13 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                     lost[name] = "a module made at run time cannot be imported again"
                 else:
                     entries[name] = {"kind": "module", "module": value.__name__}
+                continue
+            if child is not None:  # pickled by the child (or by :func:`_start` without one)
+                entries[name] = child.names[name] = {
+                    "kind": "pickle",
+                    "type": state._type_name(value),
+                    "modules": [],
+                }
                 continue
             used: set[str] = set()
             try:
@@ -182,14 +215,21 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
             entry = {"kind": "pickle", "type": state._type_name(value), "modules": sorted(used)}
             entries[name] = entry
             pending.append((name, entry, kept))
+    size = sum(v.nbytes for _n, _e, parts in pending for v in parts)
+    if live and size <= SMALL_WRITE:  # a copy of a small change: the next cell never waits
+        pending = [(n, e, [p[0], *(bytes(v) for v in p[1:])]) for n, e, p in pending]
+        live = False
+    if child is not None:
+        size = child.estimate
     dirty = set()
     mapping = entries
-    same = not pending and lost == skipped and not full
+    same = not pending and child is None and lost == skipped and not full
     skipped.clear()
     skipped.update(lost)
     ran = time.monotonic() - _cell_started if _cell_started else 0.0
     written: threading.Event | None = None
     inline: tuple[Any, ...] | None = None
+    start: tuple[Any, ...] | None = None
     global _inflight, _queued
     with _lock:
         if same and _inflight == 0 and _last and not todo:
@@ -201,7 +241,6 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
             if live:
                 with _idle:
                     _live += 1
-            size = sum(memoryview(p).nbytes for _n, _e, parts in pending for p in parts)
             idle = _inflight == 1  # the writer has nothing else: write here, now
             _queued += size
             wait = _queued <= SMALL_WRITE or _queued / _rate <= ran
@@ -212,16 +251,25 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                 "keep_from": keep_from,
                 "live": live,
                 "size": size,
+                "queued": size,
                 "waited": wait,
             }
-            job = (body, dict(entries), pending, dict(lost), written)
-            if wait and idle and size <= SMALL_WRITE:
+            job = (body, dict(entries), child or pending, dict(lost), written)
+            if child is not None:
+                start = job
+                _writer().put(job)
+            elif wait and idle and size <= SMALL_WRITE:
                 inline = job
             else:
                 _writer().put(job)
             if not wait:
                 written = None
             limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else ran
+    if start is not None:
+        if _children:  # one child at a time: the next cell's start forks this one
+            _deferred.append(start)
+        else:
+            _start(start)
     if inline is not None:
         _run(*inline)
     elif written is not None:  # (the lock is free: the writer takes it to report)
@@ -229,13 +277,244 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
     with _lock:
         reported, done[:] = list(done), []
         broken, failed[:] = list(failed), []
-    return {"done": reported, "failed": broken, "ran": round(ran, 6)}
+    said, notes[:] = list(notes), []
+    return {"done": reported, "failed": broken, "ran": round(ran, 6), "notes": said}
+
+
+def _size_of(value: Any) -> int:
+    """Bytes ``value`` holds in memory, quickly: arrays and frames fully, others shallowly
+    (what decides whether a child writes it)."""
+    with contextlib.suppress(Exception):
+        usage = getattr(value, "memory_usage", None)
+        if callable(usage) and hasattr(value, "columns"):  # a DataFrame
+            return int(usage(index=True, deep=False).sum())
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int):
+            return nbytes
+    with contextlib.suppress(Exception):
+        return sys.getsizeof(value)
+    return 0
+
+
+# -- the forked writer ----------------------------------------------------------------------
+
+
+class _Child:
+    """The large names of one generation, pickled, hashed and written by a forked child
+    from its copy-on-write image of the kernel (Redis' background save): the cell pays for
+    the fork, the writer thread waits for the child's report and takes it in order."""
+
+    def __init__(self, estimate: int) -> None:
+        self.estimate = estimate
+        self.names: dict[str, dict[str, Any]] = {}
+        """Name -> its entry (shared with ``mapping``: later generations see its hash)."""
+        self.pid = 0
+        self.fd = -1
+        self.pending: list[Any] = []
+        """Without a child (:func:`_start` could not fork): the names pickled here."""
+        self.started = threading.Event()
+
+    def finish(
+        self, body: dict[str, Any], entries: dict[str, Any], lost: dict[str, str], synced: list[str]
+    ) -> str:
+        """In the writer thread: the manifest's sha256, once the child wrote it (or the
+        generation written here when there is no child)."""
+        global _unpruned, _prune_from, _children
+        self.started.wait()
+        if not self.pid:
+            return _write_generation(body, entries, self.pending, lost, synced)
+        try:
+            data = bytearray()
+            while chunk := os.read(self.fd, 1 << 16):
+                data += chunk
+        finally:
+            os.close(self.fd)
+            status = 0
+            with contextlib.suppress(ChildProcessError):  # reaped: never a zombie
+                status = os.waitpid(self.pid, 0)[1]
+            with _children_done:
+                _children -= 1
+                _children_done.notify_all()
+        try:
+            report = json.loads(data)
+        except ValueError:
+            dirty.update(self.names)  # the next commit stores them again
+            raise OSError(
+                f"the writer process ended before it wrote (wait status {status})"
+            ) from None
+        if report.get("error"):
+            dirty.update(self.names)
+            problem = FolderGone if report.get("gone") else OSError
+            raise problem(str(report["error"]))
+        for name, entry in report["names"].items():
+            kept = self.names[name]
+            kept.clear()
+            kept.update(entry)
+        lost.update(report["lost"])
+        synced += report["synced"]
+        _refs[f"gen-{body['generation']}.json"] = frozenset(report["refs"])
+        _unpruned, _prune_from = int(report["unpruned"]), int(body["keep_from"])
+        body["size"], body["took"] = int(report["size"]), float(report["took"])
+        return str(report["digest"])
+
+
+def _start(job: tuple[Any, ...]) -> None:
+    """Fork the child that writes ``job`` (in the main thread, between cells: the child's
+    image is the state the cell left); when it cannot fork, pickle here and say why."""
+    body, entries, child, lost, _written = job
+    why = _fork(body, entries, child, lost) if fork_writes else "os.fork is not available"
+    if why is None:
+        return
+    notes.append(f"the state of a large change was written in the kernel, not by a child: {why}")
+    global _live
+    ns = sys.modules[STATE_MODULE]._shell().user_ns
+    child.pending = _pickled(child.names, ns)
+    if any(not v.readonly for _n, _e, parts in child.pending for v in parts[1:]):
+        body["live"] = True  # the next cell waits for the writer to read them
+        with _idle:
+            _live += 1
+    child.started.set()
+
+
+def _pickled(names: dict[str, dict[str, Any]], ns: dict[str, Any]) -> list[Any]:
+    """Each of ``names`` pickled (buffers read in place); an entry that cannot be says why."""
+    dumps, _about = sys.modules[STATE_MODULE]._serialiser()
+    pending = []
+    for name, entry in names.items():
+        used: set[str] = set()
+        try:
+            parts = dumps(ns[name], used)
+        except Exception as exc:  # whatever the object's own reducer raises
+            entry["skipped"] = f"{type(exc).__name__}: {exc}".strip()[:300]
+            continue
+        entry["modules"] = sorted(used)
+        pending.append((name, entry, [memoryview(p) for p in parts]))
+    return pending
+
+
+def _fork(
+    body: dict[str, Any], entries: dict[str, Any], child: _Child, lost: dict[str, str]
+) -> str | None:
+    """Fork ``child``; None when it runs, else why it could not."""
+    global _children, _parent_pid
+    short = _memory_short(child.estimate)
+    if short:
+        return short
+    read, write = os.pipe()
+    _parent_pid = os.getpid()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded ... fork()"
+            pid = os.fork()
+    except OSError as exc:
+        os.close(read)
+        os.close(write)
+        return f"fork failed: {exc}"
+    if pid == 0:  # pragma: no cover (the child: measured by what it writes)
+        os.close(read)
+        _child_main(write, body, entries, child, lost)
+    os.close(write)
+    child.pid, child.fd = pid, read
+    with _children_done:
+        _children += 1
+    child.started.set()
+    return None
+
+
+def _child_main(
+    fd: int, body: dict[str, Any], entries: dict[str, Any], child: _Child, lost: dict[str, str]
+) -> None:
+    """The child: pickle, hash and write one generation, report it, exit. Only this thread
+    lives here (the kernel's others stayed in the parent): nothing but pickling and file
+    writes, no output, no lock of the parent's, ``os._exit``."""
+    report: dict[str, Any]
+    try:
+        gc.disable()  # a collection would copy every page it touches
+        _die_with_parent()
+        # the one the OOM killer takes first
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        started = time.monotonic()
+        pending = _pickled(child.names, sys.modules[STATE_MODULE]._shell().user_ns)
+        synced: list[str] = []
+        body["size"] = sum(v.nbytes for _n, _e, parts in pending for v in parts)
+        digest = _write_generation(body, entries, pending, lost, synced)
+        report = {
+            "digest": digest,
+            "names": child.names,
+            "lost": lost,
+            "synced": synced,
+            "refs": sorted(_hashes(entries)),
+            "unpruned": _unpruned,
+            "size": body["size"],
+            "took": time.monotonic() - started,
+        }
+    except BaseException as exc:
+        report = {
+            "error": f"{type(exc).__name__}: {exc}"[:300],
+            "gone": isinstance(exc, FolderGone),
+        }
+    try:
+        view = memoryview(json.dumps(report).encode())
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os._exit(0)
+
+
+def _die_with_parent() -> None:
+    """The child ends with the kernel (Linux): a killed kernel leaves no writer behind."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    if os.getppid() != _parent_pid:  # it died before that
+        os._exit(0)
+
+
+def _memory_short(estimate: int) -> str | None:
+    """Why forking now risks the memory (None: it does not): the next cells may copy every
+    page of the changed objects the child still reads, so that much must be free."""
+    free = _memory_free()
+    if free is None or free >= estimate + MEMORY_MARGIN:
+        return None
+    return f"memory short ({free >> 20} MB free, {estimate >> 20} MB to write)"
+
+
+def _memory_free() -> int | None:
+    """Bytes of memory available to this process: the machine's, or its cgroup's if less."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                found.append(int(limit) - int(f.read().strip()))
+    return min(found) if found else None
+
+
+def _start_deferred(wait: bool) -> None:
+    """Fork the generation that waited for the running child (in the main thread, with
+    the namespace still as its cell left it); ``wait``: until that child is done."""
+    if not _deferred:
+        return
+    with _children_done:
+        while _children:
+            if not wait:
+                return
+            _children_done.wait()
+    _start(_deferred.pop(0))
 
 
 def _pre_run_cell(info: Any = None) -> None:
     """A cell waits until the writer is done with buffers it could change (an array the
     last cell made): the writer reads them in place, never copied on the cell's path."""
     global _cell_started
+    _start_deferred(wait=True)  # a large change queued behind the running child
     with _idle:
         while _live:
             _idle.wait()
@@ -276,11 +555,14 @@ def _run(
     started = time.monotonic()
     synced: list[str] = []
     try:
-        digest = _write_generation(body, entries, pending, lost, synced)
+        if isinstance(pending, _Child):
+            digest = pending.finish(body, entries, lost, synced)
+        else:
+            digest = _write_generation(body, entries, pending, lost, synced)
     except Exception as exc:  # the disk is full, the folder was removed: told, not fatal
         with _lock:
             _inflight -= 1
-            _queued -= body["size"]
+            _queued -= body["queued"]
             _last[:] = []
         _released(body)
         with _lock:
@@ -288,10 +570,10 @@ def _run(
             failed.append([number, why, "gone" if isinstance(exc, FolderGone) else ""])
         written.set()
         return
-    took = time.monotonic() - started
+    took = body.get("took") or time.monotonic() - started
     with _lock:
         _inflight -= 1
-        _queued -= body["size"]
+        _queued -= body["queued"]
         _last[:] = [number, digest]
         done.append([number, digest, body["cells"], number])
         if body["size"] >= 1 << 20 and took > 0:

@@ -152,6 +152,9 @@ class Generations:
         self.committed_in: KernelHandle | None = None
         """The kernel the last commit ran in: a commit in another one stores every name."""
         self.failures: list[str] = []
+        self.notes: list[str] = []
+        """What the kernel said of how it wrote (a large change written without a forked
+        child, and why: memory short, no ``os.fork``); each logged once."""
         self.asked_full = False
         self.work_dir: Path | None = None
         self.to_sign: tuple[Path, Generation] | None = None
@@ -272,6 +275,11 @@ class Generations:
         """Sign what ``answer`` (the kernel's ``commit`` or ``flush``) lists as written."""
         if not isinstance(answer, Mapping):
             return
+        for note in answer.get("notes") or ():  # a large change written without a child
+            shown = replies.printable(note)
+            if shown not in self.notes:
+                log.warning("session %s: %s", session.name, shown)
+                self.notes.append(shown)
         for item in answer.get("failed") or ():
             shown = replies.printable(item)
             self.failures.append(shown)
