@@ -148,6 +148,8 @@ notes: list[str] = []
 _parent_pid = 0
 forked = 0
 """Writer children forked by this process (tests, benchmarks)."""
+_drop_written = False
+"""In a forked writer: each file written goes to disk and leaves the page cache."""
 
 
 class FolderGone(OSError):
@@ -388,7 +390,7 @@ def _start(job: tuple[Any, ...]) -> None:
     """Fork the child that writes ``job`` (in the main thread, between cells: the child's
     image is the state the cell left); when it cannot fork, pickle here and say why."""
     body, entries, child, lost, _written = job
-    why = _fork(body, entries, child, lost) if fork_writes else "os.fork is not available"
+    why = _fork(body, entries, child, lost) if fork_writes else "no os.fork here"
     if why is None:
         return
     notes.append(f"the state of a large change was written in the kernel, not by a child: {why}")
@@ -455,6 +457,8 @@ def _child_main(
     writes, no output, no lock of the parent's, ``os._exit``."""
     report: dict[str, Any]
     try:
+        global _drop_written
+        _drop_written = True
         gc.disable()  # a collection would copy every page it touches
         with contextlib.suppress(OSError):
             os.nice(10)  # the kernel's next cells first
@@ -821,9 +825,21 @@ def _write_file(path: str, parts: list[Any], atomic: bool = False) -> None:
             view = memoryview(part).cast("B")
             while view:
                 view = view[os.write(fd, view) :]
+        if _drop_written:
+            _drop_cache(fd)
     finally:
         os.close(fd)
     os.rename(temp, path)
+
+
+def _drop_cache(fd: int) -> None:
+    """A forked writer's file: on disk now, and out of the page cache. Hundreds of MB of
+    chunks left in the cache made the kernel's next large allocations fault page by page
+    (measured: ``df['a'] * k`` on a 1 GB frame 3 to 5 s instead of 0.3 s, 145,000 minor
+    faults instead of 5,500); the child waits for the disk, the kernel does not."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def _stored_bytes(objects: str) -> int:

@@ -165,15 +165,18 @@ async def test_close_waits_for_the_child_and_leaves_nothing_running(
     assert sorted((p.name, p.stat().st_size) for p in folder.rglob("*")) == listing
 
 
-async def test_without_memory_for_a_fork_the_kernel_writes_and_the_log_says_so(
-    sessions: Any, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("setting", "reason"),
+    [("MEMORY_MARGIN = 1 << 60", "memory short"), ("fork_writes = False", "no os.fork")],
+    ids=["memory-short", "no-fork"],
+)
+async def test_without_a_fork_the_kernel_writes_and_the_log_says_why_once(
+    sessions: Any, caplog: pytest.LogCaptureFixture, setting: str, reason: str
 ) -> None:
     caplog.set_level(logging.WARNING, logger="jupyter_exec")
     session = await sessions(name="short")
     await session.execute("import numpy as np")
-    await in_kernel(
-        session, "import sys\nsys.modules['_jupyter_exec_generations'].MEMORY_MARGIN = 1 << 60"
-    )
+    await in_kernel(session, f"import sys\nsys.modules['_jupyter_exec_generations'].{setting}")
     for k in range(2):
         assert (await session.execute(f"big{k} = {BIG} * {k}")).ok
     signed = await flush(session)
@@ -181,7 +184,7 @@ async def test_without_memory_for_a_fork_the_kernel_writes_and_the_log_says_so(
     assert {"big0", "big1"} <= set(read_manifest(session.work_dir, signed[-1], 0)["names"])
     said = [r.getMessage() for r in caplog.records if "not by a child" in r.getMessage()]
     assert len(said) == 1, said  # said once, not for every cell
-    assert "memory short" in said[0]
+    assert reason in said[0]
     await kill_kernel(session)
     await session.execute("1")
     assert await value(session, "float(big1.sum())") == 5_000_000.0
