@@ -103,9 +103,10 @@ def state_cell_case(cfg: Config) -> list[Row]:
         Row("cell that changes 1 MB (median)", ours["1MB"] * 1000, floor["1MB"] * 1000,
             "ms", notes),
         Row("cell that changes 100 MB (median)", ours["100MB"] * 1000,
-            floor["100MB"] * 1000, "ms", f"{notes}; the writer reads its buffers after the reply"),
+            floor["100MB"] * 1000, "ms", f"{notes}; written by a forked child after the reply"),
         Row("background write of a 100 MB change (median)", ours["rate-100MB"], None,
-            "MB/s", "hash + write + fsync in the kernel's thread, then signed by the host"),
+            "MB/s", "the same 100 MB again: hashed in the forked child, no new chunk written, then "
+            "signed by the host"),
     ]  # fmt: skip
 
 
