@@ -522,12 +522,19 @@ def _memory_free() -> int | None:
         for line in f:
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) * 1024)
-    with contextlib.suppress(OSError, ValueError):
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        if limit != "max":
-            with open("/sys/fs/cgroup/memory.current") as f:
-                found.append(int(limit) - int(f.read().strip()))
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        with contextlib.suppress(OSError, ValueError):
+            with open(limit_file) as f:
+                limit = f.read().strip()
+            if limit != "max" and int(limit) < 1 << 60:  # (v1 says "no limit" with 2**63)
+                with open(usage_file) as f:
+                    found.append(int(limit) - int(f.read().strip()))
     return min(found) if found else None
 
 
