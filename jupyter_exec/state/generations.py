@@ -3,14 +3,18 @@
 The in-kernel half is :mod:`jupyter_exec.inkernel.generations`. Per session, in
 the work dir (a Docker kernel sees it too)::
 
-    .<session>_state/objects/<sha256>   one pickled object (protocol 5, buffers out of band)
-    .<session>_state/gen-<n>.json       generation n: name -> object hash, names not saved
-                                        and why, the environment, how many cells it holds
+    .<session>_state/objects/<hash>     one chunk (4 MiB at most) of a pickled object
+                                        (protocol 5, buffers out of band), named by its
+                                        xxh3-128 (or sha256 in a kernel without xxhash)
+    .<session>_state/gen-<n>.json       generation n: name -> its chunks (name, sha256,
+                                        size), names not saved and why, the environment,
+                                        how many cells it holds
     .<session>_state/signed/<n>.json    the host's MAC of {session, n, manifest sha256,
                                         cells, origin}: only a signed generation is loaded
 
 Each recorded cell's request carries :func:`commit_expression`: the kernel pickles the
-names the cell changed there and a writer thread in the kernel stores them; the same
+names the cell changed there (a large change: a forked child of the kernel pickles and
+writes it from its copy-on-write image) and a writer thread in the kernel stores them; the same
 answer lists the generations written since, ``(n, sha256)``, and the host signs those
 with its key (:mod:`jupyter_exec.boundary.trust`, the kernel never sees it), stamped with
 the kernel's origin as the host knows it. The digest comes only from the kernel's own
@@ -31,7 +35,7 @@ folder again.
 Loading (:meth:`Generations.load`): the MAC, the session, the manifest's sha256 (read
 here, never through a link), the origin rule (a Docker kernel's state is never loaded
 by a kernel on the host without ``trust_origin``) and the budget are checked on the
-host; the kernel then checks every object's sha256 on the bytes it unpickles.
+host; the kernel then checks every chunk's sha256 on the bytes it unpickles.
 
 A remote kernel (a gateway's, a Jupyter server's) writes the same files in its own
 folder on its host, ``.<session>-<kernel id>_state/`` (:func:`kernel_state_folder`: one
@@ -39,7 +43,7 @@ server may run several sessions' kernels in one folder); the signatures are writ
 here, in the work dir's ``.<session>_state/signed/``. Its origin names the server as
 this host reached it, and its generations load only into a kernel of that server (the
 server restarts a dead kernel under the same id, in the same folder): the kernel checks
-the manifest against the sha256 signed here, then every object. ``close()`` removes
+the manifest against the sha256 signed here, then every chunk. ``close()`` removes
 that folder (:meth:`Generations.discard_remote`): a later kernel has another id.
 """
 
@@ -185,6 +189,9 @@ class Generations:
         self.committed_in: KernelHandle | None = None
         """The kernel the last commit ran in: a commit in another one stores every name."""
         self.failures: list[str] = []
+        self.notes: list[str] = []
+        """What the kernel said lately of how it wrote (a large change written without a
+        forked child, and why: memory short, no ``os.fork``); the first one is a warning."""
         self.asked_full = False
         self.work_dir: Path | None = None
         self.to_sign: tuple[Path, Generation] | None = None
@@ -340,6 +347,11 @@ class Generations:
         """Sign what ``answer`` (the kernel's ``commit`` or ``flush``) lists as written."""
         if not isinstance(answer, Mapping):
             return
+        for note in answer.get("notes") or ():  # a large change written without a child
+            shown = replies.printable(note)
+            said = log.info if self.notes else log.warning  # a warning once, then quieter
+            said("session %s: %s", session.name, shown)
+            self.notes = [*self.notes[-9:], shown]
         for item in answer.get("failed") or ():
             shown = replies.printable(item)
             self.failures.append(shown)

@@ -154,7 +154,7 @@ async def test_docker_kernel_swapped_or_linked_object_and_fifo_manifest_are_refu
         await session.execute("y = 1")
         [*_, newest] = await flush(session)
         manifest = read_manifest(work, newest, 0)
-        obj = manifest["names"]["x"]["hash"]
+        [[obj, _sha256, _size]] = manifest["names"]["x"]["chunks"]
         swap = f"""
 import os
 path = os.path.join(sys.modules['_jupyter_exec_generations']._root(), 'objects', {obj!r})
@@ -276,3 +276,59 @@ async def test_a_key_the_kernel_could_read_signs_no_state_and_is_never_made(
         assert "lies inside" in generations.unavailable
     assert not inside.exists()
     assert signed_on_disk(work_dir, "keyed") == []
+
+
+@pytest.mark.docker
+async def test_docker_kernel_swapped_chunk_and_forged_chunk_list_are_refused(
+    kernel_image: str,  # noqa: F811
+    work: Path,  # noqa: F811
+) -> None:
+    """Objects are stored as chunks: the attacker swaps the chunk holding an array's pickle
+    stream for its own pickle (padded to the same size), then rewrites its generation so
+    that a chunk's name climbs out of the objects folder, and reports it as written."""
+    session = await docker_session(work, "chunks", kernel_image, DEADLINE)
+    try:
+        await session.execute("import numpy as np\nbig = np.arange(1_500_000)")  # 4 chunks
+        await session.execute("y = 1")
+        [*_, newest] = await flush(session)
+        chunks = read_manifest(work, newest, 0)["names"]["big"]["chunks"]
+        assert len(chunks) == 4
+        [address, _sha256, size] = chunks[0]
+        await in_kernel(
+            session,
+            f"""
+import os, sys
+path = os.path.join(sys.modules['_jupyter_exec_generations']._root(), 'objects', {address!r})
+payload = {PAYLOAD}
+os.unlink(path)
+open(path, 'wb').write(payload + b'.' * ({size} - len(payload)))
+""",
+        )
+        with pytest.raises(CheckpointError, match="does not match its hash"):
+            await load(session, newest)
+        assert await value(session, "(int(big.sum()), y)") == (1124999250000, 1)
+
+        forged_list = f"""
+import sys, os, json, hashlib
+g = sys.modules['_jupyter_exec_generations']
+root = g._root()
+payload = {PAYLOAD}
+m = json.loads(open(os.path.join(root, 'gen-{newest.file_number}.json'), 'rb').read())
+m['names']['big']['chunks'][0][0] = '../../pwned-chunk'
+with open(os.path.join(root, '..', 'pwned-chunk'), 'wb') as f:
+    f.write(payload)
+data = json.dumps(m).encode()
+with open(os.path.join(root, 'gen-{newest.number}.json'), 'wb') as f:
+    f.write(data)
+g.done.append([{newest.number}, hashlib.sha256(data).hexdigest(), {newest.cells}])
+"""
+        await in_kernel(session, forged_list)
+        await session.execute("z = 3")  # its answer carries the forged report: signed
+        forged = next(g for g in await flush(session) if g.number == newest.number)
+        assert forged.sha256 != newest.sha256
+        with pytest.raises(CheckpointError, match="chunks of 'big' are not valid"):
+            await load(session, forged)
+        assert await value(session, "(int(big.sum()), y, z)") == (1124999250000, 1, 3)
+    finally:
+        await session.close()
+    assert not (work / "pwned").exists()

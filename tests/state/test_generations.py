@@ -200,22 +200,27 @@ async def test_kill_9_during_a_save_leaves_the_previous_generation_loadable(
 
 async def test_an_unchanged_object_is_never_written_again(sessions: Any) -> None:
     session = await sessions(name="incremental")
-    await session.execute("import numpy as np\nbig = np.arange(1_000_000)")
+    await session.execute("import numpy as np\nbig = np.arange(1_500_000)")  # 12 MB: 3 chunks
     signed = await flush(session)
     manifest = read_manifest(session.work_dir, signed[-1], 0)
-    path = state_dir(session) / "objects" / manifest["names"]["big"]["hash"]
-    before = path.stat()
+    chunks = [c[0] for c in manifest["names"]["big"]["chunks"]]
+    assert len(chunks) == 4  # its pickle stream, then its buffer in chunks of 4 MB
+    paths = [state_dir(session) / "objects" / c for c in chunks]
+    before = [(p.stat().st_ino, p.stat().st_mtime_ns) for p in paths]
     for k in range(3):
         await session.execute(f"x{k} = {k}")
     signed = await flush(session)
     manifest = read_manifest(session.work_dir, signed[-1], 0)
     assert set(manifest["names"]) >= {"big", "x0", "x1", "x2"}
-    assert path.name == manifest["names"]["big"]["hash"]
-    after = path.stat()
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    await session.execute("big[0] = 5")  # changed in place: stored again, as a new object
+    assert [c[0] for c in manifest["names"]["big"]["chunks"]] == chunks
+    assert [(p.stat().st_ino, p.stat().st_mtime_ns) for p in paths] == before
+    # Changed in place, in its last chunk: that chunk is stored again, the others are not.
+    await session.execute("big[-1] = 5")
     manifest = read_manifest(session.work_dir, (await flush(session))[-1], 0)
-    assert manifest["names"]["big"]["hash"] != path.name
+    after = [c[0] for c in manifest["names"]["big"]["chunks"]]
+    assert after[:-1] == chunks[:-1]
+    assert after[-1] != chunks[-1]
+    assert [(p.stat().st_ino, p.stat().st_mtime_ns) for p in paths[:-1]] == before[:-1]
 
 
 async def test_unpicklable_names_are_listed_with_their_reason(sessions: Any) -> None:
@@ -345,8 +350,11 @@ async def test_a_cell_that_changes_an_array_right_away_never_changes_the_saved_o
     await session.execute("big[:] = 1")  # at once: the writer may still be reading it
     first, *_ = [g for g in await flush(session) if g.cells == 1]
     entry = read_manifest(session.work_dir, first, 0)["names"]["big"]
-    data = (state_dir(session) / "objects" / entry["hash"]).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == entry["hash"]
+    data = b""
+    for address, digest, size in entry["chunks"]:
+        chunk = (state_dir(session) / "objects" / address).read_bytes()
+        assert (hashlib.sha256(chunk).hexdigest(), len(chunk)) == (digest, size)
+        data += chunk
     buffer = data[entry["parts"][0] :]
     assert len(buffer) == 32_000_000
     assert buffer.count(0) == len(buffer)  # zeros, as the first cell left them

@@ -78,7 +78,8 @@ async def test_flush_writes_and_signs_the_state_of_every_cell_so_far(work_dir: P
         assert newest.cells == 2
         names = read_manifest(work_dir, newest, 0)["names"]
         assert {"big", "small", "np"} <= set(names)
-        assert (work_dir / ".flushed_state" / "objects" / names["big"]["hash"]).is_file()
+        for address, _sha256, _size in names["big"]["chunks"]:
+            assert (work_dir / ".flushed_state" / "objects" / address).is_file()
         await session.flush()  # nothing new: returns
         assert signed_on_disk(work_dir, "flushed")[-1] == newest
 
