@@ -164,10 +164,8 @@ def test_a_docker_timeout_interrupts_and_keeps_the_state(
     check: str,
     expected: str,
 ) -> None:
-    # The grace before a restart is generous: an R kernel in a container took more than 10 s
-    # to act on SIGINT once, on a machine at load 20. Its 60 s sleep still ends long before.
     with Session(
-        language=language, backend="docker", work_dir=_owned_work(tmp_path), interrupt_grace=30
+        language=language, backend="docker", work_dir=_owned_work(tmp_path), interrupt_grace=10
     ) as s:
         s.execute(setup).raise_for_error()
         stopped = s.execute(runaway, timeout=1.5)
