@@ -41,9 +41,11 @@ class Reply:
 @dataclass
 class Hang:
     """The kernel stops answering. ``interruptible``: an interrupt ends the cell with a
-    KeyboardInterrupt (as IPython does); otherwise only a restart does."""
+    KeyboardInterrupt (as IPython does); otherwise only a restart does. ``loses``: that many
+    interrupts are lost first (as IRkernel loses one landing in its own code)."""
 
     interruptible: bool = True
+    loses: int = 0
 
 
 Event = Say | Reply | Hang
@@ -170,7 +172,9 @@ class FakeKernelManager:
     async def interrupt_kernel(self) -> None:
         self.interrupts += 1
         if self._hanging is not None and self._hanging[1].interruptible:
-            msg_id, _ = self._hanging
+            msg_id, hang = self._hanging
+            if self.interrupts <= hang.loses:
+                return
             self._hanging = None
             for event in error("KeyboardInterrupt", ""):
                 self._emit(msg_id, event)

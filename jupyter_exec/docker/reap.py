@@ -10,6 +10,7 @@ does the same for one owner the moment it dies. Containers kept for inspection
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import shutil
@@ -138,8 +139,16 @@ def remove_container(
     release_loan(client, labels)
 
 
+REMOVAL_WAIT = 60
+"""Seconds to wait for another caller's removal of a container to end (its 409 to ours)."""
+
+
 def force_remove(client: docker.DockerClient, container_id: str) -> None:
-    """``docker rm -f``, tolerating a container that is already gone or being removed."""
+    """``docker rm -f``, tolerating a container that is already gone or being removed.
+
+    Returns once the container is gone. When another caller is removing it already (two
+    reaps, a reap beside the parent-death watchdog), the engine answers 409 at once while
+    that removal goes on: this waits for it to end, so whoever says "removed" is right."""
     try:
         client.api.remove_container(container_id, force=True)
     except docker.errors.NotFound:
@@ -148,6 +157,15 @@ def force_remove(client: docker.DockerClient, container_id: str) -> None:
         if exc.status_code != 409:  # 409: removal already in progress
             with docker_errors("removing a kernel container"):
                 raise
+        _wait_removed(client, container_id)
+
+
+def _wait_removed(client: docker.DockerClient, container_id: str) -> None:
+    """Block until the removal under way of ``container_id`` has ended (the engine's own
+    ``wait`` for the ``removed`` condition; NotFound: it ended before we asked)."""
+    waiting = docker_errors("waiting for a kernel container's removal")
+    with waiting, contextlib.suppress(docker.errors.NotFound):
+        client.api.wait(container_id, timeout=REMOVAL_WAIT, condition="removed")
 
 
 def release_loan(client: docker.DockerClient, labels: dict[str, str]) -> None:

@@ -46,6 +46,10 @@ DENO_FENCE = (
 
 Outcome = Literal["idle", "timeout", "died", "restarted", "closed"]
 
+INTERRUPT_AGAIN = 2.0
+"""Seconds after an interrupt that a cell still running is interrupted again (within the
+grace): a kernel can lose an interrupt that lands in its own code instead of the cell's."""
+
 
 def _iso(value: Any) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)
@@ -285,13 +289,25 @@ class CellRunner:
         run: CellRun,
         generation: int,
     ) -> Outcome:
-        """Interrupt; if the cell does not stop within the grace period, restart."""
-        try:
-            await interrupt_kernel(self.kernel)
-        except Exception as exc:  # e.g. a backend with no interrupt: go on to restart
-            log.warning("interrupt failed: %s", exc)
+        """Interrupt; if the cell does not stop within the grace period, restart.
+
+        The interrupt is sent again every :data:`INTERRUPT_AGAIN` seconds of the grace while
+        the cell goes on: a kernel may lose one that lands in its own code rather than the
+        cell's (IRkernel, between its ``busy`` and the evaluation, or still reading the
+        request: three runs in three on a loaded machine). A kernel that is idle by then
+        ignores it (IPython) or drops it (IRkernel), and one that took the first has ended
+        the cell long before.
+        """
         grace = time.monotonic() + self.interrupt_grace
-        outcome = await self._collect(msg_id, builder, grace, on_output, run.timing, generation)
+        while True:
+            try:
+                await interrupt_kernel(self.kernel)
+            except Exception as exc:  # e.g. a backend with no interrupt: go on to restart
+                log.warning("interrupt failed: %s", exc)
+            until = min(grace, time.monotonic() + INTERRUPT_AGAIN)
+            outcome = await self._collect(msg_id, builder, until, on_output, run.timing, generation)
+            if outcome != "timeout" or time.monotonic() >= grace:
+                break
         where = _interrupted_at(builder)
         if outcome == "restarted":  # someone else restarted it meanwhile
             run.error = CellError(

@@ -45,7 +45,9 @@ async def test_interrupt_keeps_state_even_with_a_child_process(start_kernel: Sta
         run = await pending
         assert run.error is not None
         assert run.error["ename"] == "KeyboardInterrupt"
-        assert time.monotonic() - started < 5
+        # Stopped by the interrupt, not by the 30 s the cell would take (nor the 20 s timeout):
+        # a bound against the cell, not the machine's speed (5 s failed once at load 20).
+        assert time.monotonic() - started < 15
     # the signal fallback: SIGINT through the engine, forwarded by docker-init
     pending = asyncio.ensure_future(kernel.run("import time; time.sleep(30)", timeout=20))
     await asyncio.sleep(0.5)

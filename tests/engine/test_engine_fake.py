@@ -167,6 +167,20 @@ async def test_a_timeout_interrupts_and_keeps_the_state(work_dir: Path) -> None:
     assert after.ok
 
 
+async def test_an_interrupt_the_kernel_lost_is_sent_again_within_the_grace(work_dir: Path) -> None:
+    """IRkernel loses an interrupt that lands in its own code (three in three on a loaded
+    machine, in Docker): the runner interrupts again while the cell goes on, and the state
+    is kept instead of restarted away."""
+    km = scripted({"slow": [stream("started\n"), Hang(interruptible=True, loses=1)]})
+    s = await started(km, work_dir, interrupt_grace=30)
+    r = await s.execute("slow", timeout=0.3)
+    after = await s.execute("next")
+    await s.close()
+    assert (r.status, r.state_lost) == ("timeout", False)
+    assert (km.interrupts, km.restarts) == (2, 0)
+    assert after.ok
+
+
 async def test_a_cell_that_ignores_the_interrupt_gets_a_restart(
     work_dir: Path, read_notebook: ReadNotebook
 ) -> None:
