@@ -39,14 +39,16 @@ async def jp_asyncio_loop() -> asyncio.AbstractEventLoop:
 
 
 @pytest.fixture
-def jp_server_config() -> Config:
-    """The extension enabled by name, as its ``jupyter_server_config.d`` file does."""
-    return Config(
-        {
-            "ServerApp": {"jpserver_extensions": {"jupyter_exec.server": True}},
-            "JupyterExecApp": {"timeout": 60.0},
-        }
-    )
+def jp_server_config(request: pytest.FixtureRequest) -> Config:
+    """The extension enabled by name, as its ``jupyter_server_config.d`` file does, plus a
+    test's own configuration when it parametrizes this fixture (``indirect``)."""
+    config: dict[str, Any] = {
+        "ServerApp": {"jpserver_extensions": {"jupyter_exec.server": True}},
+        "JupyterExecApp": {"timeout": 60.0},
+    }
+    for section, values in getattr(request, "param", {}).items():
+        config.setdefault(section, {}).update(values)
+    return Config(config)
 
 
 @pytest.fixture

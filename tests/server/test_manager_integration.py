@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from traitlets.config import Config
 
 from jupyter_exec.manager import AsyncSessionManager
 
@@ -25,18 +24,6 @@ Api = Callable[..., Awaitable[tuple[int, Any]]]
 CULL = {"cull_idle_timeout": 1.0, "cull_interval": 0.1}
 # Culling off until the test switches it on (cull_idle_timeout is read at every pass).
 CULL_LATER = {"cull_idle_timeout": 0.0, "cull_interval": 0.05}
-
-
-@pytest.fixture
-def jp_server_config(request: pytest.FixtureRequest) -> Config:
-    """The extension enabled, plus this test's configuration (``request.param``)."""
-    config: dict[str, Any] = {
-        "ServerApp": {"jpserver_extensions": {"jupyter_exec.server": True}},
-        "JupyterExecApp": {"timeout": 60.0},
-    }
-    for section, values in getattr(request, "param", {}).items():
-        config.setdefault(section, {}).update(values)
-    return Config(config)
 
 
 def _app(serverapp: Any) -> Any:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from traitlets.config import Config
 
 from tests.conftest import read_valid_notebook
 from tests.server.restart_helpers import call, kernels, new_session, run, stop
@@ -28,18 +27,6 @@ pytestmark = pytest.mark.timeout(300)
 FIRST = (
     "import pathlib\npathlib.Path('runs.txt').open('a').write('1')\nx = 41\nbig = bytes(2_000_000)"
 )
-
-
-@pytest.fixture
-def jp_server_config(request: pytest.FixtureRequest) -> Config:
-    """The extension enabled, plus this test's configuration (``request.param``)."""
-    config: dict[str, Any] = {
-        "ServerApp": {"jpserver_extensions": {"jupyter_exec.server": True}},
-        "JupyterExecApp": {"timeout": 60.0},
-    }
-    for section, values in getattr(request, "param", {}).items():
-        config.setdefault(section, {}).update(values)
-    return Config(config)
 
 
 async def _kernel_ids(jp_fetch: Any) -> list[str]:
