@@ -38,7 +38,7 @@ from jupyter_exec.engine import mime
 from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.outputs import CellOutputs, Spill
-from jupyter_exec.exceptions import KernelNotAliveError, StorageError, WorkDirError
+from jupyter_exec.exceptions import StorageError, WorkDirError
 from jupyter_exec.inkernel.streams import KEY, install_entry
 
 __all__ = ["LARGE_OUTPUT_CHARS", "CellGuard", "install", "plan", "prepare"]
@@ -62,10 +62,7 @@ async def install(kernel: KernelHandle, work_dir: Path) -> bool:
     """
     if kernel.stream_guard is not None:
         return kernel.stream_guard
-    installs = Installs(kernel, work_dir)
-    plan(installs)
-    with contextlib.suppress(KernelNotAliveError):  # (its outcome said so: not active)
-        await installs.send(_INSTALL_TIMEOUT)
+    await Installs.alone(kernel, work_dir, plan, _INSTALL_TIMEOUT)  # a death: not active
     return bool(kernel.stream_guard)
 
 

@@ -77,6 +77,27 @@ class Installs:
         self._probe: str | None = None
         self._probe_error: WorkDirError | StorageError | None = None
 
+    @classmethod
+    async def alone(
+        cls,
+        kernel: KernelHandle,
+        work_dir: Path | None,
+        plan: Callable[[Installs], None],
+        timeout: float = INSTALL_TIMEOUT,
+        *,
+        quiet_death: bool = True,
+    ) -> None:
+        """One party's entry in a batch of its own (a kernel before its first cell, a fork's
+        kernel...): ``plan`` adds it, the outcome goes where ``plan`` said. A dead kernel
+        raises :class:`KernelNotAliveError` unless ``quiet_death`` (the entry was told)."""
+        installs = cls(kernel, work_dir)
+        plan(installs)
+        try:
+            await installs.send(timeout)
+        except KernelNotAliveError:
+            if not quiet_death:
+                raise
+
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -18,7 +18,6 @@ before it runs anything. The in-kernel half is :mod:`jupyter_exec.inkernel.env`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +25,6 @@ from typing import Any
 from jupyter_exec.boundary import replies
 from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
-from jupyter_exec.exceptions import KernelNotAliveError
 from jupyter_exec.inkernel import Install
 from jupyter_exec.inkernel import env as inkernel_env
 
@@ -55,10 +53,7 @@ async def install(kernel: KernelHandle) -> bool:
     """
     if kernel.environment_capture is not None:
         return kernel.environment_capture
-    installs = Installs(kernel, None)
-    plan(installs)
-    with contextlib.suppress(KernelNotAliveError):  # (its outcome said so: not active)
-        await installs.send(_INSTALL_TIMEOUT)
+    await Installs.alone(kernel, None, plan, _INSTALL_TIMEOUT)  # a death: not active
     return bool(kernel.environment_capture)
 
 

@@ -127,9 +127,9 @@ class DurableState:
         A session's first cell installs it with the other helpers (:meth:`plan`)."""
         if self.installed is kernel:
             return True
-        installs = Installs(kernel, session.work_dir)
-        self.plan(session, installs)
-        await installs.send(INSTALL_TIMEOUT)
+        await Installs.alone(
+            kernel, session.work_dir, lambda i: self.plan(session, i), quiet_death=False
+        )
         return self.installed is kernel
 
     def plan(self, session: StateHost, installs: Installs) -> None:
