@@ -125,7 +125,8 @@ def test_kill_ends_the_busy_kernel_at_once_without_asking_it(api_env: Running) -
     assert kill(sandbox)
 
     assert not cell.kernel.is_running()
-    assert cell.ended() and cell.raised is not None
+    assert cell.ended()
+    assert cell.raised is not None
     work_dir = api_env.root / sandbox.sandbox_id
     assert work_dir.is_dir()  # the sandbox's files stay
     assert not (work_dir / "shut-down-gracefully").exists(), (
