@@ -3,8 +3,9 @@ process services over Connect RPC (:mod:`jupyter_exec.e2b.connect`).
 
 The handlers only decode, call :class:`~jupyter_exec.e2b.files.SandboxFiles`
 or :class:`~jupyter_exec.e2b.processes.Processes` (on this host, or in a Docker
-sandbox's container), and encode. Watching a
-folder, ``StreamInput`` and PTY updates are answered ``unimplemented``.
+sandbox's container), and encode. A process started with a ``pty`` is a
+terminal (:mod:`jupyter_exec.e2b.terminals`): ``SendInput`` types into it
+and ``Update`` resizes it. ``StreamInput`` is answered ``unimplemented``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from jupyter_exec.e2b.errors import Unauthorized, connect_code, error_message, s
 from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
+from jupyter_exec.e2b.terminals import PtyRunner, pty_size
 from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
 
@@ -182,10 +184,12 @@ class FilesystemHandler(RPCHandler):
         return {"entry": SandboxFiles(sandbox.paths).move(source, destination)}
 
 
-def _input_bytes(request: dict[str, Any]) -> bytes:
-    data = fields.obj(request, "input").get("stdin")
+def _input_bytes(request: dict[str, Any], kind: str) -> bytes:
+    """The bytes of ``input.<kind>`` (``stdin`` for a command, ``pty`` for a terminal)."""
+    data = fields.obj(request, "input").get(kind)
     if not isinstance(data, str):
-        raise InvalidArgument("send stdin input as base64 in input.stdin")
+        other = "a terminal's (pty.send_stdin)" if kind == "pty" else "a command's (stdin)"
+        raise InvalidArgument(f"send {other} input as base64 in input.{kind}")
     try:
         return base64.b64decode(data, validate=True)
     except binascii.Error:
@@ -207,9 +211,11 @@ class ProcessHandler(RPCHandler):
         except FileNotFoundError:
             raise InvalidArgument(f"the cwd {cwd!r} is not a folder in the sandbox") from None
         seconds = fields.seconds_from_ms(self.request.headers.get("Connect-Timeout-Ms", ""))
+        pty = request.get("pty")
         process = await sandbox.processes.start(
-            config, folder, stdin=bool(request.get("stdin")), tag=tag
-        )
+            config, folder, stdin=bool(request.get("stdin")), tag=tag,
+            pty=None if pty is None else pty_size(pty),
+        )  # fmt: skip
         queue = process.follow()
         sandbox.processes.launch(process)
         try:
@@ -247,7 +253,17 @@ class ProcessHandler(RPCHandler):
 
     async def rpc_SendInput(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         process = sandbox.processes.get(request.get("process"))
-        await process.runner.write(_input_bytes(request))
+        terminal = isinstance(process.runner, PtyRunner)
+        await process.runner.write(_input_bytes(request, "pty" if terminal else "stdin"))
+        return {}
+
+    async def rpc_Update(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        """A terminal's new size (``pty.resize``)."""
+        process = sandbox.processes.get(request.get("process"))
+        if not isinstance(process.runner, PtyRunner):
+            raise InvalidArgument(f"process {process.pid} is not a terminal: it has no size")
+        if request.get("pty") is not None:
+            process.runner.resize(*pty_size(request.get("pty")))
         return {}
 
     async def rpc_CloseStdin(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
