@@ -29,7 +29,7 @@ from tornado.log import access_log
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from jupyter_exec.e2b import api, code, envd
+from jupyter_exec.e2b import api, code, envd, metrics
 from jupyter_exec.e2b.auth import (
     API_KEY,
     CODE_BODY,
@@ -83,6 +83,7 @@ ROUTES: tuple[tuple[str, type[E2BHandler], RouteAuth], ...] = (
     (rf"/(?:v2/)?sandboxes/{_SANDBOX}/connect", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
     (rf"/sandboxes/{_SANDBOX}/pause", api.PauseHandler, RouteAuth(_KEY, SMALL_BODY)),
     (rf"/sandboxes/{_SANDBOX}/resume", api.ConnectHandler, RouteAuth(_KEY, SMALL_BODY)),
+    (rf"/sandboxes/{_SANDBOX}/metrics", metrics.MetricsHandler, RouteAuth(_KEY, 0)),
 )  # fmt: skip
 """Every route, its handler, and what opens it (:mod:`jupyter_exec.e2b.auth`): the one table.
 The files route's body limit is the server's :attr:`E2BConfig.max_upload_bytes`."""

@@ -1,6 +1,6 @@
 """What the server does not serve, said plainly: E2B's routes it lacks answer 501, others 404.
 
-The SDK's ``fork()``, ``create_snapshot()`` and ``get_metrics()`` call routes this server
+The SDK's ``fork()`` and ``create_snapshot()`` call routes this server
 does not serve yet. Each must fail with the SDK's own exception saying the server does not
 support it (not
 "sandbox not found", not a body-size refusal), and leave the sandbox running;
@@ -26,7 +26,6 @@ NOT_SUPPORTED = "not supported by this server"
 SDK_CALLS = {
     "fork": lambda sandbox: Sandbox.fork(sandbox.sandbox_id, count=2),
     "create_snapshot": lambda sandbox: sandbox.create_snapshot(),
-    "get_metrics": lambda sandbox: sandbox.get_metrics(),
 }
 
 
