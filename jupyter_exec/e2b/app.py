@@ -49,6 +49,7 @@ from jupyter_exec.e2b.unserved import (
     pattern_of,
     shown,
 )
+from jupyter_exec.e2b.watch import Watchers
 from jupyter_exec.e2b.web import LOOPBACK_NAMES, E2BHandler
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager
@@ -163,6 +164,8 @@ class E2BServer:
             default_timeout=config.sandbox_timeout,
             max_timeout=config.max_sandbox_timeout,
         )
+        self.watchers = Watchers()
+        """The folder watchers clients made (``files.watch_dir``, :mod:`jupyter_exec.e2b.watch`)."""
         self._servers: list[HTTPServer] = []
         self._reaper: asyncio.Task[None] | None = None
         self.ports: list[int] = []
@@ -252,6 +255,7 @@ class E2BServer:
             server.stop()
         await asyncio.gather(*(s.close_all_connections() for s in self._servers))
         self._servers.clear()
+        await self.watchers.close()
         await self.sandboxes.close_all()
         await self.manager.shutdown()
 

@@ -28,6 +28,7 @@ from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
 from jupyter_exec.e2b.terminals import PtyRunner, pty_size
+from jupyter_exec.e2b.watch import Watcher
 from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
 
@@ -162,7 +163,8 @@ class RPCHandler(E2BHandler):
 
 
 class FilesystemHandler(RPCHandler):
-    """``/filesystem.Filesystem/*``: Stat, ListDir, MakeDir, Remove, Move."""
+    """``/filesystem.Filesystem/*``: Stat, ListDir, MakeDir, Remove, Move, and watching a
+    folder (WatchDir; CreateWatcher, GetWatcherEvents, RemoveWatcher)."""
 
     async def rpc_Stat(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         return {"entry": SandboxFiles(sandbox.paths).stat(fields.text(request, "path"))}
@@ -182,6 +184,38 @@ class FilesystemHandler(RPCHandler):
     async def rpc_Move(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         source, destination = fields.text(request, "source"), fields.text(request, "destination")
         return {"entry": SandboxFiles(sandbox.paths).move(source, destination)}
+
+    # -- watching a folder (jupyter_exec.e2b.watch) -------------------------------------------
+
+    async def rpc_WatchDir(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
+        """The changes of a folder as a stream, until the caller leaves."""
+        watcher = Watcher(sandbox, fields.text(request, "path"), bool(request.get("recursive")))
+        watcher.start()  # a folder that is not there, or not the sandbox's: refused now
+
+        async def send(event: dict[str, Any]) -> None:
+            await self.send_message({"filesystem": event})
+
+        await self.send_message({"start": {}})
+        await watcher.follow(send, lambda: not self._gone())
+
+    def _gone(self) -> bool:
+        stream = getattr(self.request.connection, "stream", None)
+        return stream is None or bool(stream.closed())
+
+    async def rpc_CreateWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        watchers = self.server.watchers
+        watchers.prune({s.id for s in self.server.sandboxes.every()})
+        path, recursive = fields.text(request, "path"), bool(request.get("recursive"))
+        return {"watcherId": watchers.create(sandbox, path, recursive).id}
+
+    async def rpc_GetWatcherEvents(
+        self, sandbox: Sandbox, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {"events": self.server.watchers.events(sandbox, request.get("watcherId"))}
+
+    async def rpc_RemoveWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        self.server.watchers.remove(sandbox, request.get("watcherId"))
+        return {}
 
 
 def _input_bytes(request: dict[str, Any], kind: str) -> bytes:
