@@ -189,7 +189,7 @@ class FilesystemHandler(RPCHandler):
 
     async def rpc_WatchDir(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
         """The changes of a folder as a stream, until the caller leaves."""
-        watcher = Watcher(sandbox, fields.text(request, "path"), bool(request.get("recursive")))
+        watcher = Watcher(sandbox, _watched(request), bool(request.get("recursive")))
         watcher.start()  # a folder that is not there, or not the sandbox's: refused now
 
         async def send(event: dict[str, Any]) -> None:
@@ -205,7 +205,7 @@ class FilesystemHandler(RPCHandler):
     async def rpc_CreateWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         watchers = self.server.watchers
         watchers.prune({s.id for s in self.server.sandboxes.every()})
-        path, recursive = fields.text(request, "path"), bool(request.get("recursive"))
+        path, recursive = _watched(request), bool(request.get("recursive"))
         return {"watcherId": watchers.create(sandbox, path, recursive).id}
 
     async def rpc_GetWatcherEvents(
@@ -216,6 +216,14 @@ class FilesystemHandler(RPCHandler):
     async def rpc_RemoveWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         self.server.watchers.remove(sandbox, request.get("watcherId"))
         return {}
+
+
+def _watched(request: dict[str, Any]) -> str:
+    """The folder a watch request names (it must name one: no folder is watched by default)."""
+    path = fields.text(request, "path")
+    if not path:
+        raise InvalidArgument("say which folder to watch: 'path'")
+    return path
 
 
 def _input_bytes(request: dict[str, Any], kind: str) -> bytes:
