@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,9 +28,11 @@ from typing import Any
 from jupyter_exec.e2b.fields import MAX_DEPTH
 from jupyter_exec.e2b.files import SandboxFiles
 from jupyter_exec.e2b.sandboxes import Sandbox
-from jupyter_exec.exceptions import InvalidArgument, SessionNotFound
+from jupyter_exec.exceptions import InvalidArgument, JupyterExecError, SessionNotFound
 
 __all__ = ["POLL", "Watcher", "Watchers", "changes"]
+
+log = logging.getLogger("jupyter_exec.e2b")
 
 POLL = 0.1
 """Seconds between two looks at a watched folder."""
@@ -96,7 +99,8 @@ class Watcher:
         """The changes since the last look (none if the folder is gone: it is left watching)."""
         try:
             state = await asyncio.to_thread(self.look_now)
-        except (OSError, InvalidArgument):
+        except (OSError, JupyterExecError) as exc:  # gone, or changing under the walk
+            log.debug("watching %s of sandbox %s: %s", self.path, self.sandbox.id, exc)
             return []
         found, self.state = changes(self.state, state), state
         return found
@@ -112,7 +116,11 @@ class Watcher:
     async def collect(self) -> None:
         """Keep the changes for :meth:`Watchers.events`, until removed."""
         while True:
-            self.events.extend(await self.look())
+            try:
+                found = await self.look()  # before self.events is read: a collect swaps it
+                self.events.extend(found)
+            except Exception:  # a bug: said, and the watcher goes on
+                log.exception("watching %s of sandbox %s failed", self.path, self.sandbox.id)
             del self.events[:-MAX_EVENTS]
             await asyncio.sleep(POLL)
 
