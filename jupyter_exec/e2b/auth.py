@@ -11,7 +11,7 @@ credential, and the handlers' base runs it for every request, from
     /files           sandbox token, file signature   the server's upload limit
     /filesystem.*    sandbox token                   SMALL_BODY
     /process.*       sandbox token                   CODE_BODY
-    /sandboxes...    API key                         SMALL_BODY
+    /sandboxes...    API key                         SMALL_BODY (metrics: none)
     /health          nothing (about the server); a sandbox it names: its token
     any other path   API key or sandbox token        none: answered 404 or 501 from
                                                      the headers (e2b/unserved.py)
