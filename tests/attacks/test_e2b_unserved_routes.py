@@ -29,7 +29,7 @@ PROBES = (
     "/no/such/route",
     "/sandboxes/{sid}/fork",
     "/sandboxes/{sid}/snapshots",
-    "/sandboxes/{sid}/metrics",
+    "/sandboxes/{sid}/logs",
     "/templates/base/builds/x",
     "/admin",
 )
