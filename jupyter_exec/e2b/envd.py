@@ -189,7 +189,8 @@ class FilesystemHandler(RPCHandler):
 
     async def rpc_WatchDir(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
         """The changes of a folder as a stream, until the caller leaves."""
-        watcher = Watcher(sandbox, _watched(request), bool(request.get("recursive")))
+        watcher = Watcher(sandbox, _watched(request), bool(request.get("recursive")),
+                          bool(request.get("includeEntry")))  # fmt: skip
         watcher.start()  # a folder that is not there, or not the sandbox's: refused now
 
         async def send(event: dict[str, Any]) -> None:
@@ -206,12 +207,13 @@ class FilesystemHandler(RPCHandler):
         watchers = self.server.watchers
         watchers.prune({s.id for s in self.server.sandboxes.every()})
         path, recursive = _watched(request), bool(request.get("recursive"))
-        return {"watcherId": watchers.create(sandbox, path, recursive).id}
+        made = watchers.create(sandbox, path, recursive, bool(request.get("includeEntry")))
+        return {"watcherId": made.id}
 
     async def rpc_GetWatcherEvents(
         self, sandbox: Sandbox, request: dict[str, Any]
     ) -> dict[str, Any]:
-        return {"events": self.server.watchers.events(sandbox, request.get("watcherId"))}
+        return {"events": await self.server.watchers.events(sandbox, request.get("watcherId"))}
 
     async def rpc_RemoveWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         self.server.watchers.remove(sandbox, request.get("watcherId"))

@@ -27,6 +27,7 @@ from typing import Any
 
 from jupyter_exec.e2b.sandboxes import Sandbox
 from jupyter_exec.e2b.web import E2BHandler
+from jupyter_exec.exceptions import InvalidArgument
 
 __all__ = ["MetricsHandler", "local_sample"]
 
@@ -140,7 +141,25 @@ class MetricsHandler(E2BHandler):
 
     async def get(self, sandbox_id: str) -> None:
         sandbox = self.server.sandboxes.get(sandbox_id)
+        now = time.time()
+        start, end = self._second("start"), self._second("end")
+        # whole seconds, as the SDK sends them: ``end`` takes in the whole of its second
+        if (start is not None and start > now) or (end is not None and end + 1 <= now):
+            self.send_json([])  # the one sample is now: none in a range that leaves it out
+            return
         self.send_json([await self._sample(sandbox)])
+
+    def _second(self, name: str) -> float | None:
+        """The query's ``start`` or ``end``: Unix seconds (None: not given)."""
+        value = self.get_query_argument(name, "")
+        if not value:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            raise InvalidArgument(
+                f"'{name}' is a time in Unix seconds, not {value[:40]!r}"
+            ) from None
 
     async def _sample(self, sandbox: Sandbox) -> dict[str, Any]:
         folder = sandbox.paths.root

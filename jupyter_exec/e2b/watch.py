@@ -83,6 +83,8 @@ class Watcher:
     sandbox: Sandbox
     path: str
     recursive: bool
+    include_entry: bool = False
+    """Each event but a removal carries the entry's ``EntryInfo``, as ``stat`` gives it."""
     id: str = field(default_factory=lambda: f"w-{secrets.token_hex(8)}")
     events: list[dict[str, Any]] = field(default_factory=list)
     state: State = field(default_factory=dict)
@@ -103,7 +105,17 @@ class Watcher:
             log.debug("watching %s of sandbox %s: %s", self.path, self.sandbox.id, exc)
             return []
         found, self.state = changes(self.state, state), state
+        if self.include_entry and found:
+            await asyncio.to_thread(self._add_entries, found)
         return found
+
+    def _add_entries(self, events: list[dict[str, Any]]) -> None:
+        files = SandboxFiles(self.sandbox.paths)
+        base = files.paths.shown(files.paths.relative(self.path)).rstrip("/")
+        for event in events:
+            if event["type"] != "EVENT_TYPE_REMOVE":
+                with contextlib.suppress(OSError, JupyterExecError):  # gone since: no entry
+                    event["entry"] = files.stat(f"{base}/{event['name']}")
 
     async def follow(self, send: Callable[[dict[str, Any]], Awaitable[None]],
                      open_: Callable[[], bool]) -> None:  # fmt: skip
@@ -131,11 +143,12 @@ class Watchers:
     def __init__(self) -> None:
         self._by_sandbox: dict[str, dict[str, Watcher]] = {}
 
-    def create(self, sandbox: Sandbox, path: str, recursive: bool) -> Watcher:
+    def create(self, sandbox: Sandbox, path: str, recursive: bool,
+               include_entry: bool = False) -> Watcher:  # fmt: skip
         mine = self._by_sandbox.setdefault(sandbox.id, {})
         if len(mine) >= MAX_WATCHERS:
             raise InvalidArgument(f"a sandbox holds at most {MAX_WATCHERS} watchers: remove one")
-        watcher = Watcher(sandbox, path, recursive)
+        watcher = Watcher(sandbox, path, recursive, include_entry)
         watcher.start()
         watcher.task = asyncio.ensure_future(watcher.collect())
         mine[watcher.id] = watcher
@@ -147,9 +160,12 @@ class Watchers:
             raise SessionNotFound(f"this sandbox has no watcher {str(watcher_id)[:100]!r}")
         return watcher
 
-    def events(self, sandbox: Sandbox, watcher_id: object) -> list[dict[str, Any]]:
+    async def events(self, sandbox: Sandbox, watcher_id: object) -> list[dict[str, Any]]:
+        """The events since the last call, a look taken now included: a change made just
+        before the call is in its answer, as envd's inotify watcher has it."""
         watcher = self._get(sandbox, watcher_id)
-        taken, watcher.events = watcher.events, []
+        found = await watcher.look()
+        taken, watcher.events = [*watcher.events, *found], []
         return taken
 
     def remove(self, sandbox: Sandbox, watcher_id: object) -> None:
