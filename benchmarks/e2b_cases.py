@@ -31,7 +31,14 @@ from benchmarks.docker_cases import docker_available, skipped
 from jupyter_exec import Session, SessionManager
 from jupyter_exec.e2b import E2BConfig, E2BServer
 
-__all__ = ["create_case", "create_docker_case", "files_case", "run_code_case"]
+__all__ = [
+    "create_case",
+    "create_docker_case",
+    "files_case",
+    "kill_case",
+    "kill_docker_case",
+    "run_code_case",
+]
 
 KEY = "benchmark-key"
 
@@ -314,3 +321,85 @@ def create_docker_case(cfg: Config) -> list[Row]:
     if not docker_available():
         return skipped("e2b create (docker)", "no Docker engine answers")
     return _create_rows("docker", cfg)
+
+
+KILL_TARGET = 1.0
+"""Seconds ``Sandbox.kill()`` may take with a cell running (issue 34's target)."""
+
+BUSY_CELL = "import time\nprint('busy', flush=True)\ntime.sleep(3600)"
+
+
+def _kill_busy(sandbox: Any) -> float:
+    """Start a long cell in ``sandbox``, wait for its first line, then time ``kill()``."""
+    started = threading.Event()
+
+    def run() -> None:
+        try:
+            sandbox.run_code(BUSY_CELL, on_stdout=lambda _: started.set(), timeout=3600,
+                             request_timeout=3600)  # fmt: skip
+        except Exception:  # the SDK's word that the sandbox was killed: expected
+            started.set()
+
+    cell = threading.Thread(target=run, daemon=True)
+    cell.start()
+    if not started.wait(120):
+        raise RuntimeError("the busy cell never printed")
+    start = time.perf_counter()
+    sandbox.kill()
+    elapsed = time.perf_counter() - start
+    cell.join(60)
+    return elapsed
+
+
+def _kill_rows(backend: str, cfg: Config) -> list[Row]:
+    from e2b_code_interpreter import Sandbox
+
+    rounds = 5 if cfg.quick else 15
+    busy: list[float] = []
+    idle: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench-e2b-kill-") as scratch:
+        config = E2BConfig(root_dir=Path(scratch) / "e2b", ports=(0,), api_key=KEY,
+                           session_options={"backend": backend})  # fmt: skip
+        with (
+            _server(config) as running,
+            _sdk_env(
+                E2B_DEBUG=None,
+                E2B_API_KEY=KEY,
+                E2B_API_URL=running.url,
+                E2B_SANDBOX_URL=running.url,
+            ),  # fmt: skip
+        ):
+            for i in range(rounds):
+                progress(f"e2b-kill: {backend}, {i + 1}/{rounds}")
+                busy.append(_kill_busy(Sandbox.create()))
+                sandbox = Sandbox.create()
+                assert sandbox.run_code("1 + 1").text == "2"
+                start = time.perf_counter()
+                sandbox.kill()
+                idle.append(time.perf_counter() - start)
+    return [
+        Row(
+            f"e2b kill() with a cell running ({backend})",
+            median(busy),
+            median(idle),
+            "s",
+            f"median of {rounds}; p95 {percentile(busy, 95):.2f} s; target <= {KILL_TARGET:g} s; "
+            "floor = kill() of an idle sandbox (was ~35 s busy, then 1-2 s, before the kernel "
+            "was killed instead of asked to shut down)",
+            {"ours": busy, "floor": idle},
+        )
+    ]
+
+
+@case("e2b-kill")
+def kill_case(cfg: Config) -> list[Row]:
+    """``Sandbox.kill()`` while a cell runs (API mode, local kernels) vs an idle sandbox's."""
+    return _kill_rows("local", cfg)
+
+
+@case("e2b-kill-docker", group="docker")
+def kill_docker_case(cfg: Config) -> list[Row]:
+    """``e2b-kill`` for Docker sandboxes."""
+    if not docker_available():
+        return skipped("e2b kill (docker)", "no Docker engine answers")
+    return _kill_rows("docker", cfg)

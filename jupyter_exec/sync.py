@@ -263,8 +263,8 @@ class Session(contextlib.AbstractContextManager["Session"]):
     def restart(self) -> None:
         run_blocking(self._async.restart())
 
-    def close(self) -> None:
-        run_blocking(self._async.close())
+    def close(self, *, now: bool = False) -> None:
+        run_blocking(self._async.close(now=now))
         _open_sessions.discard(self)
 
     @property

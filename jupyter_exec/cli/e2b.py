@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,8 @@ def api_key_from(args: argparse.Namespace) -> tuple[str, bool]:
 
     From ``--api-key-file``, else the deprecated ``--api-key`` (which every user
     of the machine reads in ``ps``: a warning says so), else ``$E2B_API_KEY``
-    (or ``$JUPYTER_EXEC_API_KEY``), else a new one.
+    (or ``$JUPYTER_EXEC_API_KEY``), else a new one, in E2B's form (``e2b_`` and 40 hex
+    digits: :func:`jupyter_exec.e2b.auth.new_api_key`).
     """
     if args.api_key_file:
         try:
@@ -104,7 +104,9 @@ def api_key_from(args: argparse.Namespace) -> tuple[str, bool]:
     for name in KEY_ENV:
         if os.environ.get(name):
             return os.environ[name], False
-    return secrets.token_urlsafe(24), True
+    from jupyter_exec.e2b.auth import new_api_key
+
+    return new_api_key(), True
 
 
 def cmd_e2b(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ from tornado.log import access_log
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from jupyter_exec.e2b import api, branches, code, envd
+from jupyter_exec.e2b import api, branches, code, envd, metrics
 from jupyter_exec.e2b.auth import (
     API_KEY,
     CODE_BODY,
@@ -49,6 +49,7 @@ from jupyter_exec.e2b.unserved import (
     pattern_of,
     shown,
 )
+from jupyter_exec.e2b.watch import Watchers
 from jupyter_exec.e2b.web import LOOPBACK_NAMES, E2BHandler
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.manager import AsyncSessionManager
@@ -88,6 +89,7 @@ ROUTES: tuple[tuple[str, type[E2BHandler], RouteAuth], ...] = (
     (r"/snapshots", branches.SnapshotsHandler, RouteAuth(_KEY, 0)),
     (r"/templates/(?P<template_id>[A-Za-z0-9._:-]+)", branches.TemplateHandler,
      RouteAuth(_KEY, 0)),
+    (rf"/sandboxes/{_SANDBOX}/metrics", metrics.MetricsHandler, RouteAuth(_KEY, 0)),
 )  # fmt: skip
 """Every route, its handler, and what opens it (:mod:`jupyter_exec.e2b.auth`): the one table.
 The files route's body limit is the server's :attr:`E2BConfig.max_upload_bytes`."""
@@ -168,6 +170,8 @@ class E2BServer:
             default_timeout=config.sandbox_timeout,
             max_timeout=config.max_sandbox_timeout,
         )
+        self.watchers = Watchers()
+        """The folder watchers clients made (``files.watch_dir``, :mod:`jupyter_exec.e2b.watch`)."""
         self._servers: list[HTTPServer] = []
         self._reaper: asyncio.Task[None] | None = None
         self.ports: list[int] = []
@@ -257,6 +261,7 @@ class E2BServer:
             server.stop()
         await asyncio.gather(*(s.close_all_connections() for s in self._servers))
         self._servers.clear()
+        await self.watchers.close()
         await self.sandboxes.close_all()
         await self.manager.shutdown()
 

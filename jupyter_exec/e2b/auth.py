@@ -11,7 +11,7 @@ credential, and the handlers' base runs it for every request, from
     /files           sandbox token, file signature   the server's upload limit
     /filesystem.*    sandbox token                   SMALL_BODY
     /process.*       sandbox token                   CODE_BODY
-    /sandboxes...    API key                         SMALL_BODY (fork, snapshots too)
+    /sandboxes...    API key                         SMALL_BODY (fork, snapshots too; metrics: none)
     /snapshots       API key                         none
     /templates/{id}  API key (DELETE of a snapshot)  none
     /health          nothing (about the server); a sandbox it names: its token
@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ __all__ = [
     "RouteAuth",
     "decide",
     "file_signature",
+    "new_api_key",
 ]
 
 Credential = Literal["api_key", "sandbox_token", "file_signature", "public"]
@@ -82,6 +84,17 @@ SMALL_BODY = 1 << 20
 """Largest body of a control route (create a sandbox, a context, a filesystem call): 1 MiB."""
 CODE_BODY = 16 << 20
 """Largest body of a route that carries code or a command's input: 16 MiB."""
+
+
+API_KEY_PREFIX = "e2b_"
+"""How E2B's API keys begin (``e2b_`` and 40 hex digits): the form the server makes its own in,
+so a client or tool that checks a key's form takes it. Any key the server is given is accepted
+as it is (``E2B_API_KEY=my-key`` included): the server compares, it does not parse."""
+
+
+def new_api_key() -> str:
+    """A new API key in E2B's form: ``e2b_`` and 40 hex digits (160 random bits)."""
+    return API_KEY_PREFIX + secrets.token_hex(20)
 
 
 @dataclass(frozen=True)

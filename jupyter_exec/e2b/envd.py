@@ -3,8 +3,9 @@ process services over Connect RPC (:mod:`jupyter_exec.e2b.connect`).
 
 The handlers only decode, call :class:`~jupyter_exec.e2b.files.SandboxFiles`
 or :class:`~jupyter_exec.e2b.processes.Processes` (on this host, or in a Docker
-sandbox's container), and encode. Watching a
-folder, ``StreamInput`` and PTY updates are answered ``unimplemented``.
+sandbox's container), and encode. A process started with a ``pty`` is a
+terminal (:mod:`jupyter_exec.e2b.terminals`): ``SendInput`` types into it
+and ``Update`` resizes it. ``StreamInput`` is answered ``unimplemented``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from jupyter_exec.e2b.errors import (
 from jupyter_exec.e2b.files import CHUNK, SandboxFiles
 from jupyter_exec.e2b.processes import SIGNALS, Process
 from jupyter_exec.e2b.sandboxes import Sandbox
+from jupyter_exec.e2b.terminals import PtyRunner, pty_size
+from jupyter_exec.e2b.watch import Watcher
 from jupyter_exec.e2b.web import E2BHandler
 from jupyter_exec.exceptions import InvalidArgument, JupyterExecError
 
@@ -171,7 +174,8 @@ class RPCHandler(E2BHandler):
 
 
 class FilesystemHandler(RPCHandler):
-    """``/filesystem.Filesystem/*``: Stat, ListDir, MakeDir, Remove, Move."""
+    """``/filesystem.Filesystem/*``: Stat, ListDir, MakeDir, Remove, Move, and watching a
+    folder (WatchDir; CreateWatcher, GetWatcherEvents, RemoveWatcher)."""
 
     async def rpc_Stat(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         return {"entry": SandboxFiles(sandbox.paths).stat(fields.text(request, "path"))}
@@ -192,11 +196,55 @@ class FilesystemHandler(RPCHandler):
         source, destination = fields.text(request, "source"), fields.text(request, "destination")
         return {"entry": SandboxFiles(sandbox.paths).move(source, destination)}
 
+    # -- watching a folder (jupyter_exec.e2b.watch) -------------------------------------------
 
-def _input_bytes(request: dict[str, Any]) -> bytes:
-    data = fields.obj(request, "input").get("stdin")
+    async def rpc_WatchDir(self, sandbox: Sandbox, request: dict[str, Any]) -> None:
+        """The changes of a folder as a stream, until the caller leaves."""
+        watcher = Watcher(sandbox, _watched(request), bool(request.get("recursive")),
+                          bool(request.get("includeEntry")))  # fmt: skip
+        watcher.start()  # a folder that is not there, or not the sandbox's: refused now
+
+        async def send(event: dict[str, Any]) -> None:
+            await self.send_message({"filesystem": event})
+
+        await self.send_message({"start": {}})
+        await watcher.follow(send, lambda: not self._gone())
+
+    def _gone(self) -> bool:
+        stream = getattr(self.request.connection, "stream", None)
+        return stream is None or bool(stream.closed())
+
+    async def rpc_CreateWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        watchers = self.server.watchers
+        watchers.prune({s.id for s in self.server.sandboxes.every()})
+        path, recursive = _watched(request), bool(request.get("recursive"))
+        made = watchers.create(sandbox, path, recursive, bool(request.get("includeEntry")))
+        return {"watcherId": made.id}
+
+    async def rpc_GetWatcherEvents(
+        self, sandbox: Sandbox, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {"events": await self.server.watchers.events(sandbox, request.get("watcherId"))}
+
+    async def rpc_RemoveWatcher(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        self.server.watchers.remove(sandbox, request.get("watcherId"))
+        return {}
+
+
+def _watched(request: dict[str, Any]) -> str:
+    """The folder a watch request names (it must name one: no folder is watched by default)."""
+    path = fields.text(request, "path")
+    if not path:
+        raise InvalidArgument("say which folder to watch: 'path'")
+    return path
+
+
+def _input_bytes(request: dict[str, Any], kind: str) -> bytes:
+    """The bytes of ``input.<kind>`` (``stdin`` for a command, ``pty`` for a terminal)."""
+    data = fields.obj(request, "input").get(kind)
     if not isinstance(data, str):
-        raise InvalidArgument("send stdin input as base64 in input.stdin")
+        other = "a terminal's (pty.send_stdin)" if kind == "pty" else "a command's (stdin)"
+        raise InvalidArgument(f"send {other} input as base64 in input.{kind}")
     try:
         return base64.b64decode(data, validate=True)
     except binascii.Error:
@@ -218,9 +266,11 @@ class ProcessHandler(RPCHandler):
         except FileNotFoundError:
             raise InvalidArgument(f"the cwd {cwd!r} is not a folder in the sandbox") from None
         seconds = fields.seconds_from_ms(self.request.headers.get("Connect-Timeout-Ms", ""))
+        pty = request.get("pty")
         process = await sandbox.processes.start(
-            config, folder, stdin=bool(request.get("stdin")), tag=tag
-        )
+            config, folder, stdin=bool(request.get("stdin")), tag=tag,
+            pty=None if pty is None else pty_size(pty),
+        )  # fmt: skip
         queue = process.follow()
         sandbox.processes.launch(process)
         try:
@@ -258,7 +308,17 @@ class ProcessHandler(RPCHandler):
 
     async def rpc_SendInput(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
         process = sandbox.processes.get(request.get("process"))
-        await process.runner.write(_input_bytes(request))
+        terminal = isinstance(process.runner, PtyRunner)
+        await process.runner.write(_input_bytes(request, "pty" if terminal else "stdin"))
+        return {}
+
+    async def rpc_Update(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:
+        """A terminal's new size (``pty.resize``)."""
+        process = sandbox.processes.get(request.get("process"))
+        if not isinstance(process.runner, PtyRunner):
+            raise InvalidArgument(f"process {process.pid} is not a terminal: it has no size")
+        if request.get("pty") is not None:
+            process.runner.resize(*pty_size(request.get("pty")))
         return {}
 
     async def rpc_CloseStdin(self, sandbox: Sandbox, request: dict[str, Any]) -> dict[str, Any]:

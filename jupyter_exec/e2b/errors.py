@@ -62,6 +62,7 @@ CONNECT_CODES = {
     409: "already_exists",
     429: "resource_exhausted",
     499: "canceled",
+    501: "unimplemented",
     502: "unavailable",
     503: "unavailable",
     504: "deadline_exceeded",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from jupyter_exec.e2b.terminals import start_terminal
 from jupyter_exec.exceptions import BackendError, InvalidArgument, SessionNotFound, WorkDirError
 from jupyter_exec.network.redact import Redactor
 
@@ -272,8 +273,10 @@ class Processes:
         self._pids = itertools.count(1000)  # a container's commands: numbered here
 
     async def start(self, config: dict[str, Any], cwd: Path, *, stdin: bool,
-                    tag: str | None = None) -> Process:  # fmt: skip
-        """Start ``config`` (envd's ``ProcessConfig``: cmd, args, envs) in ``cwd``."""
+                    tag: str | None = None,
+                    pty: tuple[int, int] | None = None) -> Process:  # fmt: skip
+        """Start ``config`` (envd's ``ProcessConfig``: cmd, args, envs) in ``cwd``; with
+        ``pty`` (cols, rows), on a terminal of that size (:mod:`jupyter_exec.e2b.terminals`)."""
         cmd = config.get("cmd")
         args = config.get("args") or []
         if (
@@ -287,8 +290,12 @@ class Processes:
         if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
             raise InvalidArgument("a process's 'envs' must map names to strings")
         env = {**self.env, **{str(k): v for k, v in envs.items()}}
-        if self.backend == "docker" and self.container is not None:
-            runner: Runner = await self._in_container(cmd, list(args), cwd, env, stdin)
+        runner: Runner
+        if pty is not None:
+            terminal = await start_terminal(cmd, list(args), cwd, env, pty, self.backend)
+            runner, pid = terminal, terminal.pid
+        elif self.backend == "docker" and self.container is not None:
+            runner = await self._in_container(cmd, list(args), cwd, env, stdin)
             pid = next(self._pids)
         elif self.backend == "local":
             try:
@@ -299,8 +306,8 @@ class Processes:
                 )  # fmt: skip
             except OSError as exc:
                 raise InvalidArgument(f"could not start {cmd!r}: {exc.strerror or exc}") from None
-            runner = LocalRunner(proc)
-            pid = runner.pid
+            local = LocalRunner(proc)
+            runner, pid = local, local.pid
         else:
             raise BackendError(f"commands are not served for {self.backend!r} sandboxes")
         redactor = Redactor(self.secrets, latin1=True) if self.secrets else None

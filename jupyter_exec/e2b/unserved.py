@@ -36,7 +36,6 @@ __all__ = [
 NOT_SERVED: tuple[tuple[str, str], ...] = (
     ("/sandboxes/{sandbox_id}/refreshes", "refreshing a sandbox's life"),
     ("/sandboxes/{sandbox_id}/network", "changing a sandbox's network rules"),
-    ("/sandboxes/{sandbox_id}/metrics", "a sandbox's metrics (get_metrics)"),
     ("/[v2/]sandboxes/{sandbox_id}/logs", "a sandbox's logs"),
     ("/[v2/|v3/]templates[/...]", "templates (E2B's cloud builds them)"),
     ("/default-templates", "templates (E2B's cloud builds them)"),

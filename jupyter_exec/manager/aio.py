@@ -358,11 +358,14 @@ class AsyncSessionManager(LoggingConfigurable):
         # No bookkeeping here: idle time is observed from the session's own last_activity.
         return await session.execute(code, timeout=timeout, on_output=on_output)
 
-    async def close_session(self, name: str) -> None:
-        """Close session ``name`` (its kernel stops; work dir and notebook stay)."""
+    async def close_session(self, name: str, *, now: bool = False) -> None:
+        """Close session ``name`` (its kernel stops; work dir and notebook stay).
+
+        ``now``: its kernel killed at once, not asked to shut down
+        (:meth:`AsyncSession.close`)."""
         if self._registry.live_entry(name) is None:
             raise SessionNotFound(f"no open session named {name!r}")
-        await self._registry.close_entry(name, "closed by request")
+        await self._registry.close_entry(name, "closed by request", now=now)
         self._forget(name)
 
     def _forget(self, name: str) -> None:

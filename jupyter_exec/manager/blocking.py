@@ -98,10 +98,11 @@ class SessionManager(contextlib.AbstractContextManager["SessionManager"]):
         session = self.session(name)
         return session.execute(code, timeout=timeout)
 
-    def close_session(self, name: str) -> None:
-        """Close session ``name``: its kernel stops; work dir and notebook stay."""
+    def close_session(self, name: str, *, now: bool = False) -> None:
+        """Close session ``name``: its kernel stops (``now``: killed); work dir and notebook
+        stay."""
         self._wrappers.pop(name, None)
-        run_blocking(self._async.close_session(name))
+        run_blocking(self._async.close_session(name, now=now))
 
     def close(self, name: str | None = None) -> None:
         """Close the manager: every session and every pooled kernel. Idempotent.

@@ -88,7 +88,7 @@ class SessionRegistry:
         future.set_result(entry.session)
         return entry.session
 
-    async def close_entry(self, name: str, why: str) -> None:
+    async def close_entry(self, name: str, why: str, *, now: bool = False) -> None:
         """Close a session to the end, even if the caller is cancelled meanwhile.
 
         A kernel shutdown cut half-way (the culler cancelled by the manager's
@@ -100,14 +100,14 @@ class SessionRegistry:
         if entry is None:
             return
         log.info("closing session %s (%s)", name, why)
-        task = asyncio.ensure_future(self._close_session(name, entry))
+        task = asyncio.ensure_future(self._close_session(name, entry, now))
         self.closing.add(task)
         task.add_done_callback(self.closing.discard)
         await asyncio.shield(task)
 
     @staticmethod
-    async def _close_session(name: str, entry: Entry) -> None:
+    async def _close_session(name: str, entry: Entry, now: bool = False) -> None:
         try:
-            await entry.session.close()
+            await entry.session.close(now=now)
         except Exception:
             log.exception("session %s did not close cleanly", name)

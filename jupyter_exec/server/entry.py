@@ -116,12 +116,12 @@ class ServerAsyncSession(AsyncSession):
         ago = max((datetime.now(timezone.utc) - stamp).total_seconds(), 0.0)
         return max(ours, time.monotonic() - ago)
 
-    async def close(self) -> None:
+    async def close(self, *, now: bool = False) -> None:
         if self.closed:
             return
         self.activity.close()
         try:
-            await super().close()
+            await super().close(now=now)
         finally:
             if self.on_close is not None:
                 await self.on_close()

@@ -350,8 +350,12 @@ class AsyncSession(KernelMethods, StateMethods):
         if self._recording is not None:
             self._recording.set_metadata(key, value)
 
-    async def close(self) -> None:
+    async def close(self, *, now: bool = False) -> None:
         """Stop the kernel. The work dir and notebook stay. Idempotent.
+
+        ``now``: kill the kernel's process at once instead of asking it to shut
+        down (which a Python kernel takes about a second to do, busy or not):
+        what ending a sandbox needs, since nothing more is asked of its kernel.
 
         A cell running meanwhile stops waiting, is recorded with its outputs
         so far, and its caller gets :class:`~jupyter_exec.SessionClosedError`
@@ -379,7 +383,7 @@ class AsyncSession(KernelMethods, StateMethods):
             self._recording.close()
         try:
             if kernel is not None:
-                await kernel.shutdown(kernel=self._options.shuts_down_kernel)
+                await kernel.shutdown(now=now, kernel=self._options.shuts_down_kernel)
         finally:
             try:
                 await self.hooks.after_close(self._options.shuts_down_kernel)

@@ -29,7 +29,7 @@ PROBES = (
     "/no/such/route",
     "/sandboxes/{sid}/refreshes",
     "/sandboxes/{sid}/network",
-    "/sandboxes/{sid}/metrics",
+    "/sandboxes/{sid}/logs",
     "/templates/base/builds/x",
     "/admin",
 )

@@ -13,8 +13,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from e2b import CommandExitException, TimeoutException
+from e2b import CommandExitException, SandboxException, TimeoutException
+from e2b.sandbox.commands.command_handle import PtySize
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
@@ -162,3 +164,38 @@ def test_r_bash_and_deno_run_in_containers_sharing_the_sandboxs_home(sandbox: Sa
     assert sandbox.files.read("js.txt") == "/home/user"
     languages = {c.language for c in sandbox.list_code_contexts()}
     assert {"python", "r", "bash", "javascript"} <= languages
+
+
+def test_metrics_are_the_containers(docker_server: Running, sandbox: Sandbox) -> None:
+    def sample() -> dict[str, int]:
+        answer = httpx.get(f"{docker_server.url}/sandboxes/debug_sandbox_id/metrics",
+                           headers={"X-API-KEY": API_KEY}, timeout=120)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        return answer.json()[-1]  # type: ignore[no-any-return]
+
+    before = sample()
+    sandbox.run_code("held = bytearray(200 << 20); held[::4096] = b'x' * len(held[::4096])")
+    after = sample()
+    assert after["memUsed"] >= before["memUsed"] + (150 << 20)
+    assert after["memTotal"] >= after["memUsed"]
+    assert 0 <= after["cpuUsedPct"] <= 100
+    sandbox.run_code("del held")
+
+
+def test_a_watch_sees_what_the_containers_commands_write(sandbox: Sandbox) -> None:
+    sandbox.commands.run("mkdir -p docker-watched")  # the container's own folder
+    handle = sandbox.files.watch_dir("docker-watched")
+    sandbox.commands.run("echo hi > docker-watched/from-container.txt")
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while "from-container.txt" not in seen:
+        assert time.monotonic() < deadline, seen
+        seen += [e.name for e in handle.get_new_events()]
+        time.sleep(0.05)
+    handle.stop()
+
+
+def test_a_terminal_is_refused_saying_why(sandbox: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="not served"):
+        sandbox.pty.create(PtySize(cols=80, rows=24))
+    assert sandbox.run_code("1 + 1").text == "2"  # the sandbox runs on

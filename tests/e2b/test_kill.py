@@ -29,7 +29,8 @@ load of 9 on 2 cores), far below a close that waits for the cell (36 s)."""
 class RunningCell:
     """``CELL`` run in a thread; its kernel's process once it printed it, and how it ended."""
 
-    def __init__(self, sandbox: Sandbox, context: Any = None) -> None:
+    def __init__(self, sandbox: Sandbox, context: Any = None, code: str = CELL) -> None:
+        self.code = code
         self._printed: list[str] = []
         self._pid_seen = threading.Event()
         self.raised: BaseException | None = None
@@ -40,6 +41,11 @@ class RunningCell:
         self.kernel = psutil.Process(int("".join(self._printed).split()[0]))
         assert self.kernel.is_running()
 
+    @classmethod
+    def of(cls, sandbox: Sandbox, code: str) -> RunningCell:
+        """``code`` (which prints its kernel's pid first) running in ``sandbox``."""
+        return cls(sandbox, None, code)
+
     def _on_stdout(self, message: Any) -> None:
         self._printed.append(str(message))
         if "\n" in "".join(self._printed):  # however the kernel chunked the line
@@ -47,7 +53,7 @@ class RunningCell:
 
     def _run(self, sandbox: Sandbox, context: Any) -> None:
         try:
-            sandbox.run_code(CELL, context=context, on_stdout=self._on_stdout, timeout=3600,
+            sandbox.run_code(self.code, context=context, on_stdout=self._on_stdout, timeout=3600,
                              request_timeout=3600)  # fmt: skip
         except Exception as exc:  # the SDK's word that the sandbox went away
             self.raised = exc
@@ -100,3 +106,29 @@ def test_killing_a_sandbox_ends_the_busy_kernel_of_every_context(api_env: Runnin
 
     assert [c.kernel.pid for c in cells if c.kernel.is_running()] == []
     assert all(c.ended() and c.raised is not None for c in cells)
+
+
+GRACEFUL = (
+    "import atexit, os, time\n"
+    "atexit.register(lambda: open('shut-down-gracefully', 'w').close())\n"
+    "print(os.getpid(), flush=True)\n"
+    "time.sleep(3600)"
+)
+"""A cell whose kernel leaves a file behind if it is asked to shut down (and so runs its exit
+handlers): a kill that asks first takes the kernel's ~1 s of shutting down."""
+
+
+def test_kill_ends_the_busy_kernel_at_once_without_asking_it(api_env: Running) -> None:
+    sandbox = Sandbox.create(metadata={"test": "kill at once"})
+    cell = RunningCell.of(sandbox, GRACEFUL)
+
+    assert kill(sandbox)
+
+    assert not cell.kernel.is_running()
+    assert cell.ended()
+    assert cell.raised is not None
+    work_dir = api_env.root / sandbox.sandbox_id
+    assert work_dir.is_dir()  # the sandbox's files stay
+    assert not (work_dir / "shut-down-gracefully").exists(), (
+        "the kernel was asked to shut down: kill() waited for it (~1 s) instead of ending it"
+    )

@@ -1,6 +1,6 @@
 """What the server does not serve, said plainly: E2B's routes it lacks answer 501, others 404.
 
-The SDK's ``get_metrics()`` and template calls reach routes this server does not serve
+The SDK's ``update_network()`` and template calls reach routes this server does not serve
 yet. Each must fail with the SDK's own exception saying the server does not
 support it (not
 "sandbox not found", not a body-size refusal), and leave the sandbox running;
@@ -24,7 +24,7 @@ from jupyter_exec.e2b.unserved import NOT_SERVED, pattern_of
 NOT_SUPPORTED = "not supported by this server"
 
 SDK_CALLS = {
-    "get_metrics": lambda sandbox: sandbox.get_metrics(),
+    "update_network": lambda sandbox: sandbox.update_network({}),
 }
 
 
