@@ -153,10 +153,10 @@ def _refuse(entry: ServerSession) -> None:
         )
     elif not session.options.save_state:
         why = "save_state is off: nothing would bring its state back"
-    elif session.language != "python":
+    elif (kernel := session.kernel_slot.kernel) is None or not kernel.runs_ipython:
         why = (
             f"its kernel runs {session.language or 'another language'!r}; only a Python "
-            "kernel's namespace is saved"
+            "(IPython) kernel's namespace is saved"
         )
     if why is not None:
         raise CheckpointError(f"session {entry.id!r} cannot sleep: {why}")
