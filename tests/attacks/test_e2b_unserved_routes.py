@@ -1,7 +1,7 @@
 """Attacks on the E2B server's unserved routes: probing paths it has no handler for.
 
 An attacker without the API key or any sandbox's token probes paths the server
-does not serve (made-up ones, and E2B's own ``refreshes``, ``metrics``,
+does not serve (made-up ones, and E2B's own ``refreshes``, ``logs``,
 ``templates``...): to learn what is served, to reach a victim's sandbox
 through a route that skips the credential, or to make the server read and
 keep a huge body. Every such request must be refused for its missing
@@ -138,7 +138,7 @@ def test_the_api_key_alone_does_not_make_an_unserved_path_act_on_a_sandbox(
     happens."""
     victim = _victim()
     try:
-        for route in ("refreshes", "network", "metrics"):
+        for route in ("refreshes", "network", "logs"):
             answer = httpx.post(f"{api_env.url}/sandboxes/{victim.sandbox_id}/{route}",
                                 headers={"X-API-KEY": API_KEY}, json={"count": 50})  # fmt: skip
             assert answer.status_code == 501, (route, answer.text[:200])

@@ -47,6 +47,9 @@ TRUSTED_RESOLVES = {
     ("docker/image.py", "_build_python_image"),
     # Compared with a local kernel's /proc/<pid>/fd links (real paths); nothing is opened by it.
     ("state/branching.py", "writing_files"),
+    # A local sandbox's own folder (the server made it), compared with each process's
+    # /proc/<pid>/cwd link (a real path) to count what works in it; nothing is opened by it.
+    ("e2b/metrics.py", "local_sample"),
     # Is the host's checkpoint key inside a folder a kernel sees? A comparison of real paths,
     # so that a link cannot hide the key from it; nothing is opened through the result.
     ("boundary/trust.py", "check_outside"),
