@@ -472,17 +472,30 @@ class Sandboxes(Lasting, Branching):
                 if found is PYTHON:
                     await self._resumed(sandbox, context)
                     options = self._options(sandbox)
-                    return context, await self.manager.session(context.session_name, **options)
-                if context.session_name in self.manager:
-                    return context, self.manager.get(context.session_name)
-                check_installed(found, self._backend())
-                return context, await self._start(sandbox, context, found, None)
+                    session = await self.manager.session(context.session_name, **options)
+                elif context.session_name in self.manager:
+                    session = self.manager.get(context.session_name)
+                else:
+                    check_installed(found, self._backend())
+                    session = await self._start(sandbox, context, found, None)
+            return context, await self._live_or_closed(sandbox, context, session)
         made = sandbox.contexts.get(context_id)
         if made is None:
             raise SessionNotFound(f"context {context_id!r} was not found in this sandbox")
         if made.id.startswith(f"{DEFAULT_CONTEXT}-") and made.session_name not in self.manager:
             return await self.context_session(sandbox, None, made.language)  # listed, not started
         return made, self.manager.get(made.session_name)
+
+    async def _live_or_closed(
+        self, sandbox: Sandbox, context: Context, session: AsyncSession
+    ) -> AsyncSession:
+        """``session``, unless its sandbox was killed while it started or woke: then it is
+        closed too (the kill had listed the contexts before it existed) and the caller is
+        told the sandbox is gone."""
+        if self._sandboxes.get(sandbox.id) is sandbox:
+            return session
+        await self._close(context.session_name, now=True)
+        raise SessionNotFound(f"sandbox {sandbox.id!r} was killed")
 
     async def _start(
         self, sandbox: Sandbox, context: Context, language: Language, cwd: str | None
