@@ -1,4 +1,6 @@
-"""The E2B API's snapshot and fork endpoints, over :mod:`jupyter_exec.e2b.branching`::
+"""The E2B API's snapshot and fork endpoints, over ``jupyter_exec.e2b.branching``.
+
+The routes::
 
     POST   /sandboxes/{id}/fork       {"count", "timeout"}  201 [{"sandbox": ...} | {"error": ...}]
     POST   /sandboxes/{id}/snapshots  {"name", "memory"}    201 {"snapshotID", "names"}

@@ -256,7 +256,7 @@ class Sandboxes(Lasting, Branching):
         :attr:`max_timeout`); None takes the server's default, whose 0 means no end.
         ``lifecycle``: what its timeout does (``kill`` or ``pause``), whether that pause
         keeps memory, and ``auto_resume``. ``seed``: a snapshot's files and state to start
-        from (:mod:`jupyter_exec.e2b.branching`).
+        from (``jupyter_exec.e2b.branching``).
         """
         sandbox_id = f"sbx-{secrets.token_hex(8)}"
         token, salt = self._token(sandbox_id)
