@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import read_valid_notebook
 from tests.server.restart_helpers import call, kernels, new_session, run, stop
-from tests.server.server_helpers import JupyterProcess
+from tests.server.server_helpers import JupyterProcess, run_as_person
 
 Api = Callable[..., Awaitable[tuple[int, Any]]]
 
@@ -83,10 +83,13 @@ async def test_a_slept_session_gives_its_kernel_back_and_wakes_with_its_state(
     assert (await api("DELETE", "sessions", model["id"]))[0] == 204
 
 
-async def test_a_session_on_a_persons_kernel_does_not_sleep(api: Api, jp_fetch: Any) -> None:
+async def test_a_session_on_a_persons_kernel_does_not_sleep(
+    api: Api, jp_fetch: Any, jp_serverapp: Any
+) -> None:
     body = {"path": "mine.ipynb", "type": "notebook", "name": "mine.ipynb", "kernel": {}}
     response = await jp_fetch("api", "sessions", method="POST", body=json.dumps(body))
     persons = json.loads(response.body)["kernel"]["id"]
+    assert (await run_as_person(jp_serverapp, persons, "mine = 1"))["status"] == "ok"  # in use
     status, model = await api("POST", "sessions", body={"name": "helper", "kernel_id": persons})
     assert status == 201, model
     assert (await _execute(api, model["id"], "y = 1"))["status"] == "ok"
