@@ -232,6 +232,11 @@ class Sandboxes(Lasting, Branching):
         sandbox = Sandbox(sandbox_id, token, paths, **fields)
         backend = str(self.session_options.get("backend") or "local")
         env = {**host_env(), **sandbox.envs} if backend == "local" else dict(sandbox.envs)
+        if backend == "local":
+            # Its shells' home is its folder (E2B's /home/user): a login shell reads none of
+            # the host user's profile, which may hang it (pyenv's rehash lock) or be left
+            # half-run, locked, by a command killed as it starts.
+            env["HOME"] = sandbox.envs.get("HOME", str(paths.root))
         policy = self.session_options.get("network")  # its secrets: redacted from commands too
         sandbox.processes = Processes(
             paths.root, env, backend=backend, container=lambda: self._container(sandbox),

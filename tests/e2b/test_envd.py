@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -188,3 +189,20 @@ async def test_async_sdk_files_and_commands(debug_env: Running) -> None:
     assert [e.name for e in await sandbox.files.list("async")] == ["a.txt"]
     result = await sandbox.commands.run("cat async/a.txt; echo done >&2")
     assert (result.stdout, result.stderr, result.exit_code) == ("async text", "done\n", 0)
+
+
+def test_a_local_sandboxs_shell_reads_no_profile_of_the_host_user(
+    debug_env: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host user's login profile (pyenv's, conda's...) never runs in a sandbox's shell:
+    the SDK's ``bash -l`` would run it, and a command killed while it runs leaves its locks."""
+    home = tmp_path / "host-home"
+    home.mkdir()
+    ran = tmp_path / "profile-ran"
+    (home / ".profile").write_text(f"touch {ran}\n")
+    (home / ".bashrc").write_text(f"touch {ran}\n")
+    monkeypatch.setenv("HOME", str(home))
+    sandbox = Sandbox.create()
+    result = sandbox.commands.run("echo $HOME")
+    assert result.stdout.strip() == str(debug_env.root / sandbox.sandbox_id)
+    assert not ran.exists()
