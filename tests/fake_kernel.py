@@ -124,6 +124,9 @@ class FakeClient:
 
     def kernel_info(self) -> str:
         msg_id = uuid.uuid4().hex
+        self._kernel.kernel_info_requests += 1
+        if self._kernel.kernel_info_requests <= self._kernel.loses_kernel_info:
+            return msg_id  # lost on the way, as a request sent while the socket connects
         self._kernel.send_iopub(msg_id, "status", {"execution_state": "busy"})
         self._kernel.send_shell(msg_id, "kernel_info_reply", self._kernel.kernel_info)
         self._kernel.send_iopub(msg_id, "status", {"execution_state": "idle"})
@@ -152,6 +155,9 @@ class FakeKernelManager:
         self.restarts = 0
         self.count = 0
         self._hanging: tuple[str, Hang] | None = None
+        self.kernel_info_requests = 0
+        self.loses_kernel_info = 0
+        """That many ``kernel_info_request`` s are lost before one is answered."""
         self.kernel_info = {
             "status": "ok",
             "language_info": {"name": "python", "version": "3", "mimetype": "text/x-python"},

@@ -60,6 +60,10 @@ __all__ = ["KernelHandle", "OneSpec", "kernel_spec_for_python", "resolve_python"
 QUIET_POLL = 0.25
 """Seconds without messages after which a waiting client checks the kernel is alive."""
 
+RESEND_FIRST = 1.0
+"""Seconds a ``kernel_info_request`` of the start waits before it is sent again (doubling)."""
+RESEND_MOST = 8.0
+
 
 class OneSpec(KernelSpecManager):
     """A kernelspec manager that knows one in-memory spec (for ``python=``, backends, forks
@@ -184,11 +188,23 @@ class KernelHandle:
         Instead of a fixed flush wait, this sends ``kernel_info_request`` and
         waits for its reply and for the IOPub status message it causes; if
         IOPub was not yet subscribed, the status is lost and it tries again.
+        A request can be lost on the way too (one sent while the connection is
+        being made), so one unanswered for a while is sent again, at growing
+        intervals, as jupyter_client's own wait does; a late reply to an earlier
+        one is dropped (the mailbox).
         """
         deadline = time.monotonic() + timeout
+        resend = RESEND_FIRST
         while True:
             msg_id = self.kc.kernel_info()
-            reply = await self._shell_reply(msg_id, deadline)
+            reply = await self._shell_reply(msg_id, min(deadline, time.monotonic() + resend))
+            if reply is None:
+                if time.monotonic() >= deadline:
+                    raise KernelStartError(
+                        "the kernel did not answer kernel_info within the start timeout"
+                    )
+                resend = min(2 * resend, RESEND_MOST)
+                continue
             if await self._iopub_saw(msg_id, min(deadline, time.monotonic() + 0.3)):
                 self.kernel_info = reply
                 self.stream_guard = None  # a new kernel process: the guard is to be installed
@@ -199,16 +215,13 @@ class KernelHandle:
             if time.monotonic() >= deadline:
                 raise KernelStartError(f"the kernel did not become ready within {timeout:g} s")
 
-    async def _shell_reply(self, msg_id: str, deadline: float) -> dict[str, Any]:
+    async def _shell_reply(self, msg_id: str, deadline: float) -> dict[str, Any] | None:
         try:
-            reply = await self.shell_reply(msg_id, deadline, died="")
+            return await self.shell_reply(msg_id, deadline, died="")
         except KernelNotAliveError:
             raise KernelStartError(
                 f"the kernel died while starting: {await describe_exit(self.km)}"
             ) from None
-        if reply is None:
-            raise KernelStartError("the kernel did not answer kernel_info within the start timeout")
-        return reply
 
     async def shell_reply(
         self, msg_id: str, deadline: float, *, died: str | None = None

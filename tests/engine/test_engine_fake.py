@@ -321,3 +321,16 @@ async def test_a_start_cancelled_after_the_launch_stops_the_launched_process() -
         await task
     assert km.process is not None
     assert km.process.poll() is not None  # stopped, not left to run
+
+
+async def test_a_lost_kernel_info_request_is_sent_again_at_start(work_dir: Path) -> None:
+    """A request lost on the way (one sent while the connection is being made) is asked
+    again, not waited for until the start timeout (an attach once waited 60 s)."""
+    km = scripted({"x": [Reply()]})
+    km.loses_kernel_info = 2
+    s = await started(km, work_dir)
+    try:
+        assert km.kernel_info_requests == 3
+        assert (await s.execute("x")).status == "ok"
+    finally:
+        await s.close()
