@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +29,6 @@ FORKED = "__import__('sys').modules['_jupyter_exec_generations'].forked"
 """The number of writer children the kernel forked."""
 BIG = "np.ones(5_000_000)"
 """40 MB: past ``FORK_FROM``, written by a child."""
-
-
-@pytest.fixture
-async def sessions(work_dir: Path) -> AsyncIterator[Callable[..., Any]]:
-    made: list[AsyncSession] = []
-
-    async def start(**kwargs: Any) -> AsyncSession:
-        kwargs.setdefault("work_dir", work_dir)
-        kwargs.setdefault("timeout", DEADLINE)
-        session = await AsyncSession(**kwargs).start()
-        made.append(session)
-        return session
-
-    yield start
-    for session in made:
-        await session.close()
 
 
 def children(pid: int) -> list[tuple[int, str]]:

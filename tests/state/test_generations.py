@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +32,6 @@ from tests.generation_helpers import (
     state_dir,
     value,
 )
-
-
-@pytest.fixture
-async def sessions(work_dir: Path) -> AsyncIterator[Callable[..., Any]]:
-    made: list[AsyncSession] = []
-
-    async def start(**kwargs: Any) -> AsyncSession:
-        kwargs.setdefault("work_dir", work_dir)
-        kwargs.setdefault("timeout", DEADLINE)
-        session = await AsyncSession(**kwargs).start()
-        made.append(session)
-        return session
-
-    yield start
-    for session in made:
-        await session.close()
 
 
 def generation_files(session: AsyncSession) -> list[str]:
