@@ -29,10 +29,8 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import Counter
-from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -40,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from e2b_server_helpers import API_KEY, run_server
 from language_kernels import install_language_kernels
+from sdk_suite import table, unpack
 
 from jupyter_exec.e2b import E2BConfig
 
@@ -67,13 +66,7 @@ def export_js(repo: Path, into: Path) -> Path:
         shutil.copytree(repo / "js" / "tests", into / "js" / "tests")
         shutil.copy(repo / "js" / "package.json", into / "js" / "package.json")
         return into / "js"
-    archive = subprocess.run(
-        ["git", f"--git-dir={repo}", "archive", "HEAD", "js/tests", "js/package.json"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
+    unpack(repo, into, ["js/tests", "js/package.json"])
     return into / "js"
 
 
@@ -112,12 +105,7 @@ def report(results: Path, root: Path) -> str:
                 message = " ".join(case.get("failureMessages") or [])
                 first = message.splitlines()[0][:200] if message else ""
                 failures.append(f"- {name} > {case['title']}: {first}")
-    total: Counter[str] = sum(counts.values(), Counter())
-    lines = ["| SDK test file | passed | failed | skipped |", "|---|---:|---:|---:|"]
-    for name, count in sorted(counts.items()):
-        lines.append(f"| `{name}` | {count['passed']} | {count['failed']} | {count['skipped']} |")
-    lines.append(f"| **all** | {total['passed']} | {total['failed']} | {total['skipped']} |")
-    return "\n".join([*lines, "", *failures])
+    return table(counts, failures)
 
 
 def main(argv: list[str]) -> int:

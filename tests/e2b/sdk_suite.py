@@ -37,18 +37,33 @@ from language_kernels import install_language_kernels
 from jupyter_exec.e2b import E2BConfig
 
 
-def export_tests(repo: Path, into: Path) -> Path:
-    """``python/tests`` of ``repo`` (a checkout, or a git dir read with ``git archive``)."""
-    if (repo / "python" / "tests").is_dir():
-        return repo / "python"
+def unpack(repo: Path, into: Path, paths: list[str]) -> None:
+    """``paths`` of the HEAD of ``repo`` (a git dir, read with ``git archive``) under ``into``."""
     archive = subprocess.run(
-        ["git", f"--git-dir={repo}", "archive", "HEAD", "python/tests", "python/pytest.ini"],
+        ["git", f"--git-dir={repo}", "archive", "HEAD", *paths],
         check=True,
         capture_output=True,
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
+
+
+def export_tests(repo: Path, into: Path) -> Path:
+    """``python/tests`` of ``repo`` (a checkout, or a git dir read with ``git archive``)."""
+    if (repo / "python" / "tests").is_dir():
+        return repo / "python"
+    unpack(repo, into, ["python/tests", "python/pytest.ini"])
     return into / "python"
+
+
+def table(counts: dict[str, Counter[str]], failures: list[str]) -> str:
+    """The pass table, per SDK test file and in all, then each failure."""
+    total: Counter[str] = sum(counts.values(), Counter())
+    lines = ["| SDK test file | passed | failed | skipped |", "|---|---:|---:|---:|"]
+    for name, count in sorted(counts.items()):
+        lines.append(f"| `{name}` | {count['passed']} | {count['failed']} | {count['skipped']} |")
+    lines.append(f"| **all** | {total['passed']} | {total['failed']} | {total['skipped']} |")
+    return "\n".join([*lines, "", *failures])
 
 
 def report(junit: Path) -> str:
@@ -66,12 +81,7 @@ def report(junit: Path) -> str:
             first = (failed.get("message") or "").splitlines()[0][:160]
             failures.append(f"- {name}::{case.get('name')}: {first}")
         counts.setdefault(name, Counter())[outcome] += 1
-    total: Counter[str] = sum(counts.values(), Counter())
-    lines = ["| SDK test file | passed | failed | skipped |", "|---|---:|---:|---:|"]
-    for name, count in sorted(counts.items()):
-        lines.append(f"| `{name}` | {count['passed']} | {count['failed']} | {count['skipped']} |")
-    lines.append(f"| **all** | {total['passed']} | {total['failed']} | {total['skipped']} |")
-    return "\n".join([*lines, "", *failures])
+    return table(counts, failures)
 
 
 def main(argv: list[str]) -> int:
