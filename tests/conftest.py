@@ -30,6 +30,22 @@ _KEY_DIR = Path(tempfile.mkdtemp(prefix="jx-checkpoint-key-"))
 os.environ["JUPYTER_EXEC_CHECKPOINT_KEY"] = str(_KEY_DIR / "checkpoint.key")
 atexit.register(shutil.rmtree, _KEY_DIR, ignore_errors=True)
 
+
+def docker_engine() -> Any:
+    """A client of the Docker engine (``docker.DockerClient``). Without an engine the test
+    is skipped, and fails under ``CI=true``: a suite that silently skips its Docker tests is
+    a failing suite."""
+    from jupyter_exec.docker.engine import connect
+    from jupyter_exec.exceptions import DockerUnavailable
+
+    try:
+        return connect()
+    except DockerUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
+        pytest.skip(f"no Docker engine: {exc}")
+
+
 COUNT_KERNELS = os.environ.get("JUPYTER_EXEC_TEST_COUNT_KERNELS", "") not in ("", "0")
 """Opt-in: ``JUPYTER_EXEC_TEST_COUNT_KERNELS=1`` ends the run with the kernels each test file
 started (or restarted) in the test processes, largest first: where sharing one would pay."""

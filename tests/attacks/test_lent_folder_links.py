@@ -29,9 +29,9 @@ import pytest
 from jupyter_exec.boundary import paths
 from jupyter_exec.boundary.paths import Folder, is_lent, lend_folder, pin_dir, write_bytes
 from jupyter_exec.boundary.trust import KEY_ENV
-from jupyter_exec.docker.engine import connect
-from jupyter_exec.exceptions import DockerUnavailable, StorageError
+from jupyter_exec.exceptions import StorageError
 from tests.attacks.nonroot import blocking_folders, let_enter
+from tests.conftest import docker_engine
 
 pytest.importorskip("e2b_code_interpreter")
 
@@ -46,12 +46,7 @@ SOCKET = Path("/var/run/docker.sock")
 
 @pytest.fixture(scope="module")
 def engine() -> None:
-    try:
-        connect().close()
-    except DockerUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    docker_engine().close()
 
 
 @pytest.fixture

@@ -30,32 +30,27 @@ from e2b import InvalidArgumentException, SandboxException
 from e2b_code_interpreter import Sandbox
 
 from jupyter_exec.boundary.paths import pin_dir
-from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.launch import check_mounted
 from jupyter_exec.docker.reap import L_PID, LABEL
 from jupyter_exec.e2b import E2BConfig
-from jupyter_exec.exceptions import DockerUnavailable, WorkDirError
+from jupyter_exec.exceptions import WorkDirError
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2b"))  # the E2B tests' server helpers
 sys.path.insert(0, str(Path(__file__).parents[1] / "server"))  # the REST tests' server helpers
 from e2b_server_helpers import API_KEY, Running, run_server
 from server_helpers import JupyterProcess
 
+from tests.conftest import docker_engine
+
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 KERNELSPEC = Path(__file__).parents[2] / "kernels" / "python3-docker" / "kernel.json"
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    try:
-        client = connect()
-    except DockerUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    client = docker_engine()
     yield client
     client.close()
 

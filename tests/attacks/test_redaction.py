@@ -36,6 +36,7 @@ from traitlets.config import Config
 
 from jupyter_exec import AsyncSession, NetworkPolicy
 from jupyter_exec.engine.outputs import MAX_OUTPUT_DEPTH
+from tests.conftest import docker_engine
 
 _FixtureType = type(pytest.fixture(lambda: None))
 globals().update(  # pytest-jupyter's real servers, as tests/server/conftest.py takes them
@@ -92,15 +93,8 @@ def assert_streams_clean(what: str, events: list[dict[str, Any]]) -> None:
 
 
 def docker_available() -> None:
-    from jupyter_exec.docker.engine import connect
-    from jupyter_exec.exceptions import DockerUnavailable
 
-    try:
-        connect().close()
-    except DockerUnavailable as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    docker_engine().close()
 
 
 # -- the Python API: events, Execution, notebook, spilled text ---------------------------------

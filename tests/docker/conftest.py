@@ -24,16 +24,14 @@ import pytest_asyncio
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 
-from jupyter_exec.docker.engine import connect
 from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE, BuildOptions, build_image, image_exists
 from jupyter_exec.docker.reap import L_PID, LABEL
 from jupyter_exec.engine.kernel import KernelHandle, OneSpec
-from jupyter_exec.exceptions import DockerUnavailable
+from tests.conftest import docker_engine
 from tests.raw_run import Run, run_cell
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
 TEST_BASE_IMAGE = os.environ.get("JX_TEST_BASE_IMAGE", "jupyter-exec/base:bookworm")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 OWNER = (1000, 1000)  # the "host user" that owns test work dirs
 
 
@@ -53,12 +51,7 @@ _engine_clients: list[docker.DockerClient] = []  # set once a test used the engi
 
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
-    try:
-        client = connect()
-    except DockerUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    client = docker_engine()
     _engine_clients.append(client)
     return client
 

@@ -5,7 +5,6 @@ parent's container wrote."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -17,21 +16,15 @@ from branching_checks import (
 )
 from e2b_server_helpers import API_KEY, Running, run_server
 
-from jupyter_exec.docker.engine import connect
 from jupyter_exec.e2b import E2BConfig
-from jupyter_exec.exceptions import DockerUnavailable
+from tests.conftest import docker_engine
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
 def docker_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    try:
-        connect().close()
-    except DockerUnavailable as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    docker_engine().close()
     root = tmp_path_factory.mktemp("e2b-docker-api")
     config = E2BConfig(root_dir=root, ports=(0,), api_key=API_KEY,
                        session_options={"backend": "docker"})  # fmt: skip

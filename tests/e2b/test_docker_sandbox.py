@@ -8,7 +8,6 @@ let it finish (the SDK's timeout would fail the test instead).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,21 +19,15 @@ from e2b.sandbox.commands.command_handle import PtySize
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
-from jupyter_exec.docker.engine import connect
 from jupyter_exec.e2b import E2BConfig
-from jupyter_exec.exceptions import DockerUnavailable
+from tests.conftest import docker_engine
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
 def docker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    try:
-        connect().close()
-    except DockerUnavailable as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    docker_engine().close()
     root = tmp_path_factory.mktemp("e2b-docker")
     config = E2BConfig(root_dir=root, ports=(0,), debug=True, api_key=API_KEY,
                        session_options={"backend": "docker"})  # fmt: skip

@@ -21,13 +21,12 @@ from server_helpers import install_docker_kernelspec
 from traitlets.config import Config
 
 from jupyter_exec.docker.engine import connect
-from jupyter_exec.exceptions import DockerUnavailable
 from jupyter_exec.network import NetworkRequest
 from jupyter_exec.server.approvals import ApprovalNotFound, Approvals
+from tests.conftest import docker_engine
 from tests.tls_servers import answering, fetch_code, https_echo
 
 TEST_IMAGE = os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SECRET = "Bearer jx-rest-4d2b8e-secret"
 APPROVAL_TIMEOUT = 8.0
 
@@ -155,12 +154,7 @@ def web_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
 @pytest.fixture
 def docker_kernelspec(jp_data_dir: Path) -> str:
     """The server's ``python3-docker`` kernelspec, on the test image; skipped without Docker."""
-    try:
-        connect().close()
-    except DockerUnavailable as exc:
-        if IN_CI:
-            pytest.fail(f"CI=true but no Docker engine is available: {exc}", pytrace=False)
-        pytest.skip(f"no Docker engine: {exc}")
+    docker_engine().close()
     return install_docker_kernelspec(jp_data_dir, TEST_IMAGE)
 
 
