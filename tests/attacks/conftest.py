@@ -17,4 +17,7 @@ for folder in ("e2b", "server"):
 
 # The E2B suite's own server fixtures (API mode, a token per sandbox), shared rather than copied:
 # ``api_server`` is a module-scoped server, ``api_env`` points the SDK at it.
+# ``jupyter-exec gateway`` on the loopback cluster, one per module, as the cluster tests have it
+# (a module using it imports ``loopback_cluster`` as those do).
+from tests.cluster.conftest import gateway  # noqa: E402, F401
 from tests.e2b.conftest import api_env, api_server  # noqa: E402, F401

@@ -28,17 +28,8 @@ from tornado.websocket import websocket_connect
 
 from jupyter_exec import Session
 from tests.cluster.conftest import loopback_cluster  # noqa: F401  (the cluster's fixture)
-from tests.cluster_gateway import RunningGateway, running_gateway
+from tests.cluster_gateway import RunningGateway
 from tests.cluster_hosts import Cluster
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    loopback_cluster: Cluster,  # noqa: F811
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[RunningGateway]:
-    with running_gateway(loopback_cluster, tmp_path_factory.mktemp("gateway")) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

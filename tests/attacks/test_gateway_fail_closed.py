@@ -55,7 +55,6 @@ from tests.cluster_gateway import (
     RunningGateway,
     gateway_argv,
     gateway_environ,
-    running_gateway,
 )
 from tests.cluster_hosts import Cluster
 
@@ -261,15 +260,6 @@ def test_a_server_whose_config_cannot_load_exits_instead_of_serving_with_default
 
 
 # -- the response port ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    loopback_cluster: Cluster,  # noqa: F811
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[RunningGateway]:
-    with running_gateway(loopback_cluster, tmp_path_factory.mktemp("gateway")) as running:
-        yield running
 
 
 def _server(gateway: RunningGateway) -> psutil.Process:

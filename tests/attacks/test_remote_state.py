@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from jupyter_exec import Session
 from jupyter_exec.state.generations import signed_on_disk
 from tests.cluster.conftest import loopback_cluster  # noqa: F401  (the cluster's fixture)
-from tests.cluster_gateway import RunningGateway, running_gateway
+from tests.cluster_gateway import RunningGateway
 from tests.cluster_hosts import Cluster
 
 PAYLOAD = (
@@ -39,16 +38,6 @@ PAYLOAD = (
     "payload = Evil()\n"
     "mark = 'remote'"
 )
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    loopback_cluster: Cluster,  # noqa: F811
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[RunningGateway]:
-    """``jupyter-exec gateway`` on the cluster, for this module."""
-    with running_gateway(loopback_cluster, tmp_path_factory.mktemp("gateway")) as running:
-        yield running
 
 
 def _session(gateway: RunningGateway, work: Path, name: str, **kwargs: Any) -> Session:
