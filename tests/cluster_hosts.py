@@ -119,6 +119,16 @@ class Cluster:
             "GP_UNAUTHORIZED_USERS": "" if self.user == "root" else "root",
         }
 
+    def kernel_process(self, kernel_id: str) -> psutil.Process:
+        """The kernel itself (ipykernel under our launcher), not the launcher: exactly one."""
+        found = [
+            p
+            for p in self.kernel_processes(kernel_id)
+            if "ipykernel_launcher" in " ".join(p.cmdline())
+        ]
+        assert len(found) == 1, found
+        return found[0]
+
     def kernel_processes(self, kernel_id: str | None = None) -> list[psutil.Process]:
         """Live processes of kernels started on the hosts (all kernels, or one kernel id).
 

@@ -18,7 +18,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from jupyter_exec import Session
@@ -45,16 +44,6 @@ def _session(gateway: RunningGateway, work: Path, name: str, **kwargs: Any) -> S
         backend="remote", url=gateway.url, token=gateway.token, work_dir=work, name=name,
         timeout=120, **kwargs,
     )  # fmt: skip
-
-
-def _kernel(cluster: Cluster, kernel_id: str) -> psutil.Process:
-    found = [
-        p
-        for p in cluster.kernel_processes(kernel_id)
-        if "ipykernel_launcher" in " ".join(p.cmdline())
-    ]
-    assert len(found) == 1, found
-    return found[0]
 
 
 def _remote_state(s: Session) -> Path:
@@ -140,7 +129,7 @@ def test_a_manifest_altered_on_the_host_after_it_was_signed_is_never_loaded(
 
         def kill(event: dict[str, Any]) -> None:
             if "running" in str(event.get("text", "")):
-                os.kill(_kernel(loopback_cluster, kernel_id).pid, signal.SIGKILL)
+                os.kill(loopback_cluster.kernel_process(kernel_id).pid, signal.SIGKILL)
 
         died = s.execute(
             "print('running', flush=True)\nimport time\ntime.sleep(120)", on_output=kill

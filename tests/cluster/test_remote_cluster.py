@@ -38,17 +38,6 @@ def _session(gateway: RunningGateway, work: Path, **kwargs: object) -> Session:
     )
 
 
-def _kernel_process(cluster: Cluster, kernel_id: str) -> psutil.Process:
-    """The kernel itself (ipykernel under our launcher), not the launcher."""
-    found = [
-        p
-        for p in cluster.kernel_processes(kernel_id)
-        if "ipykernel_launcher" in " ".join(p.cmdline())
-    ]
-    assert len(found) == 1, found
-    return found[0]
-
-
 def _wait_gone(cluster: Cluster, kernel_id: str, within: float) -> list[psutil.Process]:
     deadline = time.monotonic() + within
     while (left := cluster.kernel_processes(kernel_id)) and time.monotonic() < deadline:
@@ -119,7 +108,7 @@ def test_kill_9_of_the_remote_kernel_is_a_died_execution_and_the_next_cell_runs(
     with _session(gateway, tmp_path / "w", timeout=120) as s:
         assert s.execute("before = 1").ok
         kernel_id = str(s.kernel_id)
-        victim = _kernel_process(loopback_cluster, kernel_id)
+        victim = loopback_cluster.kernel_process(kernel_id)
         # A cell running when the kernel dies (the kill comes from another thread)...
         started = time.monotonic()
         killer = threading.Timer(0.5, os.kill, (victim.pid, signal.SIGKILL))
@@ -154,7 +143,7 @@ def test_kill_9_while_idle_then_the_next_cells_run(
 ) -> None:
     with _session(gateway, tmp_path / "w") as s:
         assert s.execute("x = 1").ok
-        os.kill(_kernel_process(loopback_cluster, str(s.kernel_id)).pid, signal.SIGKILL)
+        os.kill(loopback_cluster.kernel_process(str(s.kernel_id)).pid, signal.SIGKILL)
         first = s.execute("1 + 1")
         assert first.status in ("died", "ok")  # died if sent to the dead kernel, else ran
         second = s.execute("2 + 2")
@@ -176,7 +165,7 @@ def test_a_kernel_whose_host_cannot_be_reached_restarts_on_the_other_host(
             known.write_text(
                 "".join(line for line in saved.splitlines(True) if f"[{host}]" not in line)
             )
-            os.kill(_kernel_process(loopback_cluster, str(s.kernel_id)).pid, signal.SIGKILL)
+            os.kill(loopback_cluster.kernel_process(str(s.kernel_id)).pid, signal.SIGKILL)
             died = s.execute("import time; time.sleep(30)")
             assert died.status == "died"
             after = s.execute("'moved'")
@@ -211,7 +200,7 @@ def test_every_socket_a_session_opens_is_on_loopback(
         ran = s.execute("1")
         assert ran.ok
         ran_on = str(ran.host)
-        kernel = _kernel_process(loopback_cluster, str(s.kernel_id))
+        kernel = loopback_cluster.kernel_process(str(s.kernel_id))
         launcher = kernel.parent()
         assert launcher is not None
         watched = [me, kernel, launcher, psutil.Process(gateway.process.pid)]

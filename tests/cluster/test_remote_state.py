@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from jupyter_exec import Session
 from tests.cluster_gateway import RunningGateway
 from tests.cluster_hosts import Cluster
@@ -32,22 +30,12 @@ EXPECTED = "(78124993750000, 1000, 'kept')"
 CHECK = "int(big.sum()), len(table['rows']), mark"
 
 
-def _kernel(cluster: Cluster, kernel_id: str) -> psutil.Process:
-    found = [
-        p
-        for p in cluster.kernel_processes(kernel_id)
-        if "ipykernel_launcher" in " ".join(p.cmdline())
-    ]
-    assert len(found) == 1, found
-    return found[0]
-
-
 def _kill_on_output(cluster: Cluster, kernel_id: str, killed: list[float]) -> Any:
     """An ``on_output`` that kills the kernel -9 once the cell says it runs."""
 
     def on_output(event: dict[str, Any]) -> None:
         if not killed and "running" in str(event.get("text", "")):
-            os.kill(_kernel(cluster, kernel_id).pid, signal.SIGKILL)
+            os.kill(cluster.kernel_process(kernel_id).pid, signal.SIGKILL)
             killed.append(time.monotonic())
 
     return on_output
@@ -111,7 +99,7 @@ def test_kill_9_while_idle_brings_the_state_back(
     ) as s:  # fmt: skip
         assert s.execute("rows = list(range(10))\nmark = 'idle'").ok
         s.flush()
-        os.kill(_kernel(loopback_cluster, str(s.kernel_id)).pid, signal.SIGKILL)
+        os.kill(loopback_cluster.kernel_process(str(s.kernel_id)).pid, signal.SIGKILL)
         first = s.execute("mark, sum(rows)")
         if first.status == "died":  # sent to the dead kernel: the next one has the state
             assert first.recovered is not None, first.error
