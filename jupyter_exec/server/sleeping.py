@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.exceptions import CheckpointError, JupyterExecError
-from jupyter_exec.state.generations import read_manifest, signed_on_disk
+from jupyter_exec.session.sleep import state_refusal, unsaved_names
+from jupyter_exec.state.generations import signed_on_disk
 
 if TYPE_CHECKING:
     from jupyter_exec.manager import AsyncSessionManager
@@ -144,33 +145,21 @@ class Sleeping:
 
 def _refuse(entry: ServerSession) -> None:
     """Raise :class:`~jupyter_exec.CheckpointError` saying why ``entry`` cannot sleep."""
-    session = entry.session
-    why = None
+    kernel = entry.session.kernel_slot.kernel
     if entry.borrowed is not None:
-        why = (
+        why: str | None = (
             "its kernel is a person's (the session was attached to it with kernel_id): "
             "not the session's to stop"
         )
-    elif not session.options.save_state:
-        why = "save_state is off: nothing would bring its state back"
-    elif (kernel := session.kernel_slot.kernel) is None or not kernel.runs_ipython:
-        why = (
-            f"its kernel runs {session.language or 'another language'!r}; only a Python "
-            "(IPython) kernel's namespace is saved"
-        )
+    elif kernel is None:
+        why = "it has no kernel"
+    else:
+        why = state_refusal(entry.session, kernel)
     if why is not None:
         raise CheckpointError(f"session {entry.id!r} cannot sleep: {why}")
 
 
 def _unsaved(entry: ServerSession) -> dict[str, str]:
     """The names the session's newest signed generation left out, each with why."""
-    session = entry.session
-    signed = signed_on_disk(entry.work_dir, session.name)
-    if not signed:
-        return {}
-    try:
-        manifest = read_manifest(entry.work_dir, signed[-1], 0)
-    except CheckpointError as exc:  # its wake refuses it too, and runs the cells again
-        log.warning("session %s: its saved state cannot be read back: %s", entry.id, exc)
-        return {}
-    return {str(k): str(v) for k, v in (manifest.get("skipped") or {}).items()}
+    signed = signed_on_disk(entry.work_dir, entry.session.name)
+    return (unsaved_names(entry.work_dir, signed[-1], 0, entry.id) or {}) if signed else {}

@@ -43,11 +43,22 @@ from jupyter_exec.state.kernel_calls import user_names
 from jupyter_exec.state.reload import later_cells, rerun, rerun_words
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from jupyter_exec.engine.kernel import KernelHandle
     from jupyter_exec.models import Execution
     from jupyter_exec.session.session import AsyncSession
+    from jupyter_exec.state.generations import Generation
 
-__all__ = ["SleepRecord", "WakeNote", "put_to_sleep", "refuse_sleep", "wake_up"]
+__all__ = [
+    "SleepRecord",
+    "WakeNote",
+    "put_to_sleep",
+    "refuse_sleep",
+    "state_refusal",
+    "unsaved_names",
+    "wake_up",
+]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -66,7 +77,19 @@ class SleepRecord:
 
 def refuse_sleep(session: AsyncSession, kernel: KernelHandle) -> None:
     """Raise :class:`~jupyter_exec.CheckpointError` saying why this session cannot sleep
-    (its state could not come back); nothing if it can."""
+    (its kernel is not its to stop, or its state could not come back); nothing if it can."""
+    why = None
+    if not session.options.shuts_down_kernel:
+        why = "its kernel was given to it (a kernel_manager it does not own): not its to stop"
+    why = why or state_refusal(session, kernel)
+    if why is not None:
+        raise CheckpointError(f"session {session.name!r} cannot sleep: {why}")
+
+
+def state_refusal(session: AsyncSession, kernel: KernelHandle) -> str | None:
+    """Why ``session``'s state could not come back after its kernel stops (None: it can);
+    whether the kernel is the session's to stop is the caller's to say (a front end that
+    holds the kernel, as the REST extension does, knows)."""
     options = session.options
     why = None
     if options.backend == "remote":
@@ -74,8 +97,6 @@ def refuse_sleep(session: AsyncSession, kernel: KernelHandle) -> None:
             "its kernel is remote: its saved state is kept in the kernel's folder on its host, "
             "which goes when the kernel stops"
         )
-    elif not options.shuts_down_kernel:
-        why = "its kernel was given to it (a kernel_manager it does not own): not its to stop"
     elif not kernel.runs_ipython:
         why = (
             f"its kernel runs {kernel.language or 'another language'!r}; only a Python "
@@ -85,8 +106,18 @@ def refuse_sleep(session: AsyncSession, kernel: KernelHandle) -> None:
         why = "save_state is off: nothing would bring its state back"
     elif (generations := session._state.durable.generations).refused is kernel:
         why = f"its state cannot be saved: {generations.unavailable}"
-    if why is not None:
-        raise CheckpointError(f"session {session.name!r} cannot sleep: {why}")
+    return why
+
+
+def unsaved_names(work_dir: Path, made: Generation, budget: int, who: str) -> dict[str, str] | None:
+    """The names generation ``made`` left out, each with why; None when its manifest cannot
+    be read back (said in the log: a wake refuses it too, and runs the cells again)."""
+    try:
+        manifest = read_manifest(work_dir, made, budget)
+    except CheckpointError as exc:
+        log.warning("session %s: its saved state cannot be read back: %s", who, exc)
+        return None
+    return {str(k): str(v) for k, v in (manifest.get("skipped") or {}).items()}
 
 
 async def put_to_sleep(session: AsyncSession, kernel: KernelHandle) -> SleepRecord:
@@ -98,12 +129,10 @@ async def put_to_sleep(session: AsyncSession, kernel: KernelHandle) -> SleepReco
     made = generations.newest()
     unsaved: dict[str, str] = {}
     if made is not None:
-        try:
-            manifest = read_manifest(session.work_dir, made, generations.budget)
-            unsaved = {str(k): str(v) for k, v in (manifest.get("skipped") or {}).items()}
-        except CheckpointError as exc:  # the wake refuses it too, and runs the cells again
-            log.warning("session %s: its saved state cannot be read back: %s", session.name, exc)
+        found = unsaved_names(session.work_dir, made, generations.budget, session.name)
+        if found is None:
             made = None
+        unsaved = found or {}
     await state.restartable(session, kernel)  # a Docker fork's container kernel back
     await state.close(True)  # snapshots and forks: their processes end too
     last = session.kernel_slot.place(None)
