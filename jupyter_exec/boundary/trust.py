@@ -46,6 +46,7 @@ __all__ = [
     "TRUST_FLAG",
     "check_origin",
     "check_outside",
+    "fingerprint",
     "key_path",
     "mac",
     "origin_words",
@@ -122,6 +123,15 @@ def _create(path: Path) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temp)
+
+
+def fingerprint(secret: bytes, purpose: bytes) -> str:
+    """A short id of ``secret`` (an API key, a bearer token) for ``purpose``: an HMAC under a
+    key derived from the host's key, so the same secret on this host has the same id, the id
+    tells nothing of the secret, and ids for two purposes never match. What an owner record
+    keeps instead of the credential."""
+    key = hmac.new(load_key(), purpose + b"\0", hashlib.sha256).digest()
+    return hmac.new(key, secret, hashlib.sha256).hexdigest()[:32]
 
 
 def load_key() -> bytes:

@@ -24,8 +24,6 @@ What a snapshot holds, in the server's own data dir (never in a sandbox's work d
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import re
 import secrets
@@ -45,7 +43,7 @@ KIND = "e2b-snapshots"
 DATA = "e2b-snapshot-data"
 _ID = re.compile(r"snap-[0-9a-f]{16}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_OWNER_CONTEXT = b"jupyter-exec e2b snapshot owner v1\0"
+_OWNER_PURPOSE = b"jupyter-exec e2b snapshot owner v1"
 OPEN_OWNER = "no-key"
 """The owner of snapshots taken on a server that has no API key (loopback only)."""
 
@@ -58,8 +56,7 @@ def owner_of(api_key: str | None) -> str:
     """The owner fingerprint of ``api_key``: the same key on this host, the same owner."""
     if api_key is None:
         return OPEN_OWNER
-    key = hmac.new(trust.load_key(), _OWNER_CONTEXT, hashlib.sha256).digest()
-    return hmac.new(key, api_key.encode(), hashlib.sha256).hexdigest()[:32]
+    return trust.fingerprint(api_key.encode(), _OWNER_PURPOSE)
 
 
 @dataclass(frozen=True)

@@ -365,8 +365,7 @@ class Tasks:
         if headers is None:
             return STDIO_OWNER
         credential = str(headers.get("authorization", "")).encode()
-        key = hmac.new(trust.load_key(), b"jupyter-exec mcp task owner\0", hashlib.sha256).digest()
-        return "http:" + hmac.new(key, credential, hashlib.sha256).hexdigest()[:32]
+        return "http:" + trust.fingerprint(credential, b"jupyter-exec mcp task owner")
 
     # -- tools/call as a task ------------------------------------------------------------
 
