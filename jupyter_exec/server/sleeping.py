@@ -30,6 +30,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary.folders import FolderClaim, trust_of
+from jupyter_exec.boundary.folders import claim as claim_folder
 from jupyter_exec.exceptions import CheckpointError, JupyterExecError
 from jupyter_exec.session.sleep import state_refusal, unsaved_names
 from jupyter_exec.state.generations import signed_on_disk
@@ -54,6 +56,9 @@ class Asleep:
     """Its network policy, for its wake (a policy holds secrets: never written)."""
     unsaved: dict[str, str]
     """The names its saved state does not hold, each with why."""
+    folder: FolderClaim
+    """Its work dir, still held: asleep, it is still the folder's one owner, so no session of
+    the other trust (a Docker kernel beside a local one) works there meanwhile."""
 
 
 class Sleeping:
@@ -107,9 +112,13 @@ class Sleeping:
 
     async def _put_to_sleep(self, entry: ServerSession) -> dict[str, str]:
         saved = self._saved_of(entry)
+        # Held before the session's own claim goes with its close (claims of one trust
+        # overlap): no moment in which the folder has no owner.
+        who = f"session {entry.name!r} ({entry.backend}, asleep)"
+        held = claim_folder(entry.work_dir, trust_of(entry.backend), who)
         # Listed as sleeping from the start: the listing never loses it while it closes
         # (every route on it waits for this sleep first: ``woken``).
-        self._asleep[entry.id] = Asleep(entry.policy, {})
+        self._asleep[entry.id] = Asleep(entry.policy, {}, held)
         self.dormant.add(entry.id, saved)
         self._keep_saved.add(entry.id)
         try:  # the close flushes and signs the last cell's state, and gives the kernel back
@@ -121,7 +130,7 @@ class Sleeping:
         finally:
             self._keep_saved.discard(entry.id)
         unsaved = _unsaved(entry)
-        self._asleep[entry.id] = Asleep(entry.policy, unsaved)
+        self._asleep[entry.id] = Asleep(entry.policy, unsaved, held)
         self._dormant_cells.pop(entry.id, None)  # counted again for the listing
         log.info("jupyter-exec session %s: asleep (kernel %s stopped)", entry.id, entry.kernel_id)
         return unsaved
@@ -132,8 +141,11 @@ class Sleeping:
         return None if asleep is None else asleep.policy
 
     def forget_sleep(self, session_id: str) -> None:
-        """The session woke or was deleted: nothing of its sleep is kept."""
-        self._asleep.pop(session_id, None)
+        """The session woke (its own claim holds the folder now) or was deleted: nothing of
+        its sleep is kept, its hold on the folder neither."""
+        asleep = self._asleep.pop(session_id, None)
+        if asleep is not None:
+            asleep.folder.release()
 
     def sleeping_fields(self, session_id: str) -> dict[str, Any]:
         """The listing's fields of a session put to sleep by this run (none otherwise)."""

@@ -1,4 +1,5 @@
-"""Attacks on REST sleep: a wake racing a delete, a stranger putting a session to sleep.
+"""Attacks on REST sleep: a wake racing a delete, a stranger putting a session to sleep, a
+Docker session taking a sleeping local session's folder.
 
 A real ``jupyter server`` process with the extension, real kernels. The assets: no kernel
 left running for a session that is gone (the server's memory), a session's state and its
@@ -7,6 +8,7 @@ saved entry, the server's token.
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,8 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.conftest import docker_engine
 from tests.server.restart_helpers import call, kernels, new_session, run, stop
-from tests.server.server_helpers import JupyterProcess
+from tests.server.server_helpers import JupyterProcess, install_docker_kernelspec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,4 +65,38 @@ def test_a_stranger_cannot_put_a_session_to_sleep(tmp_path: Path) -> None:
         assert (status, now["sleeping"]) == (200, False)  # untouched: awake, its kernel running
         assert now["kernel"]["id"] in [k["id"] for k in kernels(server)]
         assert run(server, model["id"], "print(x + 1)")["stdout"] == "42\n"
+        stop(server, "SIGTERM")
+
+
+def test_a_docker_session_cannot_take_a_sleeping_local_sessions_folder(tmp_path: Path) -> None:
+    """Asleep, a local session still owns its work dir: a Docker kernel put there meanwhile
+    could plant what the local kernel imports, or rewrite the notebook it resumes from."""
+    docker_engine().close()
+    install_docker_kernelspec(
+        tmp_path / "data", os.environ.get("JX_TEST_IMAGE", "jupyter-exec/kernel:latest")
+    )
+    with JupyterProcess(tmp_path) as server:
+        mine = new_session(server, name="mine", work_dir="shared")
+        assert run(server, mine["id"], "x = 41")["status"] == "ok"
+        assert call(server, "POST", f"sessions/{mine['id']}/sleep")[0] == 200
+        before = sorted(p.name for p in (server.root / "shared").iterdir())
+
+        status, error = call(
+            server,
+            "POST",
+            "sessions",
+            {"name": "intruder", "work_dir": "shared", "backend": "docker"},
+        )
+
+        assert (status, error["error"]) == (400, "WorkDirShared"), error
+        assert "asleep" in error["message"]
+        assert sorted(p.name for p in (server.root / "shared").iterdir()) == before
+        assert run(server, mine["id"], "print(x + 1)")["stdout"] == "42\n"  # woke, state back
+        status, error = call(
+            server,
+            "POST",
+            "sessions",
+            {"name": "intruder", "work_dir": "shared", "backend": "docker"},
+        )
+        assert (status, error["error"]) == (400, "WorkDirShared"), error  # awake: still its own
         stop(server, "SIGTERM")
