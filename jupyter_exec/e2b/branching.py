@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.boundary.folders import trust_of
 from jupyter_exec.boundary.naming import notebook_name
 from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.e2b.copying import copy_tree
 from jupyter_exec.e2b.snapshots import SavedSnapshot, SnapshotStore, owner_of
-from jupyter_exec.exceptions import CheckpointError, SessionNotFound
+from jupyter_exec.exceptions import CheckpointError, SessionNotFound, WorkDirShared
 from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.network.shared import shared
 from jupyter_exec.state.api import refuse_other_languages
@@ -169,6 +170,7 @@ class Branching:
             snapshot = SavedSnapshot(
                 id=snapshot_id, owner=self.owner, sandbox=sandbox.id, memory=memory,
                 names=[name] if name else [], created=time.time(), checkpoint=checkpoint,
+                trust=trust_of(self._backend()),
             )  # fmt: skip
             store.save(snapshot)
         except BaseException:
@@ -191,6 +193,12 @@ class Branching:
         """A new sandbox from this key's snapshot ``wanted`` (SessionNotFound if none)."""
         store = self.store()
         snapshot = store.get(wanted, self.owner)
+        if snapshot.trust == "kernel" and trust_of(self._backend()) == "host":
+            raise WorkDirShared(
+                f"snapshot {wanted!r} was taken of a Docker or remote sandbox: what its kernel "
+                "wrote never becomes a local sandbox's files (start it on a server with "
+                "--backend docker)"
+            )
         async with self.snapshot_lock(snapshot.id):
             if store.find(snapshot.id, self.owner) is None:  # deleted while we waited
                 raise SessionNotFound(f"snapshot {wanted!r} was not found")

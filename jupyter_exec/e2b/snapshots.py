@@ -72,6 +72,9 @@ class SavedSnapshot:
     created: float = 0.0
     checkpoint: str | None = None
     """The checkpoint folder's name under ``memory/`` (None: a filesystem-only snapshot)."""
+    trust: str = "host"
+    """The trust of the sandbox it was taken of (:func:`~jupyter_exec.boundary.folders.
+    trust_of`): what a Docker kernel wrote never becomes a local sandbox's files."""
 
     def describe(self) -> dict[str, Any]:
         """As the SDK reads it (``SnapshotInfo``)."""
@@ -140,7 +143,11 @@ def check_name(name: object) -> str | None:
 
 def _checked(key: str, entry: dict[str, Any]) -> SavedSnapshot:
     """An entry as this server writes one, or :class:`BadEntry`."""
-    same_fields(entry, {"id", "owner", "sandbox", "memory", "names", "created", "checkpoint"})
+    same_fields(
+        entry, {"id", "owner", "sandbox", "memory", "names", "created", "checkpoint", "trust"}
+    )
+    if entry["trust"] not in ("host", "kernel"):
+        raise BadEntry("bad trust")
     if entry["id"] != key:
         raise BadEntry("its id is not its file's name")
     owner, sandbox = entry["owner"], entry["sandbox"]
@@ -169,5 +176,5 @@ def _checked(key: str, entry: dict[str, Any]) -> SavedSnapshot:
         raise BadEntry("a memory snapshot has a checkpoint, a filesystem one none")
     return SavedSnapshot(
         id=key, owner=owner, sandbox=sandbox, memory=memory, names=list(names),
-        created=float(created), checkpoint=checkpoint,
+        created=float(created), checkpoint=checkpoint, trust=entry["trust"],
     )  # fmt: skip

@@ -23,6 +23,7 @@ import pickle
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -33,7 +34,7 @@ from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
 from jupyter_exec.e2b import E2BConfig
-from jupyter_exec.e2b.snapshots import DATA, KIND
+from jupyter_exec.e2b.snapshots import DATA, KIND, SnapshotStore, owner_of
 from jupyter_exec.manager.saved import registry_folder
 
 pytestmark = pytest.mark.timeout(300)
@@ -264,3 +265,29 @@ def test_a_start_from_a_snapshot_racing_its_delete_is_whole_or_refused(
         assert "404" in str(result) or "not found" in str(result)
     assert not (api_env.root / registry_folder(DATA) / snapshot).exists()
     assert snapshot not in [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
+
+
+def test_a_docker_sandboxs_snapshot_never_becomes_a_local_sandboxs_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot keeps the trust of the sandbox it was taken of. What a Docker kernel wrote
+    (a ``.profile`` a local login shell would run, a module a local kernel would import)
+    must not be started as a local sandbox by a server on the same root and key."""
+    with server(tmp_path, API_KEY, monkeypatch):
+        source, snapshot = _snapshot_of("from a container")
+        source.kill()
+    # What a server with --backend docker on this root writes: the same entry, its trust.
+    store = SnapshotStore(tmp_path)
+    taken = store.get(snapshot, owner_of(API_KEY))
+    store.save(replace(taken, trust="kernel"))
+    data = tmp_path / registry_folder(DATA) / snapshot
+    before = _digest(data)
+    folders = sorted(tmp_path.iterdir())
+
+    with server(tmp_path, API_KEY, monkeypatch) as local:
+        with pytest.raises(SandboxException, match="Docker or remote sandbox"):
+            Sandbox.create(snapshot)
+        listed = httpx.get(f"{local.url}/sandboxes", headers={"X-API-KEY": API_KEY}).json()
+        assert listed == []  # no sandbox made, so no copy of its files on the host
+    assert sorted(tmp_path.iterdir()) == folders  # no sandbox folder holds its files
+    assert _digest(data) == before
