@@ -21,6 +21,7 @@ from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.languages import is_default_language, language_of_kernel
 from jupyter_exec.engine.meta import is_undone, notebook_metadata
 from jupyter_exec.engine.recorder import new_cell_id
+from jupyter_exec.engine.runner import is_interrupt
 from jupyter_exec.engine.runorder import run_order
 from jupyter_exec.exceptions import InvalidArgument
 from jupyter_exec.state.generations import state_folder
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from jupyter_exec.engine.kernel import KernelHandle
     from jupyter_exec.session.session import AsyncSession
 
-__all__ = ["for_notebook", "rebuild"]
+__all__ = ["did_not_finish", "for_notebook", "rebuild"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -115,8 +116,12 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
             positions = [i for i in positions if i >= made.cells]
             entry.update(state_generation=made.number, state_cells=made.cells)
             await _count_on(kernel, restored)
-    code_cells = [nb.cells[i] for i in positions]
     number = {p: n for n, p in enumerate(_code_positions(nb.cells), start=1)}
+    stopped = [i for i in positions if did_not_finish(nb.cells[i])]
+    if stopped:
+        positions = [i for i in positions if i not in stopped]
+        entry.update(not_rerun=[number.get(i, 0) for i in stopped])
+    code_cells = [nb.cells[i] for i in positions]
     for position, cell in zip(positions, code_cells, strict=True):
         session.resumed.append(await session.replay_cell(cell.source))
         session.resumed_cells.append(number.get(position, 0))
@@ -132,14 +137,33 @@ async def rebuild(session: AsyncSession, nb: Any, until: int | None) -> None:
     history["resumed"] = [*history.get("resumed", []), entry]
     metadata["jupyter_exec"] = history
     recording.adopt(session.recorder_class(path, metadata, cells))
-    recording.restart_note = (
+    note = (
         f"resumed: state rebuilt by re-running {len(code_cells)} cell(s)"
         if "state_generation" not in entry
         else f"resumed: saved state of {entry['state_cells']} cell(s), "
         f"then {len(code_cells)} cell(s) re-run"
     )
+    if stopped:
+        note += f"; cell(s) {entry['not_rerun']} not re-run: they were stopped before they ended"
+    recording.restart_note = note
     if failed:
         log.warning("resume of %s: re-run cells %s failed", path, failed)
+
+
+STOPPED = frozenset({"timeout", "died", "cancelled"})
+"""The recorded statuses of a cell that did not run to its end."""
+
+
+def did_not_finish(cell: Any) -> bool:
+    """A recorded cell that was stopped before its end: interrupted, timed out, its kernel
+    died under it, or cancelled. Resuming does not run it again: what stopped it (a cell
+    waiting five minutes, an ``os._exit``) would stop the resume the same way, and a whole
+    run of it would give a state the session never had. Its own record says so
+    (our ``status``), or, for a notebook from elsewhere, a ``KeyboardInterrupt`` output."""
+    ours = cell.get("metadata", {}).get("jupyter_exec", {})
+    if isinstance(ours, dict) and ours.get("status") in STOPPED:
+        return True
+    return any(isinstance(o, dict) and is_interrupt(o) for o in cell.get("outputs", ()))
 
 
 def _kept(cells: list[dict[str, Any]], positions: list[int], until: int) -> list[int]:

@@ -207,3 +207,48 @@ def test_resume_until_in_run_order_keeps_what_ran(tmp_path: Path, read_notebook:
         assert [e.code for e in session.resumed] == ["base = 10", "step = 2"]
     kept = [c.source for c in read_notebook(notebook).cells]
     assert kept == ["notes", "base = 10", "step = 2"]
+
+
+def test_cells_stopped_before_their_end_are_not_run_again(tmp_path: Path) -> None:
+    """A cell that timed out, or whose kernel died under it, is not re-run by a resume:
+    the re-run would wait out the same sleep or kill the new kernel (an MCP server
+    restarted under a task re-ran its five-minute cell this way)."""
+    runs = tmp_path / "runs"
+    with Session(work_dir=tmp_path, name="s", timeout=60, save_state=False) as session:
+        assert session.execute("a = 1").ok
+        slow = "open('runs', 'a').write('x')\nimport time\ntime.sleep(600)"
+        assert session.execute(slow, timeout=2).status == "timeout"
+        assert session.execute("import os; os._exit(1)").status == "died"
+        assert session.execute("b = 2").ok
+    before = runs.read_text() if runs.exists() else None
+    with Session.resume(tmp_path / "s.ipynb", timeout=60, save_state=False) as session:
+        assert session.resumed_cells == [1, 4]
+        assert session.execute("print(a, b)").stdout.strip() == "1 2"
+    assert (runs.read_text() if runs.exists() else None) == before  # the slow cell never ran
+    notebook = json.loads((tmp_path / "s.ipynb").read_text())
+    entry = notebook["metadata"]["jupyter_exec"]["resumed"][-1]
+    assert entry["not_rerun"] == [2, 3]
+    assert entry["cells_rerun"] == 2
+    assert "[2, 3] not re-run" in notebook["cells"][-1]["metadata"]["jupyter_exec"]["kernel"]
+
+
+def test_an_interrupted_cell_of_a_notebook_from_elsewhere_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """A notebook Jupyter recorded, with a cell a person interrupted (its output a
+    ``KeyboardInterrupt``), resumes without that cell; the others run again."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("a = 1"),
+        nbformat.v4.new_code_cell(
+            "open('runs', 'a').write('x')\nimport time\ntime.sleep(600)",
+            outputs=[nbformat.v4.new_output("error", ename="KeyboardInterrupt", evalue="")],
+        ),
+        nbformat.v4.new_code_cell("b = a + 1"),
+    ]
+    path = tmp_path / "elsewhere.ipynb"
+    nbformat.write(nb, path)
+    with Session.resume(path, timeout=60, save_state=False) as session:
+        assert session.resumed_cells == [1, 3]
+        assert session.execute("print(b)").stdout.strip() == "2"
+    assert not (tmp_path / "runs").exists()
