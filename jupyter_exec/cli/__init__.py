@@ -32,7 +32,7 @@ from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_
 from jupyter_exec.cli.gateway import add_gateway_parser
 from jupyter_exec.cli.kernels import add_kernels_parser
 from jupyter_exec.cli.mcp import add_mcp_parser
-from jupyter_exec.cli.options import formatter
+from jupyter_exec.cli.options import CommandParser
 from jupyter_exec.cli.replay import add_replay_parser
 from jupyter_exec.cli.run import add_demo_parser, add_run_parser
 from jupyter_exec.cli.signals import Stopped, stop_signals
@@ -66,13 +66,12 @@ def build_parser(
     prog: str = "jupyter-exec", commands: Sequence[str] | None = None
 ) -> argparse.ArgumentParser:
     """The whole command line (or only ``commands``), as argparse describes it."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=prog,
         description=(
             "Stateful code execution on Jupyter kernels; every session recorded as a notebook."
         ),
         epilog=EPILOG if commands is None else None,
-        formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from jupyter_exec.boundary.trust import TRUST_CLI_FLAG, origin_words
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
-from jupyter_exec.cli.options import Subparsers, formatter
+from jupyter_exec.cli.options import Subparsers
 
 if TYPE_CHECKING:
     from jupyter_exec.state.checkpoints import Checkpoint
@@ -58,12 +58,9 @@ def add_checkpoints_parser(subparsers: Subparsers) -> None:
         help="list and check the durable checkpoints in a work dir",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=formatter,
     )
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
-    listing = actions.add_parser(
-        "list", help="the checkpoints of every session in WORK_DIR", formatter_class=formatter
-    )
+    listing = actions.add_parser("list", help="the checkpoints of every session in WORK_DIR")
     listing.add_argument("work_dir", type=Path, metavar="WORK_DIR")
     listing.add_argument("--session", help="only this session's checkpoints")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -71,7 +68,6 @@ def add_checkpoints_parser(subparsers: Subparsers) -> None:
     verify = actions.add_parser(
         "verify",
         help="check one checkpoint folder whole (manifest and every file's sha256)",
-        formatter_class=formatter,
     )
     verify.add_argument("path", type=Path, metavar="CHECKPOINT")
     verify.set_defaults(func=cmd_verify)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 
 from jupyter_exec.cli.options import Subparsers as _Subparsers
-from jupyter_exec.cli.options import formatter as _formatter
 
 __all__ = ["DOCKER_COMMANDS", "add_image_parser", "add_reap_parser"]
 
@@ -51,7 +50,6 @@ def add_image_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
         "image",
         help="build the Docker kernel image",
         description="Manage the Docker kernel image.",
-        formatter_class=_formatter,
     )
     actions = image.add_subparsers(dest="image_command", metavar="COMMAND")
     actions.required = True
@@ -60,7 +58,6 @@ def add_image_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
         help="build the kernel image (streams the build log)",
         description="Build the kernel image: ipykernel in a venv at /opt/kernel on BASE_IMAGE.",
         epilog=IMAGE_EPILOG,
-        formatter_class=_formatter,
     )
     from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE
 
@@ -104,7 +101,6 @@ def add_reap_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
         help="remove kernel containers left behind by dead processes",
         description="Remove kernel containers whose owner process is gone.",
         epilog=REAP_EPILOG,
-        formatter_class=_formatter,
     )
     reap.add_argument(
         "--all", action="store_true", help="also remove containers kept for inspection"

@@ -21,7 +21,6 @@ from jupyter_exec.cli.options import (
     add_network_policy,
     add_session_options,
     add_zygote,
-    formatter,
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
@@ -167,7 +166,6 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
         "the official e2b-code-interpreter SDK runs on local Jupyter kernels: sandboxes, "
         "run_code with streaming and rich results, code contexts, files and commands.",
         epilog=EPILOG,
-        formatter_class=formatter,
     )
     net = parser.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on "

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from jupyter_exec.boundary.replies import printable
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
-from jupyter_exec.cli.options import Subparsers, formatter, non_negative_int
+from jupyter_exec.cli.options import Subparsers, non_negative_int
 from jupyter_exec.exceptions import BackendError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -92,7 +92,6 @@ def add_gateway_parser(subparsers: Subparsers) -> None:
         "DistributedProvisioner, round-robin, our launcher). Clients connect with "
         "Session(backend='remote', url=..., token=...). Needs jupyter-exec[cluster].",
         epilog=EPILOG,
-        formatter_class=formatter,
     )
     hosts = parser.add_argument_group("hosts")
     hosts.add_argument("--hosts", type=_hosts, required=True, metavar="H1,H2",

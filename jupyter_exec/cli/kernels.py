@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from jupyter_exec.cli.options import Subparsers, formatter
+from jupyter_exec.cli.options import Subparsers
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.engine.languages import (
     LANGUAGE_KERNELS,
@@ -76,7 +76,6 @@ def add_kernels_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         help="install the kernels of R, Bash, JavaScript/TypeScript, or the Docker kernelspec",
         description="Install and list kernels: each language's, and jupyter-exec's own.",
         epilog=KERNELS_EPILOG,
-        formatter_class=formatter,
     )
     actions = kernels.add_subparsers(dest="kernels_command", metavar="COMMAND")
     actions.required = True
@@ -84,7 +83,6 @@ def add_kernels_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         "install",
         help="install languages' kernels (or, with none named, the Docker kernelspec)",
         epilog=KERNELS_EPILOG,
-        formatter_class=formatter,
     )
     install.add_argument(
         "languages",

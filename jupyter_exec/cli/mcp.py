@@ -23,7 +23,6 @@ from jupyter_exec.cli.options import (
     add_session_options,
     add_zygote,
     environment_from_args,
-    formatter,
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
@@ -154,7 +153,6 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         "notebook, and list and fetch the files in its work dir. Images come back as image "
         "content; a call that fails is marked as an error (isError).",
         epilog=EPILOG,
-        formatter_class=formatter,
     )
     http = parser.add_argument_group("transport")
     http.add_argument(

@@ -18,7 +18,6 @@ from jupyter_exec.cli.options import (
     add_environment,
     add_quiet,
     add_session_options,
-    formatter,
     non_negative_int,
     session_kwargs,
     with_environment,
@@ -90,7 +89,6 @@ def add_replay_parser(subparsers: Subparsers) -> None:
         "error before / skipped. Works on notebooks from jupyter-exec, JupyterLab, nbclient "
         "and papermill (nbformat 4; v3 is upgraded).",
         epilog=EPILOG,
-        formatter_class=formatter,
     )
     parser.add_argument("notebook", nargs="?", help="the .ipynb to replay")
     parser.add_argument("--output", metavar="PATH", help="record the replay to this .ipynb")

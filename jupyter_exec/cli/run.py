@@ -29,7 +29,6 @@ from jupyter_exec.cli.options import (
     add_session_options,
     backend_of,
     command_line_options,
-    formatter,
     network_policy_from_args,
     said_environment,
     session_kwargs,
@@ -316,7 +315,6 @@ def add_run_parser(subparsers: Subparsers) -> None:
         "a .ipynb file runs its code cells. Everything is recorded in a notebook. With "
         "--resume, a recorded session carries on: its state rebuilt, its notebook extended.",
         epilog=RUN_EPILOG,
-        formatter_class=formatter,
     )
     parser.add_argument(
         "file",
@@ -339,7 +337,6 @@ def add_demo_parser(subparsers: Subparsers) -> None:
         description="Fit a line to random data across several cells, plot it, save the plot, "
         "and record everything as a notebook in ./jupyter-exec-demo (or --work-dir).",
         epilog=DEMO_EPILOG,
-        formatter_class=formatter,
     )
     _session_groups(parser, "kernel cwd and output folder (default: ./jupyter-exec-demo)")
     parser.set_defaults(func=cmd_demo)
