@@ -45,7 +45,8 @@ class _Format:
     payload with notebook line lists joined, None when the result does not carry it.
 
     One descriptor for every format, so a new one is one line in :class:`Result` and each
-    reads its payload the same way.
+    reads its payload the same way. Read-only, as a property is (it has a ``__set__`` that
+    refuses), so documentation tools show it as one.
     """
 
     def __init__(self, mime: str, doc: str = "") -> None:
@@ -60,6 +61,9 @@ class _Format:
         if result is None:
             return self
         return joined(result.data.get(self.mime))  # type: ignore[no-any-return]
+
+    def __set__(self, result: Result, value: object) -> None:
+        raise AttributeError(f"{self.mime} of a Result is read-only")
 
 
 @dataclass(frozen=True)
