@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from jupyter_exec.engine.mime import BINARY, joined
 from jupyter_exec.exceptions import (
@@ -40,6 +40,32 @@ Status = Literal["ok", "error", "timeout", "died", "cancelled"]
 kernel, or cut short because its session was closed."""
 
 
+class _Format:
+    """One format of a :class:`Result` as an attribute (``result.png``): its mime type's
+    payload with notebook line lists joined, None when the result does not carry it.
+
+    One descriptor for every format, so a new one is one line in :class:`Result` and each
+    reads its payload the same way. Read-only, as a property is (it has a ``__set__`` that
+    refuses), so documentation tools show it as one.
+    """
+
+    def __init__(self, mime: str, doc: str = "") -> None:
+        self.mime = mime
+        self.__doc__ = doc or f"The ``{mime}`` representation."
+
+    @overload
+    def __get__(self, result: None, owner: type[Any]) -> _Format: ...
+    @overload
+    def __get__(self, result: Result, owner: type[Any]) -> str | None: ...
+    def __get__(self, result: Result | None, owner: type[Any]) -> _Format | str | None:
+        if result is None:
+            return self
+        return joined(result.data.get(self.mime))  # type: ignore[no-any-return]
+
+    def __set__(self, result: Result, value: object) -> None:
+        raise AttributeError(f"{self.mime} of a Result is read-only")
+
+
 @dataclass(frozen=True)
 class Result:
     """One rich output (an ``execute_result`` or a ``display_data``), with every format it carried.
@@ -55,49 +81,15 @@ class Result:
     is_main_result: bool = False
     files: Mapping[str, Path] = field(default_factory=dict)
 
-    def _get(self, mime: str) -> Any:
-        return joined(self.data.get(mime))
-
-    @property
-    def text(self) -> str | None:
-        """The ``text/plain`` representation, as a console would print it."""
-        return self._get("text/plain")  # type: ignore[no-any-return]
-
-    @property
-    def html(self) -> str | None:
-        return self._get("text/html")  # type: ignore[no-any-return]
-
-    @property
-    def markdown(self) -> str | None:
-        return self._get("text/markdown")  # type: ignore[no-any-return]
-
-    @property
-    def latex(self) -> str | None:
-        return self._get("text/latex")  # type: ignore[no-any-return]
-
-    @property
-    def svg(self) -> str | None:
-        return self._get("image/svg+xml")  # type: ignore[no-any-return]
-
-    @property
-    def png(self) -> str | None:
-        """Base64-encoded PNG."""
-        return self._get("image/png")  # type: ignore[no-any-return]
-
-    @property
-    def jpeg(self) -> str | None:
-        """Base64-encoded JPEG."""
-        return self._get("image/jpeg")  # type: ignore[no-any-return]
-
-    @property
-    def gif(self) -> str | None:
-        """Base64-encoded GIF."""
-        return self._get("image/gif")  # type: ignore[no-any-return]
-
-    @property
-    def pdf(self) -> str | None:
-        """Base64-encoded PDF."""
-        return self._get("application/pdf")  # type: ignore[no-any-return]
+    text = _Format("text/plain", "The ``text/plain`` representation, as a console would print it.")
+    html = _Format("text/html")
+    markdown = _Format("text/markdown")
+    latex = _Format("text/latex")
+    svg = _Format("image/svg+xml")
+    png = _Format("image/png", "Base64-encoded PNG.")
+    jpeg = _Format("image/jpeg", "Base64-encoded JPEG.")
+    gif = _Format("image/gif", "Base64-encoded GIF.")
+    pdf = _Format("application/pdf", "Base64-encoded PDF.")
 
     @property
     def json(self) -> Any:
@@ -126,6 +118,15 @@ class Result:
     def __repr__(self) -> str:
         kind = "main result" if self.is_main_result else "display"
         return f"Result({kind}: {', '.join(self.formats())})"
+
+
+_RAISED_FOR: dict[str, type[ExecutionTimeout | KernelDiedError | SessionClosedError]] = {
+    "timeout": ExecutionTimeout,
+    "died": KernelDiedError,
+    "cancelled": SessionClosedError,
+}
+"""What :meth:`Execution.raise_for_error` raises for an end other than the code's own
+exception (which is an :class:`~jupyter_exec.ExecutionError`)."""
 
 
 @dataclass(frozen=True)
@@ -234,13 +235,7 @@ class Execution:
         message = str(self.error)
         if self.error.traceback:
             message = f"{message}\n{self.error.traceback}"
-        if self.status == "timeout":
-            raise ExecutionTimeout(message, self)
-        if self.status == "died":
-            raise KernelDiedError(message, self)
-        if self.status == "cancelled":
-            raise SessionClosedError(message, self)
-        raise ExecutionError(message, self)
+        raise _RAISED_FOR.get(self.status, ExecutionError)(message, self)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (paths as strings; binary payloads stay base64)."""

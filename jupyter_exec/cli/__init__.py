@@ -2,7 +2,9 @@
 
 One parser, built by :func:`build_parser` (the documentation generates the
 command-line reference from it), one :func:`main`. Each subcommand lives in
-its own module and takes the option groups of :mod:`~jupyter_exec.cli.options`;
+its own module as one :class:`~jupyter_exec.cli.commands.Command` record (its
+words, its arguments, what runs it; :data:`COMMANDS` lists them) and takes the
+option groups of :mod:`~jupyter_exec.cli.options`;
 every error ends in :mod:`~jupyter_exec.cli.exits` (one table from our error
 types to exit statuses), and SIGTERM and SIGHUP stop a command as Ctrl-C does
 (:mod:`~jupyter_exec.cli.signals`)::
@@ -13,6 +15,7 @@ types to exit statuses), and SIGTERM and SIGHUP stop a command as Ctrl-C does
     e2b              cli/e2b.py       the E2B-compatible sandbox server
     image, reap      cli/docker.py    the Docker kernel image, orphaned containers
     kernels          cli/kernels.py   each language's kernel; the Docker kernelspec
+    checkpoints      cli/checkpoints.py   list and verify a work dir's checkpoints
     gateway          cli/gateway.py   a kernel gateway placing kernels on hosts over SSH
 """
 
@@ -25,16 +28,16 @@ import sys
 from collections.abc import Sequence
 
 from jupyter_exec._version import __version__
-from jupyter_exec.cli.checkpoints import add_checkpoints_parser
-from jupyter_exec.cli.docker import DOCKER_COMMANDS, add_image_parser, add_reap_parser
-from jupyter_exec.cli.e2b import add_e2b_parser
+from jupyter_exec.cli.checkpoints import CHECKPOINTS_COMMAND
+from jupyter_exec.cli.docker import DOCKER_COMMANDS, IMAGE_COMMAND, REAP_COMMAND
+from jupyter_exec.cli.e2b import E2B_COMMAND
 from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
-from jupyter_exec.cli.gateway import add_gateway_parser
-from jupyter_exec.cli.kernels import add_kernels_parser
-from jupyter_exec.cli.mcp import add_mcp_parser
-from jupyter_exec.cli.options import formatter
-from jupyter_exec.cli.replay import add_replay_parser
-from jupyter_exec.cli.run import add_demo_parser, add_run_parser
+from jupyter_exec.cli.gateway import GATEWAY_COMMAND
+from jupyter_exec.cli.kernels import KERNELS_COMMAND
+from jupyter_exec.cli.mcp import MCP_COMMAND
+from jupyter_exec.cli.options import CommandParser
+from jupyter_exec.cli.replay import REPLAY_COMMAND
+from jupyter_exec.cli.run import DEMO_COMMAND, RUN_COMMAND
 from jupyter_exec.cli.signals import Stopped, stop_signals
 
 __all__ = ["build_parser", "main"]
@@ -62,38 +65,40 @@ rights: use them for code you trust.
 {EXIT_STATUS_HELP}"""
 
 
+COMMANDS = (
+    RUN_COMMAND,
+    DEMO_COMMAND,
+    REPLAY_COMMAND,
+    MCP_COMMAND,
+    E2B_COMMAND,
+    IMAGE_COMMAND,
+    KERNELS_COMMAND,
+    REAP_COMMAND,
+    CHECKPOINTS_COMMAND,
+    GATEWAY_COMMAND,
+)
+"""Every command, in the order ``jupyter-exec --help`` lists them."""
+
+
 def build_parser(
     prog: str = "jupyter-exec", commands: Sequence[str] | None = None
 ) -> argparse.ArgumentParser:
     """The whole command line (or only ``commands``), as argparse describes it."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=prog,
         description=(
             "Stateful code execution on Jupyter kernels; every session recorded as a notebook."
         ),
         epilog=EPILOG if commands is None else None,
-        formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (-vv for debug)"
     )
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    registry = {
-        "run": add_run_parser,
-        "demo": add_demo_parser,
-        "replay": add_replay_parser,
-        "mcp": add_mcp_parser,
-        "e2b": add_e2b_parser,
-        "image": add_image_parser,
-        "kernels": add_kernels_parser,
-        "reap": add_reap_parser,
-        "checkpoints": add_checkpoints_parser,
-        "gateway": add_gateway_parser,
-    }
-    for name, register in registry.items():
-        if commands is None or name in commands:
-            register(subparsers)
+    for command in COMMANDS:
+        if commands is None or command.name in commands:
+            command.register(subparsers)
     return parser
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jupyter_exec.boundary.trust import TRUST_CLI_FLAG, origin_words
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
-from jupyter_exec.cli.options import Subparsers, formatter
 
 if TYPE_CHECKING:
     from jupyter_exec.state.checkpoints import Checkpoint
 
-__all__ = ["add_checkpoints_parser", "sessions_in"]
+__all__ = ["CHECKPOINTS_COMMAND", "sessions_in"]
 
 PREFIX, SUFFIX = ".", "_checkpoints"
 """Around a session's name in its checkpoints folder (``naming.checkpoints_folder``)."""
@@ -52,29 +52,23 @@ state how-to.
 {EXIT_STATUS_HELP}"""
 
 
-def add_checkpoints_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "checkpoints",
-        help="list and check the durable checkpoints in a work dir",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=formatter,
-    )
+def _checkpoints_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``jupyter-exec checkpoints``: ``list`` and ``verify``."""
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
-    listing = actions.add_parser(
-        "list", help="the checkpoints of every session in WORK_DIR", formatter_class=formatter
-    )
-    listing.add_argument("work_dir", type=Path, metavar="WORK_DIR")
-    listing.add_argument("--session", help="only this session's checkpoints")
-    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    listing.set_defaults(func=cmd_list)
-    verify = actions.add_parser(
-        "verify",
-        help="check one checkpoint folder whole (manifest and every file's sha256)",
-        formatter_class=formatter,
-    )
-    verify.add_argument("path", type=Path, metavar="CHECKPOINT")
-    verify.set_defaults(func=cmd_verify)
+    LIST_COMMAND.register(actions)
+    VERIFY_COMMAND.register(actions)
+
+
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec checkpoints list``."""
+    parser.add_argument("work_dir", type=Path, metavar="WORK_DIR")
+    parser.add_argument("--session", help="only this session's checkpoints")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec checkpoints verify``."""
+    parser.add_argument("path", type=Path, metavar="CHECKPOINT")
 
 
 def sessions_in(work_dir: Path, only: str | None) -> list[str]:
@@ -159,3 +153,26 @@ def _size(size: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000  # type: ignore[assignment]
     return str(size)
+
+
+LIST_COMMAND = Command(
+    "list",
+    help="the checkpoints of every session in WORK_DIR",
+    arguments=_list_arguments,
+    run=cmd_list,
+)
+
+VERIFY_COMMAND = Command(
+    "verify",
+    help="check one checkpoint folder whole (manifest and every file's sha256)",
+    arguments=_verify_arguments,
+    run=cmd_verify,
+)
+
+CHECKPOINTS_COMMAND = Command(
+    "checkpoints",
+    help="list and check the durable checkpoints in a work dir",
+    description=DESCRIPTION,
+    epilog=EPILOG,
+    arguments=_checkpoints_arguments,
+)

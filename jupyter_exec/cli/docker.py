@@ -1,19 +1,18 @@
 """The Docker subcommands of ``jupyter-exec``: ``image build`` and ``reap``.
 
-Each ``add_*_parser(subparsers)`` registers one subcommand whose ``func`` takes the parsed
-arguments and returns an exit status; our errors (Docker not running, a failed build) reach
-the command line's one error table. ``python -m jupyter_exec.docker`` runs the same parser
-limited to these three.
+Each is a :class:`~jupyter_exec.cli.commands.Command` (``IMAGE_COMMAND``,
+``REAP_COMMAND``) whose ``run`` takes the parsed arguments and returns an exit status; our
+errors (Docker not running, a failed build) reach the command line's one error table.
+``python -m jupyter_exec.docker`` runs the same parser limited to these three.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from jupyter_exec.cli.options import Subparsers as _Subparsers
-from jupyter_exec.cli.options import formatter as _formatter
+from jupyter_exec.cli.commands import Command
 
-__all__ = ["DOCKER_COMMANDS", "add_image_parser", "add_reap_parser"]
+__all__ = ["DOCKER_COMMANDS", "IMAGE_COMMAND", "REAP_COMMAND"]
 
 DOCKER_COMMANDS = ("image", "kernels", "reap")
 
@@ -45,79 +44,60 @@ examples:
 """
 
 
-def add_image_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
-    """Register ``image build``."""
-    image: argparse.ArgumentParser = subparsers.add_parser(
-        "image",
-        help="build the Docker kernel image",
-        description="Manage the Docker kernel image.",
-        formatter_class=_formatter,
-    )
-    actions = image.add_subparsers(dest="image_command", metavar="COMMAND")
+def _image_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``jupyter-exec image``: ``build``."""
+    actions = parser.add_subparsers(dest="image_command", metavar="COMMAND")
     actions.required = True
-    build = actions.add_parser(
-        "build",
-        help="build the kernel image (streams the build log)",
-        description="Build the kernel image: ipykernel in a venv at /opt/kernel on BASE_IMAGE.",
-        epilog=IMAGE_EPILOG,
-        formatter_class=_formatter,
-    )
+    IMAGE_BUILD_COMMAND.register(actions)
+
+
+def _build_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec image build``."""
     from jupyter_exec.docker.image import DEFAULT_BASE_IMAGE
 
-    build.add_argument(
+    parser.add_argument(
         "--base-image",
         default=DEFAULT_BASE_IMAGE,
         metavar="IMAGE",
         help="image to build on; needs python3 with venv (default: %(default)s)",
     )
-    build.add_argument(
+    parser.add_argument(
         "--pip", nargs="+", action="extend", default=[], metavar="PKG", help="extra pip packages"
     )
-    build.add_argument("--requirements", metavar="FILE", help="a pip requirements file to install")
-    build.add_argument("--dockerfile", metavar="FILE", help="your Dockerfile, used as the base")
-    build.add_argument(
+    parser.add_argument("--requirements", metavar="FILE", help="a pip requirements file to install")
+    parser.add_argument("--dockerfile", metavar="FILE", help="your Dockerfile, used as the base")
+    parser.add_argument(
         "--no-data-stack",
         action="store_true",
         help="leave out numpy, pandas and matplotlib (a smaller image)",
     )
-    build.add_argument(
+    parser.add_argument(
         "--tag",
         default="",
         help="image tag (default: jupyter-exec/kernel:latest, or a content-hashed tag when "
         "--pip/--requirements/--dockerfile are given)",
     )
-    build.add_argument(
+    parser.add_argument(
         "--languages",
         default="",
         metavar="LIST",
         help="comma-separated kernels to add: r, bash, javascript, typescript (default tag "
         "then: jupyter-exec/kernel:languages for all four)",
     )
-    build.set_defaults(func=_image_build)
-    return image
 
 
-def add_reap_parser(subparsers: _Subparsers) -> argparse.ArgumentParser:
-    """Register ``reap``."""
-    reap: argparse.ArgumentParser = subparsers.add_parser(
-        "reap",
-        help="remove kernel containers left behind by dead processes",
-        description="Remove kernel containers whose owner process is gone.",
-        epilog=REAP_EPILOG,
-        formatter_class=_formatter,
-    )
-    reap.add_argument(
+def _reap_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec reap``."""
+    parser.add_argument(
         "--all", action="store_true", help="also remove containers kept for inspection"
     )
-    reap.add_argument(
+    parser.add_argument(
         "--other-hosts",
         action="store_true",
         help="also remove containers started from other host names (their owners can't be "
         "checked from here)",
     )
-    reap.add_argument("--dry-run", action="store_true", help="list, do not remove")
-    reap.set_defaults(func=_reap)
-    return reap
+    parser.add_argument("--dry-run", action="store_true", help="list, do not remove")
 
 
 def _image_build(args: argparse.Namespace) -> int:
@@ -161,3 +141,30 @@ def _reap(args: argparse.Namespace) -> int:
     if not result.removed:
         print("no orphaned kernel containers")
     return 0
+
+
+REAP_COMMAND = Command(
+    "reap",
+    help="remove kernel containers left behind by dead processes",
+    description="Remove kernel containers whose owner process is gone.",
+    epilog=REAP_EPILOG,
+    arguments=_reap_arguments,
+    run=_reap,
+)
+
+
+IMAGE_BUILD_COMMAND = Command(
+    "build",
+    help="build the kernel image (streams the build log)",
+    description="Build the kernel image: ipykernel in a venv at /opt/kernel on BASE_IMAGE.",
+    epilog=IMAGE_EPILOG,
+    arguments=_build_arguments,
+    run=_image_build,
+)
+
+IMAGE_COMMAND = Command(
+    "image",
+    help="build the Docker kernel image",
+    description="Manage the Docker kernel image.",
+    arguments=_image_arguments,
+)

@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     STATE_OPTIONS,
-    Subparsers,
     add_network_policy,
     add_session_options,
     add_zygote,
-    formatter,
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
@@ -33,7 +32,7 @@ from jupyter_exec.cli.signals import serve_until_stopped
 from jupyter_exec.e2b.limits import CODE_PORT, ENVD_PORT, MAX_SANDBOX_TIMEOUT, MAX_UPLOAD
 from jupyter_exec.exceptions import InvalidArgument
 
-__all__ = ["KEY_ENV", "add_e2b_parser", "api_key_from"]
+__all__ = ["E2B_COMMAND", "KEY_ENV", "api_key_from"]
 
 KEY_ENV = ("E2B_API_KEY", "JUPYTER_EXEC_API_KEY")
 """Where the server's API key is read from (never the command line: ``ps`` shows that)."""
@@ -158,17 +157,8 @@ def cmd_e2b(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_e2b_parser(subparsers: Subparsers) -> None:
-    """Register ``jupyter-exec e2b``."""
-    parser = subparsers.add_parser(
-        "e2b",
-        help="serve the E2B sandbox protocol (the e2b-code-interpreter SDK, unchanged)",
-        description="Run a server that speaks the E2B sandbox protocol, so code written for "
-        "the official e2b-code-interpreter SDK runs on local Jupyter kernels: sandboxes, "
-        "run_code with streaming and rich results, code contexts, files and commands.",
-        epilog=EPILOG,
-        formatter_class=formatter,
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec e2b``."""
     net = parser.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on "
                      "(default 127.0.0.1; another address needs an API key)")  # fmt: skip
@@ -217,4 +207,15 @@ def add_e2b_parser(subparsers: Subparsers) -> None:
     add_session_options(parser, STATE_OPTIONS, title="sandbox state")
     add_network_policy(parser)
     add_zygote(parser)
-    parser.set_defaults(func=cmd_e2b)
+
+
+E2B_COMMAND = Command(
+    "e2b",
+    help="serve the E2B sandbox protocol (the e2b-code-interpreter SDK, unchanged)",
+    description="Run a server that speaks the E2B sandbox protocol, so code written for "
+    "the official e2b-code-interpreter SDK runs on local Jupyter kernels: sandboxes, "
+    "run_code with streaming and rich results, code contexts, files and commands.",
+    epilog=EPILOG,
+    arguments=_arguments,
+    run=cmd_e2b,
+)

@@ -20,15 +20,16 @@ import time
 from typing import TYPE_CHECKING
 
 from jupyter_exec.boundary.replies import printable
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
-from jupyter_exec.cli.options import Subparsers, formatter, non_negative_int
+from jupyter_exec.cli.options import non_negative_int
 from jupyter_exec.exceptions import BackendError, InvalidArgument
 
 if TYPE_CHECKING:
     from jupyter_exec.cluster.gateway import GatewayProcess
     from jupyter_exec.cluster.hosts import SSHTarget
 
-__all__ = ["add_gateway_parser", "cmd_gateway"]
+__all__ = ["GATEWAY_COMMAND", "cmd_gateway"]
 
 EPILOG = f"""\
 examples:
@@ -80,20 +81,10 @@ def _users(text: str) -> list[str]:
     return [u.strip() for u in text.split(",") if u.strip()]
 
 
-def add_gateway_parser(subparsers: Subparsers) -> None:
-    """Register ``jupyter-exec gateway``."""
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec gateway``."""
     from jupyter_exec.cluster.gateway import SERVERS, TOKEN_ENV
 
-    parser = subparsers.add_parser(
-        "gateway",
-        help="run a kernel gateway that starts kernels on other hosts over SSH",
-        description="Check the hosts, then run a Jupyter Kernel Gateway (or Jupyter Server) "
-        "whose only kernel starts on those hosts over SSH (gateway_provisioners' "
-        "DistributedProvisioner, round-robin, our launcher). Clients connect with "
-        "Session(backend='remote', url=..., token=...). Needs jupyter-exec[cluster].",
-        epilog=EPILOG,
-        formatter_class=formatter,
-    )
     hosts = parser.add_argument_group("hosts")
     hosts.add_argument("--hosts", type=_hosts, required=True, metavar="H1,H2",
                        help="the hosts kernels run on (names or addresses)")  # fmt: skip
@@ -153,7 +144,7 @@ def add_gateway_parser(subparsers: Subparsers) -> None:
                        )  # fmt: skip
     files.add_argument("--force", action="store_true",
                        help="replace files in --out that this command did not write")  # fmt: skip
-    parser.set_defaults(func=cmd_gateway, token_env=TOKEN_ENV)
+    parser.set_defaults(token_env=TOKEN_ENV)
 
 
 def _write(args: argparse.Namespace) -> int:
@@ -348,3 +339,16 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         finally:
             gateway.stop()
     raise BackendError(f"the {args.server} exited by itself with status {status} (log above)")
+
+
+GATEWAY_COMMAND = Command(
+    "gateway",
+    help="run a kernel gateway that starts kernels on other hosts over SSH",
+    description="Check the hosts, then run a Jupyter Kernel Gateway (or Jupyter Server) "
+    "whose only kernel starts on those hosts over SSH (gateway_provisioners' "
+    "DistributedProvisioner, round-robin, our launcher). Clients connect with "
+    "Session(backend='remote', url=..., token=...). Needs jupyter-exec[cluster].",
+    epilog=EPILOG,
+    arguments=_arguments,
+    run=cmd_gateway,
+)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from jupyter_exec.cli.options import Subparsers, formatter
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.engine.language_records import LANGUAGE_RECORDS
 from jupyter_exec.engine.languages import (
     LANGUAGE_KERNELS,
@@ -43,7 +43,7 @@ from jupyter_exec.engine.languages import (
 from jupyter_exec.exceptions import InvalidArgument, MissingDependency
 
 __all__ = [
-    "add_kernels_parser",
+    "KERNELS_COMMAND",
     "install_docker_kernelspecs",
     "install_language",
     "kernel_locations",
@@ -69,30 +69,23 @@ jupyter_server_config.py, e.g. c.DockerProvisioner.memory = "4g"
 """
 
 
-def add_kernels_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
-    """Register ``kernels install [LANGUAGE...]`` and ``kernels list``."""
-    kernels: argparse.ArgumentParser = subparsers.add_parser(
-        "kernels",
-        help="install the kernels of R, Bash, JavaScript/TypeScript, or the Docker kernelspec",
-        description="Install and list kernels: each language's, and jupyter-exec's own.",
-        epilog=KERNELS_EPILOG,
-        formatter_class=formatter,
-    )
-    actions = kernels.add_subparsers(dest="kernels_command", metavar="COMMAND")
+def _kernels_arguments(parser: argparse.ArgumentParser) -> None:
+    """The actions of ``jupyter-exec kernels``: ``install [LANGUAGE...]`` and ``list``."""
+    actions = parser.add_subparsers(dest="kernels_command", metavar="COMMAND")
     actions.required = True
-    install = actions.add_parser(
-        "install",
-        help="install languages' kernels (or, with none named, the Docker kernelspec)",
-        epilog=KERNELS_EPILOG,
-        formatter_class=formatter,
-    )
-    install.add_argument(
+    INSTALL_COMMAND.register(actions)
+    LIST_COMMAND.register(actions)
+
+
+def _install_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec kernels install``."""
+    parser.add_argument(
         "languages",
         nargs="*",
         metavar="LANGUAGE",
         help=f"any of {', '.join(r.name for r in LANGUAGE_RECORDS.values() if not r.bundled)}",
     )
-    where = install.add_mutually_exclusive_group()
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument(
         "--sys-prefix",
@@ -100,12 +93,6 @@ def add_kernels_parser(subparsers: Subparsers) -> argparse.ArgumentParser:
         help=f"install into {sys.prefix} (this environment; the default for languages)",
     )
     where.add_argument("--prefix", metavar="PREFIX", help="install into PREFIX/share/jupyter")
-    install.set_defaults(func=_install)
-    listing = actions.add_parser(
-        "list", help="list each language's kernel and jupyter-exec's kernelspecs"
-    )
-    listing.set_defaults(func=_list)
-    return kernels
 
 
 def _install(args: argparse.Namespace) -> int:
@@ -351,3 +338,24 @@ def _list(args: argparse.Namespace) -> int:
         spec = json.loads((source / "kernel.json").read_text())
         print(f"{source.name}\t{spec.get('display_name', '')}\t{source}")
     return 0
+
+
+INSTALL_COMMAND = Command(
+    "install",
+    help="install languages' kernels (or, with none named, the Docker kernelspec)",
+    epilog=KERNELS_EPILOG,
+    arguments=_install_arguments,
+    run=_install,
+)
+
+LIST_COMMAND = Command(
+    "list", help="list each language's kernel and jupyter-exec's kernelspecs", run=_list
+)
+
+KERNELS_COMMAND = Command(
+    "kernels",
+    help="install the kernels of R, Bash, JavaScript/TypeScript, or the Docker kernelspec",
+    description="Install and list kernels: each language's, and jupyter-exec's own.",
+    epilog=KERNELS_EPILOG,
+    arguments=_kernels_arguments,
+)

@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.cli.exits import EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
     STATE_OPTIONS,
-    Subparsers,
     add_environment,
     add_network_policy,
     add_session_options,
     add_zygote,
     environment_from_args,
-    formatter,
     network_policy_from_args,
     non_negative_float,
     non_negative_int,
@@ -38,7 +37,7 @@ from jupyter_exec.mcp.ask import DEFAULT_ASK_TIMEOUT
 if TYPE_CHECKING:
     from jupyter_exec.network.policy import NetworkPolicy
 
-__all__ = ["add_mcp_parser"]
+__all__ = ["MCP_COMMAND"]
 
 DEFAULT_PORT = 8765
 
@@ -143,19 +142,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_mcp_parser(subparsers: Subparsers) -> None:
-    """Register ``jupyter-exec mcp``."""
-    parser = subparsers.add_parser(
-        "mcp",
-        help="serve stateful Jupyter sessions to AI agents over MCP (stdio or HTTP)",
-        description="Run an MCP server whose tools execute code in named, stateful Jupyter "
-        "sessions (created on first use), list/restart/interrupt/close them, fork a session "
-        "into new ones, undo cells, take and restore checkpoints, read a session's "
-        "notebook, and list and fetch the files in its work dir. Images come back as image "
-        "content; a call that fails is marked as an error (isError).",
-        epilog=EPILOG,
-        formatter_class=formatter,
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec mcp``."""
     http = parser.add_argument_group("transport")
     http.add_argument(
         "--transport",
@@ -256,4 +244,18 @@ def add_mcp_parser(subparsers: Subparsers) -> None:
         f"(default {DEFAULT_ASK_TIMEOUT:g})",
     )
     add_zygote(parser)
-    parser.set_defaults(func=cmd_mcp, exit_at_once=True)
+    parser.set_defaults(exit_at_once=True)  # main ends the process on a signal: see there
+
+
+MCP_COMMAND = Command(
+    "mcp",
+    help="serve stateful Jupyter sessions to AI agents over MCP (stdio or HTTP)",
+    description="Run an MCP server whose tools execute code in named, stateful Jupyter "
+    "sessions (created on first use), list/restart/interrupt/close them, fork a session "
+    "into new ones, undo cells, take and restore checkpoints, read a session's "
+    "notebook, and list and fetch the files in its work dir. Images come back as image "
+    "content; a call that fails is marked as an error (isError).",
+    epilog=EPILOG,
+    arguments=_arguments,
+    run=cmd_mcp,
+)

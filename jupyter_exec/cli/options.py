@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the environments module finds interpreters: loaded when a c
 
 __all__ = [
     "STATE_OPTIONS",
+    "CommandParser",
     "add_environment",
     "add_network_policy",
     "add_quiet",
@@ -55,6 +56,19 @@ Subparsers = Any  # argparse._SubParsersAction is private; its type is not worth
 def formatter(prog: str) -> argparse.HelpFormatter:
     """Help laid out as written: the epilogs' examples keep their columns."""
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of ``jupyter-exec``, and so of each of its commands and their actions.
+
+    argparse makes a command's parser of the class of the parser it hangs from, so the
+    layout chosen here (:func:`formatter`) reaches every command without each of them
+    naming it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", formatter)
+        super().__init__(*args, **kwargs)
 
 
 def non_negative_float(text: str) -> float:

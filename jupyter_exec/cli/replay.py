@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP
 from jupyter_exec.cli.options import (
-    Subparsers,
     add_environment,
     add_quiet,
     add_session_options,
-    formatter,
     non_negative_int,
     session_kwargs,
     with_environment,
@@ -28,7 +27,7 @@ from jupyter_exec.exceptions import InvalidArgument
 if TYPE_CHECKING:  # the replay itself (and its kernel) is loaded when the command runs
     from jupyter_exec.notebook.replay import ReplayReport
 
-__all__ = ["add_replay_parser"]
+__all__ = ["REPLAY_COMMAND"]
 
 SESSION_OPTIONS = (
     "work_dir",
@@ -80,18 +79,8 @@ notebook's own claim. The first line says where it runs and why.
 {EXIT_STATUS_HELP}"""
 
 
-def add_replay_parser(subparsers: Subparsers) -> None:
-    """Register ``jupyter-exec replay``."""
-    parser = subparsers.add_parser(
-        "replay",
-        help="re-run a notebook and report, cell by cell, whether it reproduced",
-        description="Re-execute a notebook's code cells in a fresh session and compare every "
-        "cell's outputs with the recorded ones: same / different (with a diff) / error now / "
-        "error before / skipped. Works on notebooks from jupyter-exec, JupyterLab, nbclient "
-        "and papermill (nbformat 4; v3 is upgraded).",
-        epilog=EPILOG,
-        formatter_class=formatter,
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec replay``."""
     parser.add_argument("notebook", nargs="?", help="the .ipynb to replay")
     parser.add_argument("--output", metavar="PATH", help="record the replay to this .ipynb")
     parser.add_argument(
@@ -171,7 +160,6 @@ def add_replay_parser(subparsers: Subparsers) -> None:
     )
     add_quiet(parser)
     add_environment(parser)
-    parser.set_defaults(func=cmd_replay)
 
 
 def _print_rules(out: TextIO) -> None:
@@ -266,3 +254,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"HTML report: {html_path}", file=sys.stderr)
     print(f"\n{report.summary()}\nreplayed notebook: {report.output}", file=sys.stderr)
     return EXIT_OK if report.reproduced else EXIT_FAILED
+
+
+REPLAY_COMMAND = Command(
+    "replay",
+    help="re-run a notebook and report, cell by cell, whether it reproduced",
+    description="Re-execute a notebook's code cells in a fresh session and compare every "
+    "cell's outputs with the recorded ones: same / different (with a diff) / error now / "
+    "error before / skipped. Works on notebooks from jupyter-exec, JupyterLab, nbclient "
+    "and papermill (nbformat 4; v3 is upgraded).",
+    epilog=EPILOG,
+    arguments=_arguments,
+    run=cmd_replay,
+)

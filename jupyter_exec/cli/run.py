@@ -20,16 +20,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 from jupyter_exec.agents.codeblocks import CodeBlock, cell_source, cells_from_file
 from jupyter_exec.boundary.naming import safe_name
 from jupyter_exec.boundary.trust import TRUST_CLI_FLAG
+from jupyter_exec.cli.commands import Command
 from jupyter_exec.cli.exits import EXIT_FAILED, EXIT_OK, EXIT_STATUS_HELP, EXIT_TIMEOUT, EXIT_USAGE
 from jupyter_exec.cli.options import (
-    Subparsers,
     add_environment,
     add_network_policy,
     add_quiet,
     add_session_options,
     backend_of,
     command_line_options,
-    formatter,
     network_policy_from_args,
     said_environment,
     session_kwargs,
@@ -43,7 +42,7 @@ if TYPE_CHECKING:  # the session and its kernel machinery load when a run starts
     from jupyter_exec.models import Execution
     from jupyter_exec.sync import Session
 
-__all__ = ["DEMO_CELLS", "add_demo_parser", "add_run_parser"]
+__all__ = ["DEMO_CELLS", "DEMO_COMMAND", "RUN_COMMAND"]
 
 RUN_EPILOG = f"""\
 examples:
@@ -306,18 +305,8 @@ def _session_groups(parser: argparse.ArgumentParser, work_dir_help: str) -> None
     add_network_policy(parser)
 
 
-def add_run_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="run a .py, .md or .ipynb file in one session",
-        description="Run a file's code in one stateful session, printing outputs as they stream "
-        "and the files each cell produced. A .py file is split into cells on '# %%' lines; "
-        "a .md file runs its fenced code blocks in order (shell blocks as %%bash cells); "
-        "a .ipynb file runs its code cells. Everything is recorded in a notebook. With "
-        "--resume, a recorded session carries on: its state rebuilt, its notebook extended.",
-        epilog=RUN_EPILOG,
-        formatter_class=formatter,
-    )
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec run``."""
     parser.add_argument(
         "file",
         nargs="?",
@@ -329,17 +318,33 @@ def add_run_parser(subparsers: Subparsers) -> None:
     _session_groups(parser, "kernel cwd and output folder (default: a new temporary dir)")
     add_restore(parser)
     add_resume(parser)
-    parser.set_defaults(func=cmd_run)
 
 
-def add_demo_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="run a short demo analysis (state across cells, a plot, a notebook)",
-        description="Fit a line to random data across several cells, plot it, save the plot, "
-        "and record everything as a notebook in ./jupyter-exec-demo (or --work-dir).",
-        epilog=DEMO_EPILOG,
-        formatter_class=formatter,
-    )
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``jupyter-exec demo``."""
     _session_groups(parser, "kernel cwd and output folder (default: ./jupyter-exec-demo)")
-    parser.set_defaults(func=cmd_demo)
+
+
+RUN_COMMAND = Command(
+    "run",
+    help="run a .py, .md or .ipynb file in one session",
+    description="Run a file's code in one stateful session, printing outputs as they stream "
+    "and the files each cell produced. A .py file is split into cells on '# %%' lines; "
+    "a .md file runs its fenced code blocks in order (shell blocks as %%bash cells); "
+    "a .ipynb file runs its code cells. Everything is recorded in a notebook. With "
+    "--resume, a recorded session carries on: its state rebuilt, its notebook extended.",
+    epilog=RUN_EPILOG,
+    arguments=_run_arguments,
+    run=cmd_run,
+)
+
+
+DEMO_COMMAND = Command(
+    "demo",
+    help="run a short demo analysis (state across cells, a plot, a notebook)",
+    description="Fit a line to random data across several cells, plot it, save the plot, "
+    "and record everything as a notebook in ./jupyter-exec-demo (or --work-dir).",
+    epilog=DEMO_EPILOG,
+    arguments=_demo_arguments,
+    run=cmd_demo,
+)

@@ -136,6 +136,30 @@ _DENO_DOCKER = DockerKernel(
 )
 
 
+def _deno_language(
+    name: str, title: str, suffix: str, short: str, aliases: frozenset[str]
+) -> Language:
+    """JavaScript or TypeScript: one Deno kernel runs both, so they differ only in what
+    they are called and their files' suffix; the kernel's side is declared once here."""
+    return Language(
+        name=name,
+        tag=name,
+        aliases=aliases,
+        title=title,
+        kernel_title="Deno",
+        kernel="deno",
+        spec_language="typescript",
+        suffix=suffix,
+        env=DENO_ENV,
+        install_hint=f"jupyter-exec kernels install {name}",
+        other_names=(short,),
+        docker=_DENO_DOCKER,
+        kernel_env=(("NO_COLOR", "1"),),
+        late_outputs=True,
+        agent_kernel=True,
+    )
+
+
 def _records(*records: Language) -> dict[str, Language]:
     return {record.name: record for record in records}
 
@@ -201,39 +225,15 @@ LANGUAGE_RECORDS: dict[str, Language] = _records(
         script=Script(".sh", "bash"),
         ipython_magic="%%bash",
     ),
-    Language(
-        name="javascript",
-        tag="javascript",
-        aliases=frozenset({"javascript", "js", "node", "nodejs", "mjs"}),
-        title="JavaScript",
-        kernel_title="Deno",
-        kernel="deno",
-        spec_language="typescript",
-        suffix=".js",
-        env=DENO_ENV,
-        install_hint="jupyter-exec kernels install javascript",
-        other_names=("js",),
-        docker=_DENO_DOCKER,
-        kernel_env=(("NO_COLOR", "1"),),
-        late_outputs=True,
-        agent_kernel=True,
+    _deno_language(
+        "javascript",
+        "JavaScript",
+        ".js",
+        "js",
+        frozenset({"javascript", "js", "node", "nodejs", "mjs"}),
     ),
-    Language(
-        name="typescript",
-        tag="typescript",
-        aliases=frozenset({"typescript", "ts", "deno", "tsx"}),
-        title="TypeScript",
-        kernel_title="Deno",
-        kernel="deno",
-        spec_language="typescript",
-        suffix=".ts",
-        env=DENO_ENV,
-        install_hint="jupyter-exec kernels install typescript",
-        other_names=("ts",),
-        docker=_DENO_DOCKER,
-        kernel_env=(("NO_COLOR", "1"),),
-        late_outputs=True,
-        agent_kernel=True,
+    _deno_language(
+        "typescript", "TypeScript", ".ts", "ts", frozenset({"typescript", "ts", "deno", "tsx"})
     ),
     Language(
         name="java",

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from jupyter_exec.exceptions import MissingDependency
 
-__all__ = ["MissingDependency", "optional_base", "require"]
+__all__ = ["MissingDependency", "adapter_options", "optional_base", "require"]
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:
@@ -59,3 +60,14 @@ def optional_base(module: str, name: str, extra: str, what: str) -> type:
         return _Missing
     base: type = getattr(importlib.import_module(module), name)
     return base
+
+
+def adapter_options(
+    found: Mapping[str, Any], given: Mapping[str, Any], timeout: float | None
+) -> dict[str, Any]:
+    """The keyword arguments of an adapter's session, the same for every adapter: what its
+    environment says (``found``: interpreter, backend, image, network), the caller's own
+    session options over that, and the adapter's ``timeout`` unless the caller gave one."""
+    options = {**found, **given}
+    options.setdefault("timeout", timeout)
+    return options

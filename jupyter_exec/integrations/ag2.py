@@ -40,7 +40,7 @@ from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.exceptions import InvalidArgument, WorkDirNotFound
-from jupyter_exec.integrations import require
+from jupyter_exec.integrations import adapter_options, require
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.sync import Session
 
@@ -252,13 +252,12 @@ class SessionCodeExecutor(contextlib.AbstractContextManager["SessionCodeExecutor
     def session(self) -> Session:
         """The executor's session, started on first use."""
         if self._session is None:
-            options: dict[str, Any] = (
+            found = (
                 {"kernel_name": self.kernel_name}
                 if self.environment is None
                 else self.environment.session_options()
             )
-            options.update(self._session_options)
-            options.setdefault("timeout", self.timeout)
+            options = adapter_options(found, self._session_options, self.timeout)
             self._session = Session(self._work_dir, **options)
         return self._session
 

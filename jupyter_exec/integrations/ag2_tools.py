@@ -34,7 +34,7 @@ from jupyter_exec.agents.agent import run_block
 from jupyter_exec.agents.codeblocks import CodeBlock
 from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.engine.environments import Environment, parse_environment
-from jupyter_exec.integrations import require
+from jupyter_exec.integrations import adapter_options, require
 from jupyter_exec.network import NetworkPolicy
 from jupyter_exec.session.session import AsyncSession
 
@@ -99,9 +99,11 @@ class JupyterCodeEnvironment:
         """The environment's session, started on first use."""
         async with self._starting:
             if self._session is None:
-                options = await self.environment.async_session_options()
-                options.update(self._session_options)
-                options.setdefault("timeout", self.timeout)
+                options = adapter_options(
+                    await self.environment.async_session_options(),
+                    self._session_options,
+                    self.timeout,
+                )
                 session = AsyncSession(self._work_dir, **options)
                 await session.start()
                 self._session = session

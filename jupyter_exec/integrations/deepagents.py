@@ -44,7 +44,7 @@ from typing import Any
 from jupyter_exec.agents.agent import run_command
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.engine.loop_thread import run_blocking
-from jupyter_exec.integrations import optional_base, require
+from jupyter_exec.integrations import adapter_options, optional_base, require
 from jupyter_exec.models import ScriptResult
 from jupyter_exec.sync import Session
 
@@ -128,9 +128,9 @@ class JupyterSandbox(_sandbox_base()):  # type: ignore[misc]
         **session_options: Any,
     ) -> None:
         super().__init__()
-        options = parse_environment(environment).session_options()
-        options.update(session_options)
-        options.setdefault("timeout", timeout)
+        options = adapter_options(
+            parse_environment(environment).session_options(), session_options, timeout
+        )
         self.timeout = timeout
         self.session: Session = Session(work_dir, **options)
 

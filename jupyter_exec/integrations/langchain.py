@@ -47,7 +47,7 @@ from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS
 from jupyter_exec.boundary.naming import safe_name
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.engine.loop_thread import LOOP_THREAD, run_blocking
-from jupyter_exec.integrations import require
+from jupyter_exec.integrations import adapter_options, require
 from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["DEFAULT_DESCRIPTION", "JupyterSessions", "python_tool"]
@@ -117,9 +117,11 @@ class JupyterSessions(contextlib.AbstractContextManager["JupyterSessions"]):
         async with self._starting:
             session = self._sessions.get(key)
             if session is None or session.closed:
-                options = await self.environment.async_session_options()
-                options.update(self._session_options)
-                options.setdefault("timeout", self.timeout)
+                options = adapter_options(
+                    await self.environment.async_session_options(),
+                    self._session_options,
+                    self.timeout,
+                )
                 work_dir = self._work_dir
                 if work_dir is not None and self.per_thread:
                     work_dir = work_dir / (SHARED_FOLDER if key is None else _thread_folder(key))

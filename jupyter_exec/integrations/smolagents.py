@@ -43,7 +43,7 @@ from jupyter_exec.agents.llm import DEFAULT_LLM_CHARS, render
 from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.exceptions import BackendError
-from jupyter_exec.integrations import optional_base, require
+from jupyter_exec.integrations import adapter_options, optional_base, require
 from jupyter_exec.models import Execution
 from jupyter_exec.sync import Session
 
@@ -135,9 +135,9 @@ class JupyterExecutor(_remote_executor_base()):  # type: ignore[misc]
         self.max_output_chars = max_output_chars
         self.last_images: list[Any] = []
         """Images the last action showed or wrote, as ``PIL.Image`` (see :meth:`show_images`)."""
-        options = parse_environment(environment).session_options()
-        options.update(session_options)
-        options.setdefault("timeout", timeout)
+        options = adapter_options(
+            parse_environment(environment).session_options(), session_options, timeout
+        )
         self.session: Session = Session(work_dir, **options)
         self.installed_packages = self.install_packages(self.additional_imports)
 

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from jupyter_exec.network.policy import Decision
 from jupyter_exec.network.rules import normalise_host
 from jupyter_exec.network.wire import (
-    CHUNK,
     BadRequest,
     Head,
     check_host,
+    connect_first,
     host_header,
     pipe,
     printable,
@@ -49,7 +49,6 @@ HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
 
 Record = Callable[[Decision, bool], None]
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 async def intercept(
@@ -68,7 +67,9 @@ async def intercept(
     """Serve one ``CONNECT host:port`` the policy allowed, for a host with secret ``headers``."""
     shown = f"{host}:{port}"
     try:
-        opened = await _open(addresses, host, port, upstream)
+        opened = await connect_first(
+            addresses, port, CONNECT_TIMEOUT, tls=upstream, server_hostname=host
+        )
     except ssl.SSLCertVerificationError as exc:
         why = f"the certificate of {shown} is not valid ({exc.verify_message})"
         await _fail(writer, record, why)
@@ -156,31 +157,6 @@ def _name(text: str) -> str:
 async def _fail(writer: asyncio.StreamWriter, record: Record, why: str) -> None:
     record(Decision(False, why), False)
     await refuse(writer, 502, why, f"refused by the session's network proxy: {why}")
-
-
-async def _open(
-    addresses: list[str], host: str, port: int, context: ssl.SSLContext
-) -> Streams | None:
-    """TLS to the first address that answers; a certificate or TLS error is raised at once
-    (the next address of the same name would most likely present the same certificate)."""
-    for address in addresses:
-        try:
-            return await asyncio.wait_for(
-                asyncio.open_connection(
-                    address,
-                    port,
-                    ssl=context,
-                    server_hostname=host,
-                    ssl_handshake_timeout=CONNECT_TIMEOUT,
-                    limit=CHUNK,
-                ),
-                2 * CONNECT_TIMEOUT,
-            )
-        except ssl.SSLError:
-            raise
-        except (OSError, asyncio.TimeoutError):
-            continue
-    return None
 
 
 async def _accept_tls(

@@ -59,10 +59,10 @@ from jupyter_exec.network.policy import (
 from jupyter_exec.network.redact import redact, secret_needles
 from jupyter_exec.network.rules import normalise_host
 from jupyter_exec.network.wire import (
-    CHUNK,
     BadRequest,
     Head,
     check_host,
+    connect_first,
     host_header,
     pipe,
     printable,
@@ -442,7 +442,7 @@ class NetworkProxy:
                 record=lambda d, added: self._record(host, port, d, added),
             )
             return
-        upstream = await self._open(addresses, port)
+        upstream = await connect_first(addresses, port, CONNECT_TIMEOUT)
         if upstream is None:
             shown = f"{printable(host)}:{port}"
             decision = Decision(True, f"{decision.reason}; could not connect")
@@ -501,18 +501,6 @@ class NetworkProxy:
             f"({self.policy.describe()}): {decision.reason}"
         )
         await refuse(writer, 403, message, message)
-
-    async def _open(
-        self, addresses: list[str], port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        for address in addresses:
-            try:
-                return await asyncio.wait_for(
-                    asyncio.open_connection(address, port, limit=CHUNK), CONNECT_TIMEOUT
-                )
-            except (OSError, asyncio.TimeoutError):
-                continue
-        return None
 
 
 def _authority(target: str) -> tuple[str, int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ __all__ = [
     "BadRequest",
     "Head",
     "check_host",
+    "connect_first",
     "host_header",
     "pipe",
     "printable",
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 CHUNK = 65536
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 MAX_HEAD = 64 * 1024
 """The longest request head, all lines together (a longer one is a ``431``)."""
 MAX_LINES = 200
@@ -256,3 +259,39 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
         with contextlib.suppress(OSError, RuntimeError):
             if writer.can_write_eof():
                 writer.write_eof()
+
+
+async def connect_first(
+    addresses: Iterable[str],
+    port: int,
+    timeout: float,
+    *,
+    tls: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+) -> Streams | None:
+    """A connection to the first of ``addresses`` (one name's checked addresses, connected
+    to as checked) that answers within ``timeout``; None when none does.
+
+    With ``tls`` it speaks TLS to ``server_hostname``, the handshake getting ``timeout`` of
+    its own; a TLS error (an invalid certificate) is raised at once rather than tried on the
+    next address, which would most likely present the same certificate.
+    """
+    handshake = {} if tls is None else {"ssl_handshake_timeout": timeout}
+    for address in addresses:
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(
+                    address,
+                    port,
+                    ssl=tls,
+                    server_hostname=server_hostname,
+                    limit=CHUNK,
+                    **handshake,
+                ),
+                timeout if tls is None else 2 * timeout,
+            )
+        except ssl.SSLError:
+            raise
+        except (OSError, asyncio.TimeoutError):
+            continue
+    return None
