@@ -222,7 +222,8 @@ async def _load(session: AsyncSession, kernel: KernelHandle) -> StateRecovery:
         try:
             if not await state.setup_generations(session, kernel):
                 raise CheckpointError(generations.unavailable or "the per-cell state is off")
-            skipped = (await generations.load(session, kernel, made)).skipped
+            loaded = await generations.load(session, kernel, made, own_folder=True)
+            skipped = loaded.skipped
         except (CheckpointError, KernelNotAliveError) as exc:
             log.warning("session %s: saved state not loaded on wake: %s", session.name, exc)
             refused = f" (generation {made.number} refused: {exc})"
