@@ -484,8 +484,9 @@ class Generations:
         no Docker or remote kernel could work there meanwhile). A local kernel's generation
         loaded into a local kernel then has its chunks checked against their xxh3-128 names,
         which the signed manifest binds as it binds their sha256: the only writers were the
-        host's own kernels, and the check finds a chunk changed or swapped by anything else
-        (a disk, a person) as the sha256 would. Anything else: the sha256 of every chunk."""
+        host's own kernels (which run as the host's user already), so no one who could craft
+        an xxh3 collision wrote there, and any other change or swap of a chunk is found as
+        the sha256 would find it. Anything else: the sha256 of every chunk."""
         checkpoint_trust.check_outside([session.work_dir])
         where = f"generation {made.number} of session {made.session!r}"
         checkpoint_trust.check_origin(
