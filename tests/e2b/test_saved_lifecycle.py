@@ -10,28 +10,35 @@ import pytest
 from jupyter_exec.e2b.saved import SavedSandbox, _checked
 from jupyter_exec.manager.saved import BadEntry
 
-OLD = {
-    "id": "sbx-0123456789abcdef",
+KEY = "sbx-0123456789abcdef"
+OLD: dict[str, Any] = {
+    "id": KEY,
     "template": "code-interpreter-v1",
     "metadata": {"job": "x"},
     "started": 1.0,
     "end": None,
-    "notebook": "sbx-0123456789abcdef",
+    "notebook": KEY,
     "salt": "0" * 32,
 }
-NEW = {**OLD, "on_timeout": "pause", "pause_memory": True, "auto_resume": False, "paused": True}
+NEW: dict[str, Any] = {
+    **OLD,
+    "on_timeout": "pause",
+    "pause_memory": True,
+    "auto_resume": False,
+    "paused": True,
+}
 
 
 def test_the_lifecycle_and_the_paused_flag_come_back() -> None:
-    saved = _checked(OLD["id"], dict(NEW))
+    saved = _checked(KEY, dict(NEW))
     assert (saved.on_timeout, saved.pause_memory, saved.auto_resume, saved.paused) == (
         "pause", True, False, True,
     )  # fmt: skip
 
 
 def test_an_entry_from_before_the_lifecycle_was_kept_loads_as_it_was() -> None:
-    saved = _checked(OLD["id"], dict(OLD))
-    assert saved == SavedSandbox(**OLD)  # type: ignore[arg-type]
+    saved = _checked(KEY, dict(OLD))
+    assert saved == SavedSandbox(**OLD)
     assert (saved.on_timeout, saved.auto_resume, saved.paused) == ("kill", None, False)
 
 
@@ -47,4 +54,4 @@ def test_an_entry_from_before_the_lifecycle_was_kept_loads_as_it_was() -> None:
 )
 def test_a_bad_lifecycle_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(BadEntry):
-        _checked(OLD["id"], {**NEW, **bad})
+        _checked(KEY, {**NEW, **bad})
