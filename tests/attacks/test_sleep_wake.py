@@ -79,13 +79,11 @@ async def test_the_signed_generation_rewritten_while_awake_is_refused_on_wake(
 
 
 class _Touch:
-    """Unpickled, runs ``touch <path>``."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    """Unpickled in a kernel working in ``<tmp>/work``, runs ``touch <tmp>/pwned`` (a short
+    pickle: it fits in the array's pickle-stream chunk)."""
 
     def __reduce__(self) -> tuple[object, tuple[str]]:
-        return (os.system, (f"touch {self.path}",))
+        return (os.system, ("touch ../pwned",))
 
 
 async def test_a_chunk_swapped_while_asleep_is_refused_on_wake(tmp_path: Path) -> None:
@@ -100,7 +98,7 @@ async def test_a_chunk_swapped_while_asleep_is_refused_on_wake(tmp_path: Path) -
         made = session._state.durable.generations.newest()
         assert made is not None
         [first, *_] = read_manifest(work, made, 0)["names"]["big"]["chunks"]
-        payload = pickle.dumps(_Touch(pwned))
+        payload = pickle.dumps(_Touch())
         assert len(payload) <= first[2]
         chunk = work / state_folder("swapped") / "objects" / first[0]
         chunk.unlink()
