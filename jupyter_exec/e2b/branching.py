@@ -42,7 +42,7 @@ from jupyter_exec.manager import AsyncSessionManager
 from jupyter_exec.network.shared import shared
 from jupyter_exec.state.api import refuse_other_languages
 from jupyter_exec.state.branching import running_kernel
-from jupyter_exec.state.forking import fork_kernel
+from jupyter_exec.state.forking import request_fork
 from jupyter_exec.state.kernel_calls import ask
 
 if TYPE_CHECKING:
@@ -224,7 +224,8 @@ class Branching:
     ) -> list[Sandbox | BaseException]:
         """``count`` new sandboxes from ``sandbox``'s files and default context's state; each
         a sandbox or why it could not start. A local sandbox's kernel is forked (copy-on-write:
-        :func:`~jupyter_exec.state.forking.fork_kernel`); a Docker one's state is captured
+        :func:`~jupyter_exec.state.forking.fork_kernel`, the ``count`` children started at
+        once); a Docker one's state is captured
         once and loaded into each fork's own container."""
         if self._backend() == "local":
             return await self._fork_live(sandbox, count, **fields)
@@ -255,19 +256,19 @@ class Branching:
         await session.wake()
         refuse_other_languages(session, "fork()")
         seed = LiveSeed(sandbox, session)
-        made: list[Sandbox | BaseException] = []
         async with sandbox.lock:
-            for _ in range(count):  # one at a time: each fork asks the parent's kernel
-                try:
-                    made.append(
-                        await self.create(template=sandbox.template,
-                                          metadata=dict(sandbox.metadata),
-                                          envs=dict(sandbox.envs), seed=seed, **fields)
-                    )  # fmt: skip
-                except Exception as exc:
-                    made.append(exc)
+            # At once: each fork holds the parent's kernel only for its fork request
+            # (start_fork); copying the files and starting the child overlap the others'.
+            made = await asyncio.gather(
+                *(
+                    self.create(template=sandbox.template, metadata=dict(sandbox.metadata),
+                                envs=dict(sandbox.envs), seed=seed, **fields)
+                    for _ in range(count)
+                ),
+                return_exceptions=True,
+            )  # fmt: skip
         log.info("sandbox %s forked %d times (copy-on-write)", sandbox.id, count)
-        return made
+        return list(made)
 
     def _backend(self) -> str:
         raise NotImplementedError
@@ -282,9 +283,10 @@ class Branching:
         await asyncio.to_thread(copy_tree, held.fd, root, skip, 0o755)
 
         async def start() -> AsyncSession:
-            async with parent.kernel_slot.locked():
+            async with parent.kernel_slot.locked():  # the fork request alone
                 kernel = await running_kernel(parent, "fork")
-                handle = await fork_kernel(kernel, cwd=root)
+                forked = await request_fork(kernel, cwd=root)
+            handle = await forked.adopt()
             handle.stream_guard = kernel.stream_guard
             handle.network = shared(kernel.network)
             options = parent.options.replace(

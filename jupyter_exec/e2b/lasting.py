@@ -3,9 +3,10 @@
 Loading the sandboxes of the root from before a restart (no kernel started),
 giving a new sandbox a token derived from the host key and a salt (so it opens
 the sandbox again after a restart; :mod:`jupyter_exec.e2b.saved`), keeping its
-entry up to date, and resuming its default context's notebook on first use (the
-manager's :class:`~jupyter_exec.manager.dormant.DormantSessions`, shared with the REST
-and MCP servers: a sandbox's default context is dormant until then).
+entry up to date (its lifecycle and whether it is paused included), and resuming
+its default context's notebook on first use (the manager's
+:class:`~jupyter_exec.manager.dormant.DormantSessions`, shared with the REST and MCP
+servers: a sandbox's default context is dormant until then).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Lasting:
     saved: SandboxRegistry | None
     dormant: DormantSessions[tuple[Sandbox, Path]] | None = None
     """Default contexts from before a restart, by session name: their sandbox and notebook."""
+    _notebooks: dict[str, str]
+    """Sandbox id -> its default context's notebook stem, as last saved."""
 
     # Provided by Sandboxes.
     def _new(self, sandbox_id: str, token: str | None, **fields: Any) -> Sandbox:
@@ -65,7 +68,10 @@ class Lasting:
             sandbox = self._new(
                 saved.id, token, template=saved.template, metadata=saved.metadata,
                 started=saved.started, end=saved.end, salt=saved.salt,
+                on_timeout=saved.on_timeout, pause_memory=saved.pause_memory,
+                auto_resume=saved.auto_resume, paused=saved.paused,
             )  # fmt: skip
+            self._notebooks[saved.id] = saved.notebook
             notebook = self.manager.root / saved.id / f"{saved.notebook}.ipynb"
             dormant[saved.id] = (sandbox, notebook)  # its default context's session
             log.info("sandbox %s: back from before the restart", saved.id)
@@ -88,16 +94,22 @@ class Lasting:
 
     def _remember(self, sandbox: Sandbox) -> None:
         """Keep (or update) the sandbox's entry; only one whose token is derived."""
-        if self.saved is None or sandbox.salt is None or sandbox.id not in self.manager:
+        if self.saved is None or sandbox.salt is None:
             return
-        notebook = self.manager.get(sandbox.id).notebook_path
+        if sandbox.id in self.manager:
+            path = self.manager.get(sandbox.id).notebook_path
+            if path is not None:
+                self._notebooks[sandbox.id] = path.stem
+        notebook = self._notebooks.get(sandbox.id)  # (its context closed: a pause without memory)
         if notebook is None:
             return
         self.saved.save(
             SavedSandbox(
                 id=sandbox.id, template=sandbox.template, metadata=dict(sandbox.metadata),
-                started=sandbox.started, end=sandbox.end, notebook=notebook.stem,
-                salt=sandbox.salt,
+                started=sandbox.started, end=sandbox.end, notebook=notebook,
+                salt=sandbox.salt, on_timeout=sandbox.on_timeout,
+                pause_memory=sandbox.pause_memory, auto_resume=sandbox.auto_resume,
+                paused=sandbox.paused,
             )
         )  # fmt: skip
 

@@ -222,6 +222,7 @@ class Sandboxes(Lasting, Branching):
         """The longest life a client may give a sandbox (the API refuses more)."""
         self._sandboxes: dict[str, Sandbox] = {}
         self.saved: SandboxRegistry | None = None
+        self._notebooks: dict[str, str] = {}
         self._stopping = False
         self._snapshot_locks: dict[str, asyncio.Lock] = {}
 
@@ -327,6 +328,7 @@ class Sandboxes(Lasting, Branching):
     async def kill(self, sandbox_id: str) -> None:
         """Stop the sandbox's kernels; its files and notebooks stay in its work dir."""
         sandbox = self._sandboxes.pop(sandbox_id, None)
+        self._notebooks.pop(sandbox_id, None)
         if sandbox is None:
             raise SessionNotFound(f"sandbox {sandbox_id!r} was not found")
         names = [c.session_name for c in sandbox.contexts.values()]
@@ -372,6 +374,7 @@ class Sandboxes(Lasting, Branching):
                     "kept either way: pause without memory to stop every kernel)"
                 )
             sandbox.paused, sandbox.end = True, None  # a paused sandbox lasts until killed
+            self._remember(sandbox)  # paused after a restart too
         log.info("sandbox %s paused (memory: %s)", sandbox.id, memory)
 
     def resume(self, sandbox: Sandbox, seconds: float | None) -> None:
@@ -383,8 +386,9 @@ class Sandboxes(Lasting, Branching):
         if seconds is None:
             default = self.default_timeout
             sandbox.end = time.time() + default if 0 < default < math.inf else None
+            self._remember(sandbox)
         else:
-            self.set_timeout(sandbox, seconds)
+            self.set_timeout(sandbox, seconds)  # (remembered there)
         log.info("sandbox %s resumed", sandbox.id)
 
     async def _close(self, name: str, *, now: bool = False) -> None:

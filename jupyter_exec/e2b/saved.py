@@ -12,6 +12,11 @@ never inside one::
     id, template, metadata, started, end      as the API describes the sandbox
     notebook                                   its default context's notebook (a stem)
     salt                                       random; NOT the token
+    on_timeout, pause_memory, auto_resume      its lifecycle, as it was created with
+    paused                                     paused (it stays so, and resumes as before)
+
+An entry from before the lifecycle was kept (without the last four) comes back as a
+sandbox that is killed on its timeout and is not paused, as that server would have it.
 
 **The access token is never stored.** It is derived: HMAC-SHA256 of the
 sandbox's id and salt under a key derived from the host's key
@@ -61,6 +66,14 @@ class SavedSandbox:
     end: float | None
     notebook: str
     salt: str
+    on_timeout: str = "kill"
+    pause_memory: bool = True
+    auto_resume: bool | None = None
+    paused: bool = False
+
+
+_FIELDS = {"id", "template", "metadata", "started", "end", "notebook", "salt"}
+_LIFECYCLE = {"on_timeout", "pause_memory", "auto_resume", "paused"}
 
 
 class SandboxRegistry:
@@ -92,7 +105,16 @@ class SandboxRegistry:
 
 def _checked(key: str, entry: dict[str, Any]) -> SavedSandbox:
     """An entry as this server writes one, or :class:`BadEntry`."""
-    same_fields(entry, {"id", "template", "metadata", "started", "end", "notebook", "salt"})
+    if set(entry) == _FIELDS:  # written before the lifecycle was kept
+        entry = {**entry, "on_timeout": "kill", "pause_memory": True, "auto_resume": None,
+                 "paused": False}  # fmt: skip
+    same_fields(entry, _FIELDS | _LIFECYCLE)
+    if entry["on_timeout"] not in ("kill", "pause"):
+        raise BadEntry("bad on_timeout")
+    if not isinstance(entry["pause_memory"], bool) or not isinstance(entry["paused"], bool):
+        raise BadEntry("bad lifecycle")
+    if entry["auto_resume"] is not None and not isinstance(entry["auto_resume"], bool):
+        raise BadEntry("bad auto_resume")
     if entry["id"] != key:
         raise BadEntry("its id is not its file's name")
     template, metadata, notebook, salt = (
@@ -131,4 +153,8 @@ def _checked(key: str, entry: dict[str, Any]) -> SavedSandbox:
         end=None if end is None else float(end),
         notebook=notebook,
         salt=salt,
+        on_timeout=entry["on_timeout"],
+        pause_memory=entry["pause_memory"],
+        auto_resume=entry["auto_resume"],
+        paused=entry["paused"],
     )

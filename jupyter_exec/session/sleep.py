@@ -11,7 +11,8 @@ local kernel's process is gone, a Docker session's container too::
                       the saved state does not hold (name ─► why)
     next call         execute, run_script, restart, fork, undo, checkpoint, restore
                       ─► a new kernel on the same options (kernelspec, backend,
-                      work dir) ─► the newest generation this session signed loaded
+                      work dir; meanwhile the OS reads its chunk files ahead)
+                      ─► the newest generation this session signed loaded
                       (never one read back from the folder: a file the kernel
                       planted there is not a signature) ─► the recorded cells after
                       it run again ─► the call goes on
@@ -27,6 +28,7 @@ refused with :class:`~jupyter_exec.CheckpointError` saying why, and keep running
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -40,7 +42,7 @@ from jupyter_exec.models import StateRecovery
 from jupyter_exec.session.launch import launch_kernel
 from jupyter_exec.state.generations import read_manifest, state_folder
 from jupyter_exec.state.kernel_calls import user_names
-from jupyter_exec.state.reload import later_cells, rerun, rerun_words
+from jupyter_exec.state.reload import later_cells, read_ahead, rerun, rerun_words
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -156,6 +158,22 @@ async def put_to_sleep(session: AsyncSession, kernel: KernelHandle) -> SleepReco
 async def wake_up(session: AsyncSession) -> StateRecovery:
     """A new kernel for the sleeping ``session``, its saved state loaded (the caller holds
     the session's lock); what came back, for the next Execution."""
+    generations = session._state.durable.generations
+    made = generations.newest()
+    ahead = None  # the chunks read into the page cache while the kernel starts
+    if made is not None:
+        ahead = asyncio.create_task(
+            asyncio.to_thread(read_ahead, session.work_dir, made, generations.budget)
+        )
+    try:
+        return await _woken(session)
+    finally:
+        if ahead is not None:
+            with contextlib.suppress(Exception):
+                await ahead
+
+
+async def _woken(session: AsyncSession) -> StateRecovery:
     kernel = await launch_kernel(session.options, session.work_dir)
     if session.closed:  # closed while the kernel started: that close won
         await kernel.shutdown(now=True)
@@ -204,7 +222,8 @@ async def _load(session: AsyncSession, kernel: KernelHandle) -> StateRecovery:
         try:
             if not await state.setup_generations(session, kernel):
                 raise CheckpointError(generations.unavailable or "the per-cell state is off")
-            skipped = (await generations.load(session, kernel, made)).skipped
+            loaded = await generations.load(session, kernel, made, own_folder=True)
+            skipped = loaded.skipped
         except (CheckpointError, KernelNotAliveError) as exc:
             log.warning("session %s: saved state not loaded on wake: %s", session.name, exc)
             refused = f" (generation {made.number} refused: {exc})"

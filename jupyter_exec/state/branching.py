@@ -3,11 +3,14 @@
 Each fork is a started session of the parent's class around a copy-on-write
 fork of its kernel (:func:`jupyter_exec.state.forking.fork_kernel`): the same work
 dir, its own notebook that starts with the parent's cells and says where it
-branched, and its own files folder. The parent goes on unchanged.
+branched, and its own files folder. The parent goes on unchanged. The parent's
+kernel forks the ``n`` children one after another; they start (connect, answer)
+at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import logging
@@ -24,7 +27,7 @@ from jupyter_exec.engine.provisioning import kernel_process
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError
 from jupyter_exec.network.shared import shared
 from jupyter_exec.state.checkpoints import checkpoints_folder
-from jupyter_exec.state.forking import fork_kernel, in_docker
+from jupyter_exec.state.forking import ForkedProcess, in_docker, request_fork
 from jupyter_exec.state.generations import state_folder
 
 if TYPE_CHECKING:
@@ -72,13 +75,20 @@ async def fork_session(session: S, n: int, name: str | None) -> list[S]:
                 ", ".join(writing),
             )
         children: list[S] = []
+        forked: list[ForkedProcess] = []
         try:
-            for child_name in names:
-                handle = await fork_kernel(kernel, cwd=work_dir)
+            for _ in names:  # the parent forks them one after another...
+                forked.append(await request_fork(kernel, cwd=work_dir))
+            pending, forked = forked, []  # adopt_kernel ends a child it fails to drive
+            handles = await _adopt_all(pending)  # ...and they start at once
+            for child_name, handle in zip(names, handles, strict=True):
                 handle.stream_guard = kernel.stream_guard
                 handle.network = shared(kernel.network)  # in the same container, same proxy
                 children.append(_adopt_fork(session, handle, child_name, writing))
         except BaseException:
+            for process in forked:  # forked, never driven: ended now
+                with contextlib.suppress(BaseException):
+                    await (await process.adopt()).shutdown(now=True)
             for child in children:
                 with contextlib.suppress(Exception):
                     await child.close()
@@ -100,6 +110,20 @@ async def fork_session(session: S, n: int, name: str | None) -> list[S]:
             None,
         )
         return children
+
+
+async def _adopt_all(forked: list[ForkedProcess]) -> list[KernelHandle]:
+    """Every forked child as a ready kernel, connected at once; if one fails, the others
+    are shut down and its error raised."""
+    made = await asyncio.gather(*(p.adopt() for p in forked), return_exceptions=True)
+    handles = [h for h in made if isinstance(h, KernelHandle)]
+    failed = next((h for h in made if isinstance(h, BaseException)), None)
+    if failed is not None:
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                await handle.shutdown(now=True)
+        raise failed
+    return handles
 
 
 def _fork_names(session: StateHost, n: int, name: str | None) -> list[str]:

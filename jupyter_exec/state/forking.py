@@ -13,6 +13,10 @@ with a 500 MB namespace costs a few page tables, not a copy or a pickle::
       │    interrupt with SIGINT, kill with SIGKILL to its process group, files cleaned up)
       └─ connect, wait until it answers: a ready KernelHandle
 
+The parent is needed only until its reply with the child's pid (``request_fork``);
+the rest (``ForkedProcess.adopt``) is the child's, so N forks of one request ask the
+parent N times in a row and then start their N children at once.
+
 A kernel in a container of our Docker provisioner forks inside that container;
 :mod:`jupyter_exec.docker.forking` places the child's connection file and
 sockets in the container's run dir and finds its pid on this host.
@@ -34,6 +38,7 @@ import select
 import signal
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +56,7 @@ from jupyter_exec.inkernel.fork import PID_EXPRESSION, fork_code
 __all__ = [
     "AdoptedProvisioner",
     "ForeignProcess",
+    "ForkedProcess",
     "adopt_kernel",
     "check_forkable",
     "child_manager",
@@ -58,6 +64,7 @@ __all__ = [
     "fork_kernel",
     "in_docker",
     "kernel_deadline",
+    "request_fork",
     "run_fork_request",
 ]
 
@@ -341,6 +348,47 @@ async def fork_kernel(
     ``timeout`` seconds in all. Raises ``KernelNotAliveError`` for a dead
     kernel and ``ForkError`` for one that cannot be forked or did not.
     """
+    forked = await request_fork(handle, cwd=cwd, timeout=timeout)
+    return await forked.adopt()
+
+
+@dataclass
+class ForkedProcess:
+    """A child the parent kernel has forked, not yet connected: what :meth:`adopt` drives.
+
+    The parent is needed only until the fork's reply (:func:`request_fork`); connecting to
+    the child and waiting until it answers (most of a fork's time) need nothing of it, so
+    the forks of one request run that part at once, each with the parent free for the next.
+    """
+
+    km: AsyncKernelManager
+    pid: int
+    spec: KernelSpec | None
+    deadline: float
+    leftovers: list[Path]
+    container: ContainerProvisioner | None
+
+    async def adopt(self) -> KernelHandle:
+        """The child as a ready ``KernelHandle`` (killed and its files removed on failure)."""
+        return await adopt_kernel(
+            self.km,
+            self.pid,
+            self.spec,
+            self.deadline,
+            leftovers=self.leftovers,
+            container=self.container,
+        )
+
+
+async def request_fork(
+    handle: KernelHandle,
+    *,
+    cwd: Path | None = None,
+    timeout: float = DEFAULT_FORK_TIMEOUT,
+) -> ForkedProcess:
+    """Ask ``handle``'s kernel to fork (the first half of :func:`fork_kernel`, the only
+    one that needs the parent); the child, to :meth:`ForkedProcess.adopt` at once (with
+    no ``await`` between: a child never adopted is never killed by the host)."""
     if not await handle.is_alive():
         raise KernelNotAliveError("cannot fork a kernel that is not running; restart it first")
     check_forkable(handle)
@@ -372,9 +420,7 @@ async def fork_kernel(
         km.cleanup_ipc_files()
         _remove(leftovers)
         raise
-    return await adopt_kernel(
-        km, pid, handle.spec, deadline, leftovers=leftovers, container=container
-    )
+    return ForkedProcess(km, pid, handle.spec, deadline, leftovers, container)
 
 
 async def adopt_kernel(

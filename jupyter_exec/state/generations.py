@@ -81,7 +81,14 @@ from jupyter_exec.state.kernel_calls import (
 if TYPE_CHECKING:
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["COMMIT_KEY", "Generation", "Generations", "kernel_state_folder", "state_folder"]
+__all__ = [
+    "COMMIT_KEY",
+    "Generation",
+    "Generations",
+    "checks_by_name",
+    "kernel_state_folder",
+    "state_folder",
+]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -464,13 +471,22 @@ class Generations:
         made: Generation,
         *,
         trust_origin: bool = False,
+        own_folder: bool = False,
     ) -> LoadedGeneration:
         """Replace ``kernel``'s namespace with generation ``made``, checked first here.
 
         A remote kernel's generation is on its host: only its origin is checked here (the
         same server's kernels only), and the kernel checks the manifest against the sha256
         this host signed, then every object, before it unpickles anything (its own host's
-        files, into its own host's kernel)."""
+        files, into its own host's kernel).
+
+        ``own_folder``: the session has held its folder since ``made`` was written (a wake:
+        no Docker or remote kernel could work there meanwhile). A local kernel's generation
+        loaded into a local kernel then has its chunks checked against their xxh3-128 names,
+        which the signed manifest binds as it binds their sha256: the only writers were the
+        host's own kernels (which run as the host's user already), so no one who could craft
+        an xxh3 collision wrote there, and any other change or swap of a chunk is found as
+        the sha256 would find it. Anything else: the sha256 of every chunk."""
         checkpoint_trust.check_outside([session.work_dir])
         where = f"generation {made.number} of session {made.session!r}"
         checkpoint_trust.check_origin(
@@ -481,9 +497,9 @@ class Generations:
         if not await self.ensure(session, kernel):
             raise CheckpointError(f"cannot load {where}: {self.unavailable}")
         try:
-            result = await ask(
-                kernel, "", _call("load", made.file_number, made.sha256), SAVE_TIMEOUT
-            )
+            fast = checks_by_name(made.origin, kernel_origin(kernel), own_folder)
+            call = _call("load", made.file_number, made.sha256, fast)
+            result = await ask(kernel, "", call, SAVE_TIMEOUT)
         except CheckpointError as exc:
             raise CheckpointError(f"{where} was not loaded: {exc}") from None
         result = result if isinstance(result, Mapping) else {}
@@ -491,6 +507,19 @@ class Generations:
         said = (result if remote else manifest).get("skipped")
         skipped = {str(k): str(v) for k, v in (said if isinstance(said, Mapping) else {}).items()}
         return LoadedGeneration(made, tuple(str(n) for n in result.get("names", [])), skipped)
+
+
+def checks_by_name(origin: Mapping[str, Any], kernel: Mapping[str, Any], own_folder: bool) -> bool:
+    """Whether a load checks each chunk against its xxh3-128 name rather than its sha256
+    (:meth:`Generations.load`): only a local kernel's generation, into a local kernel, from a
+    folder the session held all along. A Docker or remote kernel's chunks, and any load from
+    a folder others could have worked in since (a resume), are checked by their sha256."""
+    return (
+        own_folder
+        and origin.get("backend") == "local"
+        and kernel.get("backend") == "local"
+        and set(origin) == {"backend"}
+    )
 
 
 def _call(function: str, *args: Any) -> str:

@@ -11,22 +11,28 @@ as lost, by name, with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jupyter_exec.boundary.paths import Folder
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.engine.meta import is_undone
-from jupyter_exec.exceptions import CheckpointError, KernelNotAliveError
-from jupyter_exec.state.generations import Generation, signed_on_disk, state_folder
+from jupyter_exec.exceptions import CheckpointError, KernelNotAliveError, StorageError, WorkDirError
+from jupyter_exec.inkernel.generations import OBJECTS
+from jupyter_exec.state.generations import Generation, read_manifest, signed_on_disk, state_folder
 from jupyter_exec.state.kernel_calls import user_names
 
 if TYPE_CHECKING:
     from jupyter_exec.state.durable import DurableState
     from jupyter_exec.state.host import StateHost
 
-__all__ = ["Recovering", "load_for_resume", "recover_generation", "rerun"]
+__all__ = ["Recovering", "load_for_resume", "read_ahead", "recover_generation", "rerun"]
 
 log = logging.getLogger("jupyter_exec")
 
@@ -165,3 +171,44 @@ async def load_for_resume(
             continue
         return made
     return None
+
+
+_ADDRESS = re.compile("[0-9a-f]{32}|[0-9a-f]{64}")
+"""A chunk file's name (its hex digest), as the kernel's load requires."""
+
+
+def read_ahead(work_dir: Path, made: Generation, budget: int) -> int:
+    """Ask the OS to bring generation ``made``'s chunk files into the page cache, while its
+    new kernel starts (a forked writer leaves what it wrote out of the cache: a wake would
+    read it from disk). Nothing is read here and nothing trusted: the kernel's load reads
+    and checks every chunk as before. Only the manifest the host signed is followed, through
+    no link, to regular files only; a remote kernel's files are on its host. How many files
+    were named to the OS; 0 when there is nothing to do or the hint cannot be given."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None or made.origin.get("backend") == "remote":
+        return 0
+    try:
+        manifest = read_manifest(work_dir, made, budget)
+    except CheckpointError:
+        return 0  # the load refuses it, saying why
+    addresses = {
+        str(chunk[0])
+        for entry in (manifest.get("names") or {}).values()
+        if isinstance(entry, dict)
+        for chunk in entry.get("chunks") or ()
+        if isinstance(chunk, list) and chunk and isinstance(chunk[0], str)
+    }
+    named = 0
+    try:
+        with Folder.open(work_dir, f"{state_folder(made.session)}/{OBJECTS}") as objects:
+            for address in sorted(a for a in addresses if _ADDRESS.fullmatch(a)):
+                with contextlib.suppress(OSError, StorageError, WorkDirError):
+                    fd = objects.open_file(address, os.O_RDONLY)
+                    try:
+                        advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                        named += 1
+                    finally:
+                        os.close(fd)
+    except (OSError, StorageError, WorkDirError) as exc:
+        log.debug("read-ahead of generation %d skipped: %s", made.number, exc)
+    return named

@@ -13,6 +13,8 @@ wake under way and ends whatever kernel it started.
 from __future__ import annotations
 
 import asyncio
+import os
+import pickle
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import psutil
 
 from jupyter_exec import AsyncSession, Execution, SessionClosedError
 from jupyter_exec.manager import AsyncSessionManager
-from jupyter_exec.state.generations import state_folder
+from jupyter_exec.state.generations import read_manifest, state_folder
 from tests.generation_helpers import flush, in_kernel, planted_generation
 
 DEADLINE = 60.0
@@ -74,6 +76,39 @@ async def test_the_signed_generation_rewritten_while_awake_is_refused_on_wake(
         assert "refused" in woken.recovered.source
         assert "not the manifest the host signed" in woken.recovered.source
     assert not (tmp_path / "pwned").exists()
+
+
+class _Touch:
+    """Unpickled in a kernel working in ``<tmp>/work``, runs ``touch <tmp>/pwned`` (a short
+    pickle: it fits in the array's pickle-stream chunk)."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("touch ../pwned",))
+
+
+async def test_a_chunk_swapped_while_asleep_is_refused_on_wake(tmp_path: Path) -> None:
+    """A wake of a local session checks its chunks against their xxh3-128 names (bound by
+    the signed manifest): a chunk swapped in the folder while the session sleeps, for a
+    pickle of the same size that runs a command, is refused before anything is unpickled."""
+    work = tmp_path / "work"
+    pwned = tmp_path / "pwned"
+    async with AsyncSession(work_dir=work, name="swapped", timeout=DEADLINE) as session:
+        await session.execute("import numpy as np\nbig = np.arange(1_500_000)")
+        await session.sleep()
+        made = session._state.durable.generations.newest()
+        assert made is not None
+        [first, *_] = read_manifest(work, made, 0)["names"]["big"]["chunks"]
+        payload = pickle.dumps(_Touch())
+        assert len(payload) <= first[2]
+        chunk = work / state_folder("swapped") / "objects" / first[0]
+        chunk.unlink()
+        chunk.write_bytes(payload + b"." * (first[2] - len(payload)))
+        woken = await session.execute("int(big.sum())")
+        assert woken.text == "1124999250000"  # the recorded cells ran again instead
+        assert woken.recovered is not None
+        assert "refused" in woken.recovered.source
+        assert "does not match its hash" in woken.recovered.source
+    assert not pwned.exists()
 
 
 def _kernels() -> set[int]:

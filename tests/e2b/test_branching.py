@@ -5,6 +5,8 @@ language refused with its reason; a sandbox that does not resume on use; a timeo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from branching_checks import (
     forks_carry_files_and_state,
@@ -25,6 +27,39 @@ def test_fork_gives_sandboxes_with_the_files_and_state(api_env: Running) -> None
 
 def test_a_fork_works_in_its_own_folder(api_env: Running) -> None:
     forks_work_in_their_own_folder(api_env)
+
+
+_BARRIER = """\
+import os, time
+def _wait_for_siblings(folder={folder!r}, count={count}, most=20.0):
+    # In each fork, before it serves: say it is alive, then wait until all its siblings are.
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    end = time.monotonic() + most
+    while len(os.listdir(folder)) < count and time.monotonic() < end:
+        time.sleep(0.01)
+    get_ipython().user_ns["siblings"] = sorted(os.listdir(folder))
+os.register_at_fork(after_in_child=_wait_for_siblings)
+"""
+
+
+def test_the_forks_of_one_request_start_at_once(api_env: Running, tmp_path: Path) -> None:
+    """Each fork, forked and not yet serving, waits until all four siblings exist: forks
+    made one after another (each waiting for the one before to answer) never all meet."""
+    parent = Sandbox.create()
+    made: list[Sandbox] = []
+    try:
+        assert parent.run_code(_BARRIER.format(folder=str(tmp_path), count=4)).error is None
+        forks = Sandbox.fork(parent.sandbox_id, count=4)
+        made = [f for f in forks if isinstance(f, Sandbox)]
+        assert len(made) == 4, forks
+        seen = [f.run_code("siblings").text for f in made]
+        pids = sorted(p.name for p in tmp_path.iterdir())
+        assert len(pids) == 4
+        assert seen == [repr(pids)] * 4  # every fork was alive while all the others were
+        assert parent.run_code("'siblings' in globals()").text == "False"
+    finally:
+        for sandbox in (parent, *made):
+            sandbox.kill()
 
 
 def test_snapshots_start_sandboxes_with_memory_or_files(api_env: Running) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from e2b import SandboxException
 from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, e2b_process
 
@@ -43,6 +44,43 @@ def test_connect_after_a_restart_reaches_the_same_sandbox_and_its_state(
         # the object the client kept from before holds the same token: it still works
         assert before.run_code("x + 2").text == "43"
         assert after.get_info().metadata == {"job": "restart"}
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_paused_sandbox_and_its_lifecycle_outlive_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Paused, with ``on_timeout: pause`` and no ``auto_resume``: after the restart it is
+    still listed as paused with that lifecycle, its next use still waits for ``connect``,
+    and ``connect`` brings its state back; a second sandbox's lifecycle is kept too."""
+    port = free_port()
+    lifecycle = {"on_timeout": "pause", "auto_resume": False}
+    with e2b_process(tmp_path, monkeypatch, how, port):
+        paused = Sandbox.create(timeout=600, lifecycle=lifecycle)
+        assert paused.run_code("x = 41\nprint('set')").logs.stdout == ["set\n"]
+        assert paused.pause() is True
+        running = Sandbox.create(timeout=600, lifecycle={"on_timeout": "pause"})
+        running.run_code("y = 1")
+
+    with e2b_process(tmp_path, monkeypatch, "SIGTERM", port) as url:
+        states = {
+            s.sandbox_id: s.state.value if hasattr(s.state, "value") else str(s.state)
+            for s in Sandbox.list().next_items()
+        }
+        assert states == {paused.sandbox_id: "paused", running.sandbox_id: "running"}
+        info = httpx.get(
+            f"{url}/sandboxes/{paused.sandbox_id}", headers={"X-API-Key": API_KEY}, timeout=30
+        ).json()
+        assert info["lifecycle"] == {"onTimeout": "pause", "autoResume": False}
+        info = httpx.get(
+            f"{url}/sandboxes/{running.sandbox_id}", headers={"X-API-Key": API_KEY}, timeout=30
+        ).json()
+        assert info["lifecycle"] == {"onTimeout": "pause", "autoResume": True}
+        with pytest.raises(SandboxException, match="connect to it first"):
+            paused.run_code("x")
+        back = Sandbox.connect(paused.sandbox_id)
+        assert back.run_code("x + 1").text == "42"
+        assert running.run_code("y + 1").text == "2"
 
 
 def test_a_wrong_token_is_refused_after_a_restart_and_wakes_nothing(

@@ -62,6 +62,27 @@ async def test_an_unpicklable_name_is_named_on_sleep_and_on_wake(tmp_path: Path)
         assert "lock" not in woken.recovered.names
 
 
+async def test_a_wake_imports_the_saved_modules_beside_reading_the_state(tmp_path: Path) -> None:
+    """The modules the saved state names are imported in a thread while its chunks are
+    read; one that must be imported in the main thread still comes back, there."""
+    (tmp_path / "aside.py").write_text(
+        "import threading\nimported_in = threading.current_thread().name\n"
+    )
+    (tmp_path / "mainonly.py").write_text(
+        "import threading\n"
+        "if threading.current_thread() is not threading.main_thread():\n"
+        "    raise ImportError('the main thread only')\n"
+        "imported_in = threading.current_thread().name\n"
+    )
+    async with AsyncSession(work_dir=tmp_path, name="mods", timeout=DEADLINE) as session:
+        (await session.execute("import aside, mainonly\nkept = list(range(10))")).raise_for_error()
+        assert await session.sleep() == {}
+        woken = await session.execute("aside.imported_in, mainonly.imported_in, kept[-1]")
+    assert woken.recovered is not None
+    assert "generation" in woken.recovered.source
+    assert woken.text == "('jupyter-exec imports', 'MainThread', 9)"
+
+
 async def test_a_sleeping_session_closes_without_a_kernel(tmp_path: Path) -> None:
     session = await AsyncSession(work_dir=tmp_path, name="shut", timeout=DEADLINE).start()
     await session.execute("x = 1")

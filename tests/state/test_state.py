@@ -155,6 +155,35 @@ async def test_forks_diverge_while_the_parent_stays_unchanged(sessions: Any) -> 
     assert await value(parent, "label") == "parent"  # closing the forks left the parent alone
 
 
+_BARRIER = """\
+import os, time
+def _wait_for_siblings(folder={folder!r}, count={count}, most=20.0):
+    # In each fork, before it serves: say it is alive, then wait until all its siblings are.
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    end = time.monotonic() + most
+    while len(os.listdir(folder)) < count and time.monotonic() < end:
+        time.sleep(0.01)
+    get_ipython().user_ns["siblings"] = sorted(os.listdir(folder))
+os.register_at_fork(after_in_child=_wait_for_siblings)
+"""
+
+
+async def test_the_forks_of_one_call_start_at_once(sessions: Any, tmp_path: Path) -> None:
+    """Each fork, forked and not yet serving, waits until all four siblings exist: forks
+    made one after another (each waiting for the one before to answer) never all meet."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    parent = await sessions(name="many")
+    (await parent.execute(_BARRIER.format(folder=str(barrier), count=4))).raise_for_error()
+    forks = await parent.fork(4)
+    sessions.track(*forks)
+    pids = sorted(p.name for p in barrier.iterdir())
+    assert sorted(str(kernel_pid(f)) for f in forks) == pids
+    for fork in forks:  # every fork was alive while all the others were
+        assert await value(fork, "siblings") == pids
+    assert await value(parent, "'siblings' in globals()") is False
+
+
 async def test_fork_names_and_bad_arguments(sessions: Any) -> None:
     parent = await sessions(name="p")
     await parent.execute("x = 1")
