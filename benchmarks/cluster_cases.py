@@ -89,10 +89,11 @@ def gateway_sessions(cfg: Config) -> list[Row]:
                     }
                 cold = _cold_starts(root, ways, starts)
                 warm = _warm_round_trips(root, ways, chunks, chunk)
+                state = _state_on_off(root, ways["gateway"], chunks * chunk)
                 back, gone = _kill_and_close(root, cluster, ways["gateway"])
         finally:
             cluster.stop()
-    return _rows(cold, warm, back, gone, eg_missing)
+    return [*_rows(cold, warm, back, gone, eg_missing), _state_row(state)]
 
 
 def _cold_starts(
@@ -146,6 +147,51 @@ def _warm_round_trips(
         for session in sessions.values():
             session.close()
     return times
+
+
+STATE_CELL = "x = 1 + 1"
+"""The warm cell of the state on/off rows: it changes a name, so the per-cell commit (in the
+kernel's reply) has an object to store, and this host a generation to sign."""
+
+
+def _state_on_off(root: Path, options: dict[str, Any], n: int) -> dict[str, list[float]]:
+    """The warm cell through the gateway with ``save_state`` on (the default) and off, one
+    call of each in turn (the order swapped every round), so load drifts hit both alike."""
+    sessions = {
+        "on": Session(work_dir=root / "state-on", **options),
+        "off": Session(work_dir=root / "state-off", save_state=False, **options),
+    }
+    times: dict[str, list[float]] = {name: [] for name in sessions}
+    try:
+        for session in sessions.values():
+            for _ in range(5):
+                _check(session.execute(STATE_CELL), "state warm-up")
+        order = list(sessions.items())
+        for i in range(n):
+            if i % 50 == 0:
+                progress(f"gateway: state on/off {i}/{n}")
+            for name, session in order if i % 2 else order[::-1]:
+                start = time.perf_counter()
+                _check(session.execute(STATE_CELL), f"state {name}")
+                times[name].append(time.perf_counter() - start)
+    finally:
+        for session in sessions.values():
+            session.close()
+    return times
+
+
+def _state_row(state: dict[str, list[float]]) -> Row:
+    on, off = median(state["on"]) * MS, median(state["off"]) * MS
+    return Row(
+        f"gateway: warm {STATE_CELL!r} with per-cell state on (p50; floor: off)",
+        on,
+        off,
+        "ms",
+        f"n={len(state['on'])} each, alternating; on {(on / off - 1) * 100:+.1f} % over off; "
+        f"p90 on {percentile(state['on'], 90) * MS:.1f} ms, off "
+        f"{percentile(state['off'], 90) * MS:.1f} ms",
+        {k: v for k, v in state.items()},
+    )
 
 
 def _kill_and_close(root: Path, cluster: Any, options: dict[str, Any]) -> tuple[float, float]:

@@ -196,7 +196,9 @@ class SessionOptions:
             "changed, written by a thread in the kernel off the cell's path) to "
             ".<name>_state/ in the work dir, so a kernel death or a host crash comes back "
             "to the last completed cell. IPython kernels: local, Docker, and remote (saved "
-            "in the kernel's folder on its host, signed here; a kernel death comes back)."
+            "in the kernel's folder on its host, signed here; a kernel death comes back). "
+            "A session's save_state=True asks for it: a remote kernel that cannot keep "
+            "state is then refused at start, naming why (left out: on where possible)."
         ),
     )
     state_budget_mb: int = field(

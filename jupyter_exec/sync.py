@@ -90,7 +90,7 @@ class Session(contextlib.AbstractContextManager["Session"]):
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         undo_steps: int = DEFAULT_UNDO_STEPS,
         checkpoint_every: float | None = DEFAULT_CHECKPOINT_EVERY,
-        save_state: bool = True,
+        save_state: bool | None = None,
         state_budget_mb: int = DEFAULT_STATE_BUDGET_MB,
         overwrite: bool = False,
         environment: Any = None,

@@ -41,6 +41,56 @@ c.ServerApp.jpserver_extensions = {n: False for n in names}
 """
 
 
+AWKWARD_WEBSOCKETS = """
+import asyncio
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+class AwkwardConnection(ZMQChannelsWebsocketConnection):
+    # A kernel websocket that is slow to start reading, as on a loaded machine: every
+    # websocket of a kernel after its first keeps its handler's open() (so tornado reads
+    # none of its frames) until another websocket of the same client session replaced it,
+    # or HOLD seconds passed. A frame this handler then reads in a framing other than
+    # the one its handshake chose is reported (FRAMING MIXED) and dropped: decoded, a
+    # v1 frame taken for a legacy one stalls the server for minutes.
+    opened = {}
+
+    def connect(self):
+        inner = super().connect()
+        self.framing = self.subprotocol
+        count = AwkwardConnection.opened[self.kernel_id] = (
+            AwkwardConnection.opened.get(self.kernel_id, 0) + 1
+        )
+        if count == 1:
+            return inner
+
+        async def hold():
+            if inner is not None:
+                await inner
+            loop = asyncio.get_running_loop()
+            until = loop.time() + HOLD
+            while loop.time() < until and (
+                self._open_sessions.get(self.session_key) is self.websocket_handler
+            ):
+                await asyncio.sleep(0.05)
+
+        return asyncio.ensure_future(hold())
+
+    def handle_incoming_message(self, incoming_msg):
+        if self.subprotocol != getattr(self, "framing", self.subprotocol):
+            self.log.error(
+                "FRAMING MIXED: a frame of %s read as %r, its websocket chose %r",
+                self.session_key, self.subprotocol, self.framing,
+            )
+            return
+        super().handle_incoming_message(incoming_msg)
+
+c.ServerApp.kernel_websocket_connection_class = AwkwardConnection
+"""
+"""Server config (``run_server(..., config=AWKWARD_WEBSOCKETS.replace("HOLD", "8"))``): a
+jupyter_server whose kernel websockets reconnected after the first start reading late, and
+which says when it reads a frame in the wrong framing."""
+
+
 @dataclass
 class Server:
     """A running server: where it is, its token, its root dir and process."""
@@ -71,19 +121,26 @@ def _wait_up(server: Server, timeout: float = 60.0) -> None:
 
 
 @contextlib.contextmanager
-def run_server(kind: str, base: Path) -> Iterator[Server]:
-    """Start ``kind`` ("jupyter_server" or "kernel_gateway") and stop it afterwards."""
+def run_server(
+    kind: str, base: Path, config: str = "", env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """Start ``kind`` ("jupyter_server" or "kernel_gateway") and stop it afterwards.
+
+    ``config`` is more of a jupyter_server config file (such as :data:`AWKWARD_WEBSOCKETS`);
+    ``env``, more environment variables for the server (``JUPYTER_PATH``: more kernelspecs).
+    """
     port, token = free_port(), secrets.token_hex(16)
     root = base / "root"
     root.mkdir(parents=True)
     config_dir = base / "config"
     config_dir.mkdir()
-    (config_dir / "disable_extensions.py").write_text(_DISABLE_EXTENSIONS)
+    (config_dir / "disable_extensions.py").write_text(_DISABLE_EXTENSIONS + config)
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(config_dir),
         "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
         "JUPYTER_PLATFORM_DIRS": "1",
+        **(env or {}),
     }
     if kind == "jupyter_server":
         argv = [

@@ -51,7 +51,12 @@ from jupyter_exec.engine.meta import notebook_metadata
 from jupyter_exec.engine.recorder import NotebookRecorder, read_notebook
 from jupyter_exec.engine.runner import CellRun, CellRunner, OutputCallback
 from jupyter_exec.engine.workdir import prepare_paths, remove_made
-from jupyter_exec.exceptions import BackendError, KernelNotAliveError, SessionClosedError
+from jupyter_exec.exceptions import (
+    BackendError,
+    InvalidArgument,
+    KernelNotAliveError,
+    SessionClosedError,
+)
 from jupyter_exec.models import Execution, ScriptResult
 from jupyter_exec.options import (
     DEFAULT_CHECKPOINT_EVERY,
@@ -118,7 +123,7 @@ class AsyncSession(KernelMethods, StateMethods):
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         undo_steps: int = DEFAULT_UNDO_STEPS,
         checkpoint_every: float | None = DEFAULT_CHECKPOINT_EVERY,
-        save_state: bool = True,
+        save_state: bool | None = None,
         state_budget_mb: int = DEFAULT_STATE_BUDGET_MB,
         overwrite: bool = False,
         environment: Any = None,
@@ -131,7 +136,11 @@ class AsyncSession(KernelMethods, StateMethods):
     ) -> None:
         given = dict(locals())  # exactly the parameters above: the SessionOptions fields
         del given["self"], given["options"]
+        if save_state is None:  # the default: state kept where the kernel can keep it
+            del given["save_state"]
         self._options = options_from(options, **given)
+        self._state_asked = save_state is True
+        """``save_state=True`` was asked for: a kernel that cannot keep state is refused."""
         self._work_dir: Path | None = None
         self._name: str | None = None
         self._notebook_path: Path | None = None
@@ -306,6 +315,8 @@ class AsyncSession(KernelMethods, StateMethods):
         if kernel.network is not None:  # what a network policy's ask is told
             kernel.network.session = name
         self._recording = Recording(work_dir, files_folder(name), self._notebook_path)
+        if self._state_asked and self.backend == "remote":
+            await self._require_state(kernel)
         if recorded is not None and self._resume is not None:
             from jupyter_exec.session.resume import rebuild
 
@@ -313,6 +324,27 @@ class AsyncSession(KernelMethods, StateMethods):
         elif self._notebook_path is not None:
             metadata = notebook_metadata(kernel, self._options, name)
             self._recording.adopt(self.recorder_class(self._notebook_path, metadata))
+
+    async def _require_state(self, kernel: KernelHandle) -> None:
+        """``save_state=True`` for a remote kernel: its per-cell state is set up now, and a
+        kernel that cannot keep it (not IPython, a folder it cannot write...) is refused
+        here, naming why, instead of each later cell running without it. The default
+        (``save_state`` not given) sets it up at the first cell, where the kernel can."""
+        if not kernel.runs_ipython:
+            why = (
+                f"it runs {kernel.language or 'another language'!r}, and only an IPython "
+                "kernel's namespace is saved"
+            )
+        elif await self._state.setup_generations(self, kernel):
+            return
+        else:
+            durable = self._state.durable
+            why = durable.generations.unavailable or durable.unavailable or "see the log"
+        raise InvalidArgument(
+            f"save_state=True, but the remote kernel {self._options.kernel_name!r} cannot keep its "
+            f"state: {why}; leave save_state out (state is then kept where the kernel can "
+            "keep it) or set save_state=False"
+        )
 
     async def _undo_start(self, made: list[Path]) -> None:
         kernel = self._slot.place(None)
