@@ -31,11 +31,11 @@ to the work dir (the kernel's working directory, proven by the state module's pr
 * :func:`commit` waits for its own generation (so the reply carries it, and nothing is
   left writing in the work dir once the caller has the result) when that is cheap: the
   write is small (:data:`SMALL_WRITE`), or the cell ran :data:`DURABLE_AFTER` or more and
-  longer than the write should take at the writer's measured rate (durable when it
-  counts). A larger write goes on in the background and is signed when done (a shorter
-  cell never waits for a forked child: the fork is all it pays); the state folder, once
-  made, is never made again by a later write: a write whose folder was removed fails,
-  said so (``gone``).
+  the write should take at most :data:`DURABLE_SHARE` of its run at the writer's measured
+  rate (durable when it counts; never waited for longer than that share). A larger write
+  goes on in the background and is signed when done (a shorter cell never waits for a
+  forked child: the fork is all it pays); the state folder, once made, is never made
+  again by a later write: a write whose folder was removed fails, said so (``gone``).
 * :func:`load` reads a manifest the host checked (its sha256), every chunk it names (no
   link, no FIFO: ``O_NOFOLLOW`` and a regular file; a plain hex name; its sha256 checked on
   the bytes unpickled), unpickles them all, and only then replaces the namespace: all or
@@ -104,11 +104,14 @@ SMALL_WRITE = 1 << 20
 SMALL_WAIT_MOST = 5.0
 """Seconds a commit waits for a small write at most (a disk that stalls)."""
 DURABLE_AFTER = 1.0
-"""Seconds of run from which a cell waits for a larger write of its state (when it should
-take no longer than the run): a host killed at any moment re-runs no completed cell that ran
-this long. A shorter cell's larger write goes on after its reply (the host signs it when an
-idle ask or the next reply says it is done): a 0.2 s cell that changed a column of a 1 GB
-frame paid 2 to 3 times its run waiting for the forked child."""
+"""Seconds of run from which a cell waits for a larger write of its state (a host killed
+right after it then re-runs no completed cell that ran this long), when that is cheap
+(:data:`DURABLE_SHARE`). A shorter cell's larger write goes on after its reply (the host
+signs it when an idle ask or the next reply says it is done): a 0.2 s cell that changed a
+column of a 1 GB frame paid 2 to 3 times its run waiting for the forked child."""
+DURABLE_SHARE = 0.1
+"""The most of its run a cell waits for its state's write (expected at the writer's rate,
+and bounded by it): 10 %. A write that should take longer goes on after the reply."""
 _rate = 400e6
 """Bytes per second the writer stores (hash and write), measured on writes of 1 MB or more."""
 _queued = 0
@@ -275,7 +278,8 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                     _live += 1
             idle = _inflight == 1  # the writer has nothing else: write here, now
             _queued += size
-            wait = _queued <= SMALL_WRITE or (ran >= DURABLE_AFTER and _queued / _rate <= ran)
+            share = DURABLE_SHARE * ran if ran >= DURABLE_AFTER else 0.0
+            wait = _queued <= SMALL_WRITE or _queued / _rate <= share
             written = threading.Event()
             body = {
                 "generation": generation,
@@ -296,7 +300,7 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                 _writer().put(job)
             if not wait:
                 written = None
-            limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else ran
+            limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else share
     if start is not None:
         if idle:  # the writer has nothing before it: fork now
             start[2].reached.set()
