@@ -302,10 +302,13 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                 written = None
             limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else share
     if start is not None:
-        if idle:  # the writer has nothing before it: fork now
+        if idle:  # the writer has nothing before it: fork now (or once the reply is sent)
             start[2].reached.set()
         _deferred.append(start)  # else the next cell's start forks it (or a flush, a load)
-        _start_deferred(wait=False)
+        if written is not None:  # waited for: forked here
+            _start_deferred(wait=False)
+        else:
+            _fork_after_reply(start[2])
     if inline is not None:
         _run(*inline)
     elif written is not None:  # (the lock is free: the writer takes it to report)
@@ -315,6 +318,23 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
         broken, failed[:] = list(failed), []
     said, notes[:] = list(notes), []
     return {"done": reported, "failed": broken, "ran": round(ran, 6), "notes": said}
+
+
+def _fork_after_reply(child: _Child) -> None:
+    """Fork ``child`` right after the cell's reply is sent, not before it: a callback of the
+    kernel's event loop, which runs before the loop takes the next message (and the next
+    cell's start, a flush and a load fork it first if it has not run). The cell's result
+    leaves without the fork's tens of milliseconds for a GB. Forked here when the kernel
+    runs no event loop, or when it will not fork (memory short, no ``os.fork``): the
+    reply then says why."""
+    events = sys.modules.get("asyncio")
+    loop = None
+    with contextlib.suppress(RuntimeError, AttributeError):
+        loop = events.get_running_loop() if events is not None else None
+    if loop is None or not fork_writes or _memory_short(child.estimate):
+        _start_deferred(wait=False)
+        return
+    loop.call_soon(_start_deferred, False)
 
 
 def _size_of(value: Any) -> int:
