@@ -631,7 +631,7 @@ def _run(
     """Write one generation handed over by :func:`commit` and say so (``done`` or
     ``failed``, then ``written``); in the writer thread, or in the commit itself when the
     writer had nothing else to do (no thread to wake on a small cell's path)."""
-    global _inflight, _queued, _rate
+    global _queued, _rate
     number = body["generation"]
     started = time.monotonic()
     synced: list[str] = []
@@ -642,7 +642,6 @@ def _run(
             digest = _write_generation(body, entries, pending, lost, synced)
     except Exception as exc:  # the disk is full, the folder was removed: told, not fatal
         with _lock:
-            _inflight -= 1
             _queued -= body["queued"]
             _last[:] = []
         _released(body)
@@ -650,12 +649,10 @@ def _run(
             why = f"{type(exc).__name__}: {exc}"[:300]
             failed.append([number, why, "gone" if isinstance(exc, FolderGone) else ""])
         written.set()
-        if isinstance(pending, _Child):
-            pending.reap()
+        _ended(pending)
         return
     took = body.get("took") or time.monotonic() - started
     with _lock:
-        _inflight -= 1
         _queued -= body["queued"]
         _last[:] = [number, digest]
         done.append([number, digest, body["cells"], number])
@@ -664,8 +661,19 @@ def _run(
     _released(body)
     written.set()
     _sync(synced)
-    if isinstance(pending, _Child):  # (after its report: the commit or flush has it already)
+    _ended(pending)
+
+
+def _ended(pending: Any) -> None:
+    """A generation is reported (the commit, a flush or the idle ask may sign it): a child
+    that wrote it is reaped once it pushed its files to disk, and only then is the writer
+    idle (a large change that comes meanwhile forks after it: one child, one copy-on-write
+    image, at a time)."""
+    global _inflight
+    if isinstance(pending, _Child):
         pending.reap()
+    with _lock:
+        _inflight -= 1
 
 
 def _released(body: dict[str, Any]) -> None:
