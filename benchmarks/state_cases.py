@@ -16,7 +16,11 @@ kernel's writer stores, and how fast the state comes back, each against its floo
   columns); a cell that replaces one column (``df['d'] = df['a'] * k``), with ``save_state``
   against the same cell with ``save_state=False``; the trivial cell right after it (while
   the forked writer still writes); the bytes the change wrote to the state folder, against
-  the column's size.
+  the column's size. Between two changes the state-on run waits for its writer (``flush``,
+  for the bytes written); the floor pauses as long (the same cells, the same gaps): on a
+  VM that hands memory freed for a second or more back to its host (free page reporting:
+  this machine's), a 1 GB frame's next cell faults its fresh column in again, 0.2 s to
+  1.5 s more with or without any state, which a floor run back to back would not pay.
 
 ``python -m benchmarks --only state-cell,state-back,state-column``
 """
@@ -234,9 +238,23 @@ def _written_files(folder: Path) -> dict[str, int]:
     return found
 
 
-async def _column_times(work: Path, rows: int, cells: int, save: bool) -> dict[str, float]:
+async def _column_times(
+    work: Path, rows: int, cells: int, save: bool, pauses: list[float]
+) -> dict[str, float]:
+    """The cells' times; with ``save``, the time each wait for the writer took is added to
+    ``pauses``, else each of those pauses is slept in its place (the same gaps)."""
     session = await _session(work, "column", save_state=save)
     change, after, written = [], [], []
+    gaps = iter(list(pauses))
+
+    async def settle() -> None:  # (not timed: the child's write, for the bytes it wrote)
+        if not save:
+            await asyncio.sleep(next(gaps))
+            return
+        started = time.perf_counter()
+        await _flush(session)
+        pauses.append(time.perf_counter() - started)
+
     try:
         setup = (
             "import numpy as np, pandas as pd\n"
@@ -244,7 +262,7 @@ async def _column_times(work: Path, rows: int, cells: int, save: bool) -> dict[s
         )
         (await session.execute(setup)).raise_for_error()
         (await session.execute("df['d'] = df['a'] * 0.5")).raise_for_error()  # its own block
-        await _flush(session)
+        await settle()
         folder = work / ".column_state"
         for k in range(cells):
             before = _written_files(folder) if save else {}
@@ -254,7 +272,7 @@ async def _column_times(work: Path, rows: int, cells: int, save: bool) -> dict[s
             (await session.execute("1 + 1")).raise_for_error()
             after.append(time.perf_counter() - end)
             change.append(end - start)
-            await _flush(session)  # (not timed: the child's write, for the bytes it wrote)
+            await settle()
             if save:
                 now = _written_files(folder)
                 written.append(sum(v for p, v in now.items() if p not in before) / MB)
@@ -275,16 +293,18 @@ def state_column_case(cfg: Config) -> list[Row]:
     with scratch_dir("state-column") as root:
         runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
         for k in range(2):  # alternated, the lower median kept: load on the machine hits both
-            for save in (False, True):
+            pauses: list[float] = []  # the state-on run's, then the floor's
+            for save in (True, False):
                 progress(f"state-column: {megabytes} MB, save_state={save} ({k + 1}/2)")
-                found = asyncio.run(_column_times(root / f"{save}{k}", rows, cells, save))
+                found = asyncio.run(_column_times(root / f"{save}{k}", rows, cells, save, pauses))
                 runs[save].append(found)
         off = {key: min(r[key] for r in runs[False]) for key in ("change", "after")}
         on = {key: min(r[key] for r in runs[True]) for key in ("change", "after", "written")}
     column = rows * 8 / MB
     notes = (
         f"{megabytes} MB DataFrame ({rows} x 4 float64), df['d'] = df['a'] * k, n={cells}, "
-        "2 runs alternated; floor: save_state=False"
+        "2 runs alternated; floor: save_state=False, pausing between changes as long as the "
+        "state-on run waited for its writer"
     )
     return [
         Row(f"cell changing one column of {megabytes} MB (median)", on["change"] * 1000,

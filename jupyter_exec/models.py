@@ -204,6 +204,11 @@ class Execution:
     """Where the kernel ran this: the host as the gateway named it, for a remote kernel
     (``$JUPYTER_EXEC_HOST`` from jupyter-exec's gateway launcher, else the machine's host
     name); ``None`` for a kernel on this machine (local or Docker)."""
+    state_notes: tuple[str, ...] = ()
+    """What the per-cell state (``save_state``) said while this ran, when its save did not
+    go the usual way: a large change the kernel wrote itself instead of a forked child
+    (memory short, no ``os.fork``), so a cell that changes those objects waits for the
+    writer first. Empty as a rule."""
 
     @property
     def ok(self) -> bool:
@@ -270,6 +275,7 @@ class Execution:
             "spilled": [str(p) for p in self.spilled],
             "connections": [c.to_dict() for c in self.connections],
             "recovered": None if self.recovered is None else self.recovered.to_dict(),
+            "state_notes": list(self.state_notes),
         }
 
     def __str__(self) -> str:

@@ -30,10 +30,12 @@ to the work dir (the kernel's working directory, proven by the state module's pr
   nothing it wrote).
 * :func:`commit` waits for its own generation (so the reply carries it, and nothing is
   left writing in the work dir once the caller has the result) when that is cheap: the
-  write is small (:data:`SMALL_WRITE`), or the cell ran longer than the write should take
-  at the writer's measured rate (durable when it counts). A larger write goes on in the
-  background and is signed when done; the state folder, once made, is never made again
-  by a later write: a write whose folder was removed fails, said so (``gone``).
+  write is small (:data:`SMALL_WRITE`), or the cell ran :data:`DURABLE_AFTER` or more and
+  the write should take at most :data:`DURABLE_SHARE` of its run at the writer's measured
+  rate (durable when it counts; never waited for longer than that share). A larger write
+  goes on in the background and is signed when done (a shorter cell never waits for a
+  forked child: the fork is all it pays); the state folder, once made, is never made
+  again by a later write: a write whose folder was removed fails, said so (``gone``).
 * :func:`load` reads a manifest the host checked (its sha256), every chunk it names (no
   link, no FIFO: ``O_NOFOLLOW`` and a regular file; a plain hex name; its sha256 checked on
   the bytes unpickled), unpickles them all, and only then replaces the namespace: all or
@@ -101,6 +103,15 @@ SMALL_WRITE = 1 << 20
 """Bytes of changed objects a commit always waits for (a millisecond or two to write)."""
 SMALL_WAIT_MOST = 5.0
 """Seconds a commit waits for a small write at most (a disk that stalls)."""
+DURABLE_AFTER = 1.0
+"""Seconds of run from which a cell waits for a larger write of its state (a host killed
+right after it then re-runs no completed cell that ran this long), when that is cheap
+(:data:`DURABLE_SHARE`). A shorter cell's larger write goes on after its reply (the host
+signs it when an idle ask or the next reply says it is done): a 0.2 s cell that changed a
+column of a 1 GB frame paid 2 to 3 times its run waiting for the forked child."""
+DURABLE_SHARE = 0.1
+"""The most of its run a cell waits for its state's write (expected at the writer's rate,
+and bounded by it): 10 %. A write that should take longer goes on after the reply."""
 _rate = 400e6
 """Bytes per second the writer stores (hash and write), measured on writes of 1 MB or more."""
 _queued = 0
@@ -148,8 +159,6 @@ notes: list[str] = []
 _parent_pid = 0
 forked = 0
 """Writer children forked by this process (tests, benchmarks)."""
-_drop_written = False
-"""In a forked writer: each file written goes to disk and leaves the page cache."""
 
 
 class FolderGone(OSError):
@@ -269,7 +278,8 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                     _live += 1
             idle = _inflight == 1  # the writer has nothing else: write here, now
             _queued += size
-            wait = _queued <= SMALL_WRITE or _queued / _rate <= ran
+            share = DURABLE_SHARE * ran if ran >= DURABLE_AFTER else 0.0
+            wait = _queued <= SMALL_WRITE or _queued / _rate <= share
             written = threading.Event()
             body = {
                 "generation": generation,
@@ -290,12 +300,15 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
                 _writer().put(job)
             if not wait:
                 written = None
-            limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else ran
+            limit = SMALL_WAIT_MOST if _queued <= SMALL_WRITE else share
     if start is not None:
-        if idle:  # the writer has nothing before it: fork now
+        if idle:  # the writer has nothing before it: fork now (or once the reply is sent)
             start[2].reached.set()
         _deferred.append(start)  # else the next cell's start forks it (or a flush, a load)
-        _start_deferred(wait=False)
+        if written is not None:  # waited for: forked here
+            _start_deferred(wait=False)
+        else:
+            _fork_after_reply(start[2])
     if inline is not None:
         _run(*inline)
     elif written is not None:  # (the lock is free: the writer takes it to report)
@@ -305,6 +318,23 @@ def commit(generation: int, cells: int, full: bool, keep_from: int) -> dict[str,
         broken, failed[:] = list(failed), []
     said, notes[:] = list(notes), []
     return {"done": reported, "failed": broken, "ran": round(ran, 6), "notes": said}
+
+
+def _fork_after_reply(child: _Child) -> None:
+    """Fork ``child`` right after the cell's reply is sent, not before it: a callback of the
+    kernel's event loop, which runs before the loop takes the next message (and the next
+    cell's start, a flush and a load fork it first if it has not run). The cell's result
+    leaves without the fork's tens of milliseconds for a GB. Forked here when the kernel
+    runs no event loop, or when it will not fork (memory short, no ``os.fork``): the
+    reply then says why."""
+    events = sys.modules.get("asyncio")
+    loop = None
+    with contextlib.suppress(RuntimeError, AttributeError):
+        loop = events.get_running_loop() if events is not None else None
+    if loop is None or not fork_writes or _memory_short(child.estimate):
+        _start_deferred(wait=False)
+        return
+    loop.call_soon(_start_deferred, False)
 
 
 def _size_of(value: Any) -> int:
@@ -355,17 +385,15 @@ class _Child:
             return _write_generation(body, entries, self.pending, lost, synced)
         try:
             data = bytearray()
-            while chunk := os.read(self.fd, 1 << 16):
+            while chunk := os.read(self.fd, 1 << 16):  # (the child closes it once it reported)
                 data += chunk
         finally:
             os.close(self.fd)
-            status = 0
-            with contextlib.suppress(ChildProcessError):  # reaped: never a zombie
-                status = os.waitpid(self.pid, 0)[1]
         try:
             report = json.loads(data)
         except ValueError:
             dirty.update(self.names)  # the next commit stores them again
+            status = self.reap()
             raise OSError(
                 f"the writer process ended before it wrote (wait status {status})"
             ) from None
@@ -384,6 +412,17 @@ class _Child:
         _unpruned, _prune_from = int(report["unpruned"]), int(body["keep_from"])
         body["size"], body["took"] = int(report["size"]), float(report["took"])
         return str(report["digest"])
+
+    def reap(self) -> int:
+        """Wait for the child to end (it sends its files to disk after its report, and the
+        next child forks only once it ended: one copy-on-write image at a time); its wait
+        status. Never a zombie."""
+        pid, self.pid = self.pid, 0
+        if not pid:
+            return 0
+        with contextlib.suppress(ChildProcessError):
+            return os.waitpid(pid, 0)[1]
+        return 0
 
 
 def _start(job: tuple[Any, ...]) -> None:
@@ -456,9 +495,8 @@ def _child_main(
     lives here (the kernel's others stayed in the parent): nothing but pickling and file
     writes, no output, no lock of the parent's, ``os._exit``."""
     report: dict[str, Any]
+    synced: list[str] = []
     try:
-        global _drop_written
-        _drop_written = True
         gc.disable()  # a collection would copy every page it touches
         with contextlib.suppress(OSError):
             os.nice(10)  # the kernel's next cells first
@@ -469,7 +507,6 @@ def _child_main(
         started = time.monotonic()
         _learned.clear()
         pending = _pickled(child.names, sys.modules[STATE_MODULE]._shell().user_ns)
-        synced: list[str] = []
         body["size"] = sum(v.nbytes for _n, _e, parts in pending for v in parts)
         digest = _write_generation(body, entries, pending, lost, synced)
         report = {
@@ -492,6 +529,9 @@ def _child_main(
         view = memoryview(json.dumps(report).encode())
         while view:
             view = view[os.write(fd, view) :]
+        os.close(fd)  # the writer thread has the report: the generation is signed meanwhile
+        if "error" not in report:
+            _drop_cache(synced)
     finally:
         os._exit(0)
 
@@ -591,7 +631,7 @@ def _run(
     """Write one generation handed over by :func:`commit` and say so (``done`` or
     ``failed``, then ``written``); in the writer thread, or in the commit itself when the
     writer had nothing else to do (no thread to wake on a small cell's path)."""
-    global _inflight, _queued, _rate
+    global _queued, _rate
     number = body["generation"]
     started = time.monotonic()
     synced: list[str] = []
@@ -602,7 +642,6 @@ def _run(
             digest = _write_generation(body, entries, pending, lost, synced)
     except Exception as exc:  # the disk is full, the folder was removed: told, not fatal
         with _lock:
-            _inflight -= 1
             _queued -= body["queued"]
             _last[:] = []
         _released(body)
@@ -610,10 +649,10 @@ def _run(
             why = f"{type(exc).__name__}: {exc}"[:300]
             failed.append([number, why, "gone" if isinstance(exc, FolderGone) else ""])
         written.set()
+        _ended(pending)
         return
     took = body.get("took") or time.monotonic() - started
     with _lock:
-        _inflight -= 1
         _queued -= body["queued"]
         _last[:] = [number, digest]
         done.append([number, digest, body["cells"], number])
@@ -622,6 +661,19 @@ def _run(
     _released(body)
     written.set()
     _sync(synced)
+    _ended(pending)
+
+
+def _ended(pending: Any) -> None:
+    """A generation is reported (the commit, a flush or the idle ask may sign it): a child
+    that wrote it is reaped once it pushed its files to disk, and only then is the writer
+    idle (a large change that comes meanwhile forks after it: one child, one copy-on-write
+    image, at a time)."""
+    global _inflight
+    if isinstance(pending, _Child):
+        pending.reap()
+    with _lock:
+        _inflight -= 1
 
 
 def _released(body: dict[str, Any]) -> None:
@@ -832,21 +884,27 @@ def _write_file(path: str, parts: list[Any], atomic: bool = False) -> None:
             view = memoryview(part).cast("B")
             while view:
                 view = view[os.write(fd, view) :]
-        if _drop_written:
-            _drop_cache(fd)
     finally:
         os.close(fd)
     os.rename(temp, path)
 
 
-def _drop_cache(fd: int) -> None:
-    """A forked writer's file: on disk now, and out of the page cache. Hundreds of MB of
-    chunks left in the cache made the kernel's next large allocations fault page by page
-    (measured: ``df['a'] * k`` on a 1 GB frame 3 to 5 s instead of 0.3 s, 145,000 minor
-    faults instead of 5,500); the child waits for the disk, the kernel does not."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+def _drop_cache(paths: list[str]) -> None:
+    """A forked writer's files, once it reported them: on disk, and out of the page cache.
+    Hundreds of MB of chunks left in the cache made the kernel's next large allocations
+    fault page by page (measured: ``df['a'] * k`` on a 1 GB frame 3 to 5 s instead of
+    0.3 s, 145,000 minor faults instead of 5,500); the child waits for the disk, the kernel
+    does not, nor the generation's signature (a kill of the kernel or the host leaves the
+    page cache: the files are there)."""
+    for path in paths:
+        with contextlib.suppress(OSError, AttributeError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.fdatasync(fd)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def _stored_bytes(objects: str) -> int:

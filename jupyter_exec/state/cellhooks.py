@@ -13,7 +13,8 @@ state only through the declared hooks::
     after_reply      a death's error says what came back instead of "state is lost"
     after_record     that signature waited for; the recovery on the Execution and the
                      notebook; the names the cell changed noted, its generation signed
-                     (before the result when it ran long), an automatic checkpoint when due
+                     (before the result when it ran long), what the kernel said of its
+                     writes on the Execution (state_notes), an automatic checkpoint when due
     kernel_lost      a kernel from the latest snapshot in its place (recovery)
     before_restart   what the restarted process will not have is forgotten; a Docker
                      session's first kernel restarts instead of a fork in it
@@ -24,6 +25,7 @@ state only through the declared hooks::
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from jupyter_exec.engine.hooks import CellCall, CellHooks, KernelChange, KernelEvent
@@ -70,6 +72,9 @@ class StateHooks(CellHooks):
             self.state.after_record(self.session, cell.index if cell.recorded else None)
         if execution is not None and cell.problem is None:
             await self.state.after_cell(self.session, cell.kernel, run, cell.index)
+            notes = self.state.durable.generations.take_notes()
+            if notes:  # a large change written without a forked child, and why
+                execution = replace(execution, state_notes=(*execution.state_notes, *notes))
         return execution
 
     async def kernel_lost(self, event: KernelEvent) -> bool:

@@ -199,6 +199,8 @@ class Generations:
         self.notes: list[str] = []
         """What the kernel said lately of how it wrote (a large change written without a
         forked child, and why: memory short, no ``os.fork``); the first one is a warning."""
+        self.unreported: list[str] = []
+        """Of those, the ones no Execution carries yet (:meth:`take_notes`)."""
         self.asked_full = False
         self.work_dir: Path | None = None
         self.to_sign: tuple[Path, Generation] | None = None
@@ -359,6 +361,7 @@ class Generations:
             said = log.info if self.notes else log.warning  # a warning once, then quieter
             said("session %s: %s", session.name, shown)
             self.notes = [*self.notes[-9:], shown]
+            self.unreported = [*self.unreported[-9:], shown]
         for item in answer.get("failed") or ():
             shown = replies.printable(item)
             self.failures.append(shown)
@@ -384,6 +387,12 @@ class Generations:
                 continue
             others = [g for g in self.signed if g.number != number]
             self.signed = sorted([*others, made], key=lambda g: g.number)
+
+    def take_notes(self) -> tuple[str, ...]:
+        """What the kernel said of its writes since the last Execution took them (the cell
+        whose reply, or the idle ask before it, brought them): its ``state_notes``."""
+        found, self.unreported = tuple(self.unreported), []
+        return found
 
     def _folder_gone(self, session: StateHost) -> None:
         """The kernel's writer found the state folder removed (the work dir deleted under

@@ -1,7 +1,8 @@
 """A large change written by a forked child (``jupyter_exec.inkernel.generations``): real
 local kernels. The child's write comes back after ``kill -9`` of the kernel; cells run while
 it writes and none of their generations is lost; ``close()`` waits for it; it is reaped (no
-zombie); without a fork (memory short) the kernel writes as before and the log says why."""
+zombie); without a fork (memory short) the kernel writes as before, and the Execution of each
+cell that paid for it (``state_notes``) and the log (once) say why."""
 
 from __future__ import annotations
 
@@ -86,6 +87,36 @@ async def test_a_large_change_is_written_by_a_child_and_comes_back_after_kill_9(
     assert await value(session, "(float(big.sum()), float(frame.a[7]))") == (5_000_002.0, 3.0)
 
 
+WHERE = "(id({0}), {1}.__array_interface__['data'][0], {1}.nbytes)"
+"""Kernel expression: an object's identity, and the address and size of one of its buffers."""
+
+
+async def test_a_buffer_changed_in_place_is_stored_again(sessions: Any) -> None:
+    """Same object, same buffer, same size, other bytes: the next generation holds the new
+    bytes (a store that knew its chunks by identity or address would keep the old ones)."""
+    session = await sessions(name="inplace")
+    await session.execute(
+        "import numpy as np, pandas as pd\n"
+        "frame = pd.DataFrame({'a': np.ones(2_500_000), 'b': np.ones(2_500_000)})\n"
+        "arr = np.ones(5_000_000)"
+    )  # 40 MB each: written by a child
+    await flush(session)
+    column = WHERE.format("frame", "frame['b'].to_numpy()")
+    array = WHERE.format("arr", "arr")
+    before = (await value(session, column), await value(session, array))
+    assert (await session.execute("frame.loc[:, 'b'] = 5.0\narr[::2] = 7.0")).ok
+    assert (await value(session, column), await value(session, array)) == before  # in place
+    signed = await flush(session)
+    assert await value(session, FORKED) >= 2
+    assert max(g.cells for g in signed) == 2
+    await kill_kernel(session)
+    back = await session.execute("1")
+    assert back.recovered is not None
+    assert {"frame", "arr"} <= set(back.recovered.names)
+    sums = "(float(frame['a'].sum()), float(frame['b'].sum()), float(arr.sum()))"
+    assert await value(session, sums) == (2_500_000.0, 12_500_000.0, 20_000_000.0)
+
+
 async def test_cells_run_while_the_child_writes_and_no_generation_is_lost(
     sessions: Any, tmp_path: Path
 ) -> None:
@@ -154,15 +185,23 @@ async def test_close_waits_for_the_child_and_leaves_nothing_running(
     [("MEMORY_MARGIN = 1 << 60", "memory short"), ("fork_writes = False", "no os.fork")],
     ids=["memory-short", "no-fork"],
 )
-async def test_without_a_fork_the_kernel_writes_and_the_log_says_why_once(
+async def test_without_a_fork_the_kernel_writes_and_the_execution_says_why(
     sessions: Any, caplog: pytest.LogCaptureFixture, setting: str, reason: str
 ) -> None:
     caplog.set_level(logging.WARNING, logger="jupyter_exec")
     session = await sessions(name="short")
-    await session.execute("import numpy as np")
+    plain = await session.execute("import numpy as np")
+    assert plain.state_notes == ()
     await in_kernel(session, f"import sys\nsys.modules['_jupyter_exec_generations'].{setting}")
     for k in range(2):
-        assert (await session.execute(f"big{k} = {BIG} * {k}")).ok
+        done = await session.execute(f"big{k} = {BIG} * {k}")
+        assert done.ok
+        [note] = done.state_notes  # each cell that paid for the write says why
+        assert "not by a child" in note
+        assert reason in note
+        assert done.to_dict()["state_notes"] == [note]
+    small = await session.execute("small = 1")  # a small change: written as usual, no note
+    assert small.state_notes == ()
     signed = await flush(session)
     assert await value(session, FORKED) == 0
     assert {"big0", "big1"} <= set(read_manifest(session.work_dir, signed[-1], 0)["names"])
