@@ -229,6 +229,37 @@ def _clean(args: argparse.Namespace, targets: list[SSHTarget]) -> int:
     return EXIT_OK
 
 
+def _end_what_the_server_left(args: argparse.Namespace, targets: list[SSHTarget]) -> bool:
+    """After the server ended without shutting its kernels down (killed when its stop took
+    longer than the grace, or dead by itself): stop on every host the kernels of this
+    remote dir, as ``--clean`` would. The command owns its kernels, so it does not leave
+    that to a later ``--clean`` (under load, a server's one-by-one shutdown over SSH can
+    outlast the grace). False if a host could not be cleaned (said on stderr)."""
+    from jupyter_exec.cluster import hosts as hostlib
+    from jupyter_exec.cluster.clean import clean_host, running_gateway_pid
+
+    clean = True
+    for target in targets:
+        try:
+            with hostlib.connect(target) as client:
+                remote_dir = hostlib.absolute_remote_dir(
+                    args.remote_dir, hostlib.remote_home(client, target)
+                )
+                other = running_gateway_pid(remote_dir)
+                if other is not None and other != os.getpid():
+                    _say(f"{printable(target)}: gateway {other} uses {remote_dir}; not cleaned")
+                    clean = False
+                    continue
+                removed = clean_host(client, target, args.python, remote_dir, args.keep_logs)
+        except Exception as exc:  # a host down or refusing: said, and the others cleaned
+            _say(f"{printable(target)}: could not stop the kernels left there: {exc}")
+            clean = False
+            continue
+        if removed:
+            _say(f"{printable(target)}: stopped what the server left: {', '.join(removed)}")
+    return clean
+
+
 def _say(text: str) -> None:
     print(f"[jupyter-exec] {text}", file=sys.stderr, flush=True)
 
@@ -325,12 +356,16 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             status = _serve(gateway)
             if status is None:  # asked to stop
                 _say("stopping: shutting every kernel down")
-                if not gateway.stop():
+                if gateway.stop():
+                    return EXIT_OK
+                _say("the server did not stop in time and was killed: ending its kernels")
+                if not _end_what_the_server_left(args, targets):
                     raise BackendError(
-                        "the gateway did not stop in time and was killed: kernels may be left "
-                        "running on the hosts"
+                        "the gateway did not stop in time and was killed, and kernels may be "
+                        "left on the hosts named above: run `jupyter-exec gateway --clean`"
                     )
                 return EXIT_OK
+            _end_what_the_server_left(args, targets)
         except KeyboardInterrupt:  # a stop signal before serving began
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             _say("stopping: shutting every kernel down")

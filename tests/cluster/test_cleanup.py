@@ -94,6 +94,25 @@ def test_clean_removes_what_a_sigkill_of_the_command_and_its_server_left(
     assert f"removed kernels/{kernels[0]}" in done.stdout or kernels[0] in done.stdout
 
 
+def test_a_server_that_dies_under_the_command_leaves_no_kernel_running(
+    loopback_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The command owns its kernels: when its server ends without shutting them down (here
+    SIGKILLed; under load, one killed after the stop's grace), the command stops them on the
+    hosts itself, before it exits with the server's failure."""
+    remote = _remote_dir(loopback_cluster)
+    with running_gateway(loopback_cluster, tmp_path / "gw", "--remote-dir", str(remote)) as gateway:
+        (server,) = psutil.Process(gateway.process.pid).children()
+        kernels = [gateway.start_kernel() for _ in range(2)]
+        server.kill()
+        status = gateway.process.wait(120)
+    assert status != EXIT_OK
+    assert "stopped what the server left" in gateway.log(), gateway.log()[-3000:]
+    for kernel_id in kernels:
+        assert not loopback_cluster.wait_no_kernel_processes(kernel_id, timeout=10)
+    assert _left(remote) == [], gateway.log()[-3000:]
+
+
 def test_clean_touches_no_folder_without_the_launchers_marker_and_follows_no_link(
     loopback_cluster: Cluster, tmp_path: Path
 ) -> None:
