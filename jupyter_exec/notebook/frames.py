@@ -128,12 +128,10 @@ def _layout(image: Any) -> _Layout | None:
     """``image``'s content, ink and axes frame (None: no ink, or no frame of a plot's size)."""
     import numpy as np
 
-    from jupyter_exec.notebook.images import INK_LEVEL, MIN_PLOT_PX
+    from jupyter_exec.notebook.images import INK_LEVEL, MIN_PLOT_PX, border_colour
 
     pixels = np.asarray(image, dtype=np.int16)
-    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
-    colours, counts = np.unique(border, axis=0, return_counts=True)
-    background = colours[counts.argmax()]
+    background = border_colour(pixels)
     ink = np.abs(pixels - background).max(axis=2) > INK_LEVEL
     rows, columns = np.nonzero(ink)
     if not len(rows):
@@ -357,12 +355,13 @@ def _alike(mine: Any, theirs: Any) -> float:
     a = grey(mine)
     b = grey(theirs.resize(mine.size, Image.Resampling.LANCZOS))
     a = a - a.mean()
+    a_norm = float((a * a).sum())
     best = 0.0
     for dy in range(-SHIFT_PX, SHIFT_PX + 1):
         for dx in range(-SHIFT_PX, SHIFT_PX + 1):
-            c = np.roll(b, (dy, dx), axis=(0, 1))
+            c = np.roll(b, (dy, dx), axis=(0, 1))  # (the margin rolls round: blank on blank)
             c = c - c.mean()
-            norm = float(np.sqrt((a * a).sum() * (c * c).sum()))
+            norm = float(np.sqrt(a_norm * float((c * c).sum())))
             if norm:
                 best = max(best, float((a * c).sum()) / norm)
     return best

@@ -359,6 +359,21 @@ def _aligned(a: Any, b: Any, *, resampled: bool = False) -> PlotMatch | None:
     return best
 
 
+def border_colour(pixels: Any) -> Any:
+    """The most common colour of the border of ``pixels`` (H x W x 3): a picture's background.
+
+    Counted over the colours packed into one integer each (``np.unique`` over rows sorts
+    the border's rows lexically: a tenth of a second on a large plot, this a millisecond).
+    """
+    import numpy as np
+
+    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).astype(np.int32)
+    packed = (border[:, 0] << 16) | (border[:, 1] << 8) | border[:, 2]
+    colours, counts = np.unique(packed, return_counts=True)
+    best = int(colours[counts.argmax()])
+    return np.array([(best >> 16) & 255, (best >> 8) & 255, best & 255], dtype=np.int16)
+
+
 def _content(image: Any) -> Any | None:
     """``image`` cropped to what differs from its border's most common colour (None: nothing).
 
@@ -368,9 +383,7 @@ def _content(image: Any) -> Any | None:
     import numpy as np
 
     pixels = np.asarray(image, dtype=np.int16)
-    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
-    colours, counts = np.unique(border, axis=0, return_counts=True)
-    ink = np.abs(pixels - colours[counts.argmax()]).max(axis=2) > INK_LEVEL
+    ink = np.abs(pixels - border_colour(pixels)).max(axis=2) > INK_LEVEL
     rows, columns = np.nonzero(ink)
     if not len(rows):
         return None
