@@ -139,13 +139,16 @@ def _measure(kind: str, cells: int, repeats: int, root: Path) -> tuple[list[Timi
     _nbclient_run(recorded, root)  # the record to compare against (and a warm-up)
     if kind == "meaning":
         _reword(recorded)
-    path = root / f"{kind}-{cells}.ipynb"
+    # The notebook alone in its folder: a replay copies its folder's inputs into the work dir,
+    # so the runs' scratch folders must not lie beside it (each would copy the ones before).
+    path = root / f"{kind}-{cells}" / f"{kind}-{cells}.ipynb"
+    path.parent.mkdir()
     nbformat.write(recorded, path)
     ours: list[Timing] = []
     theirs: list[Timing] = []
     for i in range(repeats):
         print(f"replay bench: {kind} x{cells}, repeat {i + 1}/{repeats}", file=sys.stderr)
-        scratch = Path(tempfile.mkdtemp(dir=root))
+        scratch = Path(tempfile.mkdtemp(dir=root, prefix="run-"))
         first_ours = i % 2 == 0
         for which in ("ours", "nbclient") if first_ours else ("nbclient", "ours"):
             if which == "ours":
