@@ -24,10 +24,15 @@ titles) follows the dpi. So the larger image is laid out again as the smaller on
                   points from the nearest frame corner (a legend), whichever lands on the
                   other side's ink
                ─► judged against the smaller image as a resampled plot (edges within 3 px,
-                  fills within a pixel): score at least 0.99, equivalent
+                  fills within a pixel), and the text blocks once more, closely: each block put
+                  back against what the smaller image shows there (grey levels correlated,
+                  :data:`TEXT_ALIKE`), each of the smaller image's blocks covered by one put
+                  back; the share of blocks alike counts as geometry: score at least 0.99,
+                  equivalent
 
 A changed value still moves a line or a bar inside the frame (judged after the warp, by
-edges), and a changed tick label is another glyph where the other side has one.
+edges), and a changed tick label is another glyph where the other side has one (a label
+within 3 px of the other's counts as in place for the edges, so the text is judged apart).
 """
 
 from __future__ import annotations
@@ -50,13 +55,15 @@ EMPTY_MARGIN_PX = 3
 (``MARGIN_PX`` or more: a title, an axis label) is another layout."""
 MARGIN_PX = 8
 TEXT_ALIKE = 0.8
+"""Two text blocks (glyphs at two resolutions, one resized to the other) are the same text when
+their grey levels correlate by at least this much (the same labels: 0.81-0.99, most above
+0.93; a block over blank: 0)."""
 COVERED = 0.95
 """A block of the smaller image is matched when blocks put back cover this share of its ink."""
 SHIFT_PX = 2
+"""Text blocks are compared shifted by up to this much each way (and covered this far)."""
 MIN_TEXT_INK = 12
-"""Text blocks are compared with this margin around them, shifted by up to this much."""
-"""Two text blocks (glyphs at two resolutions, one resized to the other) are the same text when
-their grey levels correlate by at least this much."""
+"""A block of fewer pixels of ink (a decimal point) only needs ink where it is put back."""
 
 
 @dataclass(frozen=True)
@@ -326,16 +333,6 @@ def _put_back(
             box = (best[0], best[1], best[0] + size[0], best[1] + size[1])
             placed.append((box, tile, int(block.mask.sum())))
     return placed
-
-
-def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> float:
-    """Intersection over union of two boxes."""
-    width = min(a[2], b[2]) - max(a[0], b[0])
-    height = min(a[3], b[3]) - max(a[1], b[1])
-    if width <= 0 or height <= 0:
-        return 0.0
-    inter = width * height
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
 
 
 def _alike(mine: Any, theirs: Any) -> float:
