@@ -139,13 +139,16 @@ def _measure(kind: str, cells: int, repeats: int, root: Path) -> tuple[list[Timi
     _nbclient_run(recorded, root)  # the record to compare against (and a warm-up)
     if kind == "meaning":
         _reword(recorded)
-    path = root / f"{kind}-{cells}.ipynb"
+    # The notebook alone in its folder: a replay copies its folder's inputs into the work dir,
+    # so the runs' scratch folders must not lie beside it (each would copy the ones before).
+    path = root / f"{kind}-{cells}" / f"{kind}-{cells}.ipynb"
+    path.parent.mkdir()
     nbformat.write(recorded, path)
     ours: list[Timing] = []
     theirs: list[Timing] = []
     for i in range(repeats):
         print(f"replay bench: {kind} x{cells}, repeat {i + 1}/{repeats}", file=sys.stderr)
-        scratch = Path(tempfile.mkdtemp(dir=root))
+        scratch = Path(tempfile.mkdtemp(dir=root, prefix="run-"))
         first_ours = i % 2 == 0
         for which in ("ours", "nbclient") if first_ours else ("nbclient", "ours"):
             if which == "ours":
@@ -203,9 +206,12 @@ def replay_case(cfg: Config) -> list[Row]:
 # -- the corpus: real notebooks, the same ones the replay test judges ------------------------
 
 
-def _corpus_notebooks(root: Path, limit: int | None) -> list[tuple[str, Path]]:
+def _corpus_notebooks(
+    root: Path, limit: int | None, *, plots: bool = False
+) -> list[tuple[str, Path]]:
     """The corpus of ``tests/notebook/test_replay_corpus.py`` (its sources, cache and pins:
-    one mechanism), less the notebooks that cannot start or are meant to run into a limit."""
+    one mechanism), less the notebooks that cannot start or are meant to run into a limit;
+    ``plots``: only those that draw with matplotlib (:func:`_draws_plots`)."""
     import importlib.util
 
     test = Path(__file__).resolve().parent.parent / "tests/notebook/test_replay_corpus.py"
@@ -221,8 +227,25 @@ def _corpus_notebooks(root: Path, limit: int | None) -> list[tuple[str, Path]]:
             why = module.NOT_REPLAYABLE.get(name)
             if isinstance(why, tuple) or name in module.SHORT_TIMEOUT:
                 continue
+            if plots and not _draws_plots(path):
+                continue
             found.append((name, path))
     return found[:limit]
+
+
+def _draws_plots(path: Path) -> bool:
+    """A notebook whose code names matplotlib (``import matplotlib``, ``%matplotlib``,
+    ``%pylab``, ``.plot(``) and whose record holds an image: where a replay pays for what a
+    plotting library brings into the kernel."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(str(c.source) for c in nb.cells if c.cell_type == "code")
+    images = any(
+        mime in output.get("data", {})
+        for cell in nb.cells
+        for output in cell.get("outputs", ())
+        for mime in ("image/png", "image/svg+xml")
+    )
+    return images and any(word in code for word in ("matplotlib", "pylab", ".plot("))
 
 
 def _fresh_copy(path: Path, into: Path) -> Path:
@@ -291,6 +314,52 @@ def corpus_overhead(quick: bool = False) -> list[RowTuple]:
             f"n={len(ratios)}; the ratio of the two times per notebook",
         ),
     ]
+
+
+def plots_overhead(quick: bool = False) -> list[RowTuple]:
+    """Rows: the corpus notebooks that draw with matplotlib, replay against nbclient, each
+    notebook run ``repeats`` times alternating which goes first (summed, and the median
+    per-notebook ratio)."""
+    repeats = 1 if quick else 3
+    with tempfile.TemporaryDirectory(prefix="jx-replay-plots-") as tmp:
+        root = Path(tmp)
+        notebooks = _corpus_notebooks(root / "corpus", None, plots=True)
+        ours: dict[str, list[float]] = {}
+        theirs: dict[str, list[float]] = {}
+        for r in range(repeats):
+            for i, (name, path) in enumerate(notebooks):
+                print(f"replay plots bench: {r + 1}/{repeats} {name}", file=sys.stderr)
+                a, b = _corpus_times(path, root / f"run{r}-{i}", first_ours=(i + r) % 2 == 0)
+                ours.setdefault(name, []).append(a)
+                theirs.setdefault(name, []).append(b)
+    med = statistics.median
+    ratios = [med(ours[n]) / med(theirs[n]) for n in ours]
+    return [
+        (
+            f"replay plots: {len(notebooks)} corpus notebooks that plot, summed medians",
+            sum(med(t) for t in ours.values()),
+            sum(med(t) for t in theirs.values()),
+            f"n={repeats} runs of each; the corpus notebooks whose code names matplotlib and "
+            "whose record holds an image; each from a fresh copy, kernel start included, "
+            "alternating which goes first; ours also records and judges every cell",
+        ),
+        (
+            "replay plots: per notebook, median of ours/nbclient",
+            med(ratios),
+            1.0,
+            f"n={len(ratios)}; the ratio of the two median times per notebook",
+        ),
+    ]
+
+
+@case("replay-plots")
+def replay_plots_case(cfg: Config) -> list[Row]:
+    """Replay of the corpus notebooks that plot vs nbclient executing them."""
+    rows = []
+    for name, ours, theirs, notes in plots_overhead(quick=cfg.quick):
+        unit = "x" if "ratio" in notes else "s"
+        rows.append(Row(name, ours, theirs, unit, f"floor = nbclient; {notes}"))
+    return rows
 
 
 @case("replay-corpus")

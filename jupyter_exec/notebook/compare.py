@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from jupyter_exec.engine.mime import IMAGES, is_json
 from jupyter_exec.engine.outputs import overwrite_line, strip_ansi
-from jupyter_exec.notebook.images import ImageTolerance, compare_images, plot_match
+from jupyter_exec.notebook.images import ImageTolerance, compare_images, plot_match, svg_pixels
 from jupyter_exec.notebook.meaning import (
     HTML_RULE,
     SVG_RULE,
@@ -378,6 +378,7 @@ def _render_value(
 class _Canonical:
     blocks: list[_Block]
     images: list[tuple[str, str, bytes]]  # (label, mime, payload)
+    drawings: dict[str, str] = field(default_factory=dict)  # label: SVG text
 
     @property
     def lines(self) -> list[str]:
@@ -405,6 +406,7 @@ def canonical(
     streams: dict[str, list[str]] = {}
     rich: list[_Block] = []
     images: list[tuple[str, str, bytes]] = []
+    drawings: dict[str, str] = {}
     errors: list[_Block] = []
     number = 0
     for output in outputs:
@@ -427,6 +429,8 @@ def canonical(
                     block = _render_value(mime, data[mime], rules, used, meaning, hits)
                     block.head = label
                     rich.append(block)
+                    if mime == "image/svg+xml":
+                        drawings[label] = _text(data[mime])
         elif kind == "error":
             ename, evalue = str(output.get("ename", "")), str(output.get("evalue", ""))
             errors.append(
@@ -439,7 +443,7 @@ def canonical(
         )
         for name in sorted(streams)
     ]
-    return _Canonical(blocks + rich + errors, images)
+    return _Canonical(blocks + rich + errors, images, drawings)
 
 
 def _decode(value: Any) -> bytes:
@@ -468,8 +472,25 @@ def _short_diff(before: list[str], after: list[str]) -> str:
 
 
 _BY_VALUE = "numbers equal by value (2. and 2.0)"
+SVG_DRAWN = "SVG drawn (resvg)"
 TABLE_RTOL = 1e-6
 """Relative tolerance for the numbers of a DataFrame table (it shows about 6 digits anyway)."""
+
+
+def _drawn(before: str, after: str, tolerance: ImageTolerance) -> str | None:
+    """Why two SVG documents that differ as XML show the same picture, or None: both drawn
+    (:func:`jupyter_exec.notebook.images.svg_pixels`) and judged as images, then as plots."""
+    if tolerance.plot_score is None:
+        return None
+    old, new = svg_pixels(before), svg_pixels(after)
+    if old is None or new is None:
+        return None
+    if compare_images(old, new, tolerance) is None:
+        return f"{SVG_DRAWN}: the same pixels"
+    match = plot_match(old, new)
+    if match is None or match.score < tolerance.plot_score:
+        return None
+    return f"{SVG_DRAWN}: the same plot re-rendered: {match.describe()}"
 
 
 def _equivalent(
@@ -478,11 +499,13 @@ def _equivalent(
     meant: tuple[_Canonical, _Canonical],
     rtol: float,
     bridges: Sequence[ActiveBridge] = (),
+    images: ImageTolerance | None = None,
 ) -> tuple[str, ...]:
     """Why two canonical forms that differ as text mean the same; empty when they do not.
 
     A text block that still differs is tried once more through the ``bridges`` (the known
-    repr changes between the two environments, :mod:`jupyter_exec.notebook.reprs`).
+    repr changes between the two environments, :mod:`jupyter_exec.notebook.reprs`); an SVG
+    block, drawn and judged as a plot (:func:`_drawn`, with the ``images`` tolerance).
     """
     before, after = meant
     if [b.head for b in before.blocks] != [b.head for b in after.blocks] or len(
@@ -498,6 +521,13 @@ def _equivalent(
         rule = a.rule if a.rule == b.rule else None
         if a.lines == b.lines and rule is not None:
             reasons.append(rule)
+            continue
+        drawings = old.drawings.get(a.head), new.drawings.get(b.head)
+        if images is not None and drawings[0] is not None and drawings[1] is not None:
+            drawn = _drawn(drawings[0], drawings[1], images)
+            if drawn is None:
+                return ()
+            reasons.append(f"{a.head} {drawn}")
             continue
         tolerance = {TABLE: max(rtol, TABLE_RTOL), JSON: 0.0}.get(a.kind, rtol)
         atol = 1e-12 if tolerance else 0
@@ -589,7 +619,7 @@ def compare_outputs(
         canonical(before, rules, used=used, meaning=True, hits=old_hits),
         canonical(after, rules, used=used, meaning=True, hits=new_hits),
     )
-    reasons = () if notes else _equivalent(old, new, meant, rtol, bridges)
+    reasons = () if notes else _equivalent(old, new, meant, rtol, bridges, tolerance)
     if reasons:
         reasons = (*reasons, *plots)
     masks = tuple(r.name for r in rules if r.name in used)

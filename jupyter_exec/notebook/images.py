@@ -40,8 +40,12 @@ picture (its slopes change), and a changed bar or line still moves ink by more t
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jupyter_exec.notebook.frames import Framed
 
 __all__ = [
     "ASPECT_TOLERANCE",
@@ -50,6 +54,7 @@ __all__ = [
     "PlotMatch",
     "compare_images",
     "plot_match",
+    "svg_pixels",
 ]
 
 PLOT_SCORE = 0.99
@@ -154,6 +159,9 @@ class PlotMatch:
     scaled: tuple[tuple[int, int], tuple[int, int], tuple[int, int]] | None = None
     """When the plots were compared at a common size: the content sizes (width, height) of
     the recorded and replayed image and the size they were compared at; else None."""
+    framed: Framed | None = None
+    """When the plots were matched by their axes frames (figures of other shapes,
+    :mod:`jupyter_exec.notebook.frames`): the frames and the text scale; else None."""
 
     @property
     def score(self) -> float:
@@ -168,6 +176,14 @@ class PlotMatch:
         if self.scaled is None:
             return text
         (wa, ha), (wb, hb), (w, h) = self.scaled
+        if self.framed is not None:
+            (fa, ga), (fb, gb) = self.framed.frames
+            alike, blocks = self.framed.texts
+            return (
+                f"{text}, matched by axes frame: frame {fa}x{ga} -> {fb}x{gb}, text scaled "
+                f"{self.framed.text_scale:.2f} ({alike} of {blocks} text blocks alike), content "
+                f"{wa}x{ha} -> {wb}x{hb}, compared at {w}x{h}"
+            )
         return f"{text}, scaled: content {wa}x{ha} -> {wb}x{hb}, compared at {w}x{h}"
 
 
@@ -343,6 +359,21 @@ def _aligned(a: Any, b: Any, *, resampled: bool = False) -> PlotMatch | None:
     return best
 
 
+def border_colour(pixels: Any) -> Any:
+    """The most common colour of the border of ``pixels`` (H x W x 3): a picture's background.
+
+    Counted over the colours packed into one integer each (``np.unique`` over rows sorts
+    the border's rows lexically: a tenth of a second on a large plot, this a millisecond).
+    """
+    import numpy as np
+
+    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).astype(np.int32)
+    packed = (border[:, 0] << 16) | (border[:, 1] << 8) | border[:, 2]
+    colours, counts = np.unique(packed, return_counts=True)
+    best = int(colours[counts.argmax()])
+    return np.array([(best >> 16) & 255, (best >> 8) & 255, best & 255], dtype=np.int16)
+
+
 def _content(image: Any) -> Any | None:
     """``image`` cropped to what differs from its border's most common colour (None: nothing).
 
@@ -352,9 +383,7 @@ def _content(image: Any) -> Any | None:
     import numpy as np
 
     pixels = np.asarray(image, dtype=np.int16)
-    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
-    colours, counts = np.unique(border, axis=0, return_counts=True)
-    ink = np.abs(pixels - colours[counts.argmax()]).max(axis=2) > INK_LEVEL
+    ink = np.abs(pixels - border_colour(pixels)).max(axis=2) > INK_LEVEL
     rows, columns = np.nonzero(ink)
     if not len(rows):
         return None
@@ -376,7 +405,7 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     if min(wa, ha, wb, hb) < MIN_PLOT_PX:
         return None
     if abs((wa / ha) / (wb / hb) - 1.0) > ASPECT_TOLERANCE:
-        return None
+        return _framed(a, b, ((wa, ha), (wb, hb)))
     if max(wa * ha, wb * hb) > MAX_SCALE**2 * min(wa * ha, wb * hb):
         return None
     small, large = (0, 1) if wa * ha <= wb * hb else (1, 0)
@@ -386,3 +415,63 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     if found is None:
         return None
     return PlotMatch(found.geometry, found.fills, ((wa, ha), (wb, hb), size))
+
+
+def _framed(a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]]) -> PlotMatch | None:
+    """``a`` and ``b``, contents of other aspect ratios, as the same plot in figures of other
+    shapes: matched by their axes frames (:mod:`jupyter_exec.notebook.frames`)."""
+    from jupyter_exec.notebook.frames import reframed
+
+    found = reframed(a, b)
+    if found is None:
+        return None
+    target, laid_out, how = found
+    match = _aligned(target, laid_out, resampled=True)
+    if match is None:
+        return None
+    geometry = min(match.geometry, round(how.text_share, 6))  # a label unlike is a misplaced stroke
+    return PlotMatch(geometry, match.fills, (*contents, target.size), how)
+
+
+# -- SVG drawn, then judged as an image ----------------------------------------------------
+
+MAX_SVG_CHARS = 4_000_000
+"""Larger SVG documents are not drawn (compared as XML only)."""
+MAX_SVG_PX = 4_000
+"""SVG documents wider or taller than this (in pixels at 72 dpi: 1 pt, 1 px) are not drawn."""
+_SVG_ROOT_RE = re.compile(r"<svg\b[^>]*>", re.DOTALL)
+_SVG_TEXT_RE = re.compile(r"<(?:[\w.-]+:)?(?:text|foreignObject)\b")
+_SVG_LENGTH_RE = r"""\b{}\s*=\s*["']\s*([0-9]+(?:\.[0-9]*)?)\s*(px|pt)?\s*["']"""
+
+
+def svg_pixels(text: str) -> bytes | None:
+    """``text``, an SVG document, drawn as a PNG on white by resvg (the ``resvg-py`` package,
+    in the ``plot`` extra), or None: resvg-py not installed, not drawable, too large, or of a
+    size not given in px or pt (a size relative to a page, or none, draws at no fixed size).
+
+    Drawn at 72 dpi (one point, one pixel: matplotlib's SVG sizes are points) and without a
+    resources folder (an ``<image href>`` to a file is not read). A document with text
+    elements is not drawn: without the same fonts on both sides (or any) its words would draw
+    as nothing, and two other numbers as the same nothing (matplotlib's SVG draws its glyphs
+    as paths).
+    """
+    if len(text) > MAX_SVG_CHARS or "<!ENTITY" in text or _SVG_TEXT_RE.search(text):
+        return None
+    try:
+        import resvg_py
+    except ImportError:
+        return None
+    root = _SVG_ROOT_RE.search(text)
+    if root is None:
+        return None
+    for name in ("width", "height"):
+        found = re.search(_SVG_LENGTH_RE.format(name), root.group(0))
+        if found is None or not 0 < float(found.group(1)) <= MAX_SVG_PX:
+            return None
+    try:
+        drawn = resvg_py.svg_to_bytes(
+            svg_string=text, dpi=72.0, background="white", skip_system_fonts=True
+        )
+    except (ValueError, RuntimeError):  # resvg_py raises ValueError for what it cannot draw
+        return None
+    return bytes(drawn)

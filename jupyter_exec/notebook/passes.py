@@ -9,11 +9,14 @@ passes disagree (:func:`_nondeterministic`).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from jupyter_exec.engine.hooks import CellHooks
+from jupyter_exec.engine.installs import Installs
 from jupyter_exec.engine.meta import is_undone
 from jupyter_exec.engine.recorder import new_cell_id
 from jupyter_exec.models import Execution
@@ -30,8 +33,30 @@ __all__: list[str] = []
 _REVISED = "judged on what it shows at the end: a later cell updated its display"
 
 
+class _NoEnvironmentCapture(CellHooks):
+    """A replay's kernels run without the per-cell environment capture.
+
+    A recording session installs it in the kernel (:mod:`jupyter_exec.session.envrecord`):
+    an audit hook on every event, and after each cell that imported something new, a scan
+    of every installed distribution (``importlib.metadata.packages_distributions``) to name
+    the packages. After a notebook's ``import matplotlib`` that scan took 0.4 to 0.7 s, and
+    the hook 0.1 to 0.2 s more over the import, on notebooks nbclient runs in 3 to 6 s: the
+    replay's whole gap to nbclient on plot notebooks (1.18x to 1.27x). A replay does not
+    need it: the environment it compares with the record's is asked once, for the names
+    the record lists (:func:`jupyter_exec.notebook.envdiff.here`), and reported.
+    """
+
+    async def kernel_installs(self, installs: Installs) -> None:
+        installs.kernel.environment_capture = False  # decided: envrecord.plan leaves it out
+
+
 class _ReplaySession(AsyncSession):
-    """The replay's session, which can also say what a recorded cell shows now."""
+    """The replay's session, which can also say what a recorded cell shows now; its kernels
+    run without the environment capture (:class:`_NoEnvironmentCapture`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hooks.add(_NoEnvironmentCapture())
 
     async def environment_here(
         self, record: Mapping[str, Any], backend: str, kernel_name: str
@@ -99,38 +124,62 @@ class _Plan:
         bar: _Progress | None,
         notify: Callable[[CellResult], Awaitable[None]] | None,
     ) -> list[CellResult]:
-        """Every cell's verdict in one session (see the module docstring)."""
+        """Every cell's verdict in one session (see the module docstring).
+
+        A cell is judged in a worker thread while the next one runs: judging a re-rendered
+        plot takes a tenth of a second to a second of the host's time, which the kernel
+        would otherwise wait through (nbclient judges nothing). The verdicts are still
+        reported in the notebook's order, each as soon as it and those before it are known.
+        """
         results: list[CellResult] = []
         ran: list[tuple[int, Mapping[str, Any], Execution]] = []
-        for step, index in enumerate(self.order):
-            cell = self.nb.cells[index]
-            keep = self.until is None or step < self.last_step
-            if index in self.to_run:
-                if bar is not None:
-                    bar.start(index + 1)
-                execution = await execute_to_the_end(session, str(cell.source))
-                ran.append((index, cell, execution))
-                result = self.judging.judge(index, cell, execution)
-                if bar is not None:
-                    bar.finish(result)
-                results.append(result)
-                if notify is not None:
-                    await notify(result)
-                continue
-            if cell.cell_type != "code":
-                why = f"{cell.cell_type} cell"
-            elif not str(cell.source).strip():
-                why = "empty code cell"
-            elif is_undone(cell):
-                why = "undone cell (session.undo or restore)"
-            else:
-                why = f"after --until {self.until}"
-            tags = (cell.get("metadata") or {}).get("tags", ())
-            if keep and "papermill-error-cell-tag" not in tags:
-                _record_plain_cell(session, cell)
-            results.append(_skipped(index, cell, why))
+        judging: asyncio.Task[CellResult] | None = None
+
+        async def settle() -> None:
+            """The verdict being judged, reported (before anything after it)."""
+            nonlocal judging
+            if judging is None:
+                return
+            result, judging = await judging, None
+            if bar is not None:
+                bar.finish(result)
+            results.append(result)
             if notify is not None:
-                await notify(results[-1])
+                await notify(result)
+
+        try:
+            for step, index in enumerate(self.order):
+                cell = self.nb.cells[index]
+                keep = self.until is None or step < self.last_step
+                if index in self.to_run:
+                    if bar is not None:
+                        bar.start(index + 1)
+                    execution = await execute_to_the_end(session, str(cell.source))
+                    await settle()  # the cell before, judged while this one ran
+                    ran.append((index, cell, execution))
+                    judging = asyncio.ensure_future(
+                        asyncio.to_thread(self.judging.judge, index, cell, execution)
+                    )
+                    continue
+                await settle()
+                if cell.cell_type != "code":
+                    why = f"{cell.cell_type} cell"
+                elif not str(cell.source).strip():
+                    why = "empty code cell"
+                elif is_undone(cell):
+                    why = "undone cell (session.undo or restore)"
+                else:
+                    why = f"after --until {self.until}"
+                tags = (cell.get("metadata") or {}).get("tags", ())
+                if keep and "papermill-error-cell-tag" not in tags:
+                    _record_plain_cell(session, cell)
+                results.append(_skipped(index, cell, why))
+                if notify is not None:
+                    await notify(results[-1])
+            await settle()
+        finally:
+            if judging is not None:  # a cell raised: the judge's thread ends on its own
+                judging.cancel()
         for index, cell, execution in ran:  # what later cells changed: judged on the end state
             shown = session.shown_now(execution.cell_index)
             if shown is None or shown == list(execution.outputs):

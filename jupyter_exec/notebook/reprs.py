@@ -202,6 +202,16 @@ _MPL_CONTAINER = ReprBridge(
     older=_CONTAINER,  # the count is kept: either side may show the newer form
 )
 
+_MPL_AXES = ReprBridge(
+    "matplotlib-axes-repr",
+    "matplotlib",
+    "3.7",
+    ((re.compile(r"<Axes: [^<>\n]*>"), "<matplotlib.axes._subplots.AxesSubplot at 0x<addr>>"),),
+    "<Axes: xlabel='x'> -> <matplotlib.axes._subplots.AxesSubplot at 0x...> (matplotlib 3.7 "
+    "folded AxesSubplot into Axes and gave it a repr with its title and labels, which the older "
+    "side never showed)",
+)
+
 _OBJECT_AT: tuple[Rewrite, ...] = (
     (re.compile(r"<((?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*) object at (0x[\w<>]+)>"), r"<\1 at \2>"),
 )
@@ -248,6 +258,7 @@ BRIDGES: tuple[ReprBridge, ...] = (
     _MPL_INLINE_FIGURE,
     _MPL_FIGURE,
     _MPL_CONTAINER,
+    _MPL_AXES,
     _DEFAULT_REPR,
     _IPYTHON_DISPLAY,
     _MPL_INLINE,

@@ -267,3 +267,28 @@ def test_quiet_still_says_where_it_ran(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["replay", str(tmp_path / "q.ipynb"), "-q", "--backend", "local"]) == 0
     err = capsys.readouterr().err
     assert err.splitlines()[0] == "replaying on the host: --backend local given"
+
+
+CAPTURING = (
+    "import sys\n"
+    "capture = getattr(sys.modules.get('_jupyter_exec_environment'), '_capture', None)\n"
+    "print('capturing' if capture is not None else 'not capturing')"
+)
+
+
+def test_a_replays_kernel_runs_without_the_environment_capture(tmp_path: Path) -> None:
+    """The capture's scan of every installed distribution after a cell's new imports (0.4 to
+    0.7 s after ``import matplotlib``) and its audit hook were a replay's whole gap to
+    nbclient on plot notebooks; a replay asks the kernel its versions once instead."""
+    with Session(work_dir=tmp_path, name="rec") as session:  # a recording session captures
+        assert session.execute(CAPTURING).stdout == "capturing\n"
+    path = tmp_path / "rec.ipynb"
+    raw = json.loads(path.read_text())
+    raw["cells"][0]["outputs"][0]["text"] = "not capturing\n"
+    path.write_text(json.dumps(raw))
+    report = replay(path)
+    assert [c.status for c in report.cells] == ["same"]
+    assert report.environment == ()  # the versions it compares were still asked
+    assert report.extra["environment"]["here"]["interpreter"]["version"] == (
+        ".".join(map(str, sys.version_info[:3]))
+    )

@@ -22,7 +22,7 @@ from PIL import Image
 
 from jupyter_exec import Session
 from jupyter_exec.notebook.compare import ImageTolerance, compare_outputs
-from jupyter_exec.notebook.images import plot_match
+from jupyter_exec.notebook.images import plot_match, svg_pixels
 from jupyter_exec.notebook.replay import replay
 
 matplotlib.use("agg")
@@ -213,7 +213,13 @@ def test_plots_are_judged_by_pixels_only_when_asked_and_small_images_always() ->
         canvas = Image.new("RGBA", (image.width + 6, image.height + 3), "white")
         canvas.paste(image, (6, 0))  # a tight bounding box grew on the left
         canvas.save(padded, "PNG")
-    assert plot_match(before, wider.getvalue()) is None  # 10% wider: another figure
+    # 10% wider, its glyphs too: no figure draws its text stretched, so matched by the axes
+    # frame its labels are unlike
+    stretched = plot_match(before, wider.getvalue())
+    assert stretched is not None
+    assert stretched.framed is not None
+    assert stretched.score < 0.99
+    assert stretched.framed.texts[0] < stretched.framed.texts[1]
     aligned = plot_match(before, padded.getvalue())
     assert aligned is not None
     assert aligned.score == 1.0
@@ -243,3 +249,162 @@ def test_a_replay_of_a_plot_recorded_in_another_style_is_equivalent(tmp_path: Pa
     assert [c.status for c in report.cells] == ["same", "equivalent", "different"]
     assert "the same plot re-rendered: plot score" in report.cells[1].reasons[0]
     assert "plot score" in report.cells[2].notes[0]
+
+
+# -- the same plot in a figure of another shape: matched by its axes frame -------------------
+
+OLD_INLINE: dict[str, Any] = {"size": (6.0, 4.0), "dpi": 72}
+"""The inline backend's default figure until matplotlib-inline 0.1.4."""
+NEW_INLINE: dict[str, Any] = {"size": (6.4, 4.8), "dpi": 100}
+"""matplotlib's default figure, which the inline backend draws since."""
+
+
+def framed_plot(kind: str, data: Any, *, size: tuple[float, float], dpi: int) -> bytes:
+    """A line, bar or image plot with a title, axis labels and (line, bars) a legend."""
+    figure, axes = plt.subplots(figsize=size, dpi=dpi)
+    if kind == "line":
+        x = np.linspace(0, 10, 50)
+        axes.plot(x, data(x), "o-", markersize=3, label="signal")
+    elif kind == "bars":
+        axes.bar(range(len(data)), data, label="heights")
+    else:
+        axes.imshow(np.random.default_rng(data).random((8, 8)))
+    axes.set_title(kind)
+    axes.set_xlabel("x")
+    if kind != "heat map":
+        axes.legend(loc="upper right")
+    return _png(figure)
+
+
+def test_the_same_plot_in_the_old_inline_figure_is_equivalent_by_its_axes_frame() -> None:
+    """6x4 in at 72 dpi against 6.4x4.8 in at 100: contents of other aspect ratios (1.5 and
+    1.33), the same data in the same axes: frame onto frame, labels and legend by the dpi."""
+    for kind, data in (("line", np.sin), ("bars", [3.0, 1.0, 4.0, 1.5, 5.0])):
+        before = framed_plot(kind, data, **OLD_INLINE)
+        after = framed_plot(kind, data, **NEW_INLINE)
+        found = compare_outputs(shown(before), shown(after))
+        assert found.verdict == "equivalent", (kind, found.notes)
+        (reason,) = found.reasons
+        assert "the same plot re-rendered: plot score" in reason
+        assert "matched by axes frame: frame " in reason
+        match = plot_match(before, after)
+        assert match is not None
+        assert match.framed is not None
+        assert match.score >= 0.99
+        alike, blocks = match.framed.texts
+        assert alike == blocks > 10  # every tick label, the title, the legend
+        assert 0.6 < match.framed.text_scale < 0.8  # 72 / 100, nearly
+
+
+@pytest.mark.parametrize(
+    ("kind", "before", "after"),
+    [
+        ("bars", [3.0, 1.0, 4.0, 1.5, 5.0], [3.0, 1.0, 4.0, 1.5, 5.2]),
+        ("bars", [3.0, 1.0, 4.0, 1.5, 5.0], [3.0, 1.0, 4.3, 1.5, 5.0]),
+        ("line", np.sin, lambda x: np.sin(x) * 1.1),
+        ("line", np.sin, lambda x: np.sin(x + 0.3)),
+        ("heat map", 1, 2),
+        # The same picture inside the frame, other numbers on the axis: only the tick
+        # labels tell them apart.
+        ("line", np.sin, lambda x: np.sin(x) * 2),
+        ("bars", [3.0, 1.0, 4.0, 1.5, 5.0], [6.0, 2.0, 8.0, 3.0, 10.0]),
+    ],
+    ids=[
+        "last bar 5.2",
+        "middle bar 4.3",
+        "amplitude 1.1",
+        "phase 0.3",
+        "other heat map",
+        "y twice: tick labels",
+        "bars twice: tick labels",
+    ],
+)
+def test_a_plot_of_other_data_in_the_old_inline_figure_stays_different(
+    kind: str, before: Any, after: Any
+) -> None:
+    found = compare_outputs(
+        shown(framed_plot(kind, before, **OLD_INLINE)),
+        shown(framed_plot(kind, after, **NEW_INLINE)),
+    )
+    assert found.verdict == "different"
+    assert "plot score" in found.notes[0]
+
+
+def test_a_legend_that_moved_or_a_figure_of_far_other_shape_is_not_the_same_plot() -> None:
+    """Matched by the frame only when the frames' aspect ratios agree within 25% (a square
+    plot against a wide one: 33%), and a legend where the other side has none is unlike."""
+    x = np.linspace(0, 10, 50)
+
+    def legend_at(where: Any, **figure: Any) -> bytes:
+        drawn, axes = plt.subplots(figsize=figure["size"], dpi=figure["dpi"])
+        axes.plot(x, np.sin(x), label="signal")
+        axes.legend(loc=where)
+        return _png(drawn)
+
+    moved = plot_match(
+        legend_at("upper right", **OLD_INLINE), legend_at("lower left", **NEW_INLINE)
+    )
+    assert moved is not None
+    assert moved.framed is not None
+    assert moved.score < 0.99
+    square = framed_plot("line", np.sin, size=(4.8, 4.8), dpi=100)
+    assert plot_match(square, framed_plot("line", np.sin, **OLD_INLINE)) is None
+
+
+# -- SVG drawn and judged as a plot ----------------------------------------------------------
+
+
+def svg_plot(data: Any, *, size: tuple[float, float]) -> str:
+    figure, axes = plt.subplots(figsize=size)
+    axes.plot([0, 1, 2, 3, 4, 5], data)
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def svg_shown(text: str) -> list[dict[str, Any]]:
+    data = {"image/svg+xml": text, "text/plain": "<Figure>"}
+    return [{"output_type": "display_data", "data": data, "metadata": {}}]
+
+
+def test_an_svg_plot_in_another_figure_shape_is_drawn_and_equivalent() -> None:
+    """nbconvert's svg.ipynb: matplotlib 1.x's SVG in the 6x4 in figure against today's in
+    6.4x4.8: other ids, style attributes and coordinates; the same picture when drawn."""
+    heights = [0, 3, 4, 4, 3, 0]
+    before, after = svg_plot(heights, size=(6.0, 4.0)), svg_plot(heights, size=(6.4, 4.8))
+    found = compare_outputs(svg_shown(before), svg_shown(after))
+    assert found.verdict == "equivalent", found.notes
+    (reason,) = found.reasons
+    assert reason.startswith("[output 1: image/svg+xml] SVG drawn (resvg): the same plot")
+    assert "matched by axes frame" in reason
+    again = compare_outputs(svg_shown(before), svg_shown(svg_plot(heights, size=(6.0, 4.0))))
+    assert again.verdict in ("same", "equivalent")  # ids and the date differ, not the picture
+
+
+def test_an_svg_plot_of_other_data_stays_different_and_svg_text_is_never_drawn() -> None:
+    before = svg_plot([0, 3, 4, 4, 3, 0], size=(6.0, 4.0))
+    other = svg_plot([0, 3, 4, 4.4, 3, 0], size=(6.4, 4.8))
+    found = compare_outputs(svg_shown(before), svg_shown(other))
+    assert found.verdict == "different"
+    assert found.reasons == ()
+    # Text elements draw as nothing without the fonts: such an SVG is compared as XML.
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="40">{}</svg>'
+    words = svg.format(90, '<text x="5" y="20">{}</text>')
+    assert svg_pixels(words.format(42)) is None
+    assert compare_outputs(svg_shown(words.format(42)), svg_shown(words.format(43))).verdict == (
+        "different"
+    )
+    # Sizes the drawing cannot take at face value, or too large: not drawn.
+    box = svg.format("{}", '<rect width="9" height="9"/>')
+    assert svg_pixels(box.format(90)) is not None
+    assert svg_pixels(box.format("100%")) is None
+    assert svg_pixels(box.format(90_000)) is None
+    assert (
+        compare_outputs(
+            svg_shown(before),
+            svg_shown(svg_plot([0, 3, 4, 4, 3, 0], size=(6.4, 4.8))),
+            image_tolerance=ImageTolerance(plot_score=None),
+        ).verdict
+        == "different"
+    )  # plots judged by pixels only: SVG as XML only

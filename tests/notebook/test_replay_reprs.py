@@ -111,6 +111,12 @@ PAIRS = [
         "<BarContainer object of 12 artists>",
     ),
     (
+        "matplotlib-axes-repr",
+        "<matplotlib.axes._subplots.AxesSubplot at 0x7f0c2b5d9e80>",
+        "<Axes: xlabel='x'>",
+        "<PolarAxes: >",
+    ),
+    (
         "object-repr-form",
         "[<matplotlib.lines.Line2D object at 0x7f3a2c1d0e80>]",
         "[<matplotlib.lines.Line2D at 0x7ff83d5cffd0>]",
@@ -240,7 +246,8 @@ def test_an_entry_needs_the_versions_on_the_two_sides_of_its_change() -> None:
     assert not scalar.bridges("2.0.1", "2.4.6")
     assert not scalar.bridges("1.24.0", "1.26.4")
     assert not scalar.bridges("unknown", "2.4.6")
-    # matplotlib 3.2 already had the Figure repr: only the hist container entry bridges 3.9.
+    # matplotlib 3.2 already had the Figure repr: the hist container and the Axes entries
+    # bridge 3.9, not the Figure one.
     names = [
         b.bridge.name
         for b in active_bridges(
@@ -249,6 +256,7 @@ def test_an_entry_needs_the_versions_on_the_two_sides_of_its_change() -> None:
     ]
     assert names == [
         "matplotlib-hist-container-repr",
+        "matplotlib-axes-repr",
         "object-repr-form",
         "matplotlib-inline-backend-name",
     ]
