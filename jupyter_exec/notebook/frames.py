@@ -40,6 +40,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jupyter_exec.notebook.pixels import (
+    INK_LEVEL,
+    MAX_SCALE,
+    MIN_PLOT_PX,
+    NEAR_PX,
+    border_colour,
+    spread,
+)
+
 __all__ = ["MAX_FRAME_ASPECT_CHANGE", "Framed", "reframed"]
 
 MAX_FRAME_ASPECT_CHANGE = 0.25
@@ -135,8 +144,6 @@ def _layout(image: Any) -> _Layout | None:
     """``image``'s content, ink and axes frame (None: no ink, or no frame of a plot's size)."""
     import numpy as np
 
-    from jupyter_exec.notebook.images import INK_LEVEL, MIN_PLOT_PX, border_colour
-
     pixels = np.asarray(image, dtype=np.int16)
     background = border_colour(pixels)
     ink = np.abs(pixels - background).max(axis=2) > INK_LEVEL
@@ -194,9 +201,7 @@ def _blocks(layout: _Layout) -> list[_Block]:
     """
     import numpy as np
 
-    from jupyter_exec.notebook.images import _spread
-
-    grown = _spread(layout.ink, 1, grow=True)
+    grown = spread(layout.ink, 1, grow=True)
     rows, starts, ends = _runs(grown)
     parent = list(range(len(rows)))
 
@@ -265,14 +270,12 @@ def _warped(large: _Layout, small: _Layout, blocks: list[_Block]) -> Any:
     import numpy as np
     from PIL import Image
 
-    from jupyter_exec.notebook.images import _spread
-
     pixels = np.array(large.image, dtype=np.uint8)
     lifted = np.zeros(large.ink.shape, dtype=bool)
     for block in blocks:
         left, top, right, bottom = block.box
         lifted[top:bottom, left:right] |= block.mask
-    pixels[_spread(lifted, 1, grow=True)] = large.background
+    pixels[spread(lifted, 1, grow=True)] = large.background
     source = Image.fromarray(pixels)
     canvas = Image.new("RGB", small.size, large.background)
     xl, xs, yl, ys = large.xs(), small.xs(), large.ys(), small.ys()
@@ -294,9 +297,7 @@ def _put_back(
     import numpy as np
     from PIL import Image
 
-    from jupyter_exec.notebook.images import NEAR_PX, _spread
-
-    near = _spread(small.ink, NEAR_PX, grow=True)
+    near = spread(small.ink, NEAR_PX, grow=True)
     placed: list[tuple[tuple[int, int, int, int], Any, int]] = []
     to_small = _mapper(large, small, scale)
     fl, ft, fr, fb = large.frame
@@ -304,7 +305,7 @@ def _put_back(
     for block in blocks:
         left, top, right, bottom = block.box
         size = (max(1, round((right - left) * scale)), max(1, round((bottom - top) * scale)))
-        mask = Image.fromarray(_spread(block.mask, 1, grow=True).astype(np.uint8) * 255)
+        mask = Image.fromarray(spread(block.mask, 1, grow=True).astype(np.uint8) * 255)
         mask = mask.resize(size, Image.Resampling.BILINEAR)
         tile = large.image.crop(block.box).resize(size, Image.Resampling.LANCZOS)
         cx, cy = block.centre
@@ -409,7 +410,6 @@ def reframed(a: Any, b: Any) -> tuple[Any, Any, Framed] | None:
     """``a`` and ``b`` (flattened RGB images) brought to one layout by their axes frames, or
     None when they cannot be (no frame, frames of other shapes, another layout of margins, too
     far apart in size): the smaller one's content, the larger one laid out as it, and how."""
-    from jupyter_exec.notebook.images import MAX_SCALE
 
     first, second = _layout(a), _layout(b)
     if first is None or second is None:

@@ -44,6 +44,15 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jupyter_exec.notebook.pixels import (
+    INK_LEVEL,
+    MAX_SCALE,
+    MIN_PLOT_PX,
+    NEAR_PX,
+    border_colour,
+    spread,
+)
+
 if TYPE_CHECKING:
     from jupyter_exec.notebook.frames import Framed
 
@@ -126,14 +135,8 @@ def compare_images(before: bytes, after: bytes, tolerance: ImageTolerance) -> st
 
 # -- plots judged as plots -----------------------------------------------------------------
 
-INK_LEVEL = 48
-"""A pixel is ink when a channel differs from the background by more than this (0-255)."""
-NEAR_PX = 3
-"""Ink within this many pixels of the other side's ink is the same stroke, re-rendered."""
 SOLID_PX = 5
 """Ink that survives an erosion of this size is a fill (a bar, an image cell), not a stroke."""
-MIN_PLOT_PX = 32
-"""Images smaller than this on a side are icons, not plots: compared by pixels only."""
 MAX_PLOT_PIXELS = 16_000_000
 """Larger images are compared by pixels only (judging them as plots costs too much)."""
 MAX_SIZE_CHANGE = 0.05
@@ -142,9 +145,6 @@ apart, they are compared at a common size (:data:`ASPECT_TOLERANCE`)."""
 ASPECT_TOLERANCE = 0.03
 """Plots of other sizes are the same figure at another scale only when the aspect ratios of
 their content agree within this share (a figure of another shape is another picture)."""
-MAX_SCALE = 4.0
-"""Images whose content differs in size by more than this factor are not compared as plots
-(a thumbnail against a poster: too little is left of the larger at the common size)."""
 
 
 @dataclass(frozen=True)
@@ -221,9 +221,9 @@ class _Plot:
         ink = np.abs(pixels - background).max(axis=2) > INK_LEVEL
         if not ink.any():
             return None
-        solid = _spread(ink, SOLID_PX // 2, grow=False)
+        solid = spread(ink, SOLID_PX // 2, grow=False)
         if not outline:
-            return cls(pixels, ink, _spread(ink, NEAR_PX, grow=True), solid)
+            return cls(pixels, ink, spread(ink, NEAR_PX, grow=True), solid)
         step = np.zeros(ink.shape, dtype=np.int16)
         down = np.abs(pixels[1:] - pixels[:-1]).max(axis=2)
         right = np.abs(pixels[:, 1:] - pixels[:, :-1]).max(axis=2)
@@ -234,7 +234,7 @@ class _Plot:
         edges = step > INK_LEVEL
         if not edges.any():
             return None
-        return cls(pixels, edges, _spread(step > INK_LEVEL // 2, NEAR_PX, grow=True), solid)
+        return cls(pixels, edges, spread(step > INK_LEVEL // 2, NEAR_PX, grow=True), solid)
 
     def placed(self, name: str, shape: tuple[int, int], at: tuple[int, int]) -> Any:
         import numpy as np
@@ -244,29 +244,6 @@ class _Plot:
         y, x = at
         canvas[y : y + value.shape[0], x : x + value.shape[1]] = value
         return canvas
-
-
-def _spread(mask: Any, reach: int, *, grow: bool) -> Any:
-    """``mask`` grown (a square max filter) or eroded (min) by ``reach`` pixels each way.
-
-    Separable shifts of a boolean array: a few milliseconds where Pillow's rank filter
-    takes a tenth of a second on a plot.
-    """
-    out = mask.copy()
-    for axis in (0, 1):
-        step = out.copy()
-        for d in range(1, reach + 1):
-            ahead = [slice(None)] * 2
-            behind = [slice(None)] * 2
-            ahead[axis], behind[axis] = slice(d, None), slice(None, -d)
-            if grow:
-                step[tuple(ahead)] |= out[tuple(behind)]
-                step[tuple(behind)] |= out[tuple(ahead)]
-            else:
-                step[tuple(ahead)] &= out[tuple(behind)]
-                step[tuple(behind)] &= out[tuple(ahead)]
-        out = step
-    return out
 
 
 def _offsets(size: int, full: int) -> tuple[int, ...]:
@@ -357,21 +334,6 @@ def _aligned(a: Any, b: Any, *, resampled: bool = False) -> PlotMatch | None:
                     if best is None or found.score > best.score:
                         best = found
     return best
-
-
-def border_colour(pixels: Any) -> Any:
-    """The most common colour of the border of ``pixels`` (H x W x 3): a picture's background.
-
-    Counted over the colours packed into one integer each (``np.unique`` over rows sorts
-    the border's rows lexically: a tenth of a second on a large plot, this a millisecond).
-    """
-    import numpy as np
-
-    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]]).astype(np.int32)
-    packed = (border[:, 0] << 16) | (border[:, 1] << 8) | border[:, 2]
-    colours, counts = np.unique(packed, return_counts=True)
-    best = int(colours[counts.argmax()])
-    return np.array([(best >> 16) & 255, (best >> 8) & 255, best & 255], dtype=np.int16)
 
 
 def _content(image: Any) -> Any | None:
