@@ -19,6 +19,7 @@ from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import Running
 
 from jupyter_exec.e2b.languages import installed, language_named
+from tests.fork_barrier import SIBLINGS_BARRIER
 
 
 def test_fork_gives_sandboxes_with_the_files_and_state(api_env: Running) -> None:
@@ -29,26 +30,13 @@ def test_a_fork_works_in_its_own_folder(api_env: Running) -> None:
     forks_work_in_their_own_folder(api_env)
 
 
-_BARRIER = """\
-import os, time
-def _wait_for_siblings(folder={folder!r}, count={count}, most=20.0):
-    # In each fork, before it serves: say it is alive, then wait until all its siblings are.
-    open(os.path.join(folder, str(os.getpid())), "w").close()
-    end = time.monotonic() + most
-    while len(os.listdir(folder)) < count and time.monotonic() < end:
-        time.sleep(0.01)
-    get_ipython().user_ns["siblings"] = sorted(os.listdir(folder))
-os.register_at_fork(after_in_child=_wait_for_siblings)
-"""
-
-
 def test_the_forks_of_one_request_start_at_once(api_env: Running, tmp_path: Path) -> None:
     """Each fork, forked and not yet serving, waits until all four siblings exist: forks
     made one after another (each waiting for the one before to answer) never all meet."""
     parent = Sandbox.create()
     made: list[Sandbox] = []
     try:
-        assert parent.run_code(_BARRIER.format(folder=str(tmp_path), count=4)).error is None
+        assert parent.run_code(SIBLINGS_BARRIER.format(folder=str(tmp_path), count=4)).error is None
         forks = Sandbox.fork(parent.sandbox_id, count=4)
         made = [f for f in forks if isinstance(f, Sandbox)]
         assert len(made) == 4, forks

@@ -25,6 +25,7 @@ from jupyter_exec import (
     replay_async,
 )
 from tests.conftest import read_valid_notebook
+from tests.fork_barrier import SIBLINGS_BARRIER
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -155,26 +156,13 @@ async def test_forks_diverge_while_the_parent_stays_unchanged(sessions: Any) -> 
     assert await value(parent, "label") == "parent"  # closing the forks left the parent alone
 
 
-_BARRIER = """\
-import os, time
-def _wait_for_siblings(folder={folder!r}, count={count}, most=20.0):
-    # In each fork, before it serves: say it is alive, then wait until all its siblings are.
-    open(os.path.join(folder, str(os.getpid())), "w").close()
-    end = time.monotonic() + most
-    while len(os.listdir(folder)) < count and time.monotonic() < end:
-        time.sleep(0.01)
-    get_ipython().user_ns["siblings"] = sorted(os.listdir(folder))
-os.register_at_fork(after_in_child=_wait_for_siblings)
-"""
-
-
 async def test_the_forks_of_one_call_start_at_once(sessions: Any, tmp_path: Path) -> None:
     """Each fork, forked and not yet serving, waits until all four siblings exist: forks
     made one after another (each waiting for the one before to answer) never all meet."""
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     parent = await sessions(name="many")
-    (await parent.execute(_BARRIER.format(folder=str(barrier), count=4))).raise_for_error()
+    (await parent.execute(SIBLINGS_BARRIER.format(folder=str(barrier), count=4))).raise_for_error()
     forks = await parent.fork(4)
     sessions.track(*forks)
     pids = sorted(p.name for p in barrier.iterdir())
