@@ -109,9 +109,12 @@ right after it then re-runs no completed cell that ran this long), when that is 
 (:data:`DURABLE_SHARE`). A shorter cell's larger write goes on after its reply (the host
 signs it when an idle ask or the next reply says it is done): a 0.2 s cell that changed a
 column of a 1 GB frame paid 2 to 3 times its run waiting for the forked child."""
-DURABLE_SHARE = 0.1
+DURABLE_SHARE = 1.0
 """The most of its run a cell waits for its state's write (expected at the writer's rate,
-and bounded by it): 10 %. A write that should take longer goes on after the reply."""
+and bounded by it): all of it. A cell whose run took longer than its state takes to save is
+signed before its result returns ("durable when it counts": a host killed right after it
+re-runs no completed cell of a second or more); a write that should take longer than the
+run goes on after the reply."""
 _rate = 400e6
 """Bytes per second the writer stores (hash and write), measured on writes of 1 MB or more."""
 _queued = 0
