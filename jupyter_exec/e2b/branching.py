@@ -233,20 +233,12 @@ class Branching:
         folder = store.folder(store.new_id())
         try:
             checkpoint = await self._capture(sandbox, folder, memory=True)
-            seed = (folder, checkpoint)
-            made = await asyncio.gather(
-                *(
-                    self.create(template=sandbox.template, metadata=dict(sandbox.metadata),
-                                envs=dict(sandbox.envs), seed=seed, **fields)
-                    for _ in range(count)
-                ),
-                return_exceptions=True,
-            )  # fmt: skip
+            made = await self._create_forks(sandbox, count, (folder, checkpoint), fields)
         finally:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(shutil.rmtree, folder, True)
         log.info("sandbox %s forked %d times", sandbox.id, count)
-        return list(made)
+        return made
 
     async def _fork_live(
         self, sandbox: Sandbox, count: int, **fields: Any
@@ -259,15 +251,23 @@ class Branching:
         async with sandbox.lock:
             # At once: each fork holds the parent's kernel only for its fork request
             # (start_fork); copying the files and starting the child overlap the others'.
-            made = await asyncio.gather(
-                *(
-                    self.create(template=sandbox.template, metadata=dict(sandbox.metadata),
-                                envs=dict(sandbox.envs), seed=seed, **fields)
-                    for _ in range(count)
-                ),
-                return_exceptions=True,
-            )  # fmt: skip
+            made = await self._create_forks(sandbox, count, seed, fields)
         log.info("sandbox %s forked %d times (copy-on-write)", sandbox.id, count)
+        return made
+
+    async def _create_forks(
+        self, sandbox: Sandbox, count: int, seed: Any, fields: dict[str, Any]
+    ) -> list[Sandbox | BaseException]:
+        """``count`` sandboxes like ``sandbox`` from ``seed`` (a live parent or a captured
+        state), made side by side; each one's failure in its own place."""
+        made = await asyncio.gather(
+            *(
+                self.create(template=sandbox.template, metadata=dict(sandbox.metadata),
+                            envs=dict(sandbox.envs), seed=seed, **fields)
+                for _ in range(count)
+            ),
+            return_exceptions=True,
+        )  # fmt: skip
         return list(made)
 
     def _backend(self) -> str:
