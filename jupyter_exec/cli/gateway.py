@@ -208,20 +208,28 @@ def _serve(gateway: GatewayProcess) -> int | None:
                 signal.signal(sig, old)
 
 
+def _clean_one(args: argparse.Namespace, target: SSHTarget) -> tuple[str, list[str]]:
+    """On ``target``: what a gateway of this remote dir left stopped and removed (refused
+    while another gateway uses that dir); the remote dir and what was removed."""
+    from jupyter_exec.cluster import hosts as hostlib
+    from jupyter_exec.cluster.clean import clean_host, refuse_if_running
+
+    with hostlib.connect(target) as client:
+        remote_dir = hostlib.absolute_remote_dir(
+            args.remote_dir, hostlib.remote_home(client, target)
+        )
+        refuse_if_running(remote_dir)
+        return remote_dir, clean_host(client, target, args.python, remote_dir, args.keep_logs)
+
+
 def _clean(args: argparse.Namespace, targets: list[SSHTarget]) -> int:
     """``--clean``: on every host, the kernels a killed gateway left, then its folder here."""
-    from jupyter_exec.cluster import hosts as hostlib
-    from jupyter_exec.cluster.clean import clean_host, clean_local, refuse_if_running
+    from jupyter_exec.cluster.clean import clean_local
 
     cleaned: set[str] = set()
     for target in targets:
-        with hostlib.connect(target) as client:
-            remote_dir = hostlib.absolute_remote_dir(
-                args.remote_dir, hostlib.remote_home(client, target)
-            )
-            refuse_if_running(remote_dir)
-            cleaned.add(remote_dir)
-            removed = clean_host(client, target, args.python, remote_dir, args.keep_logs)
+        remote_dir, removed = _clean_one(args, target)
+        cleaned.add(remote_dir)
         shown = ", ".join(printable(item) for item in removed) or "nothing left"
         print(f"{printable(target)}  {printable(remote_dir)}: removed {shown}", flush=True)
     for folder in clean_local(cleaned):
@@ -232,26 +240,15 @@ def _clean(args: argparse.Namespace, targets: list[SSHTarget]) -> int:
 def _end_what_the_server_left(args: argparse.Namespace, targets: list[SSHTarget]) -> bool:
     """After the server ended without shutting its kernels down (killed when its stop took
     longer than the grace, or dead by itself): stop on every host the kernels of this
-    remote dir, as ``--clean`` would. The command owns its kernels, so it does not leave
-    that to a later ``--clean`` (under load, a server's one-by-one shutdown over SSH can
-    outlast the grace). False if a host could not be cleaned (said on stderr)."""
-    from jupyter_exec.cluster import hosts as hostlib
-    from jupyter_exec.cluster.clean import clean_host, running_gateway_pid
-
+    remote dir, as ``--clean`` does (:func:`_clean_one`). The command owns its kernels, so
+    it does not leave that to a later ``--clean`` (under load, a server's one-by-one
+    shutdown over SSH can outlast the grace). False if a host could not be cleaned (said
+    on stderr)."""
     clean = True
     for target in targets:
         try:
-            with hostlib.connect(target) as client:
-                remote_dir = hostlib.absolute_remote_dir(
-                    args.remote_dir, hostlib.remote_home(client, target)
-                )
-                other = running_gateway_pid(remote_dir)
-                if other is not None and other != os.getpid():
-                    _say(f"{printable(target)}: gateway {other} uses {remote_dir}; not cleaned")
-                    clean = False
-                    continue
-                removed = clean_host(client, target, args.python, remote_dir, args.keep_logs)
-        except Exception as exc:  # a host down or refusing: said, and the others cleaned
+            _, removed = _clean_one(args, target)
+        except Exception as exc:  # a host down, another gateway on the dir: said, others go on
             _say(f"{printable(target)}: could not stop the kernels left there: {exc}")
             clean = False
             continue
