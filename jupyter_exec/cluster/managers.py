@@ -147,7 +147,37 @@ class ClusterRestarter(AsyncIOLoopKernelRestarter):
 
 class ClusterWebsocketConnection(ZMQChannelsWebsocketConnection):
     """The server's kernel websocket: its ``dead`` notice also says why, when the kernel's
-    death was declared final (``reason`` in the status message's content)."""
+    death was declared final (``reason`` in the status message's content); and it keeps the
+    framing its handshake chose for as long as it lives.
+
+    jupyter_server reads the framing from the websocket handler each time, and a handler that
+    was closed (a client reconnecting under the same session id makes the server close the
+    old one: "Replacing stale connection") no longer knows it, so a v1 frame that was still
+    waiting on it was decoded in the legacy framing: an error, or the server stalled for
+    minutes building a ``struct`` format of a hundred million items, every client of it with
+    it. Here the framing is taken while the handler knows it and kept, and a frame read after
+    the handler closed is dropped (its answer has nowhere to go); clients of any make are
+    safe, not only ours (:mod:`jupyter_exec.remote.connection` no longer sends such frames).
+    """
+
+    _framing: str | None = None
+    """The subprotocol the handshake chose (None: the legacy framing, or not yet known)."""
+
+    @property
+    def subprotocol(self) -> str | None:
+        handler = self.websocket_handler
+        if handler is not None and handler.ws_connection is not None:
+            self._framing = handler.selected_subprotocol
+        return self._framing
+
+    def handle_incoming_message(self, incoming_msg: str) -> None:
+        handler = self.websocket_handler
+        if handler is None or handler.ws_connection is None:
+            self.log.warning(
+                "kernel %s: a frame read after its websocket closed is dropped", self.kernel_id
+            )
+            return
+        super().handle_incoming_message(incoming_msg)
 
     def on_restart_failed(self) -> None:
         reason = getattr(self.kernel_manager, DEAD_REASON, None)
