@@ -222,3 +222,47 @@ def test_no_circle_even_for_type_checkers(folder: str) -> None:
         for name, path in sources.items()
     }
     assert _circles(graph) == []
+
+
+_SHELL_SENDS = {"execute", "kernel_info", "complete", "inspect", "history", "comm_info"}
+"""A kernel client's methods that put a request on the kernel's shell channel."""
+_SHELL_DOORS = {
+    "jupyter_exec.engine.kernel": "KernelHandle.send_silent, and wait_ready's kernel_info",
+    "jupyter_exec.engine.runner": "a session's cells",
+}
+"""The only modules that send on a kernel's shell channel, and what they send."""
+
+
+def _shell_sends(tree: ast.AST) -> list[int]:
+    """Lines that call ``<...>.kc.<shell method>(...)``, ``kc.<shell method>(...)`` or
+    ``<...>.shell_channel.send(...)``."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner, method = node.func.value, node.func.attr
+        owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if (owner_name == "kc" and method in _SHELL_SENDS) or (
+            owner_name == "shell_channel" and method == "send"
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_host_asks_a_kernel_through_one_door() -> None:
+    """Every silent host request (state, signing, environment, files, fences) goes out through
+    ``KernelHandle.send_silent`` and is answered by msg_id through the kernel's one mailbox,
+    each with its own deadline; nothing else writes to a kernel's shell channel."""
+    strays = [
+        f"{_module_name(path)}:{line}"
+        for path in PACKAGE.rglob("*.py")
+        if _module_name(path) not in _SHELL_DOORS
+        for line in _shell_sends(ast.parse(path.read_text("utf-8")))
+    ]
+    assert strays == []
+
+
+def test_the_door_check_sees_a_stray_request() -> None:
+    assert _shell_sends(ast.parse("old.kc.execute('x', silent=True)")) == [1]
+    assert _shell_sends(ast.parse("kc.shell_channel.send(msg)")) == [1]
+    assert _shell_sends(ast.parse("kernel.send_silent('x')")) == []

@@ -251,14 +251,28 @@ class KernelHandle:
     ) -> dict[str, Any] | None:
         """Run ``code`` silently (no history, no count, no outputs, no stdin); the content of
         its execute_reply, with ``expressions`` evaluated after it, as :meth:`shell_reply`."""
-        msg_id = self.kc.execute(
-            code,
-            silent=True,
-            store_history=False,
-            allow_stdin=False,
-            user_expressions=expressions or {},
-        )
+        msg_id = self.send_silent(code, expressions)
         return await self.shell_reply(msg_id, deadline, died=died)
+
+    def send_silent(self, code: str, expressions: dict[str, str] | None = None) -> str:
+        """Send ``code`` to run silently and return its msg_id, waiting for nothing.
+
+        The one door for the host's own requests to a kernel (state commits and flushes, the
+        idle signing, the environment record, file listings, fences, releases): a request
+        sent here is answered through :attr:`replies`, by msg_id, to whoever asks for it
+        with its own deadline (:meth:`shell_reply`), so no request waits on another's, and
+        a reply nobody asks for is dropped. Only a session's cells go out another way
+        (:mod:`jupyter_exec.engine.runner`); ``tests/test_layout.py`` holds the rest to it.
+        """
+        return str(
+            self.kc.execute(
+                code,
+                silent=True,
+                store_history=False,
+                allow_stdin=False,
+                user_expressions=expressions or {},
+            )
+        )
 
     async def _iopub_saw(self, msg_id: str, deadline: float) -> bool:
         while (remaining := deadline - time.monotonic()) > 0:

@@ -246,9 +246,7 @@ class CellRunner:
         silent cell that puts a marker through that same queue: once the marker is on
         IOPub, everything the cell queued before it is too. No waiting on the clock.
         """
-        fence = self.kernel.kc.execute(
-            DENO_FENCE, silent=True, store_history=False, allow_stdin=False
-        )
+        fence = self.kernel.send_silent(DENO_FENCE)
         deadline = time.monotonic() + 10.0
         while (remaining := deadline - time.monotonic()) > 0:
             try:

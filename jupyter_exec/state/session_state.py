@@ -456,7 +456,7 @@ class SessionState(RecoveryMixin):
             if self.root is None and in_docker(old) and await old.is_alive():
                 # Its state is in the snapshots now: free what only it holds (the
                 # container's memory limit is shared with the kernel serving the session).
-                old.kc.execute(_RELEASE, silent=True, store_history=False, allow_stdin=False)
+                old.send_silent(_RELEASE)
             self.root = self.root or old
             return
         with contextlib.suppress(Exception):
