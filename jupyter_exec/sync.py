@@ -15,7 +15,7 @@ import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.models import Execution, ScriptResult
@@ -51,6 +51,25 @@ class _ClosedAtExit(weakref.WeakSet[T]):
         for item in list(self):
             with contextlib.suppress(Exception):  # best effort at interpreter exit
                 self._close(item)
+
+
+class _ReadThrough(property, Generic[T]):
+    """A read-only property of :class:`Session` that is its AsyncSession's attribute of the
+    same name: the attributes the blocking face only passes through, each declared once
+    with its type (a plain read, no hop to the loop)."""
+
+    def __init__(self, name: str, doc: str | None = None) -> None:
+        super().__init__(lambda session: getattr(session._async, name), doc=doc)
+        self.__doc__ = doc  # a subclass's own docstring would shadow the property's
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any], /) -> _ReadThrough[T]: ...
+
+    @overload
+    def __get__(self, instance: Any, owner: type[Any] | None = None, /) -> T: ...
+
+    def __get__(self, instance: Any, owner: type[Any] | None = None, /) -> Any:
+        return super().__get__(instance, owner)
 
 
 _open_sessions: _ClosedAtExit[Session] = _ClosedAtExit(lambda session: session.close())
@@ -162,15 +181,13 @@ class Session(contextlib.AbstractContextManager["Session"]):
         )
         return self.start() if start else self
 
-    @property
-    def resumed(self) -> list[Execution]:
-        """When resumed: the executions that rebuilt the kernel's state."""
-        return self._async.resumed
-
-    @property
-    def resumed_cells(self) -> list[int]:
-        """When resumed: the notebook's code-cell number of each of :attr:`resumed`."""
-        return self._async.resumed_cells
+    resumed = _ReadThrough[list[Execution]](
+        "resumed", "When resumed: the executions that rebuilt the kernel's state."
+    )
+    resumed_cells = _ReadThrough[list[int]](
+        "resumed_cells",
+        "When resumed: the notebook's code-cell number of each of :attr:`resumed`.",
+    )
 
     @property
     def async_session(self) -> AsyncSession:
@@ -252,10 +269,9 @@ class Session(contextlib.AbstractContextManager["Session"]):
         """Start a sleeping session's kernel now; see :meth:`AsyncSession.wake`."""
         run_blocking(self._async.wake())
 
-    @property
-    def sleeping(self) -> bool:
-        """Whether the session is asleep (no kernel until its next call)."""
-        return self._async.sleeping
+    sleeping = _ReadThrough[bool](
+        "sleeping", "Whether the session is asleep (no kernel until its next call)."
+    )
 
     def interrupt(self) -> None:
         run_blocking(self._async.interrupt())
@@ -267,35 +283,18 @@ class Session(contextlib.AbstractContextManager["Session"]):
         run_blocking(self._async.close(now=now))
         _open_sessions.discard(self)
 
-    @property
-    def work_dir(self) -> Path:
-        return self._async.work_dir
-
-    @property
-    def name(self) -> str:
-        return self._async.name
-
-    @property
-    def files_dir(self) -> Path:
-        """``<work_dir>/<name>_files``: where rich outputs are saved."""
-        return self._async.files_dir
-
-    @property
-    def notebook_path(self) -> Path | None:
-        return self._async.notebook_path
-
-    @property
-    def kernel_id(self) -> str | None:
-        return self._async.kernel_id
-
-    @property
-    def language_info(self) -> dict[str, Any]:
-        return self._async.language_info
-
-    @property
-    def language(self) -> str:
-        """What the session runs (``python``, ``r``, ``bash``, ``javascript``, ``typescript``)."""
-        return self._async.language
+    work_dir = _ReadThrough[Path]("work_dir")
+    name = _ReadThrough[str]("name")
+    files_dir = _ReadThrough[Path](
+        "files_dir", "``<work_dir>/<name>_files``: where rich outputs are saved."
+    )
+    notebook_path = _ReadThrough[Path | None]("notebook_path")
+    kernel_id = _ReadThrough[str | None]("kernel_id")
+    language_info = _ReadThrough[dict[str, Any]]("language_info")
+    language = _ReadThrough[str](
+        "language",
+        "What the session runs (``python``, ``r``, ``bash``, ``javascript``, ``typescript``).",
+    )
 
     @property
     def is_alive(self) -> bool:
