@@ -15,7 +15,7 @@ import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar
 
 from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.models import Execution, ScriptResult
@@ -30,6 +30,7 @@ from jupyter_exec.options import (
     Backend,
     SessionOptions,
 )
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.session.session import AsyncSession, OutputCallback
 from jupyter_exec.state.session_state import Checkpoint
 
@@ -51,25 +52,6 @@ class _ClosedAtExit(weakref.WeakSet[T]):
         for item in list(self):
             with contextlib.suppress(Exception):  # best effort at interpreter exit
                 self._close(item)
-
-
-class _ReadThrough(property, Generic[T]):
-    """A read-only property of :class:`Session` that is its AsyncSession's attribute of the
-    same name: the attributes the blocking face only passes through, each declared once
-    with its type (a plain read, no hop to the loop)."""
-
-    def __init__(self, name: str, doc: str | None = None) -> None:
-        super().__init__(lambda session: getattr(session._async, name), doc=doc)
-        self.__doc__ = doc  # a subclass's own docstring would shadow the property's
-
-    @overload
-    def __get__(self, instance: None, owner: type[Any], /) -> _ReadThrough[T]: ...
-
-    @overload
-    def __get__(self, instance: Any, owner: type[Any] | None = None, /) -> T: ...
-
-    def __get__(self, instance: Any, owner: type[Any] | None = None, /) -> Any:
-        return super().__get__(instance, owner)
 
 
 _open_sessions: _ClosedAtExit[Session] = _ClosedAtExit(lambda session: session.close())
@@ -181,11 +163,11 @@ class Session(contextlib.AbstractContextManager["Session"]):
         )
         return self.start() if start else self
 
-    resumed = _ReadThrough[list[Execution]](
-        "resumed", "When resumed: the executions that rebuilt the kernel's state."
+    resumed = ReadThrough[list[Execution]](
+        "_async.resumed", "When resumed: the executions that rebuilt the kernel's state."
     )
-    resumed_cells = _ReadThrough[list[int]](
-        "resumed_cells",
+    resumed_cells = ReadThrough[list[int]](
+        "_async.resumed_cells",
         "When resumed: the notebook's code-cell number of each of :attr:`resumed`.",
     )
 
@@ -269,8 +251,8 @@ class Session(contextlib.AbstractContextManager["Session"]):
         """Start a sleeping session's kernel now; see :meth:`AsyncSession.wake`."""
         run_blocking(self._async.wake())
 
-    sleeping = _ReadThrough[bool](
-        "sleeping", "Whether the session is asleep (no kernel until its next call)."
+    sleeping = ReadThrough[bool](
+        "_async.sleeping", "Whether the session is asleep (no kernel until its next call)."
     )
 
     def interrupt(self) -> None:
@@ -283,16 +265,16 @@ class Session(contextlib.AbstractContextManager["Session"]):
         run_blocking(self._async.close(now=now))
         _open_sessions.discard(self)
 
-    work_dir = _ReadThrough[Path]("work_dir")
-    name = _ReadThrough[str]("name")
-    files_dir = _ReadThrough[Path](
-        "files_dir", "``<work_dir>/<name>_files``: where rich outputs are saved."
+    work_dir = ReadThrough[Path]("_async.work_dir")
+    name = ReadThrough[str]("_async.name")
+    files_dir = ReadThrough[Path](
+        "_async.files_dir", "``<work_dir>/<name>_files``: where rich outputs are saved."
     )
-    notebook_path = _ReadThrough[Path | None]("notebook_path")
-    kernel_id = _ReadThrough[str | None]("kernel_id")
-    language_info = _ReadThrough[dict[str, Any]]("language_info")
-    language = _ReadThrough[str](
-        "language",
+    notebook_path = ReadThrough[Path | None]("_async.notebook_path")
+    kernel_id = ReadThrough[str | None]("_async.kernel_id")
+    language_info = ReadThrough[dict[str, Any]]("_async.language_info")
+    language = ReadThrough[str](
+        "_async.language",
         "What the session runs (``python``, ``r``, ``bash``, ``javascript``, ``typescript``).",
     )
 
