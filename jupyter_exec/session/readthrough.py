@@ -10,7 +10,7 @@ assigning to it raises the property's own ``AttributeError``), typed for checker
 from __future__ import annotations
 
 import operator
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 __all__ = ["ReadThrough"]
 
@@ -33,3 +33,7 @@ class ReadThrough(property, Generic[T]):
 
     def __get__(self, instance: Any, owner: type[Any] | None = None, /) -> Any:
         return super().__get__(instance, owner)
+
+    if TYPE_CHECKING:  # read-only for checkers too, as a property without a setter is
+
+        def __set__(self, instance: Any, value: NoReturn, /) -> None: ...
