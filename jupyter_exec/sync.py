@@ -30,6 +30,7 @@ from jupyter_exec.options import (
     Backend,
     SessionOptions,
 )
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.session.session import AsyncSession, OutputCallback
 from jupyter_exec.state.session_state import Checkpoint
 
@@ -162,15 +163,13 @@ class Session(contextlib.AbstractContextManager["Session"]):
         )
         return self.start() if start else self
 
-    @property
-    def resumed(self) -> list[Execution]:
-        """When resumed: the executions that rebuilt the kernel's state."""
-        return self._async.resumed
-
-    @property
-    def resumed_cells(self) -> list[int]:
-        """When resumed: the notebook's code-cell number of each of :attr:`resumed`."""
-        return self._async.resumed_cells
+    resumed = ReadThrough[list[Execution]](
+        "_async.resumed", "When resumed: the executions that rebuilt the kernel's state."
+    )
+    resumed_cells = ReadThrough[list[int]](
+        "_async.resumed_cells",
+        "When resumed: the notebook's code-cell number of each of :attr:`resumed`.",
+    )
 
     @property
     def async_session(self) -> AsyncSession:
@@ -252,10 +251,9 @@ class Session(contextlib.AbstractContextManager["Session"]):
         """Start a sleeping session's kernel now; see :meth:`AsyncSession.wake`."""
         run_blocking(self._async.wake())
 
-    @property
-    def sleeping(self) -> bool:
-        """Whether the session is asleep (no kernel until its next call)."""
-        return self._async.sleeping
+    sleeping = ReadThrough[bool](
+        "_async.sleeping", "Whether the session is asleep (no kernel until its next call)."
+    )
 
     def interrupt(self) -> None:
         run_blocking(self._async.interrupt())
@@ -267,35 +265,18 @@ class Session(contextlib.AbstractContextManager["Session"]):
         run_blocking(self._async.close(now=now))
         _open_sessions.discard(self)
 
-    @property
-    def work_dir(self) -> Path:
-        return self._async.work_dir
-
-    @property
-    def name(self) -> str:
-        return self._async.name
-
-    @property
-    def files_dir(self) -> Path:
-        """``<work_dir>/<name>_files``: where rich outputs are saved."""
-        return self._async.files_dir
-
-    @property
-    def notebook_path(self) -> Path | None:
-        return self._async.notebook_path
-
-    @property
-    def kernel_id(self) -> str | None:
-        return self._async.kernel_id
-
-    @property
-    def language_info(self) -> dict[str, Any]:
-        return self._async.language_info
-
-    @property
-    def language(self) -> str:
-        """What the session runs (``python``, ``r``, ``bash``, ``javascript``, ``typescript``)."""
-        return self._async.language
+    work_dir = ReadThrough[Path]("_async.work_dir")
+    name = ReadThrough[str]("_async.name")
+    files_dir = ReadThrough[Path](
+        "_async.files_dir", "``<work_dir>/<name>_files``: where rich outputs are saved."
+    )
+    notebook_path = ReadThrough[Path | None]("_async.notebook_path")
+    kernel_id = ReadThrough[str | None]("_async.kernel_id")
+    language_info = ReadThrough[dict[str, Any]]("_async.language_info")
+    language = ReadThrough[str](
+        "_async.language",
+        "What the session runs (``python``, ``r``, ``bash``, ``javascript``, ``typescript``).",
+    )
 
     @property
     def is_alive(self) -> bool:

@@ -126,6 +126,12 @@ def _kind_error(path: str | os.PathLike[str], what: str, code: int) -> StorageEr
     return StorageError(f"refusing to use {os.fspath(path)}: it is {what}", code)
 
 
+def _missing_folder(path: Path, why: str) -> StorageError:
+    """A folder the caller asked to be made (``create``) that is not there: a storage error,
+    never the ``FileNotFoundError`` a caller without ``create`` gets."""
+    return storage_error(OSError(errno.ENOENT, why), path, "open the folder")
+
+
 def _check_name(name: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise WorkDirError(f"{name!r} is not a plain file name inside the work dir")
@@ -196,9 +202,7 @@ class Folder(contextlib.AbstractContextManager["Folder"]):
         except FileNotFoundError:
             if not create:
                 raise
-            raise storage_error(
-                OSError(errno.ENOENT, "the folder does not exist"), path, "open the folder"
-            ) from None
+            raise _missing_folder(path, "the folder does not exist") from None
         except StorageError:
             raise
         except OSError as exc:
@@ -225,9 +229,7 @@ class Folder(contextlib.AbstractContextManager["Folder"]):
         except FileNotFoundError:
             if not create:
                 raise
-            raise storage_error(
-                OSError(errno.ENOENT, "it vanished while being made"), path, "open the folder"
-            ) from None
+            raise _missing_folder(path, "it vanished while being made") from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 st = _lstat_or_none(name, parent)

@@ -156,13 +156,17 @@ def _address(value: str, what: str) -> str:
     return str(address)
 
 
-def _kernel_id(value: str) -> str:
-    """A kernel id is a UUID in its canonical form: it becomes a directory name."""
+def is_kernel_id(value: str) -> bool:
+    """Whether ``value`` is a UUID in its canonical form, as a kernel id must be: it becomes
+    a directory name (the gateway's provisioner checks it before it sends it here)."""
     try:
-        canonical = str(uuid.UUID(value))
+        return str(uuid.UUID(value)) == value
     except ValueError:
-        canonical = ""
-    if not canonical or canonical != value:
+        return False
+
+
+def _kernel_id(value: str) -> str:
+    if not is_kernel_id(value):
         raise LaunchRefused(f"--kernel-id must be a UUID like {uuid.UUID(int=0)}, not {value!r}")
     return value
 

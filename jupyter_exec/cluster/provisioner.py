@@ -68,7 +68,7 @@ from gateway_provisioners.remote_provisioner import (  # type: ignore[import-unt
     RemoteProvisionerBase,
 )
 
-from jupyter_exec.cluster.launcher import KEEP_LOGS_ENV, NONCE_ENV, listener_token
+from jupyter_exec.cluster.launcher import KEEP_LOGS_ENV, NONCE_ENV, is_kernel_id, listener_token
 from jupyter_exec.cluster.responses import BoundedResponseManager
 from jupyter_exec.exceptions import HostUnreachable, InvalidArgument, KernelStartError
 
@@ -177,11 +177,7 @@ class DistributedProvisioner(_GatewayDistributed):  # type: ignore[misc]
         """Refuse a kernel id that is not a UUID before anything is sent anywhere: it names
         the kernel's directory on the host (the launcher checks it again)."""
         kernel_id = str(self.kernel_id)
-        try:
-            canonical = str(uuid.UUID(kernel_id))
-        except ValueError:
-            canonical = ""
-        if not canonical or canonical != kernel_id:
+        if not is_kernel_id(kernel_id):
             raise InvalidArgument(f"kernel id {kernel_id[:100]!r} is not a UUID")
         result: dict[str, Any] = await super().pre_launch(**kwargs)
         return result

@@ -27,6 +27,7 @@ from jupyter_exec.boundary.naming import output_file_name
 from jupyter_exec.boundary.paths import Folder, inside, storage_error
 from jupyter_exec.engine import mime
 from jupyter_exec.exceptions import WorkDirError
+from jupyter_exec.inkernel.remote import scan
 
 __all__ = ["OutputStore", "WorkDirTracker", "confined_path", "writable_path"]
 
@@ -169,10 +170,6 @@ class FileSpill:
             raise failure
 
 
-_SKIP_DIRS = frozenset(
-    {"__pycache__", "node_modules", ".git", ".ipynb_checkpoints", ".venv", "venv", "site-packages"}
-)
-
 Snapshot = dict[str, tuple[int, int]]
 
 
@@ -203,30 +200,7 @@ class WorkDirTracker:
         """The files there when the session started (a replay copies those, not the rest)."""
 
     def scan(self) -> Snapshot:
-        snapshot: Snapshot = {}
-        stack = [str(self.root)]
-        while stack and len(snapshot) < self.max_entries:
-            folder = stack.pop()
-            try:
-                entries = os.scandir(folder)
-            except OSError:
-                continue
-            with entries:
-                for entry in entries:
-                    if len(snapshot) >= self.max_entries:
-                        break
-                    if entry.name.startswith("."):
-                        continue
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            if entry.name not in _SKIP_DIRS and entry.path not in self.skip_dirs:
-                                stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            st = entry.stat(follow_symlinks=False)
-                            snapshot[entry.path] = (st.st_mtime_ns, st.st_size)
-                    except OSError:
-                        continue
-        return snapshot
+        return scan(str(self.root), self.max_entries, self.skip_dirs)
 
     def changes(self) -> list[Path]:
         """Files created or modified since the last call, sorted by path."""

@@ -856,13 +856,9 @@ def _sync_all() -> None:
     paths = list(_unsynced)
     _unsynced.clear()
     folders = {_root(), os.path.join(_root(), OBJECTS)}
+    fsync_path = sys.modules[STATE_MODULE].fsync_path
     for path in [p for p in paths if p not in folders] + [p for p in paths if p in folders]:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_path(path, os.O_RDONLY | os.O_NOFOLLOW)
 
 
 def _private_folder(path: str) -> None:

@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import stat
+from collections.abc import Collection
 
 MODULE = "_jupyter_exec_remote"
 MAX_ENTRIES = 20_000
@@ -52,10 +53,16 @@ def where() -> str:
     return os.environ.get("JUPYTER_EXEC_HOST") or socket.gethostname()
 
 
-def _scan() -> dict[str, tuple[int, int]]:
+def scan(
+    root: str, max_entries: int, skip_paths: Collection[str] = ()
+) -> dict[str, tuple[int, int]]:
+    """Path -> ``(mtime_ns, size)`` of the regular files below ``root``, at most
+    ``max_entries``: hidden names, links, :data:`SKIP_DIRS` and the folders ``skip_paths``
+    are not entered. The host's tracker of a work dir walks it the same way
+    (:class:`jupyter_exec.engine.store.WorkDirTracker`)."""
     found: dict[str, tuple[int, int]] = {}
-    stack = [_root]
-    while stack and len(found) < MAX_ENTRIES:
+    stack = [root]
+    while stack and len(found) < max_entries:
         folder = stack.pop()
         try:
             entries = os.scandir(folder)
@@ -63,20 +70,24 @@ def _scan() -> dict[str, tuple[int, int]]:
             continue
         with entries:
             for entry in entries:
-                if len(found) >= MAX_ENTRIES:
+                if len(found) >= max_entries:
                     break
                 if entry.name.startswith("."):
                     continue
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        if entry.name not in SKIP_DIRS:
+                        if entry.name not in SKIP_DIRS and entry.path not in skip_paths:
                             stack.append(entry.path)
                     elif entry.is_file(follow_symlinks=False):
                         st = entry.stat(follow_symlinks=False)
-                        found[os.path.relpath(entry.path, _root)] = (st.st_mtime_ns, st.st_size)
+                        found[entry.path] = (st.st_mtime_ns, st.st_size)
                 except OSError:
                     continue
     return found
+
+
+def _scan() -> dict[str, tuple[int, int]]:
+    return {os.path.relpath(path, _root): stamp for path, stamp in scan(_root, MAX_ENTRIES).items()}
 
 
 def changes() -> str:

@@ -377,10 +377,16 @@ def _write_manifest(folder: str, body: dict[str, Any]) -> str:
 
 
 def _fsync_dir(path: str) -> None:
-    if not _flush:
-        return
+    if _flush:
+        fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_path(path: str, flags: int) -> None:
+    """fsync ``path`` through a descriptor opened with ``flags``; one that cannot be opened
+    (removed meanwhile, a link under ``O_NOFOLLOW``) is skipped. The generations' writer
+    syncs its files with it too."""
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, flags)
         try:
             os.fsync(fd)
         finally:

@@ -46,6 +46,7 @@ from jupyter_exec.engine.environments import Environment, parse_environment
 from jupyter_exec.engine.loop_thread import run_blocking
 from jupyter_exec.integrations import adapter_options, optional_base, require
 from jupyter_exec.models import ScriptResult
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.sync import Session
 
 __all__ = ["JupyterSandbox"]
@@ -134,14 +135,10 @@ class JupyterSandbox(_sandbox_base()):  # type: ignore[misc]
         self.timeout = timeout
         self.session: Session = Session(work_dir, **options)
 
-    @property
-    def id(self) -> str:
-        """The session's name (its notebook is ``<work dir>/<name>.ipynb``)."""
-        return self.session.name
-
-    @property
-    def work_dir(self) -> Path:
-        return self.session.work_dir
+    id = ReadThrough[str](
+        "session.name", "The session's name (its notebook is ``<work dir>/<name>.ipynb``)."
+    )
+    work_dir = ReadThrough[Path]("session.work_dir")
 
     def execute(self, command: str, *, timeout: int | None = None) -> Any:
         """Run ``command`` with bash in the session's environment; ``ExecuteResponse``.

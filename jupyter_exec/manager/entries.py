@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_exec.boundary.naming import files_folder, notebook_name
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.session.session import AsyncSession
 
 __all__ = ["Entry", "SessionInfo", "incarnation"]
@@ -55,14 +56,10 @@ class Entry:
     cannot_sleep: bool = False
     """Its sleep was refused once (not Python, remote...): the culler does not ask again."""
 
-    @property
-    def closed(self) -> bool:
-        return self.session.closed
-
-    @property
-    def busy(self) -> bool:
-        """An execution is running or queued (the session's lock is held)."""
-        return self.session.busy
+    closed = ReadThrough[bool]("session.closed")
+    busy = ReadThrough[bool](
+        "session.busy", "An execution is running or queued (the session's lock is held)."
+    )
 
     def observe(self, now: float) -> None:
         """Move ``last_used`` forward if the session ran anything since last looked at."""

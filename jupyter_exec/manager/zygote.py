@@ -56,6 +56,7 @@ from jupyter_exec.exceptions import (
 from jupyter_exec.manager.pool import PoolKey
 from jupyter_exec.manager.starter import PooledKernelStarter
 from jupyter_exec.options import DEFAULT_PRELOAD
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.state import snapshots
 from jupyter_exec.state.forking import AdoptedProvisioner
 from jupyter_exec.state.snapshots import Snapshot, drop, start_from, take_snapshot
@@ -184,13 +185,8 @@ class Zygote:
         self.snapshot = snapshot
         self.folder = folder
 
-    @property
-    def pid(self) -> int:
-        return self.snapshot.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.snapshot.alive
+    pid = ReadThrough[int]("snapshot.pid")
+    alive = ReadThrough[bool]("snapshot.alive")
 
     @classmethod
     async def start(

@@ -25,6 +25,7 @@ from jupyter_exec.engine.core import KernelSlot  # at run time: the API pages re
 from jupyter_exec.engine.hooks import Hooks, KernelChange, KernelEvent, Replacement
 from jupyter_exec.engine.kernel import KernelHandle, interrupt_kernel, restart_kernel
 from jupyter_exec.exceptions import InvalidArgument, KernelNotAliveError, SessionClosedError
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.session.recording import Recording
 
 if TYPE_CHECKING:
@@ -56,17 +57,9 @@ class KernelMethods:
 
     # Read-only views of the slot, under the names the engine's own code and tests read.
 
-    @property
-    def _kernel(self) -> KernelHandle | None:
-        return self._slot.kernel
-
-    @property
-    def _lock(self) -> asyncio.Lock:
-        return self._slot.lock
-
-    @property
-    def _generation(self) -> int:
-        return self._slot.generation
+    _kernel = ReadThrough[KernelHandle | None]("_slot.kernel")
+    _lock = ReadThrough[asyncio.Lock]("_slot.lock")
+    _generation = ReadThrough[int]("_slot.generation")
 
     @property
     def kernel_id(self) -> str | None:

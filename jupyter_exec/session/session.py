@@ -72,6 +72,7 @@ from jupyter_exec.options import (
 )
 from jupyter_exec.session.kernel_methods import KernelMethods
 from jupyter_exec.session.launch import launch_kernel, resolve_environment
+from jupyter_exec.session.readthrough import ReadThrough
 from jupyter_exec.session.recording import Recording
 from jupyter_exec.session.sleep import WakeNote, put_to_sleep, refuse_sleep, wake_up
 from jupyter_exec.state.api import StateMethods
@@ -178,14 +179,10 @@ class AsyncSession(KernelMethods, StateMethods):
         """The session's options (once started: with its environment resolved)."""
         return self._options
 
-    @property
-    def timeout(self) -> float | None:
-        """Default seconds per execution (``None``: no limit)."""
-        return self._options.timeout
-
-    @property
-    def backend(self) -> Backend:
-        return self._options.backend
+    timeout = ReadThrough[float | None](
+        "_options.timeout", "Default seconds per execution (``None``: no limit)."
+    )
+    backend = ReadThrough[Backend]("_options.backend")
 
     @property
     def work_dir(self) -> Path:

@@ -61,6 +61,7 @@ from jupyter_exec.state.generations import Generations
 from jupyter_exec.state.kernel_calls import (
     INSTALL_TIMEOUT,
     SAVE_TIMEOUT,
+    InKernelHalf,
     ask,
     kernel_folders,
     kernel_origin,
@@ -98,16 +99,14 @@ class Loaded:
     names: tuple[str, ...]
 
 
-class DurableState:
+class DurableState(InKernelHalf):
     """What one session keeps for checkpoints on disk; owned by its ``SessionState``."""
 
+    what = "durable checkpoints"
+
     def __init__(self, every: float | None) -> None:
+        super().__init__()
         self.every = every or 0.0
-        self.installed: KernelHandle | None = None
-        """The kernel the in-kernel half is installed in (a new kernel needs it again)."""
-        self.unavailable: str | None = None
-        self.refused: KernelHandle | None = None
-        """A kernel the in-kernel half could not be installed in (not asked again)."""
         self.changes: list[tuple[int, frozenset[str]]] = []
         """Per recorded cell: the names it changed, as the kernel reported them."""
         self.taken: list[Checkpoint] = []
@@ -121,16 +120,6 @@ class DurableState:
         session: a recovery after a kernel death may load them again."""
 
     # -- the in-kernel half ------------------------------------------------------------
-
-    async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
-        """Install the in-kernel half in ``kernel`` (once per kernel); whether it is there.
-        A session's first cell installs it with the other helpers (:meth:`plan`)."""
-        if self.installed is kernel:
-            return True
-        await Installs.alone(
-            kernel, session.work_dir, lambda i: self.plan(session, i), quiet_death=False
-        )
-        return self.installed is kernel
 
     def plan(self, session: StateHost, installs: Installs) -> None:
         """Add the in-kernel half to ``installs`` unless its kernel has it or refused it (or
@@ -151,18 +140,8 @@ class DurableState:
             return
 
         def done(outcome: Outcome) -> None:
-            if outcome.refused:
-                self.unavailable = outcome.refusal
-                self.refused = kernel
-                log.info("session %s: no durable checkpoints: %s", session.name, self.unavailable)
-            if not outcome.ok:
-                return
-            self.installed = kernel
-            self.unavailable = None
-            folder_path = session.work_dir / checkpoints_folder(session.name)
-            recording = session._recording
-            if recording is not None:  # the kernel's own files, not the cells' doing
-                recording.tracker.skip_dirs.add(str(folder_path.absolute()))
+            if self.took(outcome, session, kernel, checkpoints_folder(session.name)):
+                self.unavailable = None
 
         call = f"install_in_own_folder({probe!r})" if remote else f"install({probe!r})"
         installs.add(Install(STATE, inkernel_state.__file__, MODULE, call), done)

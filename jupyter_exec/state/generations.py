@@ -73,6 +73,7 @@ from jupyter_exec.state.kernel_calls import (
     DONE_EXPRESSION,
     INSTALL_TIMEOUT,
     SAVE_TIMEOUT,
+    InKernelHalf,
     ask,
     kernel_folders,
     kernel_origin,
@@ -181,15 +182,15 @@ class LoadedGeneration:
     skipped: dict[str, str]
 
 
-class Generations:
+class Generations(InKernelHalf):
     """What one session keeps of its per-cell generations; owned by its ``SessionState``."""
 
+    what = "per-cell state"
+
     def __init__(self, enabled: bool, budget_bytes: int) -> None:
+        super().__init__()
         self.enabled = enabled
         self.budget = budget_bytes
-        self.installed: KernelHandle | None = None
-        self.refused: KernelHandle | None = None
-        self.unavailable: str | None = None
         self.signed: list[Generation] = []
         """Generations signed in this session's timeline, oldest first."""
         self.next_number = 1
@@ -217,16 +218,6 @@ class Generations:
         """One ``flush`` at a time: the idle session's ask and any other never share a kernel
         channel (made on first use, in the session's event loop)."""
 
-    async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
-        """Install the in-kernel half in ``kernel`` (after the state module); whether it is.
-        A session's first cell installs it with the other helpers (:meth:`plan`)."""
-        if self.installed is kernel:
-            return True
-        await Installs.alone(
-            kernel, session.work_dir, lambda i: self.plan(session, i), quiet_death=False
-        )
-        return self.installed is kernel
-
     def plan(self, session: StateHost, installs: Installs, *, needs: tuple[str, ...] = ()) -> None:
         """Add the in-kernel half to ``installs`` unless its kernel has it, refused it or
         cannot have it (state off, a key the kernel could read, a remote kernel of a server
@@ -249,17 +240,8 @@ class Generations:
             self.next_number = 1 + max(numbers_on_disk(session.work_dir, session.name), default=0)
 
         def done(outcome: Outcome) -> None:
-            if outcome.refused:
-                self.unavailable = outcome.refusal
-                self.refused = kernel
-                log.info("session %s: no per-cell state: %s", session.name, self.unavailable)
-            if not outcome.ok:
-                return
-            self.installed, self.work_dir = kernel, session.work_dir
-            recording = session._recording
-            if recording is not None:  # the kernel's own files, not the cells' doing
-                folder = session.work_dir / state_folder(session.name)
-                recording.tracker.skip_dirs.add(str(folder.absolute()))
+            if self.took(outcome, session, kernel, state_folder(session.name)):
+                self.work_dir = session.work_dir
 
         call = f"install({kernel_state_folder(session.name, kernel)!r}, {self.budget})"
         entry = Install(GENERATIONS, inkernel_generations.__file__, MODULE, call, needs)

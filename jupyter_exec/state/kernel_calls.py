@@ -1,14 +1,17 @@
-"""Asking a kernel something silently, and which backend runs it (as the host knows it):
-shared by the checkpoints (``durable.py``) and the per-cell generations (``generations.py``)."""
+"""Asking a kernel something silently, which backend runs it (as the host knows it), and
+what is kept of an in-kernel half (:class:`InKernelHalf`): shared by the checkpoints
+(``durable.py``) and the per-cell generations (``generations.py``)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_exec.boundary import replies
+from jupyter_exec.engine.installs import Installs, Outcome
 from jupyter_exec.engine.kernel import KernelHandle
 from jupyter_exec.exceptions import CheckpointError
 from jupyter_exec.state.forking import container_of
@@ -22,11 +25,14 @@ __all__ = [
     "MAX_ASK_CHARS",
     "NAMES_EXPRESSION",
     "SAVE_TIMEOUT",
+    "InKernelHalf",
     "ask",
     "kernel_folders",
     "kernel_origin",
     "user_names",
 ]
+
+log = logging.getLogger("jupyter_exec")
 
 INSTALL_TIMEOUT = 30.0
 SAVE_TIMEOUT = 3600.0
@@ -34,6 +40,51 @@ SAVE_TIMEOUT = 3600.0
 MAX_ASK_CHARS = 8 << 20
 """One answer's raw text (a manifest, the names a load brought back): past 8 MiB, the
 kernel's answer is not read (see :mod:`jupyter_exec.boundary.replies`)."""
+
+
+class InKernelHalf:
+    """What the checkpoints and the generations each keep of their in-kernel half: the
+    kernel it is installed in, one that refused it, and why it is not there."""
+
+    what = ""
+    """What the session goes without when the half is refused, as the log says it."""
+
+    def __init__(self) -> None:
+        self.installed: KernelHandle | None = None
+        """The kernel the in-kernel half is installed in (a new kernel needs it again)."""
+        self.refused: KernelHandle | None = None
+        """A kernel the in-kernel half could not be installed in (not asked again)."""
+        self.unavailable: str | None = None
+
+    def plan(self, session: StateHost, installs: Installs) -> None:
+        """Add the in-kernel half to ``installs`` (unless its kernel has it or refused it)."""
+        raise NotImplementedError
+
+    async def ensure(self, session: StateHost, kernel: KernelHandle) -> bool:
+        """Install the in-kernel half in ``kernel`` (once per kernel); whether it is there.
+        A session's first cell installs it with the other helpers (:meth:`plan`)."""
+        if self.installed is kernel:
+            return True
+        await Installs.alone(
+            kernel, session.work_dir, lambda i: self.plan(session, i), quiet_death=False
+        )
+        return self.installed is kernel
+
+    def took(self, outcome: Outcome, session: StateHost, kernel: KernelHandle, folder: str) -> bool:
+        """Note an install's ``outcome`` in ``kernel``; whether the half is there now. A
+        refusal is kept (and logged); once installed, the half's own ``folder`` in the work
+        dir is the kernel's files, not the cells' doing: the recording skips it."""
+        if outcome.refused:
+            self.unavailable = outcome.refusal
+            self.refused = kernel
+            log.info("session %s: no %s: %s", session.name, self.what, self.unavailable)
+        if not outcome.ok:
+            return False
+        self.installed = kernel
+        recording = session._recording
+        if recording is not None:
+            recording.tracker.skip_dirs.add(str((session.work_dir / folder).absolute()))
+        return True
 
 
 def kernel_origin(kernel: KernelHandle) -> dict[str, str]:
