@@ -34,7 +34,12 @@ further apart are brought to a common one first (:func:`plot_match`'s scaled pat
 
 The aspect ratio is the guard: the same data drawn in a wider or taller figure is another
 picture (its slopes change), and a changed bar or line still moves ink by more than
-:data:`NEAR_PX` at the common size.
+:data:`NEAR_PX` at the common size. Contents of other aspect ratios are matched by their axes
+frames (:mod:`jupyter_exec.notebook.frames`).
+
+Plots that none of these match at :data:`PLOT_SCORE` are tried once more in data coordinates
+(:mod:`jupyter_exec.notebook.datamap`): the same data on axes whose limits changed
+(matplotlib 2.0's data margins), read from the tick labels; the better score counts.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from jupyter_exec.notebook.pixels import (
 )
 
 if TYPE_CHECKING:
+    from jupyter_exec.notebook.datamap import Remapped
     from jupyter_exec.notebook.frames import Framed
 
 __all__ = [
@@ -162,6 +168,9 @@ class PlotMatch:
     framed: Framed | None = None
     """When the plots were matched by their axes frames (figures of other shapes,
     :mod:`jupyter_exec.notebook.frames`): the frames and the text scale; else None."""
+    remapped: Remapped | None = None
+    """When the plots were matched in data coordinates (axis limits changed,
+    :mod:`jupyter_exec.notebook.datamap`): the change and the labels read; else None."""
 
     @property
     def score(self) -> float:
@@ -176,6 +185,16 @@ class PlotMatch:
         if self.scaled is None:
             return text
         (wa, ha), (wb, hb), (w, h) = self.scaled
+        if self.remapped is not None:
+            (fa, ga), (fb, gb) = self.remapped.frames
+            alike, blocks = self.remapped.texts
+            x, y = self.remapped.spans
+            return (
+                f"{text}, matched by data coordinates: axis limits changed (data span x "
+                f"{x:.3f}x, y {y:.3f}x, read from {self.remapped.labels} tick labels alike; "
+                f"{alike} of {blocks} text blocks alike), frame {fa}x{ga} -> {fb}x{gb}, "
+                f"content {wa}x{ha} -> {wb}x{hb}, compared at {w}x{h}"
+            )
         if self.framed is not None:
             (fa, ga), (fb, gb) = self.framed.frames
             alike, blocks = self.framed.texts
@@ -302,9 +321,13 @@ def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
         return None
     if max(a.size[0] * a.size[1], b.size[0] * b.size[1]) > MAX_PLOT_PIXELS:
         return None
-    if _close_in_size(a.size, b.size):
-        return _aligned(a, b)
-    return _scaled(a, b)
+    found = _aligned(a, b) if _close_in_size(a.size, b.size) else _scaled(a, b)
+    if found is not None and found.score >= PLOT_SCORE:
+        return found
+    other = _remapped(a, b)  # the axis limits may have changed (2.0's data margins)
+    if other is not None and (found is None or other.score > found.score):
+        return other
+    return found
 
 
 def _close_in_size(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -393,6 +416,22 @@ def _framed(a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]]) -
         return None
     geometry = min(match.geometry, round(how.text_share, 6))  # a label unlike is a misplaced stroke
     return PlotMatch(geometry, match.fills, (*contents, target.size), how)
+
+
+def _remapped(a: Any, b: Any) -> PlotMatch | None:
+    """``a`` and ``b`` as the same data on axes whose limits changed: matched in data
+    coordinates read from their tick labels (:mod:`jupyter_exec.notebook.datamap`)."""
+    from jupyter_exec.notebook.datamap import remapped
+
+    found = remapped(a, b)
+    if found is None:
+        return None
+    target, laid_out, how = found
+    match = _aligned(target, laid_out, resampled=True)
+    if match is None:
+        return None
+    geometry = min(match.geometry, round(how.text_share, 6), round(1.0 - how.outside, 6))
+    return PlotMatch(geometry, match.fills, (*how.contents, target.size), remapped=how)
 
 
 # -- SVG drawn, then judged as an image ----------------------------------------------------
