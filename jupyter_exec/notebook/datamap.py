@@ -53,11 +53,10 @@ from typing import Any, Literal
 from jupyter_exec.notebook.frames import (
     MAX_FRAME_ASPECT_CHANGE,
     TEXT_ALIKE,
+    Layouts,
     _alike,
     _Block,
-    _blocks,
     _Layout,
-    _layout,
 )
 from jupyter_exec.notebook.pixels import MAX_SCALE, NEAR_PX
 
@@ -77,11 +76,12 @@ EDGE_BAND = 0.02
 share of the smaller frame's longer side, at least :data:`LABEL_PX` pixels."""
 LABEL_ALIKE = 0.6
 """Two tick labels are the same number when each glyph correlates with the other's at least
-this much (:func:`_label_alike`; the same digit at 72 and 100 dpi: 0.67-0.92, another digit
-mostly under 0.6 and a 0 against a 1 under 0.1): the pairs a map must be consistent with,
-and a shift by one tick pairs some digit with another."""
-GLYPH_PX = 20
-"""Glyphs are compared at this height."""
+this much (:func:`_label_alike`; the same labels at 72 and 100 dpi: 0.67 and more, at 144
+and 200: 0.85 and more; another digit mostly under 0.65, a 6 against an 8 up to 0.69). A
+pair alone proves little: a map must be consistent with the most pairs and, of those, the
+most alike, and a shift by one tick pairs some digit with another that is not."""
+GLYPH_SIZE = (14, 20)
+"""Glyphs are compared at this size (width, height): a glyph and its partner stretched alike."""
 SIZE_SLACK = 0.2
 """Two labels are compared only when their sizes agree within this share (and 2 px) after
 the text scale: another number of glyphs is another label."""
@@ -149,8 +149,40 @@ class _Text:
         return right - left, bottom - top
 
     @functools.cached_property
-    def grey(self) -> Any:
-        return self.tile.convert("L")
+    def glyphs(self) -> list[Any]:
+        """Each glyph (:func:`_glyph_runs`) at the word's full height, resized to
+        :data:`GLYPH_SIZE`: its grey levels less their mean, over their norm (so that two
+        glyphs' correlation is one dot product)."""
+        import numpy as np
+        from PIL import Image
+
+        grey = self.tile.convert("L")
+        found = []
+        for start, end in _glyph_runs(self):
+            glyph = grey.crop((start, 0, end, grey.height)).resize(
+                GLYPH_SIZE, Image.Resampling.LANCZOS
+            )
+            values = np.asarray(glyph, dtype=np.float64)
+            values = values - values.mean()
+            norm = float(np.sqrt((values * values).sum()))
+            found.append(values / norm if norm else values)
+        return found
+
+    @functools.cached_property
+    def shifted(self) -> list[Any]:
+        """Each of :attr:`glyphs` shifted by up to a pixel each way: 9 flat vectors a glyph."""
+        import numpy as np
+
+        return [
+            np.stack(
+                [
+                    np.roll(glyph, (dy, dx), axis=(0, 1)).ravel()
+                    for dy in (-1, 0, 1)
+                    for dx in (-1, 0, 1)
+                ]
+            )
+            for glyph in self.glyphs
+        ]
 
 
 def _texts_of(layout: _Layout) -> list[_Text]:
@@ -159,7 +191,7 @@ def _texts_of(layout: _Layout) -> list[_Text]:
     fl, ft, fr, fb = layout.frame
     found: list[_Text] = []
     outside = []
-    for block in _blocks(layout):
+    for block in layout.blocks:
         cx, cy = block.centre
         if not (fl <= cx < fr and ft <= cy < fb):
             outside.append(block)
@@ -282,41 +314,27 @@ def _glyph_runs(text: _Text) -> list[tuple[int, int]]:
 
 
 def _label_alike(mine: _Text, theirs: _Text, scale: float) -> float:
-    """How alike two tick labels are, glyph by glyph: the least correlation of their grey
-    levels (each glyph's columns at the word's full height, resized to :data:`GLYPH_PX`
-    high, shifted by up to a pixel); 0 when their sizes or numbers of glyphs differ.
+    """How alike two tick labels are, glyph by glyph: the least correlation of their glyphs'
+    grey levels (:attr:`_Text.glyphs`, ``theirs`` shifted by up to a pixel); 0 when the
+    sizes of the labels or of their glyphs, or their numbers of glyphs, differ.
 
     By glyph, not by word: ``0.6`` and ``0.8`` correlate as words as well as ``0.6`` and
     ``0.6`` drawn at two dpis (0.8-0.9: the ``0.`` they share), as last glyphs they do not.
     """
-    import numpy as np
-    from PIL import Image
-
     if not _sized(mine, theirs, scale):
         return 0.0
     runs_a, runs_b = _glyph_runs(mine), _glyph_runs(theirs)
     if len(runs_a) != len(runs_b):
         return 0.0
-    worst = 1.0
     for (a0, a1), (b0, b1) in zip(runs_a, runs_b, strict=True):
-        glyph = mine.grey.crop((a0, 0, a1, mine.tile.height))
-        size = (max(2, round(glyph.width * GLYPH_PX / glyph.height)), GLYPH_PX)
-        a = np.asarray(glyph.resize(size, Image.Resampling.LANCZOS), dtype=np.float64)
-        other = theirs.grey.crop((b0, 0, b1, theirs.tile.height))
-        b = np.asarray(other.resize(size, Image.Resampling.LANCZOS), dtype=np.float64)
-        a = a - a.mean()
-        best = 0.0
-        for dy in (-1, 0, 1):
-            for dx in (-1, 0, 1):
-                c = np.roll(b, (dy, dx), axis=(0, 1))
-                c = c - c.mean()
-                norm = float(np.sqrt(float((a * a).sum()) * float((c * c).sum())))
-                if norm:
-                    best = max(best, float((a * c).sum()) / norm)
-        worst = min(worst, best)
+        if abs((b1 - b0) * scale - (a1 - a0)) > 2 + SIZE_SLACK * (a1 - a0):
+            return 0.0
+    worst = 1.0
+    for glyph, shifted in zip(mine.glyphs, theirs.shifted, strict=True):
+        worst = min(worst, float((shifted @ glyph.ravel()).max()))
         if worst < LABEL_ALIKE:
             break
-    return worst
+    return max(worst, 0.0)
 
 
 def _fit(
@@ -490,15 +508,15 @@ def _others_alike(
     return alike, total
 
 
-def remapped(a: Any, b: Any) -> tuple[Any, Any, Remapped] | None:
+def remapped(a: Any, b: Any, layouts: Layouts | None = None) -> tuple[Any, Any, Remapped] | None:
     """``a`` and ``b`` (flattened RGB images) matched in data coordinates: the part of the
     smaller frame that both show, the larger image's same part resized onto it, and how;
     None when the rule does not apply (no frames, frames of other shapes or too far apart
     in size, an axis without two tick labels alike, or a change of limits beyond the
-    bounds, see the module docstring)."""
+    bounds, see the module docstring); ``layouts``: theirs, if found already."""
     from PIL import Image
 
-    first, second = _layout(a), _layout(b)
+    first, second = (layouts or Layouts(a, b)).get()
     if first is None or second is None:
         return None
     aspects = sorted(w / h for w, h in (first.frame_size, second.frame_size))

@@ -60,7 +60,7 @@ from jupyter_exec.notebook.pixels import (
 
 if TYPE_CHECKING:
     from jupyter_exec.notebook.datamap import Remapped
-    from jupyter_exec.notebook.frames import Framed
+    from jupyter_exec.notebook.frames import Framed, Layouts
 
 __all__ = [
     "ASPECT_TOLERANCE",
@@ -321,10 +321,13 @@ def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
         return None
     if max(a.size[0] * a.size[1], b.size[0] * b.size[1]) > MAX_PLOT_PIXELS:
         return None
-    found = _aligned(a, b) if _close_in_size(a.size, b.size) else _scaled(a, b)
+    from jupyter_exec.notebook.frames import Layouts
+
+    layouts = Layouts(a, b)  # found once, for the frame match and the data coordinates
+    found = _aligned(a, b) if _close_in_size(a.size, b.size) else _scaled(a, b, layouts)
     if found is not None and found.score >= PLOT_SCORE:
         return found
-    other = _remapped(a, b)  # the axis limits may have changed (2.0's data margins)
+    other = _remapped(a, b, layouts)  # the axis limits may have changed (2.0's data margins)
     if other is not None and (found is None or other.score > found.score):
         return other
     return found
@@ -377,7 +380,7 @@ def _content(image: Any) -> Any | None:
     )
 
 
-def _scaled(a: Any, b: Any) -> PlotMatch | None:
+def _scaled(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
     """``a`` and ``b`` as the same figure at another scale: content of the same aspect ratio,
     the larger resized to the smaller's size (see the module docstring)."""
     from PIL import Image
@@ -390,7 +393,7 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     if min(wa, ha, wb, hb) < MIN_PLOT_PX:
         return None
     if abs((wa / ha) / (wb / hb) - 1.0) > ASPECT_TOLERANCE:
-        return _framed(a, b, ((wa, ha), (wb, hb)))
+        return _framed(a, b, ((wa, ha), (wb, hb)), layouts)
     if max(wa * ha, wb * hb) > MAX_SCALE**2 * min(wa * ha, wb * hb):
         return None
     small, large = (0, 1) if wa * ha <= wb * hb else (1, 0)
@@ -402,12 +405,14 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     return PlotMatch(found.geometry, found.fills, ((wa, ha), (wb, hb), size))
 
 
-def _framed(a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]]) -> PlotMatch | None:
+def _framed(
+    a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]], layouts: Layouts
+) -> PlotMatch | None:
     """``a`` and ``b``, contents of other aspect ratios, as the same plot in figures of other
     shapes: matched by their axes frames (:mod:`jupyter_exec.notebook.frames`)."""
     from jupyter_exec.notebook.frames import reframed
 
-    found = reframed(a, b)
+    found = reframed(a, b, layouts)
     if found is None:
         return None
     target, laid_out, how = found
@@ -418,12 +423,12 @@ def _framed(a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]]) -
     return PlotMatch(geometry, match.fills, (*contents, target.size), how)
 
 
-def _remapped(a: Any, b: Any) -> PlotMatch | None:
+def _remapped(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
     """``a`` and ``b`` as the same data on axes whose limits changed: matched in data
     coordinates read from their tick labels (:mod:`jupyter_exec.notebook.datamap`)."""
     from jupyter_exec.notebook.datamap import remapped
 
-    found = remapped(a, b)
+    found = remapped(a, b, layouts)
     if found is None:
         return None
     target, laid_out, how = found
