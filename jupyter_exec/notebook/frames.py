@@ -37,6 +37,7 @@ within 3 px of the other's counts as in place for the edges, so the text is judg
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,7 @@ from jupyter_exec.notebook.pixels import (
     spread,
 )
 
-__all__ = ["MAX_FRAME_ASPECT_CHANGE", "Framed", "reframed"]
+__all__ = ["MAX_FRAME_ASPECT_CHANGE", "Framed", "Layouts", "reframed"]
 
 MAX_FRAME_ASPECT_CHANGE = 0.25
 """Axes frames whose aspect ratios (width / height; the larger over the smaller) differ by more
@@ -115,6 +116,25 @@ class _Layout:
 
     def ys(self) -> list[int]:
         return [0, self.frame[1], self.frame[3], self.size[1]]
+
+    @functools.cached_property
+    def blocks(self) -> list[_Block]:
+        """Its small blocks of ink (:func:`_blocks`), found once."""
+        return _blocks(self)
+
+
+class Layouts:
+    """Two images' layouts, found once for each rule that reads them (this frame match and
+    the match in data coordinates, :mod:`jupyter_exec.notebook.datamap`)."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self._images = (a, b)
+        self._found: tuple[_Layout | None, _Layout | None] | None = None
+
+    def get(self) -> tuple[_Layout | None, _Layout | None]:
+        if self._found is None:
+            self._found = (_layout(self._images[0]), _layout(self._images[1]))
+        return self._found
 
 
 def _runs(mask: Any) -> tuple[Any, Any, Any]:
@@ -393,7 +413,7 @@ def _texts(
             alike += int(near.any())
         elif _alike(small.image.crop(box), tile) >= TEXT_ALIKE:
             alike += 1
-    mine = _blocks(small)
+    mine = small.blocks
     for block in mine:
         left, top, right, bottom = block.box
         inside = covered[top:bottom, left:right][block.mask].sum()
@@ -406,12 +426,13 @@ def _aspect(size: tuple[int, int]) -> float:
     return size[0] / size[1]
 
 
-def reframed(a: Any, b: Any) -> tuple[Any, Any, Framed] | None:
+def reframed(a: Any, b: Any, layouts: Layouts | None = None) -> tuple[Any, Any, Framed] | None:
     """``a`` and ``b`` (flattened RGB images) brought to one layout by their axes frames, or
     None when they cannot be (no frame, frames of other shapes, another layout of margins, too
-    far apart in size): the smaller one's content, the larger one laid out as it, and how."""
+    far apart in size): the smaller one's content, the larger one laid out as it, and how;
+    ``layouts``: theirs, if found already."""
 
-    first, second = _layout(a), _layout(b)
+    first, second = (layouts or Layouts(a, b)).get()
     if first is None or second is None:
         return None
     aspects = sorted((_aspect(first.frame_size), _aspect(second.frame_size)))
@@ -431,7 +452,7 @@ def reframed(a: Any, b: Any) -> tuple[Any, Any, Framed] | None:
     scale = text[0] / text[1]
     if not 1 / MAX_SCALE <= scale <= 1.0:
         return None
-    blocks = _blocks(large)
+    blocks = large.blocks
     canvas = _warped(large, small, blocks)
     placed = _put_back(canvas, large, small, blocks, scale)
     sizes = (first.frame_size, second.frame_size)

@@ -34,7 +34,12 @@ further apart are brought to a common one first (:func:`plot_match`'s scaled pat
 
 The aspect ratio is the guard: the same data drawn in a wider or taller figure is another
 picture (its slopes change), and a changed bar or line still moves ink by more than
-:data:`NEAR_PX` at the common size.
+:data:`NEAR_PX` at the common size. Contents of other aspect ratios are matched by their axes
+frames (:mod:`jupyter_exec.notebook.frames`).
+
+Plots that none of these match at :data:`PLOT_SCORE` are tried once more in data coordinates
+(:mod:`jupyter_exec.notebook.datamap`): the same data on axes whose limits changed
+(matplotlib 2.0's data margins), read from the tick labels; the better score counts.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from jupyter_exec.notebook.pixels import (
 )
 
 if TYPE_CHECKING:
-    from jupyter_exec.notebook.frames import Framed
+    from jupyter_exec.notebook.datamap import Remapped
+    from jupyter_exec.notebook.frames import Framed, Layouts
 
 __all__ = [
     "ASPECT_TOLERANCE",
@@ -162,6 +168,9 @@ class PlotMatch:
     framed: Framed | None = None
     """When the plots were matched by their axes frames (figures of other shapes,
     :mod:`jupyter_exec.notebook.frames`): the frames and the text scale; else None."""
+    remapped: Remapped | None = None
+    """When the plots were matched in data coordinates (axis limits changed,
+    :mod:`jupyter_exec.notebook.datamap`): the change and the labels read; else None."""
 
     @property
     def score(self) -> float:
@@ -176,6 +185,16 @@ class PlotMatch:
         if self.scaled is None:
             return text
         (wa, ha), (wb, hb), (w, h) = self.scaled
+        if self.remapped is not None:
+            (fa, ga), (fb, gb) = self.remapped.frames
+            alike, blocks = self.remapped.texts
+            x, y = self.remapped.spans
+            return (
+                f"{text}, matched by data coordinates: axis limits changed (data span x "
+                f"{x:.3f}x, y {y:.3f}x, read from {self.remapped.labels} tick labels alike; "
+                f"{alike} of {blocks} text blocks alike), frame {fa}x{ga} -> {fb}x{gb}, "
+                f"content {wa}x{ha} -> {wb}x{hb}, compared at {w}x{h}"
+            )
         if self.framed is not None:
             (fa, ga), (fb, gb) = self.framed.frames
             alike, blocks = self.framed.texts
@@ -302,9 +321,16 @@ def plot_match(before: bytes, after: bytes) -> PlotMatch | None:
         return None
     if max(a.size[0] * a.size[1], b.size[0] * b.size[1]) > MAX_PLOT_PIXELS:
         return None
-    if _close_in_size(a.size, b.size):
-        return _aligned(a, b)
-    return _scaled(a, b)
+    from jupyter_exec.notebook.frames import Layouts
+
+    layouts = Layouts(a, b)  # found once, for the frame match and the data coordinates
+    found = _aligned(a, b) if _close_in_size(a.size, b.size) else _scaled(a, b, layouts)
+    if found is not None and found.score >= PLOT_SCORE:
+        return found
+    other = _remapped(a, b, layouts)  # the axis limits may have changed (2.0's data margins)
+    if other is not None and (found is None or other.score > found.score):
+        return other
+    return found
 
 
 def _close_in_size(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -354,7 +380,7 @@ def _content(image: Any) -> Any | None:
     )
 
 
-def _scaled(a: Any, b: Any) -> PlotMatch | None:
+def _scaled(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
     """``a`` and ``b`` as the same figure at another scale: content of the same aspect ratio,
     the larger resized to the smaller's size (see the module docstring)."""
     from PIL import Image
@@ -367,7 +393,7 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     if min(wa, ha, wb, hb) < MIN_PLOT_PX:
         return None
     if abs((wa / ha) / (wb / hb) - 1.0) > ASPECT_TOLERANCE:
-        return _framed(a, b, ((wa, ha), (wb, hb)))
+        return _framed(a, b, ((wa, ha), (wb, hb)), layouts)
     if max(wa * ha, wb * hb) > MAX_SCALE**2 * min(wa * ha, wb * hb):
         return None
     small, large = (0, 1) if wa * ha <= wb * hb else (1, 0)
@@ -379,12 +405,14 @@ def _scaled(a: Any, b: Any) -> PlotMatch | None:
     return PlotMatch(found.geometry, found.fills, ((wa, ha), (wb, hb), size))
 
 
-def _framed(a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]]) -> PlotMatch | None:
+def _framed(
+    a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]], layouts: Layouts
+) -> PlotMatch | None:
     """``a`` and ``b``, contents of other aspect ratios, as the same plot in figures of other
     shapes: matched by their axes frames (:mod:`jupyter_exec.notebook.frames`)."""
     from jupyter_exec.notebook.frames import reframed
 
-    found = reframed(a, b)
+    found = reframed(a, b, layouts)
     if found is None:
         return None
     target, laid_out, how = found
@@ -393,6 +421,22 @@ def _framed(a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]]) -
         return None
     geometry = min(match.geometry, round(how.text_share, 6))  # a label unlike is a misplaced stroke
     return PlotMatch(geometry, match.fills, (*contents, target.size), how)
+
+
+def _remapped(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
+    """``a`` and ``b`` as the same data on axes whose limits changed: matched in data
+    coordinates read from their tick labels (:mod:`jupyter_exec.notebook.datamap`)."""
+    from jupyter_exec.notebook.datamap import remapped
+
+    found = remapped(a, b, layouts)
+    if found is None:
+        return None
+    target, laid_out, how = found
+    match = _aligned(target, laid_out, resampled=True)
+    if match is None:
+        return None
+    geometry = min(match.geometry, round(how.text_share, 6), round(1.0 - how.outside, 6))
+    return PlotMatch(geometry, match.fills, (*how.contents, target.size), remapped=how)
 
 
 # -- SVG drawn, then judged as an image ----------------------------------------------------

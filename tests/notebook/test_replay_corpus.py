@@ -234,18 +234,6 @@ NOT_REPLAYABLE: dict[str, dict[int, tuple[str, str] | Different] | tuple[str, st
     "nbconvert:exporters/files/notebook3.ipynb": {
         1: ("error_now", "asks for input(): a replay has no stdin (nbclient's neither)")
     },
-    "nbconvert:exporters/files/pngmetadata.ipynb": {
-        1: Different(
-            "pixels",
-            "matplotlib 1.x's classic style against 2.0's in a figure of another shape (6x4 "
-            "in at 72 dpi: the inline backend's old default): the axes frames match, but the "
-            "data do not lie on them alike (2.0's 5% data margins: the axes run -0.05..1.05, "
-            "not 0..1) and the classic tick labels overhang the frame's corners where 2.0's "
-            "margins are empty, so the frame match refuses; judging it needs the data "
-            "coordinates read from the tick labels",
-            gap=True,
-        )
-    },
     "nbconvert:files/markdown_display_priority.ipynb": {
         1: ("error_now", "IPython 8 removed IPython.display.set_matplotlib_formats")
     },
@@ -437,11 +425,12 @@ def _judged_by(cell: CellResult) -> str:
     return "pixels" if images else "text"
 
 
-JUDGE_GAPS = {"nbconvert:exporters/files/pngmetadata.ipynb": {1}}
+JUDGE_GAPS: dict[str, set[int]] = {}
 """The cells a person calls the same that the judge still calls different (docs/howto/replay.md
-lists them in bold). The plots in the inline backend's old default figure shape (nbval's
-sample_notebook 13, jupytext's nteract_with_parameter 4, and nbconvert's svg.ipynb 1 as SVG)
-are matched by their axes frames now; this one also changed its data margins."""
+lists them in bold): none now. The plots in the inline backend's old default figure shape
+(nbval's sample_notebook 13, jupytext's nteract_with_parameter 4, and nbconvert's svg.ipynb 1
+as SVG) are matched by their axes frames, and nbconvert's pngmetadata.ipynb 1 (matplotlib
+1.x's classic style against 2.0's data margins) in data coordinates."""
 
 
 FRAMED = {
@@ -450,6 +439,10 @@ FRAMED = {
     "jupytext:nteract_with_parameter.ipynb": 4,
 }
 """The judge gaps the axes frame match closed: each must stay equivalent by that rule."""
+
+REMAPPED = {"nbconvert:exporters/files/pngmetadata.ipynb": 1}
+"""The judge gap the match in data coordinates closed (notebook/datamap.py): a line drawn in
+matplotlib 1.x's classic style (axes 0..1, retina) replayed in 2.0's (axes -0.05..1.05)."""
 
 
 def test_every_different_cell_is_listed_with_the_part_that_judged_it_and_true_or_a_gap() -> None:
@@ -464,7 +457,7 @@ def test_every_different_cell_is_listed_with_the_part_that_judged_it_and_true_or
         if listed.gap:
             gaps.setdefault(name, set()).add(number)
     assert gaps == JUDGE_GAPS
-    assert len(differents) == 36  # 35 true differences, 1 judge gap
+    assert len(differents) == 35  # 35 true differences, no judge gap
 
 
 @pytest.mark.parametrize("number", range(TOTAL))
@@ -496,6 +489,10 @@ def test_each_notebook_replays_clean_or_is_listed_with_a_reason(
             framed = next(c for c in report.cells if c.number == FRAMED[name])
             assert framed.status == "equivalent", framed.notes
             assert any("matched by axes frame" in r for r in framed.reasons), framed.reasons
+        if name in REMAPPED:  # the classic style's plot against 2.0's: in data coordinates
+            plot = next(c for c in report.cells if c.number == REMAPPED[name])
+            assert plot.status == "equivalent", plot.notes
+            assert any("matched by data coordinates" in r for r in plot.reasons), plot.reasons
     why = NOT_REPLAYABLE.get(name)
     expected: dict[int, str] | str | None = None
     if isinstance(why, tuple):
