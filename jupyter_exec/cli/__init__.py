@@ -26,23 +26,19 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from jupyter_exec._version import __version__
-from jupyter_exec.cli.checkpoints import CHECKPOINTS_COMMAND
-from jupyter_exec.cli.docker import DOCKER_COMMANDS, IMAGE_COMMAND, REAP_COMMAND
-from jupyter_exec.cli.e2b import E2B_COMMAND
-from jupyter_exec.cli.exits import EXIT_STATUS_HELP, EXIT_USAGE, report, signal_status
-from jupyter_exec.cli.gateway import GATEWAY_COMMAND
-from jupyter_exec.cli.kernels import KERNELS_COMMAND
-from jupyter_exec.cli.mcp import MCP_COMMAND
-from jupyter_exec.cli.options import CommandParser
-from jupyter_exec.cli.replay import REPLAY_COMMAND
-from jupyter_exec.cli.run import DEMO_COMMAND, RUN_COMMAND
-from jupyter_exec.cli.signals import Stopped, stop_signals
+
+if TYPE_CHECKING:
+    from jupyter_exec.cli.commands import Command
 
 __all__ = ["build_parser", "main"]
 
-EPILOG = f"""\
+# The command modules (and what they import) load only when a parser is built: ``--version``,
+# answered before that, reads the version alone (``tests/cli/test_startup_imports.py``).
+
+EPILOG = """\
 examples:
   jupyter-exec demo                         a short analysis: state, a plot, a notebook
   jupyter-exec run analysis.py              run a script (cells split on '# %%' lines)
@@ -61,42 +57,60 @@ examples:
 Every run records a notebook (<work dir>/<name>.ipynb) and saves rich outputs
 (plots, HTML, JSON, ...) as files in the work dir. Local kernels run with your
 rights: use them for code you trust.
+"""
 
-{EXIT_STATUS_HELP}"""
+
+def all_commands() -> tuple[Command, ...]:
+    """Every command, in the order ``jupyter-exec --help`` lists them (``COMMANDS``)."""
+    from jupyter_exec.cli.checkpoints import CHECKPOINTS_COMMAND
+    from jupyter_exec.cli.docker import IMAGE_COMMAND, REAP_COMMAND
+    from jupyter_exec.cli.e2b import E2B_COMMAND
+    from jupyter_exec.cli.gateway import GATEWAY_COMMAND
+    from jupyter_exec.cli.kernels import KERNELS_COMMAND
+    from jupyter_exec.cli.mcp import MCP_COMMAND
+    from jupyter_exec.cli.replay import REPLAY_COMMAND
+    from jupyter_exec.cli.run import DEMO_COMMAND, RUN_COMMAND
+
+    return (
+        RUN_COMMAND,
+        DEMO_COMMAND,
+        REPLAY_COMMAND,
+        MCP_COMMAND,
+        E2B_COMMAND,
+        IMAGE_COMMAND,
+        KERNELS_COMMAND,
+        REAP_COMMAND,
+        CHECKPOINTS_COMMAND,
+        GATEWAY_COMMAND,
+    )
 
 
-COMMANDS = (
-    RUN_COMMAND,
-    DEMO_COMMAND,
-    REPLAY_COMMAND,
-    MCP_COMMAND,
-    E2B_COMMAND,
-    IMAGE_COMMAND,
-    KERNELS_COMMAND,
-    REAP_COMMAND,
-    CHECKPOINTS_COMMAND,
-    GATEWAY_COMMAND,
-)
-"""Every command, in the order ``jupyter-exec --help`` lists them."""
+def __getattr__(name: str) -> Any:
+    if name == "COMMANDS":
+        return all_commands()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_parser(
     prog: str = "jupyter-exec", commands: Sequence[str] | None = None
 ) -> argparse.ArgumentParser:
     """The whole command line (or only ``commands``), as argparse describes it."""
+    from jupyter_exec.cli.exits import EXIT_STATUS_HELP
+    from jupyter_exec.cli.options import CommandParser
+
     parser = CommandParser(
         prog=prog,
         description=(
             "Stateful code execution on Jupyter kernels; every session recorded as a notebook."
         ),
-        epilog=EPILOG if commands is None else None,
+        epilog=f"{EPILOG}\n{EXIT_STATUS_HELP}" if commands is None else None,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (-vv for debug)"
     )
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for command in COMMANDS:
+    for command in all_commands():
         if commands is None or command.name in commands:
             command.register(subparsers)
     return parser
@@ -104,6 +118,12 @@ def build_parser(
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "jupyter-exec") -> int:
     """Run the command line; returns the exit status (see ``jupyter-exec --help``)."""
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:
+        print(f"{prog} {__version__}")  # as argparse's version action says it, parser-free
+        return 0
+    from jupyter_exec.cli.exits import EXIT_USAGE, report, signal_status
+    from jupyter_exec.cli.signals import Stopped, stop_signals
+
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
@@ -134,6 +154,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "jupyter-exec") -> in
 
 def docker_main(argv: Sequence[str] | None = None) -> int:
     """``python -m jupyter_exec.docker``: the Docker subcommands on their own."""
+    from jupyter_exec.cli.docker import DOCKER_COMMANDS
+    from jupyter_exec.cli.exits import EXIT_USAGE, report
+
     parser = build_parser("python -m jupyter_exec.docker", DOCKER_COMMANDS)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):

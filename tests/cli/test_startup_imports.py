@@ -60,7 +60,13 @@ def _imported(tmp_path: Path, *argv: str) -> tuple[int, str, set[str]]:
         env={**os.environ, "COLUMNS": "100"},
     )
     seen = json.loads(out.read_text())
+    ours.clear()
+    ours.update(name for name in seen["modules"] if name.startswith("jupyter_exec"))
     return seen["status"], done.stdout, {name.split(".")[0] for name in seen["modules"]}
+
+
+ours: set[str] = set()
+"""The project's own modules the last :func:`_imported` command loaded."""
 
 
 def test_version_imports_no_kernel_server_or_docker_code(tmp_path: Path) -> None:
@@ -70,6 +76,9 @@ def test_version_imports_no_kernel_server_or_docker_code(tmp_path: Path) -> None
     assert status == 0
     assert output.strip() == f"jupyter-exec {__version__}"
     assert packages.isdisjoint(HEAVY), sorted(packages & set(HEAVY))
+    # Nor any command's module: the version is answered before a parser is built.
+    root = {"", "._lazy", "._version", ".exceptions", ".__main__", ".cli"}  # `import jupyter_exec`
+    assert ours <= {f"jupyter_exec{name}" for name in root}, sorted(ours)
 
 
 @pytest.mark.parametrize(
