@@ -161,11 +161,9 @@ class Recording:
         """
         cell_index, builder, spill = cell.index, cell.builder, cell.spill
         write = spill is not None
-        guard = cell.guard
-        if spill is not None and guard is not None and not guard.kept_nothing():
-            # what the kernel's guard kept back
+        if spill is not None and cell.guard is not None:  # what the kernel's guard kept back
             try:
-                guard.absorb(builder, spill)
+                cell.guard.absorb(builder, spill)
             except (OSError, WorkDirError) as exc:
                 spill.error = spill.error or storage_error(exc, "the full text of a stream")
         spilled = spill.close() if spill is not None else []
