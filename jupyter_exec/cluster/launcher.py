@@ -36,12 +36,12 @@ poll (a connect to the listener) is refused and the death is seen. An explicit s
 ``<work-root>/<kernel id>``; a crash or a restart (``{"shutdown": 1, "restart": true}``, sent by
 jupyter_exec's provisioner) keeps it, so files survive a restart on the same host. A launch that
 fails before its report removes the folder if it made it (a first start). Under Enterprise
-Gateway, whose ``kill()`` is a ``{"signum": 9}`` never followed by a shutdown request the
-launcher could hear, that request counts as the shutdown. An explicit shutdown also removes
-the launcher's own log (its stderr, ``kernel-<id>.log``) unless the gateway keeps logs
-(``JUPYTER_EXEC_KEEP_LOGS``). Each folder holds a marker (:data:`MARKER`: the kernel id, the
-launcher's pid, the kernel's process group) by which ``jupyter-exec gateway --clean`` and the
-gateway find what a killed launcher left.
+Gateway, whose ``kill()`` is a ``{"signum": 15}`` (then 9 if the kernel outlives it) never
+followed by a shutdown request the launcher could hear, either request counts as the shutdown.
+An explicit shutdown also removes the launcher's own log (its stderr, ``kernel-<id>.log``)
+unless the gateway keeps logs (``JUPYTER_EXEC_KEEP_LOGS``). Each folder holds a marker
+(:data:`MARKER`: the kernel id, the launcher's pid, the kernel's process group) by which
+``jupyter-exec gateway --clean`` and the gateway find what a killed launcher left.
 
 Exit status: 0 after a shutdown or a kernel exit, 2 when the arguments are refused (with a
 message on stderr), 1 when the launch failed (the gateway could not be told, or the kernel
@@ -578,11 +578,13 @@ class Launcher:
         if type(signum) is int and signum in signal.valid_signals():
             self.log(f"signal {signum} to the kernel's process group")
             self.signal_kernel(signum)
-            if signum == signal.SIGKILL and self.opts.enterprise_gateway:
+            if signum in (signal.SIGTERM, signal.SIGKILL) and self.opts.enterprise_gateway:
                 # Enterprise Gateway's kill(): the end of this kernel (a shutdown "now", as
-                # at EG's own stop, or one whose graceful part failed). EG sends no shutdown
-                # request the launcher could still hear, and restarts on a host of its
-                # choosing, so nothing here would use the folder again.
+                # at EG's own stop, or one whose graceful part failed; SIGTERM first, and
+                # SIGKILL only if the kernel outlives it, so on a loaded host a SIGTERM is
+                # often the last word). EG sends no shutdown request the launcher could still
+                # hear, and restarts on a host of its choosing, so nothing here would use
+                # the folder again.
                 self.request_stop(remove_dir=True, now=now)
                 self.remove_now()
         if request.get("shutdown") == 1:
@@ -591,9 +593,12 @@ class Launcher:
             self.request_stop(remove_dir=not restart, now=now)
 
     def remove_now(self) -> None:
-        """The folder and the log removed at once, once the killed kernel has exited: EG
-        kills this launcher too right after its ``{"signum": 9}`` (over SSH), and a launcher
-        killed before it served out would leave them on the host."""
+        """The folder and the log removed at once, the kernel killed: EG kills this launcher
+        too right after its ``{"signum": 9}`` (over SSH), and a launcher killed before it
+        served out would leave them on the host. So they go before the killed kernel is
+        even reaped (waiting for that first lost the race on a loaded host), and once more
+        after it (a write the kernel had in flight when the SIGKILL came)."""
+        self._leave(remove_dir=True)
         end = time.monotonic() + 2.0
         while self.kernel is not None and self.kernel_status is None and time.monotonic() < end:
             self._reap()  # the one place the kernel is waited for (it records the status)

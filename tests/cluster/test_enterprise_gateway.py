@@ -60,7 +60,10 @@ def _gone(eg: RunningEnterpriseGateway, cluster: Cluster, kernel_id: str) -> Non
     """No process of the kernel left on its host, and neither its folder nor its log."""
     left = cluster.wait_no_kernel_processes(kernel_id, timeout=10)
     assert not left, [p.cmdline() for p in left]
-    assert not [entry for entry in eg.left_on_hosts() if kernel_id in entry], eg.log()[-3000:]
+    left_files = [entry for entry in eg.left_on_hosts() if kernel_id in entry]
+    launcher_log = eg.remote_dir / "logs" / f"kernel-{kernel_id}.log"
+    said = launcher_log.read_text(errors="replace")[-3000:] if launcher_log.is_file() else ""
+    assert not left_files, f"{left_files}\nlauncher:\n{said}\ngateway:\n{eg.log()[-3000:]}"
 
 
 def test_a_session_through_enterprise_gateway_keeps_state_and_brings_files_home(

@@ -314,14 +314,16 @@ def test_the_listener_wants_a_token_unless_started_by_enterprise_gateway() -> No
     )
 
 
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["KILL", "TERM"])
 @pytest.mark.parametrize(
     ("spelling", "removes"), [("--RemoteProcessProxy.kernel-id", True), ("--kernel-id", False)]
 )
 def test_a_listener_sigkill_is_the_shutdown_only_under_enterprise_gateway(
-    spelling: str, removes: bool, tmp_path: Path
+    spelling: str, removes: bool, signum: int, tmp_path: Path
 ) -> None:
-    """EG's kill() is a {"signum": 9} never followed by a shutdown request: under EG's spellings
-    it removes the kernel's folder; under ours (a restart may follow) the folder is kept."""
+    """EG's kill() is a {"signum": 15}, then 9 if the kernel outlives it, never followed by a
+    shutdown request: under EG's spellings either removes the kernel's folder (at once: EG
+    kills the launcher right after); under ours (a restart may follow) the folder is kept."""
     kernel_id = "0b4ee1b4-8c4a-4ad4-9d4f-2a5b5b8e9d11"
     opts = launcher_module.parse_args(
         [
@@ -339,8 +341,9 @@ def test_a_listener_sigkill_is_the_shutdown_only_under_enterprise_gateway(
     launcher = launcher_module.Launcher(opts, "127.0.0.2", "127.0.0.1", dirs)
     gateway, listener_side = socket.socketpair()
     with gateway, listener_side:
-        gateway.sendall(json.dumps({"signum": signal.SIGKILL}).encode())
+        gateway.sendall(json.dumps({"signum": signum}).encode())
         gateway.shutdown(socket.SHUT_WR)
         launcher.handle_request(listener_side, "127.0.0.1", now=100.0)
     assert launcher.remove_dir is removes
     assert (launcher.stop_at is not None) is removes
+    assert dirs.root.exists() is not removes
