@@ -57,6 +57,7 @@ from jupyter_exec.notebook.frames import (
     _alike,
     _Block,
     _Layout,
+    share_alike,
 )
 from jupyter_exec.notebook.pixels import MAX_SCALE, NEAR_PX
 
@@ -126,8 +127,7 @@ class Remapped:
 
     @property
     def text_share(self) -> float:
-        alike, total = self.texts
-        return alike / total if total else 1.0
+        return share_alike(self.texts)
 
 
 @dataclass(frozen=True)

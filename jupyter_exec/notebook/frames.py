@@ -88,8 +88,13 @@ class Framed:
 
     @property
     def text_share(self) -> float:
-        alike, total = self.texts
-        return alike / total if total else 1.0
+        return share_alike(self.texts)
+
+
+def share_alike(texts: tuple[int, int]) -> float:
+    """Of ``(alike, total)`` text blocks, the share alike (1.0: no text to compare)."""
+    alike, total = texts
+    return alike / total if total else 1.0
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyter_exec.notebook.pixels import (
     INK_LEVEL,
@@ -405,6 +405,9 @@ def _scaled(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
     return PlotMatch(found.geometry, found.fills, ((wa, ha), (wb, hb), size))
 
 
+_How = TypeVar("_How")
+
+
 def _framed(
     a: Any, b: Any, contents: tuple[tuple[int, int], tuple[int, int]], layouts: Layouts
 ) -> PlotMatch | None:
@@ -412,15 +415,12 @@ def _framed(
     shapes: matched by their axes frames (:mod:`jupyter_exec.notebook.frames`)."""
     from jupyter_exec.notebook.frames import reframed
 
-    found = reframed(a, b, layouts)
-    if found is None:
+    through = _laid_out(reframed(a, b, layouts))
+    if through is None:
         return None
-    target, laid_out, how = found
-    match = _aligned(target, laid_out, resampled=True)
-    if match is None:
-        return None
+    match, how, size = through
     geometry = min(match.geometry, round(how.text_share, 6))  # a label unlike is a misplaced stroke
-    return PlotMatch(geometry, match.fills, (*contents, target.size), how)
+    return PlotMatch(geometry, match.fills, (*contents, size), how)
 
 
 def _remapped(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
@@ -428,15 +428,24 @@ def _remapped(a: Any, b: Any, layouts: Layouts) -> PlotMatch | None:
     coordinates read from their tick labels (:mod:`jupyter_exec.notebook.datamap`)."""
     from jupyter_exec.notebook.datamap import remapped
 
-    found = remapped(a, b, layouts)
+    through = _laid_out(remapped(a, b, layouts))
+    if through is None:
+        return None
+    match, how, size = through
+    geometry = min(match.geometry, round(how.text_share, 6), round(1.0 - how.outside, 6))
+    return PlotMatch(geometry, match.fills, (*how.contents, size), remapped=how)
+
+
+def _laid_out(
+    found: tuple[Any, Any, _How] | None,
+) -> tuple[PlotMatch, _How, tuple[int, int]] | None:
+    """What a frame matcher laid on one canvas (``target``, ``laid_out``, how it matched),
+    aligned as resized plots are: the alignment, how, and the canvas size."""
     if found is None:
         return None
     target, laid_out, how = found
     match = _aligned(target, laid_out, resampled=True)
-    if match is None:
-        return None
-    geometry = min(match.geometry, round(how.text_share, 6), round(1.0 - how.outside, 6))
-    return PlotMatch(geometry, match.fills, (*how.contents, target.size), remapped=how)
+    return None if match is None else (match, how, target.size)
 
 
 # -- SVG drawn, then judged as an image ----------------------------------------------------
