@@ -23,6 +23,7 @@ command's own (so it does not import either server):
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -145,6 +146,26 @@ class ClusterRestarter(AsyncIOLoopKernelRestarter):
             self._give_up(str(exc))
 
 
+V1_PROTOCOL = "v1.kernel.websocket.jupyter.org"
+
+MAX_V1_PARTS = 4096
+"""Offsets a v1 frame may declare: a channel, four message parts and its buffers."""
+
+
+def v1_frame_in_bounds(frame: bytes | str) -> bool:
+    """Whether a v1 kernel websocket frame's offsets fit it (read before jupyter_server does):
+    a count of at least 2 and at most :data:`MAX_V1_PARTS` whose table lies inside the frame,
+    each offset within it and none before the one before."""
+    if not isinstance(frame, bytes) or len(frame) < 8:
+        return False
+    count = int.from_bytes(frame[:8], "little")
+    if not 2 <= count <= MAX_V1_PARTS or 8 * (count + 1) > len(frame):
+        return False
+    offsets = [int.from_bytes(frame[8 * i : 8 * (i + 1)], "little") for i in range(1, count + 1)]
+    ends = [8 * (count + 1), *offsets, len(frame)]
+    return all(a <= b for a, b in itertools.pairwise(ends))
+
+
 class ClusterWebsocketConnection(ZMQChannelsWebsocketConnection):
     """The server's kernel websocket: its ``dead`` notice also says why, when the kernel's
     death was declared final (``reason`` in the status message's content); and it keeps the
@@ -177,6 +198,15 @@ class ClusterWebsocketConnection(ZMQChannelsWebsocketConnection):
                 "kernel %s: a frame read after its websocket closed is dropped", self.kernel_id
             )
             return
+        if self.subprotocol == V1_PROTOCOL and not v1_frame_in_bounds(incoming_msg):
+            # jupyter_server reads the offset count first and builds that many offsets: a
+            # client's 8 bytes of 0xff would make it loop 2**64 times, every client with it.
+            self.log.warning(
+                "kernel %s: a v1 frame whose offsets do not fit it is dropped (%d bytes)",
+                self.kernel_id,
+                len(incoming_msg),
+            )
+            return
         super().handle_incoming_message(incoming_msg)
 
     def on_restart_failed(self) -> None:
@@ -186,7 +216,7 @@ class ClusterWebsocketConnection(ZMQChannelsWebsocketConnection):
             return
         self.log.error("kernel %s is dead: %s", self.kernel_id, reason)
         msg = self.session.msg("status", {"execution_state": "dead", "reason": str(reason)})
-        if self.subprotocol == "v1.kernel.websocket.jupyter.org":
+        if self.subprotocol == V1_PROTOCOL:
             from jupyter_server.services.kernels.connection.base import (
                 serialize_msg_to_ws_v1,
             )
