@@ -34,6 +34,7 @@ from e2b_code_interpreter import Sandbox
 from e2b_server_helpers import API_KEY, Running, run_server
 
 from jupyter_exec.e2b import E2BConfig
+from jupyter_exec.e2b.branches import MAX_FORKS
 from jupyter_exec.e2b.snapshots import DATA, KIND, SnapshotStore, owner_of
 from jupyter_exec.manager.saved import registry_folder
 
@@ -291,3 +292,24 @@ def test_a_docker_sandboxs_snapshot_never_becomes_a_local_sandboxs_files(
         assert listed == []  # no sandbox made, so no copy of its files on the host
     assert sorted(tmp_path.iterdir()) == folders  # no sandbox folder holds its files
     assert _digest(data) == before
+
+
+@pytest.mark.parametrize("count", [0, -1, MAX_FORKS + 1, 10**9, True, "4", 2.0])
+def test_a_fork_count_out_of_bounds_is_a_400_and_forks_nothing(
+    api_env: Running, count: object
+) -> None:
+    """The owner's own key asking for no fork, a negative one, or more than the server makes
+    at once (each fork is a kernel): refused with the bounds, before anything is captured."""
+    victim = Sandbox.create()
+    try:
+        before = len(api_env.server.sandboxes.every())
+        answer = httpx.post(
+            f"{api_env.url}/sandboxes/{victim.sandbox_id}/fork",
+            headers={"X-API-KEY": API_KEY},
+            json={"count": count},
+        )
+        assert answer.status_code == 400, answer.text[:200]
+        assert f"from 1 to {MAX_FORKS}" in answer.text
+        assert len(api_env.server.sandboxes.every()) == before
+    finally:
+        victim.kill()
